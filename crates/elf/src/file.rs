@@ -1,0 +1,388 @@
+//! The ELF file view: header, segments, sections, and reading bytes by address.
+//!
+//! `ElfFile::parse` validates what the rest of Rivet relies on (ELF64, little-endian, x86-64,
+//! an executable or shared library) and copies the small tables (section and program headers)
+//! into plain structs, so later code never touches raw endian-typed fields. Section contents
+//! stay borrowed from the input.
+
+use std::borrow::Cow;
+
+use object::LittleEndian as LE;
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
+
+use crate::addr::{FileOffset, Vaddr, VaddrRange};
+use crate::error::{ElfError, Result};
+
+pub(crate) type Header = elf::FileHeader64<LE>;
+
+/// What kind of linked object the input is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElfKind {
+    /// ET_EXEC: a position-dependent executable.
+    Executable,
+    /// ET_DYN marked as PIE (DF_1_PIE) or with an interpreter.
+    PieExecutable,
+    /// ET_DYN without those marks: a shared library.
+    SharedLibrary,
+}
+
+impl ElfKind {
+    pub fn describe(self) -> &'static str {
+        match self {
+            ElfKind::Executable => "executable (non-PIE)",
+            ElfKind::PieExecutable => "executable (PIE)",
+            ElfKind::SharedLibrary => "shared library",
+        }
+    }
+}
+
+/// One section header, decoded.
+#[derive(Clone, Debug)]
+pub struct Section<'data> {
+    pub index: usize,
+    pub name: Cow<'data, str>,
+    pub sh_type: u32,
+    pub flags: u64,
+    pub addr: Vaddr,
+    pub offset: FileOffset,
+    pub size: u64,
+    pub link: u32,
+    pub info: u32,
+    pub entsize: u64,
+    pub align: u64,
+    /// The file bytes of the section; empty for SHT_NOBITS.
+    pub data: &'data [u8],
+}
+
+impl Section<'_> {
+    pub fn is_alloc(&self) -> bool {
+        self.flags & u64::from(elf::SHF_ALLOC.0) != 0
+    }
+    pub fn is_exec(&self) -> bool {
+        self.flags & u64::from(elf::SHF_EXECINSTR.0) != 0
+    }
+    pub fn is_writable(&self) -> bool {
+        self.flags & u64::from(elf::SHF_WRITE.0) != 0
+    }
+    pub fn is_nobits(&self) -> bool {
+        self.sh_type == elf::SHT_NOBITS.0
+    }
+    pub fn is_tls(&self) -> bool {
+        self.flags & u64::from(elf::SHF_TLS.0) != 0
+    }
+    pub fn range(&self) -> VaddrRange {
+        VaddrRange::new(self.addr, self.size)
+    }
+}
+
+/// One program header, decoded.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    pub p_type: u32,
+    pub flags: u32,
+    pub offset: FileOffset,
+    pub vaddr: Vaddr,
+    pub filesz: u64,
+    pub memsz: u64,
+    pub align: u64,
+}
+
+impl Segment {
+    pub fn is_load(&self) -> bool {
+        self.p_type == elf::PT_LOAD.0
+    }
+    pub fn is_exec(&self) -> bool {
+        self.flags & elf::PF_X.0 != 0
+    }
+}
+
+/// A parsed view of an ELF input. Cheap to pass around by reference; all tables borrow `data`.
+#[derive(Debug)]
+pub struct ElfFile<'data> {
+    data: &'data [u8],
+    pub kind: ElfKind,
+    pub entry: Vaddr,
+    sections: Vec<Section<'data>>,
+    segments: Vec<Segment>,
+    /// Indices of alloc, non-NOBITS sections sorted by address, for address lookups.
+    by_addr: Vec<usize>,
+}
+
+fn machine_name(machine: u16) -> String {
+    match machine {
+        3 => "i386".into(),
+        40 => "ARM (32-bit)".into(),
+        183 => "AArch64".into(),
+        243 => "RISC-V".into(),
+        8 => "MIPS".into(),
+        20 | 21 => "PowerPC".into(),
+        22 => "s390".into(),
+        other => format!("machine {other}"),
+    }
+}
+
+impl<'data> ElfFile<'data> {
+    pub fn parse(data: &'data [u8]) -> Result<ElfFile<'data>> {
+        if data.len() < 4 || &data[..4] != b"\x7fELF" {
+            return Err(ElfError::NotElf);
+        }
+        if data.len() < 6 {
+            return Err(ElfError::malformed(
+                "ELF header",
+                "file ends inside the identification",
+            ));
+        }
+        if data[4] == elf::ELFCLASS32.0 {
+            return Err(ElfError::Not64Bit);
+        }
+        if data[5] == elf::ELFDATA2MSB.0 {
+            return Err(ElfError::BigEndian);
+        }
+        let header =
+            Header::parse(data).map_err(|e| ElfError::malformed("ELF header", e.to_string()))?;
+        let endian = LE;
+        let machine = header.e_machine(endian).0;
+        if machine != elf::EM_X86_64.0 {
+            return Err(ElfError::WrongMachine(machine_name(machine)));
+        }
+        let e_type = header.e_type(endian);
+        let is_dyn = match e_type {
+            elf::ET_EXEC => false,
+            elf::ET_DYN => true,
+            elf::ET_REL => return Err(ElfError::WrongType("relocatable object (.o)")),
+            elf::ET_CORE => return Err(ElfError::WrongType("core dump")),
+            _ => return Err(ElfError::WrongType("unknown")),
+        };
+
+        let program_headers = header
+            .program_headers(endian, data)
+            .map_err(|e| ElfError::malformed("program header table", e))?;
+        let segments: Vec<Segment> = program_headers
+            .iter()
+            .map(|ph| Segment {
+                p_type: ph.p_type(endian).0,
+                flags: ph.p_flags(endian).0,
+                offset: FileOffset(ph.p_offset(endian)),
+                vaddr: Vaddr(ph.p_vaddr(endian)),
+                filesz: ph.p_filesz(endian),
+                memsz: ph.p_memsz(endian),
+                align: ph.p_align(endian),
+            })
+            .collect();
+
+        let table = header
+            .sections(endian, data)
+            .map_err(|e| ElfError::malformed("section header table", e))?;
+        let mut sections = Vec::with_capacity(table.len());
+        for (index, sh) in table.enumerate() {
+            let name_bytes = table
+                .section_name(endian, sh)
+                .map_err(|e| ElfError::malformed("section name table", e))?;
+            let sh_type = sh.sh_type(endian).0;
+            let section_data: &[u8] = if sh_type == elf::SHT_NOBITS.0 || sh_type == elf::SHT_NULL.0
+            {
+                &[]
+            } else {
+                sh.data(endian, data).map_err(|_| ElfError::Malformed {
+                    what: "section contents",
+                    detail: format!(
+                        "section {} extends past the end of the file",
+                        String::from_utf8_lossy(name_bytes)
+                    ),
+                })?
+            };
+            sections.push(Section {
+                index: index.0,
+                name: String::from_utf8_lossy(name_bytes),
+                sh_type,
+                flags: sh.sh_flags(endian).0,
+                addr: Vaddr(sh.sh_addr(endian)),
+                offset: FileOffset(sh.sh_offset(endian)),
+                size: sh.sh_size(endian),
+                link: sh.sh_link(endian),
+                info: sh.sh_info(endian),
+                entsize: sh.sh_entsize(endian),
+                align: sh.sh_addralign(endian),
+                data: section_data,
+            });
+        }
+        let mut by_addr: Vec<usize> = sections
+            .iter()
+            .filter(|s| s.is_alloc() && !s.is_nobits() && !s.is_tls() && s.size > 0)
+            .map(|s| s.index)
+            .collect();
+        by_addr.sort_by_key(|&i| (sections[i].addr, i));
+
+        let mut file = ElfFile {
+            data,
+            kind: ElfKind::Executable,
+            entry: Vaddr(header.e_entry(endian)),
+            sections,
+            segments,
+            by_addr,
+        };
+        if is_dyn {
+            let has_interp = file.segments.iter().any(|s| s.p_type == elf::PT_INTERP.0);
+            let pie_flag = file
+                .dynamic()
+                .ok()
+                .and_then(|d| d.flags_1)
+                .is_some_and(|f| f & elf::DF_1_PIE.0 != 0);
+            file.kind = if pie_flag || has_interp {
+                ElfKind::PieExecutable
+            } else {
+                ElfKind::SharedLibrary
+            };
+        }
+        Ok(file)
+    }
+
+    pub fn data(&self) -> &'data [u8] {
+        self.data
+    }
+
+    pub fn sections(&self) -> &[Section<'data>] {
+        &self.sections
+    }
+
+    pub fn section(&self, index: usize) -> Option<&Section<'data>> {
+        self.sections.get(index)
+    }
+
+    pub fn section_by_name(&self, name: &str) -> Option<&Section<'data>> {
+        self.sections.iter().find(|s| s.name == name)
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The alloc section with file data holding `addr`, if any.
+    pub fn section_containing(&self, addr: Vaddr) -> Option<&Section<'data>> {
+        let pos = self
+            .by_addr
+            .partition_point(|&i| self.sections[i].addr <= addr);
+        // Sections may overlap only when empty; walk back over at most a few candidates.
+        self.by_addr[..pos]
+            .iter()
+            .rev()
+            .take(4)
+            .map(|&i| &self.sections[i])
+            .find(|s| s.range().contains(addr))
+    }
+
+    /// Bytes at `addr..addr+len`, read through sections, or through PT_LOAD segments when the
+    /// section table does not cover the address (stripped section headers).
+    pub fn bytes_at(&self, addr: Vaddr, len: u64) -> Option<&'data [u8]> {
+        if let Some(s) = self.section_containing(addr) {
+            let start = (addr - s.addr) as usize;
+            let end = start.checked_add(usize::try_from(len).ok()?)?;
+            return s.data.get(start..end);
+        }
+        let seg = self.segments.iter().find(|s| {
+            s.is_load() && addr >= s.vaddr && addr.get() < s.vaddr.get().saturating_add(s.filesz)
+        })?;
+        let start = seg.offset.0.checked_add(addr - seg.vaddr)?;
+        let end = start.checked_add(len)?;
+        if end > seg.offset.0 + seg.filesz {
+            return None;
+        }
+        self.data
+            .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+    }
+
+    pub fn read_u64(&self, addr: Vaddr) -> Option<u64> {
+        self.bytes_at(addr, 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+    }
+
+    pub fn read_u32(&self, addr: Vaddr) -> Option<u32> {
+        self.bytes_at(addr, 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    }
+
+    pub fn read_i32(&self, addr: Vaddr) -> Option<i32> {
+        self.read_u32(addr).map(|v| v as i32)
+    }
+
+    /// True when `addr` lies in an executable section (or executable segment, if there are no
+    /// section headers).
+    pub fn is_code_address(&self, addr: Vaddr) -> bool {
+        match self.section_containing(addr) {
+            Some(s) => s.is_exec(),
+            None => self.segments.iter().any(|s| {
+                s.is_load()
+                    && s.is_exec()
+                    && addr >= s.vaddr
+                    && addr.get() < s.vaddr.get().saturating_add(s.memsz)
+            }),
+        }
+    }
+
+    /// File offset of `addr`, through the PT_LOAD that maps it.
+    pub fn file_offset_of(&self, addr: Vaddr) -> Option<FileOffset> {
+        let seg = self.segments.iter().find(|s| {
+            s.is_load() && addr >= s.vaddr && addr.get() < s.vaddr.get().saturating_add(s.filesz)
+        })?;
+        Some(FileOffset(seg.offset.0 + (addr - seg.vaddr)))
+    }
+
+    /// The GNU build-id note, if present.
+    pub fn build_id(&self) -> Option<&'data [u8]> {
+        for s in self
+            .sections
+            .iter()
+            .filter(|s| s.sh_type == elf::SHT_NOTE.0)
+        {
+            if let Some(id) = find_build_id(s.data) {
+                return Some(id);
+            }
+        }
+        for seg in self.segments.iter().filter(|s| s.p_type == elf::PT_NOTE.0) {
+            let start = seg.offset.0 as usize;
+            let Some(bytes) = start
+                .checked_add(seg.filesz as usize)
+                .and_then(|end| self.data.get(start..end))
+            else {
+                continue;
+            };
+            if let Some(id) = find_build_id(bytes) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// True when the linker kept static relocations against code (`-Wl,--emit-relocs`): a
+    /// SHT_RELA section that applies to an executable section.
+    pub fn has_code_relocations(&self) -> bool {
+        self.sections.iter().any(|s| {
+            s.sh_type == elf::SHT_RELA.0
+                && !s.is_alloc()
+                && self
+                    .sections
+                    .get(s.info as usize)
+                    .is_some_and(|t| t.is_exec())
+        })
+    }
+}
+
+/// Walks ELF notes (4-byte aligned namesz/descsz/type headers) looking for NT_GNU_BUILD_ID.
+fn find_build_id(mut bytes: &[u8]) -> Option<&[u8]> {
+    let align4 = |n: usize| n.checked_add(3).map(|v| v & !3);
+    while bytes.len() >= 12 {
+        let namesz = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
+        let descsz = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+        let n_type = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+        let name_end = 12usize.checked_add(align4(namesz)?)?;
+        let desc_end = name_end.checked_add(align4(descsz)?)?;
+        let name = bytes.get(12..12 + namesz)?;
+        let desc = bytes.get(name_end..name_end + descsz)?;
+        if n_type == elf::NT_GNU_BUILD_ID.0 && name == b"GNU\0" {
+            return Some(desc);
+        }
+        bytes = bytes.get(desc_end..)?;
+    }
+    None
+}
