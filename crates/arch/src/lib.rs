@@ -1,1 +1,11 @@
-//! placeholder
+//! The ISA boundary.
+//!
+//! Everything that knows what an x86-64 instruction looks like lives here: decoding, classifying
+//! control flow, formatting, and the data-flow pattern matching that recognizes jump-table
+//! dispatch. The rest of Rivet sees `Inst` and `Flow`, never iced-x86 types, so a second ISA
+//! (AArch64) can be added behind the same surface.
+
+pub mod x86_64;
+
+pub use x86_64::inst::{Flow, Inst, decode_all};
+pub use x86_64::jump_table::{IndexBound, IndirectJump, analyze_indirect_jump};

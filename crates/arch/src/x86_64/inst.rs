@@ -1,0 +1,267 @@
+//! Decoded instructions and their control-flow classification.
+
+use std::fmt;
+
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction, Mnemonic, OpKind,
+};
+use rivet_elf::Vaddr;
+
+/// One decoded instruction. Wraps iced's 40-byte `Instruction` so the rest of Rivet stays
+/// independent of the decoder.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Inst {
+    pub(crate) raw: Instruction,
+}
+
+/// What an instruction does to control flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Execution continues with the next instruction (this includes `syscall` and `int n`).
+    Next,
+    /// `jmp rel`.
+    Jump { target: Vaddr },
+    /// `jcc rel`, `loop`, `jrcxz`, and `xbegin` (whose abort path is the target).
+    CondJump { target: Vaddr },
+    /// `jmp reg` / `jmp [mem]`.
+    IndirectJump,
+    /// `call rel`.
+    Call { target: Vaddr },
+    /// `call reg` / `call [mem]`.
+    IndirectCall,
+    Return,
+    /// Never continues here: `ud2`, `int3`, `hlt`, invalid opcodes.
+    Trap,
+}
+
+impl Flow {
+    /// True when the next instruction can execute after this one (modulo noreturn calls,
+    /// which discovery decides).
+    pub fn falls_through(self) -> bool {
+        matches!(self, Flow::Next | Flow::CondJump { .. } | Flow::Call { .. } | Flow::IndirectCall)
+    }
+    /// True when the instruction ends a basic block.
+    pub fn ends_block(self) -> bool {
+        !matches!(self, Flow::Next | Flow::Call { .. } | Flow::IndirectCall)
+    }
+}
+
+impl Inst {
+    pub fn addr(&self) -> Vaddr {
+        Vaddr(self.raw.ip())
+    }
+    pub fn len(&self) -> u8 {
+        self.raw.len() as u8
+    }
+    pub fn is_empty(&self) -> bool {
+        self.raw.len() == 0
+    }
+    pub fn end(&self) -> Vaddr {
+        Vaddr(self.raw.next_ip())
+    }
+    pub fn is_invalid(&self) -> bool {
+        self.raw.is_invalid()
+    }
+
+    pub fn flow(&self) -> Flow {
+        let raw = &self.raw;
+        match raw.flow_control() {
+            FlowControl::Next => {
+                if raw.mnemonic() == Mnemonic::Hlt {
+                    Flow::Trap
+                } else {
+                    Flow::Next
+                }
+            }
+            FlowControl::UnconditionalBranch => match raw.op0_kind() {
+                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
+                    Flow::Jump { target: Vaddr(raw.near_branch_target()) }
+                }
+                // Far jumps do not occur in 64-bit user code; treat as opaque.
+                _ => Flow::IndirectJump,
+            },
+            FlowControl::IndirectBranch => Flow::IndirectJump,
+            FlowControl::ConditionalBranch => Flow::CondJump { target: Vaddr(raw.near_branch_target()) },
+            FlowControl::Return => Flow::Return,
+            FlowControl::Call => match raw.mnemonic() {
+                Mnemonic::Call => match raw.op0_kind() {
+                    OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
+                        Flow::Call { target: Vaddr(raw.near_branch_target()) }
+                    }
+                    _ => Flow::IndirectCall,
+                },
+                // syscall, sysenter, vmcall...: the kernel returns to the next instruction.
+                _ => Flow::Next,
+            },
+            FlowControl::IndirectCall => Flow::IndirectCall,
+            FlowControl::Interrupt => match raw.mnemonic() {
+                Mnemonic::Int3 | Mnemonic::Int1 => Flow::Trap,
+                _ => Flow::Next,
+            },
+            FlowControl::XbeginXabortXend => {
+                if raw.mnemonic() == Mnemonic::Xbegin {
+                    Flow::CondJump { target: Vaddr(raw.near_branch_target()) }
+                } else {
+                    Flow::Next
+                }
+            }
+            FlowControl::Exception => Flow::Trap,
+        }
+    }
+
+    /// True for instructions compilers and linkers use as padding.
+    pub fn is_nop(&self) -> bool {
+        matches!(self.raw.mnemonic(), Mnemonic::Nop | Mnemonic::Fnop)
+            || (self.raw.mnemonic() == Mnemonic::Xchg
+                && self.raw.op_count() == 2
+                && self.raw.op0_kind() == OpKind::Register
+                && self.raw.op1_kind() == OpKind::Register
+                && self.raw.op0_register() == self.raw.op1_register())
+            || (self.raw.mnemonic() == Mnemonic::Lea
+                && self.raw.memory_base() == self.raw.op0_register()
+                && self.raw.memory_index() == iced_x86::Register::None
+                && self.raw.memory_displacement64() == 0
+                && self.raw.op0_register().size() == 8)
+    }
+
+    /// True for `int3`, which linkers use to fill gaps between functions.
+    pub fn is_int3(&self) -> bool {
+        self.raw.mnemonic() == Mnemonic::Int3
+    }
+
+    /// The address a RIP-relative memory operand refers to.
+    pub fn rip_relative_target(&self) -> Option<Vaddr> {
+        self.raw.is_ip_rel_memory_operand().then(|| Vaddr(self.raw.ip_rel_memory_address()))
+    }
+
+    /// Absolute addresses this instruction mentions: immediates and absolute memory
+    /// displacements of at least 32 bits (candidates for code pointers in non-PIE code).
+    pub fn absolute_constants(&self) -> impl Iterator<Item = u64> + '_ {
+        let raw = &self.raw;
+        let mut out = [None, None];
+        for op in 0..raw.op_count().min(4) {
+            match raw.op_kind(op) {
+                OpKind::Immediate32 | OpKind::Immediate64 | OpKind::Immediate32to64 => {
+                    out[0] = Some(raw.immediate(op));
+                }
+                OpKind::Memory
+                    if !raw.is_ip_rel_memory_operand()
+                        && raw.memory_base() == iced_x86::Register::None
+                        && raw.memory_displ_size() >= 4 =>
+                {
+                    out[1] = Some(raw.memory_displacement64());
+                }
+                _ => {}
+            }
+        }
+        out.into_iter().flatten()
+    }
+
+    /// True for a call or jump whose target is read from memory at an absolute or RIP-relative
+    /// address without index (GOT slots, function pointer variables): returns that address.
+    pub fn indirect_slot(&self) -> Option<Vaddr> {
+        let raw = &self.raw;
+        if raw.op_count() != 1 || raw.op0_kind() != OpKind::Memory {
+            return None;
+        }
+        if raw.memory_index() != iced_x86::Register::None {
+            return None;
+        }
+        if raw.is_ip_rel_memory_operand() {
+            return Some(Vaddr(raw.ip_rel_memory_address()));
+        }
+        (raw.memory_base() == iced_x86::Register::None)
+            .then(|| Vaddr(raw.memory_displacement64()))
+    }
+
+    /// The instruction in AT&T syntax (objdump's default), with branch targets as addresses.
+    pub fn to_att(&self) -> String {
+        let mut formatter = GasFormatter::new();
+        formatter.options_mut().set_first_operand_char_index(8);
+        formatter.options_mut().set_space_after_operand_separator(false);
+        let mut out = String::new();
+        formatter.format(&self.raw, &mut out);
+        out
+    }
+
+    pub fn mnemonic_name(&self) -> String {
+        format!("{:?}", self.raw.mnemonic()).to_lowercase()
+    }
+}
+
+impl fmt::Debug for Inst {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.addr(), self.to_att())
+    }
+}
+
+/// Decodes `bytes` (which start at `addr`) linearly. Invalid encodings come back as
+/// instructions with `is_invalid()`, one byte at a time, so the caller decides what they mean.
+pub fn decode_all(bytes: &[u8], addr: Vaddr) -> Vec<Inst> {
+    let mut decoder = Decoder::with_ip(64, bytes, addr.get(), DecoderOptions::NONE);
+    let mut out = Vec::with_capacity(bytes.len() / 4 + 1);
+    let mut raw = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut raw);
+        out.push(Inst { raw });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(bytes: &[u8], addr: u64) -> Inst {
+        let v = decode_all(bytes, Vaddr(addr));
+        assert_eq!(v.len(), 1, "{v:?}");
+        v[0]
+    }
+
+    #[test]
+    fn classifies_control_flow() {
+        // jmp rel8 +0x10
+        assert_eq!(one(&[0xeb, 0x10], 0x1000).flow(), Flow::Jump { target: Vaddr(0x1012) });
+        // jne rel32
+        assert_eq!(
+            one(&[0x0f, 0x85, 0x00, 0x01, 0x00, 0x00], 0x1000).flow(),
+            Flow::CondJump { target: Vaddr(0x1106) }
+        );
+        // call rel32
+        assert_eq!(
+            one(&[0xe8, 0xfb, 0xff, 0xff, 0xff], 0x1000).flow(),
+            Flow::Call { target: Vaddr(0x1000) }
+        );
+        assert_eq!(one(&[0xff, 0xe0], 0).flow(), Flow::IndirectJump); // jmp *%rax
+        assert_eq!(one(&[0xff, 0xd0], 0).flow(), Flow::IndirectCall); // call *%rax
+        assert_eq!(one(&[0xc3], 0).flow(), Flow::Return);
+        assert_eq!(one(&[0x0f, 0x0b], 0).flow(), Flow::Trap); // ud2
+        assert_eq!(one(&[0xcc], 0).flow(), Flow::Trap); // int3
+        assert_eq!(one(&[0xf4], 0).flow(), Flow::Trap); // hlt
+        assert_eq!(one(&[0x0f, 0x05], 0).flow(), Flow::Next); // syscall
+    }
+
+    #[test]
+    fn recognizes_padding() {
+        assert!(one(&[0x90], 0).is_nop());
+        assert!(one(&[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00], 0).is_nop());
+        assert!(!one(&[0xc3], 0).is_nop());
+    }
+
+    #[test]
+    fn rip_relative_and_slots() {
+        // lea 0x10(%rip),%rax at 0x1000 (7 bytes) -> 0x1017
+        let lea = one(&[0x48, 0x8d, 0x05, 0x10, 0x00, 0x00, 0x00], 0x1000);
+        assert_eq!(lea.rip_relative_target(), Some(Vaddr(0x1017)));
+        // jmp *0x10(%rip) -> slot at 0x1016
+        let jmp = one(&[0xff, 0x25, 0x10, 0x00, 0x00, 0x00], 0x1000);
+        assert_eq!(jmp.indirect_slot(), Some(Vaddr(0x1016)));
+        assert_eq!(jmp.flow(), Flow::IndirectJump);
+    }
+
+    #[test]
+    fn formats_att() {
+        let i = one(&[0x48, 0x89, 0xe5], 0);
+        assert_eq!(i.to_att(), "mov     %rsp,%rbp");
+    }
+}

@@ -1,0 +1,530 @@
+//! Recognizing what an indirect jump jumps through.
+//!
+//! Compilers lower a `switch` to a table dispatch in a handful of shapes:
+//!
+//! * absolute (non-PIC): `jmp *T(,%idx,8)`, or `mov T(,%idx,8),%rax; jmp *%rax`;
+//! * relative (PIC): `lea T(%rip),%rdx; movslq (%rdx,%idx,4),%rax; add %rdx,%rax; jmp *%rax`;
+//! * the same at -O0, with the index spilled to the stack and scaled by a separate `lea`.
+//!
+//! Rather than matching instruction sequences, the analysis runs a tiny symbolic evaluator
+//! forward over the straight-line window that ends at the jump. Each register (and each
+//! frame-pointer or stack-pointer slot, for -O0 code) holds an abstract value: a constant, an
+//! affine function `var * scale + offset` of an unknown variable, a table entry loaded from
+//! such an address, a constant plus a sign-extended entry, or a pointer loaded from a fixed
+//! address. The jump's operand then evaluates to one of the table shapes or to nothing known.
+//! Anything the evaluator does not model produces a fresh unknown variable, so a pattern is
+//! only reported when every step of it was seen. The bound comes from an unsigned range check
+//! (`cmp $N,idx; ja default`) of the same variable on the path to the jump.
+
+use iced_x86::{InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
+use rivet_elf::Vaddr;
+
+use super::inst::Inst;
+
+/// The number of entries a table dispatch can index, proven by a range check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexBound {
+    pub entries: u64,
+    /// The conditional jump that enforces it.
+    pub check: Vaddr,
+    /// Where out-of-range indices go.
+    pub default_target: Vaddr,
+}
+
+/// What an indirect jump was found to jump through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndirectJump {
+    /// Entries are absolute code addresses of `entry_size` bytes at `table`.
+    AbsoluteTable { table: Vaddr, entry_size: u8, bound: Option<IndexBound> },
+    /// Target = `base` + sign-extended `entry_size`-byte entry at `table`.
+    RelativeTable { table: Vaddr, base: Vaddr, entry_size: u8, bound: Option<IndexBound> },
+    /// The target is a pointer read from the fixed address `slot` (GOT entry, function
+    /// pointer variable): a tail call.
+    MemorySlot { slot: Vaddr },
+    /// The target register was computed outside what the analysis models.
+    Unknown,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Val {
+    Const(u64),
+    /// `var * scale + offset`.
+    Affine { var: u32, scale: u64, offset: u64 },
+    /// An entry of `size` bytes read from `table + var * scale`.
+    Entry { table: u64, var: u32, scale: u64, size: u8, signed: bool },
+    /// `add` + sign-extended `Entry`.
+    Relative { add: u64, table: u64, var: u32, scale: u64, size: u8 },
+    /// 8 bytes read from a fixed address.
+    Loaded { addr: u64 },
+}
+
+struct State {
+    regs: Vec<Option<Val>>,
+    /// -O0 spills: (base register, displacement) -> value.
+    slots: Vec<((Register, i64), Val)>,
+    next_var: u32,
+}
+
+impl State {
+    fn fresh(&mut self) -> Val {
+        self.next_var += 1;
+        Val::Affine { var: self.next_var, scale: 1, offset: 0 }
+    }
+
+    fn reg(&mut self, r: Register) -> Val {
+        let key = r.full_register() as usize;
+        match self.regs[key] {
+            Some(v) => v,
+            None => {
+                let v = self.fresh();
+                self.regs[key] = Some(v);
+                v
+            }
+        }
+    }
+
+    fn set(&mut self, r: Register, v: Val) {
+        let v = if r.size() == 4 {
+            match v {
+                // 32-bit writes zero-extend: only small constants and indices survive.
+                Val::Const(c) => Val::Const(c & 0xffff_ffff),
+                other => other,
+            }
+        } else if r.size() < 4 {
+            self.fresh()
+        } else {
+            v
+        };
+        self.regs[r.full_register() as usize] = Some(v);
+    }
+
+    fn slot_key(inst: &iced_x86::Instruction) -> Option<(Register, i64)> {
+        let base = inst.memory_base();
+        (matches!(base, Register::RBP | Register::RSP) && inst.memory_index() == Register::None)
+            .then(|| (base, inst.memory_displacement64() as i64))
+    }
+
+    fn slot(&mut self, key: (Register, i64)) -> Val {
+        if let Some((_, v)) = self.slots.iter().find(|(k, _)| *k == key) {
+            return *v;
+        }
+        let v = self.fresh();
+        self.slots.push((key, v));
+        v
+    }
+
+    fn set_slot(&mut self, key: (Register, i64), v: Val) {
+        self.slots.retain(|(k, _)| *k != key);
+        self.slots.push((key, v));
+    }
+
+    /// The address a memory operand computes, as an abstract value.
+    fn address(&mut self, inst: &iced_x86::Instruction) -> Option<Val> {
+        if inst.is_ip_rel_memory_operand() {
+            return Some(Val::Const(inst.ip_rel_memory_address()));
+        }
+        if inst.memory_segment() == Register::FS || inst.memory_segment() == Register::GS {
+            return None;
+        }
+        let mut acc = Val::Const(inst.memory_displacement64());
+        if inst.memory_base() != Register::None {
+            let b = self.reg(inst.memory_base());
+            acc = add(acc, b)?;
+        }
+        if inst.memory_index() != Register::None {
+            let i = self.reg(inst.memory_index());
+            acc = add(acc, scale(i, u64::from(inst.memory_index_scale()))?)?;
+        }
+        Some(acc)
+    }
+
+    fn load(&mut self, inst: &iced_x86::Instruction, size: u8, signed: bool) -> Val {
+        if let Some(key) = Self::slot_key(inst) {
+            return self.slot(key);
+        }
+        match self.address(inst) {
+            Some(Val::Affine { var, scale, offset }) if scale == u64::from(size) || size == 4 => {
+                Val::Entry { table: offset, var, scale, size, signed }
+            }
+            Some(Val::Const(addr)) if size == 8 => Val::Loaded { addr },
+            _ => self.fresh(),
+        }
+    }
+}
+
+fn add(a: Val, b: Val) -> Option<Val> {
+    use Val::*;
+    Some(match (a, b) {
+        (Const(x), Const(y)) => Const(x.wrapping_add(y)),
+        (Const(c), Affine { var, scale, offset }) | (Affine { var, scale, offset }, Const(c)) => {
+            Affine { var, scale, offset: offset.wrapping_add(c) }
+        }
+        (Const(c), Entry { table, var, scale, size, signed: true })
+        | (Entry { table, var, scale, size, signed: true }, Const(c)) => {
+            Relative { add: c, table, var, scale, size }
+        }
+        _ => return None,
+    })
+}
+
+fn scale(v: Val, k: u64) -> Option<Val> {
+    match v {
+        Val::Const(c) => Some(Val::Const(c.wrapping_mul(k))),
+        Val::Affine { var, scale, offset } => {
+            Some(Val::Affine { var, scale: scale * k, offset: offset.wrapping_mul(k) })
+        }
+        _ => None,
+    }
+}
+
+fn var_of(v: Val) -> Option<u32> {
+    match v {
+        Val::Affine { var, scale: 1, offset: 0 } => Some(var),
+        _ => None,
+    }
+}
+
+fn writes_memory_only(raw: &iced_x86::Instruction) -> bool {
+    raw.op_count() >= 1 && raw.op0_kind() == OpKind::Memory
+}
+
+/// Analyzes the indirect jump that ends `window` (a straight-line, fall-through sequence of
+/// instructions; the caller chooses how far back it starts).
+pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
+    let Some((jump, body)) = window.split_last() else { return IndirectJump::Unknown };
+    let raw_jump = &jump.raw;
+    if raw_jump.mnemonic() != Mnemonic::Jmp {
+        return IndirectJump::Unknown;
+    }
+    let mut st = State { regs: vec![None; 256], slots: Vec::new(), next_var: 0 };
+    let mut factory = InstructionInfoFactory::new();
+    // Range checks seen: (variable, entries, jcc address, default target).
+    let mut bounds: Vec<(u32, u64, Vaddr, Vaddr)> = Vec::new();
+    let mut pending_cmp: Option<(Option<u32>, u64)> = None;
+
+    for inst in body {
+        let raw = &inst.raw;
+        let mnemonic = raw.mnemonic();
+        let op0_reg = (raw.op_count() >= 1 && raw.op0_kind() == OpKind::Register)
+            .then(|| raw.op0_register());
+        let mut handled = true;
+        match mnemonic {
+            Mnemonic::Cmp if raw.op_count() == 2 => {
+                let lhs = match raw.op0_kind() {
+                    OpKind::Register => var_of(st.reg(raw.op0_register())),
+                    OpKind::Memory => State::slot_key(raw).map(|k| st.slot(k)).and_then(var_of),
+                    _ => None,
+                };
+                let imm = match raw.op1_kind() {
+                    OpKind::Immediate8
+                    | OpKind::Immediate16
+                    | OpKind::Immediate32
+                    | OpKind::Immediate8to32
+                    | OpKind::Immediate8to64
+                    | OpKind::Immediate32to64 => Some(raw.immediate(1)),
+                    _ => None,
+                };
+                pending_cmp = imm.map(|imm| (lhs, imm));
+                continue;
+            }
+            Mnemonic::Ja | Mnemonic::Jae => {
+                if let Some((Some(var), imm)) = pending_cmp {
+                    // Unsigned checks; on fall-through the index is <= imm (ja) or < imm (jae).
+                    let entries = if mnemonic == Mnemonic::Ja { imm.wrapping_add(1) } else { imm };
+                    bounds.push((var, entries, inst.addr(), Vaddr(raw.near_branch_target())));
+                }
+                pending_cmp = None;
+                continue;
+            }
+            Mnemonic::Mov | Mnemonic::Movsxd | Mnemonic::Lea | Mnemonic::Add
+            | Mnemonic::Shl | Mnemonic::Cdqe => {}
+            _ => handled = false,
+        }
+        if !raw.flow_control().eq(&iced_x86::FlowControl::Next) {
+            // Jumps other than the range check, calls: anything may change.
+            pending_cmp = None;
+        }
+        let value: Option<(Register, Val)> = if !handled {
+            None
+        } else {
+            match mnemonic {
+                Mnemonic::Mov if raw.op_count() == 2 => match (raw.op0_kind(), raw.op1_kind()) {
+                    (OpKind::Register, OpKind::Register) => {
+                        let v = st.reg(raw.op1_register());
+                        Some((raw.op0_register(), v))
+                    }
+                    (OpKind::Register, OpKind::Memory) => {
+                        let size = raw.op0_register().size() as u8;
+                        let v = st.load(raw, size, false);
+                        Some((raw.op0_register(), v))
+                    }
+                    (OpKind::Register, _) => {
+                        Some((raw.op0_register(), Val::Const(raw.immediate(1))))
+                    }
+                    (OpKind::Memory, OpKind::Register) => {
+                        if let Some(key) = State::slot_key(raw) {
+                            let v = st.reg(raw.op1_register());
+                            st.set_slot(key, v);
+                        }
+                        continue;
+                    }
+                    (OpKind::Memory, _) => {
+                        if let Some(key) = State::slot_key(raw) {
+                            let v = st.fresh();
+                            st.set_slot(key, v);
+                        }
+                        continue;
+                    }
+                    _ => None,
+                },
+                Mnemonic::Movsxd if raw.op_count() == 2 => match raw.op1_kind() {
+                    OpKind::Memory => Some((raw.op0_register(), st.load(raw, 4, true))),
+                    OpKind::Register => {
+                        let v = match st.reg(raw.op1_register()) {
+                            Val::Entry { table, var, scale, size: 4, .. } => {
+                                Val::Entry { table, var, scale, size: 4, signed: true }
+                            }
+                            other => other,
+                        };
+                        Some((raw.op0_register(), v))
+                    }
+                    _ => None,
+                },
+                Mnemonic::Cdqe => {
+                    let v = match st.reg(Register::RAX) {
+                        Val::Entry { table, var, scale, size: 4, .. } => {
+                            Val::Entry { table, var, scale, size: 4, signed: true }
+                        }
+                        _ => st.fresh(),
+                    };
+                    Some((Register::RAX, v))
+                }
+                Mnemonic::Lea => st.address(raw).map(|v| (raw.op0_register(), v)),
+                Mnemonic::Add if op0_reg.is_some() => {
+                    let dst = raw.op0_register();
+                    let lhs = st.reg(dst);
+                    let rhs = match raw.op1_kind() {
+                        OpKind::Register => Some(st.reg(raw.op1_register())),
+                        OpKind::Memory => None,
+                        _ => Some(Val::Const(raw.immediate(1))),
+                    };
+                    // Adding a constant to a bare variable makes a new index variable: the
+                    // range check that follows (if any) constrains the sum.
+                    match (lhs, rhs) {
+                        (Val::Affine { scale: 1, offset: 0, .. }, Some(Val::Const(_))) => {
+                            Some((dst, st.fresh()))
+                        }
+                        (l, Some(r)) => add(l, r).map(|v| (dst, v)),
+                        _ => None,
+                    }
+                }
+                Mnemonic::Shl if op0_reg.is_some() => {
+                    let dst = raw.op0_register();
+                    match raw.op1_kind() {
+                        OpKind::Immediate8 if raw.immediate(1) < 8 => {
+                            let v = st.reg(dst);
+                            scale(v, 1 << raw.immediate(1)).map(|v| (dst, v))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        };
+        match value {
+            Some((reg, v)) => st.set(reg, v),
+            None => {
+                // Unmodelled: every register it writes becomes a fresh unknown.
+                if writes_memory_only(raw) && raw.flow_control() == iced_x86::FlowControl::Next {
+                    if let Some(key) = State::slot_key(raw) {
+                        let v = st.fresh();
+                        st.set_slot(key, v);
+                    }
+                }
+                let written: Vec<Register> = factory
+                    .info(raw)
+                    .used_registers()
+                    .iter()
+                    .filter(|u| {
+                        matches!(
+                            u.access(),
+                            OpAccess::Write
+                                | OpAccess::CondWrite
+                                | OpAccess::ReadWrite
+                                | OpAccess::ReadCondWrite
+                        )
+                    })
+                    .map(|u| u.register())
+                    .collect();
+                for r in written {
+                    if r.is_gpr() {
+                        let v = st.fresh();
+                        st.regs[r.full_register() as usize] = Some(v);
+                    }
+                }
+                if matches!(
+                    raw.flow_control(),
+                    iced_x86::FlowControl::Call | iced_x86::FlowControl::IndirectCall
+                ) {
+                    for r in [
+                        Register::RAX,
+                        Register::RCX,
+                        Register::RDX,
+                        Register::RSI,
+                        Register::RDI,
+                        Register::R8,
+                        Register::R9,
+                        Register::R10,
+                        Register::R11,
+                    ] {
+                        let v = st.fresh();
+                        st.regs[r as usize] = Some(v);
+                    }
+                }
+            }
+        }
+        // Any instruction between a cmp and its jcc that is not a modelled move clobbers
+        // the pairing (flags may have changed).
+        if !handled {
+            pending_cmp = None;
+        }
+    }
+
+    let target = match raw_jump.op0_kind() {
+        OpKind::Register => st.reg(raw_jump.op0_register()),
+        OpKind::Memory => st.load(raw_jump, 8, false),
+        _ => return IndirectJump::Unknown,
+    };
+    let bound_for = |var: u32| {
+        bounds.iter().rev().find(|b| b.0 == var).map(|&(_, entries, check, default_target)| {
+            IndexBound { entries, check, default_target }
+        })
+    };
+    match target {
+        Val::Entry { table, var, scale: 8, size: 8, .. } => IndirectJump::AbsoluteTable {
+            table: Vaddr(table),
+            entry_size: 8,
+            bound: bound_for(var),
+        },
+        Val::Relative { add, table, var, scale, size } if scale == u64::from(size) => {
+            IndirectJump::RelativeTable {
+                table: Vaddr(table),
+                base: Vaddr(add),
+                entry_size: size,
+                bound: bound_for(var),
+            }
+        }
+        Val::Loaded { addr } => IndirectJump::MemorySlot { slot: Vaddr(addr) },
+        _ => IndirectJump::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x86_64::inst::decode_all;
+
+    fn analyze(bytes: &[u8], addr: u64) -> IndirectJump {
+        analyze_indirect_jump(&decode_all(bytes, Vaddr(addr)))
+    }
+
+    #[test]
+    fn gcc_pic_table_with_range_check() {
+        // cmp $0x7,%edi; ja +0x20; lea 0x100(%rip),%rdx; mov %edi,%edi;
+        // movslq (%rdx,%rdi,4),%rax; add %rdx,%rax; jmp *%rax
+        let code = [
+            0x83, 0xff, 0x07, // cmp $7,%edi
+            0x77, 0x20, // ja
+            0x48, 0x8d, 0x15, 0x00, 0x01, 0x00, 0x00, // lea 0x100(%rip),%rdx
+            0x89, 0xff, // mov %edi,%edi
+            0x48, 0x63, 0x04, 0xba, // movslq (%rdx,%rdi,4),%rax
+            0x48, 0x01, 0xd0, // add %rdx,%rax
+            0xff, 0xe0, // jmp *%rax
+        ];
+        let table = 0x1000 + 12 + 0x100;
+        assert_eq!(
+            analyze(&code, 0x1000),
+            IndirectJump::RelativeTable {
+                table: Vaddr(table),
+                base: Vaddr(table),
+                entry_size: 4,
+                bound: Some(IndexBound {
+                    entries: 8,
+                    check: Vaddr(0x1003),
+                    default_target: Vaddr(0x1005 + 0x20)
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn absolute_table_non_pic() {
+        // cmp $0x9,%eax; ja; jmp *0x402000(,%rax,8)
+        let code = [
+            0x83, 0xf8, 0x09, 0x77, 0x10, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00,
+        ];
+        match analyze(&code, 0x401000) {
+            IndirectJump::AbsoluteTable { table, entry_size: 8, bound: Some(b) } => {
+                assert_eq!(table, Vaddr(0x402000));
+                assert_eq!(b.entries, 10);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn gcc_o0_spilled_index() {
+        // cmpl $0x5,-0x14(%rbp); ja; mov -0x14(%rbp),%eax; lea 0x0(,%rax,4),%rdx;
+        // lea 0x40(%rip),%rax; mov (%rdx,%rax,1),%eax; cltq; lea 0x34(%rip),%rdx;
+        // add %rdx,%rax; jmp *%rax
+        let code = [
+            0x83, 0x7d, 0xec, 0x05, // cmpl $5,-0x14(%rbp)
+            0x77, 0x30, // ja
+            0x8b, 0x45, 0xec, // mov -0x14(%rbp),%eax
+            0x48, 0x8d, 0x14, 0x85, 0x00, 0x00, 0x00, 0x00, // lea 0(,%rax,4),%rdx
+            0x48, 0x8d, 0x05, 0x40, 0x00, 0x00, 0x00, // lea 0x40(%rip),%rax
+            0x8b, 0x04, 0x02, // mov (%rdx,%rax,1),%eax
+            0x48, 0x98, // cltq
+            0x48, 0x8d, 0x15, 0x34, 0x00, 0x00, 0x00, // lea 0x34(%rip),%rdx
+            0x48, 0x01, 0xd0, // add %rdx,%rax
+            0xff, 0xe0, // jmp *%rax
+        ];
+        let first_lea_end = 0x1000 + 24;
+        let table = first_lea_end + 0x40;
+        match analyze(&code, 0x1000) {
+            IndirectJump::RelativeTable { table: t, base, entry_size: 4, bound: Some(b) } => {
+                assert_eq!(t, Vaddr(table));
+                assert_eq!(base, Vaddr(table));
+                assert_eq!(b.entries, 6);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn got_tail_call_is_a_slot() {
+        let code = [0xff, 0x25, 0x10, 0x00, 0x00, 0x00]; // jmp *0x10(%rip)
+        assert_eq!(analyze(&code, 0x1000), IndirectJump::MemorySlot { slot: Vaddr(0x1016) });
+    }
+
+    #[test]
+    fn register_from_unknown_is_unknown() {
+        // mov (%rdi),%rax; jmp *%rax  -- a function pointer read through an argument
+        let code = [0x48, 0x8b, 0x07, 0xff, 0xe0];
+        assert_eq!(analyze(&code, 0x1000), IndirectJump::Unknown);
+    }
+
+    #[test]
+    fn clobbered_index_loses_the_bound() {
+        // cmp $7,%edi; ja; add $1,%edi (changes the index after the check);
+        // lea 0x100(%rip),%rdx; movslq (%rdx,%rdi,4),%rax; add %rdx,%rax; jmp *%rax
+        let code = [
+            0x83, 0xff, 0x07, 0x77, 0x20, 0x83, 0xc7, 0x01, 0x48, 0x8d, 0x15, 0x00, 0x01, 0x00,
+            0x00, 0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0,
+        ];
+        match analyze(&code, 0x1000) {
+            IndirectJump::RelativeTable { bound, .. } => assert_eq!(bound, None),
+            other => panic!("{other:?}"),
+        }
+    }
+}
