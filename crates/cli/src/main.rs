@@ -1,1 +1,89 @@
-fn main() {}
+//! The `rivet` command.
+//!
+//! Owns everything user-facing: argument parsing, reading the input, progress and output, and
+//! turning errors into one `rivet: error: ...` line with a hint. Library crates never print
+//! and never exit; this crate is the only place that does.
+
+mod inspect;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rivet",
+    version,
+    about = "Profile-guided post-link optimizer for ELF binaries"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show how Rivet models a binary: functions, CFGs, jump tables, what it skips and why.
+    ///
+    /// Example: rivet inspect ./app --function main
+    Inspect(InspectArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InspectArgs {
+    /// The ELF executable or shared library to read.
+    pub binary: PathBuf,
+    /// Print the CFG of the named function(s) (a symbol name, or name/file for locals).
+    #[arg(long, short = 'f')]
+    pub function: Vec<String>,
+    /// Print the stable text dump of every function (what golden tests compare).
+    #[arg(long)]
+    pub dump: bool,
+    /// List every function with its status.
+    #[arg(long)]
+    pub list: bool,
+    /// Machine-readable output (summary, or the selected functions).
+    #[arg(long)]
+    pub json: bool,
+    /// How many skipped functions to name in the summary.
+    #[arg(long, default_value_t = 20)]
+    pub show_skipped: usize,
+}
+
+/// An error that reaches the user: the message, and a hint on what to do about it.
+#[derive(Debug)]
+pub struct UserError {
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl UserError {
+    pub fn new(message: impl Into<String>) -> Self {
+        UserError {
+            message: message.into(),
+            hint: None,
+        }
+    }
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            match e.hint {
+                Some(hint) => eprintln!("rivet: error: {} (hint: {hint})", e.message),
+                None => eprintln!("rivet: error: {}", e.message),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,343 @@
-//! placeholder
+//! Discovery: from an ELF file to an `ir::Program`.
+//!
+//! The steps, in order: read symbols, relocations, `.eh_frame` and PLT stubs; find function
+//! boundaries (`boundaries`); decode every function and collect what it says about the others
+//! (`cfg::decode`, in parallel); merge those facts (secondary entry points, branches between
+//! fragments, stored code addresses); then build every CFG (`cfg::build`, in parallel) and
+//! repeat for the functions affected whenever a function turns out never to return. The result
+//! does not depend on the number of threads.
+
+pub mod boundaries;
+pub mod cfg;
+pub mod noreturn;
+pub mod plt;
+pub mod refs;
+
+use rayon::prelude::*;
+use rivet_elf::eh_frame::CfiRow;
+use rivet_elf::{ElfError, ElfFile, Vaddr};
+use rivet_ir::*;
+
+use crate::cfg::{Context, Decoded, Incoming};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error(transparent)]
+    Elf(#[from] ElfError),
+    #[error("no functions found: the binary has no symbols and no .eh_frame")]
+    NoFunctions,
+}
+
+/// Knobs of discovery.
+#[derive(Clone, Debug, Default)]
+pub struct DiscoverOptions {
+    /// Read the unwind rows of every function into `Function::cfi` (costs time on large
+    /// binaries; `unwind_rows` reads one function's on demand).
+    pub with_cfi: bool,
+}
+
+/// Runs discovery over the whole binary.
+pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, DiscoverError> {
+    let mut warnings = Vec::new();
+    let symtab = elf.symbols()?;
+    let has_symtab = !symtab.is_empty();
+    let symbols = if has_symtab {
+        symtab
+    } else {
+        elf.dynamic_symbols()?
+    };
+    let has_code_relocs = elf.has_code_relocations();
+    let reloc_mode = has_code_relocs && has_symtab;
+    let static_relocs = if reloc_mode {
+        elf.static_relocations(&symbols)?
+    } else {
+        Vec::new()
+    };
+    let dynamic_relocs = elf.dynamic_relocations().unwrap_or_else(|e| {
+        warnings.push(format!("dynamic relocations ignored: {e}"));
+        Vec::new()
+    });
+    let eh = elf.eh_frame().unwrap_or_else(|e| {
+        warnings.push(format!("{e}; function extents come from symbols only"));
+        None
+    });
+    let fdes = eh.as_ref().map_or(&[][..], |t| &t.fdes[..]);
+    let plt = plt::find_plt_entries(elf, &dynamic_relocs);
+    let candidates = boundaries::find_candidates(elf, &symbols, fdes);
+    if candidates.is_empty() && elf.sections().iter().any(|s| s.is_exec() && s.size > 0) {
+        warnings.push("no function symbols and no FDEs: nothing to model".to_string());
+    }
+
+    let mut functions: Vec<Function> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let fde = eh.as_ref().and_then(|t| t.fde_for(c.range.start));
+            Function {
+                id: FuncId(i as u32),
+                names: c.names.clone(),
+                file: c.file.clone(),
+                is_local: c.is_local,
+                range: c.range,
+                origin: c.origin,
+                parent: c.parent.map(|(p, kind)| Parent {
+                    function: FuncId(p as u32),
+                    kind,
+                }),
+                secondary_entries: c.secondary_entries.clone(),
+                padding_after: c.padding_after,
+                insts: Vec::new(),
+                blocks: Vec::new(),
+                calls: Vec::new(),
+                jump_tables: Vec::new(),
+                lsda: fde
+                    .filter(|f| f.range.start == c.range.start)
+                    .and_then(|f| f.lsda),
+                cfi: Vec::new(),
+                status: Status::Simple,
+            }
+        })
+        .collect();
+
+    // Phase A: decode every function.
+    let decoded: Vec<Decoded> = functions
+        .par_iter_mut()
+        .zip(candidates.par_iter())
+        .map(|(f, c)| {
+            let mut d = cfg::decode(elf, f, reloc_mode);
+            if let Some(reason) = &c.skip {
+                d.skip = Some(reason.clone());
+            }
+            cfg::read_call_sites(elf, f, &mut d);
+            d
+        })
+        .collect();
+
+    let data = refs::data_refs(elf, &static_relocs, &dynamic_relocs, reloc_mode);
+    let mut code_refs = data.refs;
+    code_refs.extend(decoded.iter().flat_map(|d| d.code_refs.iter().copied()));
+    code_refs.sort_by_key(|r| (r.target, r.site));
+    code_refs.dedup();
+
+    let mut by_start: Vec<(Vaddr, FuncId)> =
+        functions.iter().map(|f| (f.range.start, f.id)).collect();
+    by_start.sort();
+    let mut ctx = Context {
+        elf,
+        reloc_mode,
+        entries: Vec::new(),
+        ranges: functions.iter().map(|f| f.range).collect(),
+        by_start,
+        parents: functions.iter().map(|f| f.parent).collect(),
+        plt: plt.clone(),
+        noreturn: Vec::new(),
+        code_refs,
+        relative_refs: data.relative,
+        static_relocs: &static_relocs,
+    };
+    let mut entries: Vec<(Vaddr, FuncId)> =
+        functions.iter().map(|f| (f.range.start, f.id)).collect();
+    entries.sort();
+    ctx.entries = entries;
+
+    // Branches into other functions: secondary entries, or edges between fragments.
+    let n = functions.len();
+    let mut incoming: Vec<Vec<Incoming>> = vec![Vec::new(); n];
+    let mut new_entries: Vec<(FuncId, Vaddr)> = Vec::new();
+    for (fi, d) in decoded.iter().enumerate() {
+        let from = FuncId(fi as u32);
+        for &(target, _) in &d.outgoing {
+            if ctx.entry_at(target).is_some() || ctx.plt_at(target).is_some() {
+                continue;
+            }
+            let Some(g) = ctx.function_containing(target) else {
+                continue;
+            };
+            if ctx.are_fragments(from, g) {
+                incoming[g.0 as usize].push(Incoming::Fragment(target));
+            } else {
+                new_entries.push((g, target));
+            }
+        }
+        for &(_, lp) in &d.call_sites {
+            let Some(lp) = lp else { continue };
+            if functions[fi].range.contains(lp) {
+                continue;
+            }
+            if let Some(g) = ctx.function_containing(lp)
+                && ctx.are_fragments(from, g)
+            {
+                incoming[g.0 as usize].push(Incoming::LandingPad(lp));
+            }
+        }
+    }
+    for (g, target) in new_entries {
+        let f = &mut functions[g.0 as usize];
+        if !f.secondary_entries.contains(&target) {
+            f.secondary_entries.push(target);
+        }
+    }
+    for f in &mut functions {
+        f.secondary_entries.sort();
+        for &e in &f.secondary_entries {
+            ctx.entries.push((e, f.id));
+        }
+    }
+    ctx.entries.sort();
+    ctx.entries.dedup_by_key(|e| e.0);
+    for inc in &mut incoming {
+        inc.sort();
+        inc.dedup();
+    }
+
+    // Noreturn seeds: known library names, by symbol and by PLT stub.
+    let mut noreturn: Vec<Vaddr> = functions
+        .iter()
+        .filter(|f| f.names.iter().any(|n| noreturn::is_known_noreturn(n)))
+        .map(|f| f.range.start)
+        .chain(
+            plt.iter()
+                .filter(|p| noreturn::is_known_noreturn(&p.name))
+                .map(|p| p.addr),
+        )
+        .collect();
+    noreturn.sort();
+    noreturn.dedup();
+    ctx.noreturn = noreturn;
+
+    // Phase B, to a fixpoint of noreturn functions and fragment edges.
+    let mut dirty = vec![true; n];
+    for round in 0.. {
+        functions
+            .par_iter_mut()
+            .zip(decoded.par_iter())
+            .zip(incoming.par_iter())
+            .zip(dirty.par_iter())
+            .filter(|(_, d)| **d)
+            .for_each(|(((f, d), inc), _)| cfg::build(&ctx, f, d, inc));
+
+        let mut added: Vec<Vaddr> = functions
+            .par_iter()
+            .filter(|f| !ctx.is_noreturn(f.range.start) && cfg::never_returns(&ctx, f))
+            .map(|f| f.range.start)
+            .collect();
+        // A call as the very last instruction of a function: the callee cannot return.
+        for (f, d) in functions.iter().zip(&decoded) {
+            if f.origin != Origin::Symbol {
+                continue;
+            }
+            for &t in &d.trailing_call_targets {
+                if !ctx.is_noreturn(t) && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some()) {
+                    added.push(t);
+                }
+            }
+        }
+        added.sort();
+        added.dedup();
+        dirty.iter_mut().for_each(|d| *d = false);
+        let mut changed = false;
+        for f in &functions {
+            for b in &f.blocks {
+                for fe in &b.fragment_succs {
+                    let g = fe.function.0 as usize;
+                    let inc = Incoming::Fragment(fe.addr);
+                    if functions[g].block_at(fe.addr).is_none() && !incoming[g].contains(&inc) {
+                        incoming[g].push(inc);
+                        dirty[g] = true;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if !added.is_empty() {
+            changed = true;
+            ctx.noreturn.extend(added.iter().copied());
+            ctx.noreturn.sort();
+            for (i, d) in decoded.iter().enumerate() {
+                if d.outgoing
+                    .iter()
+                    .any(|(t, _)| added.binary_search(t).is_ok())
+                {
+                    dirty[i] = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+        if round == 16 {
+            warnings.push("noreturn analysis did not converge in 16 rounds".to_string());
+            break;
+        }
+    }
+
+    if options.with_cfi
+        && let Some(eh) = &eh
+    {
+        let rows: Vec<Vec<CfiRow>> = functions
+            .par_iter()
+            .map(|f| match eh.fde_for(f.range.start) {
+                Some(fde) => eh.rows(fde).unwrap_or_default(),
+                None => Vec::new(),
+            })
+            .collect();
+        for (f, r) in functions.iter_mut().zip(rows) {
+            f.cfi = r;
+        }
+    }
+
+    let code_bytes = elf
+        .sections()
+        .iter()
+        .filter(|s| {
+            s.is_exec()
+                && s.is_alloc()
+                && !matches!(s.name.as_ref(), ".plt" | ".plt.sec" | ".plt.got" | ".iplt")
+        })
+        .map(|s| s.size)
+        .sum();
+    let relocation_mode = if reloc_mode {
+        RelocationMode::Available
+    } else if !has_symtab {
+        RelocationMode::Unavailable {
+            reason: "the binary has no .symtab (stripped); relocations cannot be interpreted"
+                .into(),
+        }
+    } else if !has_code_relocs {
+        RelocationMode::Unavailable {
+            reason:
+                "no relocations against code (.rela.text missing): relink with -Wl,--emit-relocs"
+                    .into(),
+        }
+    } else {
+        RelocationMode::Unavailable {
+            reason: "unknown".into(),
+        }
+    };
+    Ok(Program {
+        info: BinaryInfo {
+            kind: elf.kind,
+            entry: elf.entry,
+            build_id: elf.build_id().map(<[u8]>::to_vec),
+            relocation_mode,
+            code_bytes,
+            static_relocations: static_relocs.len(),
+            dynamic_relocations: dynamic_relocs.len(),
+            has_eh_frame: eh.is_some(),
+        },
+        functions,
+        plt,
+        warnings,
+    })
+}
+
+/// Reads the unwind rows of one function (for display; discovery itself does not need them).
+pub fn unwind_rows(elf: &ElfFile, f: &Function) -> Result<Vec<CfiRow>, ElfError> {
+    let Some(eh) = elf.eh_frame()? else {
+        return Ok(Vec::new());
+    };
+    match eh.fde_for(f.range.start) {
+        Some(fde) => eh.rows(fde),
+        None => Ok(Vec::new()),
+    }
+}

@@ -20,13 +20,19 @@ pub enum Flow {
     /// Execution continues with the next instruction (this includes `syscall` and `int n`).
     Next,
     /// `jmp rel`.
-    Jump { target: Vaddr },
+    Jump {
+        target: Vaddr,
+    },
     /// `jcc rel`, `loop`, `jrcxz`, and `xbegin` (whose abort path is the target).
-    CondJump { target: Vaddr },
+    CondJump {
+        target: Vaddr,
+    },
     /// `jmp reg` / `jmp [mem]`.
     IndirectJump,
     /// `call rel`.
-    Call { target: Vaddr },
+    Call {
+        target: Vaddr,
+    },
     /// `call reg` / `call [mem]`.
     IndirectCall,
     Return,
@@ -38,7 +44,10 @@ impl Flow {
     /// True when the next instruction can execute after this one (modulo noreturn calls,
     /// which discovery decides).
     pub fn falls_through(self) -> bool {
-        matches!(self, Flow::Next | Flow::CondJump { .. } | Flow::Call { .. } | Flow::IndirectCall)
+        matches!(
+            self,
+            Flow::Next | Flow::CondJump { .. } | Flow::Call { .. } | Flow::IndirectCall
+        )
     }
     /// True when the instruction ends a basic block.
     pub fn ends_block(self) -> bool {
@@ -74,19 +83,23 @@ impl Inst {
                 }
             }
             FlowControl::UnconditionalBranch => match raw.op0_kind() {
-                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
-                    Flow::Jump { target: Vaddr(raw.near_branch_target()) }
-                }
+                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Flow::Jump {
+                    target: Vaddr(raw.near_branch_target()),
+                },
                 // Far jumps do not occur in 64-bit user code; treat as opaque.
                 _ => Flow::IndirectJump,
             },
             FlowControl::IndirectBranch => Flow::IndirectJump,
-            FlowControl::ConditionalBranch => Flow::CondJump { target: Vaddr(raw.near_branch_target()) },
+            FlowControl::ConditionalBranch => Flow::CondJump {
+                target: Vaddr(raw.near_branch_target()),
+            },
             FlowControl::Return => Flow::Return,
             FlowControl::Call => match raw.mnemonic() {
                 Mnemonic::Call => match raw.op0_kind() {
                     OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
-                        Flow::Call { target: Vaddr(raw.near_branch_target()) }
+                        Flow::Call {
+                            target: Vaddr(raw.near_branch_target()),
+                        }
                     }
                     _ => Flow::IndirectCall,
                 },
@@ -100,7 +113,9 @@ impl Inst {
             },
             FlowControl::XbeginXabortXend => {
                 if raw.mnemonic() == Mnemonic::Xbegin {
-                    Flow::CondJump { target: Vaddr(raw.near_branch_target()) }
+                    Flow::CondJump {
+                        target: Vaddr(raw.near_branch_target()),
+                    }
                 } else {
                     Flow::Next
                 }
@@ -131,7 +146,9 @@ impl Inst {
 
     /// The address a RIP-relative memory operand refers to.
     pub fn rip_relative_target(&self) -> Option<Vaddr> {
-        self.raw.is_ip_rel_memory_operand().then(|| Vaddr(self.raw.ip_rel_memory_address()))
+        self.raw
+            .is_ip_rel_memory_operand()
+            .then(|| Vaddr(self.raw.ip_rel_memory_address()))
     }
 
     /// Absolute addresses this instruction mentions: immediates and absolute memory
@@ -170,17 +187,23 @@ impl Inst {
         if raw.is_ip_rel_memory_operand() {
             return Some(Vaddr(raw.ip_rel_memory_address()));
         }
-        (raw.memory_base() == iced_x86::Register::None)
-            .then(|| Vaddr(raw.memory_displacement64()))
+        (raw.memory_base() == iced_x86::Register::None).then(|| Vaddr(raw.memory_displacement64()))
     }
 
     /// The instruction in AT&T syntax (objdump's default), with branch targets as addresses.
     pub fn to_att(&self) -> String {
         let mut formatter = GasFormatter::new();
-        formatter.options_mut().set_first_operand_char_index(8);
-        formatter.options_mut().set_space_after_operand_separator(false);
+        let options = formatter.options_mut();
+        options.set_first_operand_char_index(8);
+        options.set_space_after_operand_separator(false);
+        options.set_uppercase_hex(false);
+        options.set_branch_leading_zeros(false);
+        options.set_rip_relative_addresses(true);
         let mut out = String::new();
         formatter.format(&self.raw, &mut out);
+        if let Some(target) = self.rip_relative_target() {
+            out.push_str(&format!("  # {target}"));
+        }
         out
     }
 
@@ -221,16 +244,25 @@ mod tests {
     #[test]
     fn classifies_control_flow() {
         // jmp rel8 +0x10
-        assert_eq!(one(&[0xeb, 0x10], 0x1000).flow(), Flow::Jump { target: Vaddr(0x1012) });
+        assert_eq!(
+            one(&[0xeb, 0x10], 0x1000).flow(),
+            Flow::Jump {
+                target: Vaddr(0x1012)
+            }
+        );
         // jne rel32
         assert_eq!(
             one(&[0x0f, 0x85, 0x00, 0x01, 0x00, 0x00], 0x1000).flow(),
-            Flow::CondJump { target: Vaddr(0x1106) }
+            Flow::CondJump {
+                target: Vaddr(0x1106)
+            }
         );
         // call rel32
         assert_eq!(
             one(&[0xe8, 0xfb, 0xff, 0xff, 0xff], 0x1000).flow(),
-            Flow::Call { target: Vaddr(0x1000) }
+            Flow::Call {
+                target: Vaddr(0x1000)
+            }
         );
         assert_eq!(one(&[0xff, 0xe0], 0).flow(), Flow::IndirectJump); // jmp *%rax
         assert_eq!(one(&[0xff, 0xd0], 0).flow(), Flow::IndirectCall); // call *%rax

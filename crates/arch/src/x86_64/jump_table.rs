@@ -35,9 +35,18 @@ pub struct IndexBound {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IndirectJump {
     /// Entries are absolute code addresses of `entry_size` bytes at `table`.
-    AbsoluteTable { table: Vaddr, entry_size: u8, bound: Option<IndexBound> },
+    AbsoluteTable {
+        table: Vaddr,
+        entry_size: u8,
+        bound: Option<IndexBound>,
+    },
     /// Target = `base` + sign-extended `entry_size`-byte entry at `table`.
-    RelativeTable { table: Vaddr, base: Vaddr, entry_size: u8, bound: Option<IndexBound> },
+    RelativeTable {
+        table: Vaddr,
+        base: Vaddr,
+        entry_size: u8,
+        bound: Option<IndexBound>,
+    },
     /// The target is a pointer read from the fixed address `slot` (GOT entry, function
     /// pointer variable): a tail call.
     MemorySlot { slot: Vaddr },
@@ -49,13 +58,31 @@ pub enum IndirectJump {
 enum Val {
     Const(u64),
     /// `var * scale + offset`.
-    Affine { var: u32, scale: u64, offset: u64 },
+    Affine {
+        var: u32,
+        scale: u64,
+        offset: u64,
+    },
     /// An entry of `size` bytes read from `table + var * scale`.
-    Entry { table: u64, var: u32, scale: u64, size: u8, signed: bool },
+    Entry {
+        table: u64,
+        var: u32,
+        scale: u64,
+        size: u8,
+        signed: bool,
+    },
     /// `add` + sign-extended `Entry`.
-    Relative { add: u64, table: u64, var: u32, scale: u64, size: u8 },
+    Relative {
+        add: u64,
+        table: u64,
+        var: u32,
+        scale: u64,
+        size: u8,
+    },
     /// 8 bytes read from a fixed address.
-    Loaded { addr: u64 },
+    Loaded {
+        addr: u64,
+    },
 }
 
 struct State {
@@ -68,7 +95,11 @@ struct State {
 impl State {
     fn fresh(&mut self) -> Val {
         self.next_var += 1;
-        Val::Affine { var: self.next_var, scale: 1, offset: 0 }
+        Val::Affine {
+            var: self.next_var,
+            scale: 1,
+            offset: 0,
+        }
     }
 
     fn reg(&mut self, r: Register) -> Val {
@@ -144,7 +175,13 @@ impl State {
         }
         match self.address(inst) {
             Some(Val::Affine { var, scale, offset }) if scale == u64::from(size) || size == 4 => {
-                Val::Entry { table: offset, var, scale, size, signed }
+                Val::Entry {
+                    table: offset,
+                    var,
+                    scale,
+                    size,
+                    signed,
+                }
             }
             Some(Val::Const(addr)) if size == 8 => Val::Loaded { addr },
             _ => self.fresh(),
@@ -157,12 +194,38 @@ fn add(a: Val, b: Val) -> Option<Val> {
     Some(match (a, b) {
         (Const(x), Const(y)) => Const(x.wrapping_add(y)),
         (Const(c), Affine { var, scale, offset }) | (Affine { var, scale, offset }, Const(c)) => {
-            Affine { var, scale, offset: offset.wrapping_add(c) }
+            Affine {
+                var,
+                scale,
+                offset: offset.wrapping_add(c),
+            }
         }
-        (Const(c), Entry { table, var, scale, size, signed: true })
-        | (Entry { table, var, scale, size, signed: true }, Const(c)) => {
-            Relative { add: c, table, var, scale, size }
-        }
+        (
+            Const(c),
+            Entry {
+                table,
+                var,
+                scale,
+                size,
+                signed: true,
+            },
+        )
+        | (
+            Entry {
+                table,
+                var,
+                scale,
+                size,
+                signed: true,
+            },
+            Const(c),
+        ) => Relative {
+            add: c,
+            table,
+            var,
+            scale,
+            size,
+        },
         _ => return None,
     })
 }
@@ -170,16 +233,22 @@ fn add(a: Val, b: Val) -> Option<Val> {
 fn scale(v: Val, k: u64) -> Option<Val> {
     match v {
         Val::Const(c) => Some(Val::Const(c.wrapping_mul(k))),
-        Val::Affine { var, scale, offset } => {
-            Some(Val::Affine { var, scale: scale * k, offset: offset.wrapping_mul(k) })
-        }
+        Val::Affine { var, scale, offset } => Some(Val::Affine {
+            var,
+            scale: scale * k,
+            offset: offset.wrapping_mul(k),
+        }),
         _ => None,
     }
 }
 
 fn var_of(v: Val) -> Option<u32> {
     match v {
-        Val::Affine { var, scale: 1, offset: 0 } => Some(var),
+        Val::Affine {
+            var,
+            scale: 1,
+            offset: 0,
+        } => Some(var),
         _ => None,
     }
 }
@@ -191,12 +260,18 @@ fn writes_memory_only(raw: &iced_x86::Instruction) -> bool {
 /// Analyzes the indirect jump that ends `window` (a straight-line, fall-through sequence of
 /// instructions; the caller chooses how far back it starts).
 pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
-    let Some((jump, body)) = window.split_last() else { return IndirectJump::Unknown };
+    let Some((jump, body)) = window.split_last() else {
+        return IndirectJump::Unknown;
+    };
     let raw_jump = &jump.raw;
     if raw_jump.mnemonic() != Mnemonic::Jmp {
         return IndirectJump::Unknown;
     }
-    let mut st = State { regs: vec![None; 256], slots: Vec::new(), next_var: 0 };
+    let mut st = State {
+        regs: vec![None; 256],
+        slots: Vec::new(),
+        next_var: 0,
+    };
     let mut factory = InstructionInfoFactory::new();
     // Range checks seen: (variable, entries, jcc address, default target).
     let mut bounds: Vec<(u32, u64, Vaddr, Vaddr)> = Vec::new();
@@ -205,8 +280,8 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
     for inst in body {
         let raw = &inst.raw;
         let mnemonic = raw.mnemonic();
-        let op0_reg = (raw.op_count() >= 1 && raw.op0_kind() == OpKind::Register)
-            .then(|| raw.op0_register());
+        let op0_reg =
+            (raw.op_count() >= 1 && raw.op0_kind() == OpKind::Register).then(|| raw.op0_register());
         let mut handled = true;
         match mnemonic {
             Mnemonic::Cmp if raw.op_count() == 2 => {
@@ -230,14 +305,22 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
             Mnemonic::Ja | Mnemonic::Jae => {
                 if let Some((Some(var), imm)) = pending_cmp {
                     // Unsigned checks; on fall-through the index is <= imm (ja) or < imm (jae).
-                    let entries = if mnemonic == Mnemonic::Ja { imm.wrapping_add(1) } else { imm };
+                    let entries = if mnemonic == Mnemonic::Ja {
+                        imm.wrapping_add(1)
+                    } else {
+                        imm
+                    };
                     bounds.push((var, entries, inst.addr(), Vaddr(raw.near_branch_target())));
                 }
                 pending_cmp = None;
                 continue;
             }
-            Mnemonic::Mov | Mnemonic::Movsxd | Mnemonic::Lea | Mnemonic::Add
-            | Mnemonic::Shl | Mnemonic::Cdqe => {}
+            Mnemonic::Mov
+            | Mnemonic::Movsxd
+            | Mnemonic::Lea
+            | Mnemonic::Add
+            | Mnemonic::Shl
+            | Mnemonic::Cdqe => {}
             _ => handled = false,
         }
         if !raw.flow_control().eq(&iced_x86::FlowControl::Next) {
@@ -281,9 +364,19 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                     OpKind::Memory => Some((raw.op0_register(), st.load(raw, 4, true))),
                     OpKind::Register => {
                         let v = match st.reg(raw.op1_register()) {
-                            Val::Entry { table, var, scale, size: 4, .. } => {
-                                Val::Entry { table, var, scale, size: 4, signed: true }
-                            }
+                            Val::Entry {
+                                table,
+                                var,
+                                scale,
+                                size: 4,
+                                ..
+                            } => Val::Entry {
+                                table,
+                                var,
+                                scale,
+                                size: 4,
+                                signed: true,
+                            },
                             other => other,
                         };
                         Some((raw.op0_register(), v))
@@ -292,9 +385,19 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                 },
                 Mnemonic::Cdqe => {
                     let v = match st.reg(Register::RAX) {
-                        Val::Entry { table, var, scale, size: 4, .. } => {
-                            Val::Entry { table, var, scale, size: 4, signed: true }
-                        }
+                        Val::Entry {
+                            table,
+                            var,
+                            scale,
+                            size: 4,
+                            ..
+                        } => Val::Entry {
+                            table,
+                            var,
+                            scale,
+                            size: 4,
+                            signed: true,
+                        },
                         _ => st.fresh(),
                     };
                     Some((Register::RAX, v))
@@ -311,9 +414,14 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                     // Adding a constant to a bare variable makes a new index variable: the
                     // range check that follows (if any) constrains the sum.
                     match (lhs, rhs) {
-                        (Val::Affine { scale: 1, offset: 0, .. }, Some(Val::Const(_))) => {
-                            Some((dst, st.fresh()))
-                        }
+                        (
+                            Val::Affine {
+                                scale: 1,
+                                offset: 0,
+                                ..
+                            },
+                            Some(Val::Const(_)),
+                        ) => Some((dst, st.fresh())),
                         (l, Some(r)) => add(l, r).map(|v| (dst, v)),
                         _ => None,
                     }
@@ -396,24 +504,40 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
         _ => return IndirectJump::Unknown,
     };
     let bound_for = |var: u32| {
-        bounds.iter().rev().find(|b| b.0 == var).map(|&(_, entries, check, default_target)| {
-            IndexBound { entries, check, default_target }
-        })
+        bounds
+            .iter()
+            .rev()
+            .find(|b| b.0 == var)
+            .map(|&(_, entries, check, default_target)| IndexBound {
+                entries,
+                check,
+                default_target,
+            })
     };
     match target {
-        Val::Entry { table, var, scale: 8, size: 8, .. } => IndirectJump::AbsoluteTable {
+        Val::Entry {
+            table,
+            var,
+            scale: 8,
+            size: 8,
+            ..
+        } => IndirectJump::AbsoluteTable {
             table: Vaddr(table),
             entry_size: 8,
             bound: bound_for(var),
         },
-        Val::Relative { add, table, var, scale, size } if scale == u64::from(size) => {
-            IndirectJump::RelativeTable {
-                table: Vaddr(table),
-                base: Vaddr(add),
-                entry_size: size,
-                bound: bound_for(var),
-            }
-        }
+        Val::Relative {
+            add,
+            table,
+            var,
+            scale,
+            size,
+        } if scale == u64::from(size) => IndirectJump::RelativeTable {
+            table: Vaddr(table),
+            base: Vaddr(add),
+            entry_size: size,
+            bound: bound_for(var),
+        },
         Val::Loaded { addr } => IndirectJump::MemorySlot { slot: Vaddr(addr) },
         _ => IndirectJump::Unknown,
     }
@@ -464,7 +588,11 @@ mod tests {
             0x83, 0xf8, 0x09, 0x77, 0x10, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00,
         ];
         match analyze(&code, 0x401000) {
-            IndirectJump::AbsoluteTable { table, entry_size: 8, bound: Some(b) } => {
+            IndirectJump::AbsoluteTable {
+                table,
+                entry_size: 8,
+                bound: Some(b),
+            } => {
                 assert_eq!(table, Vaddr(0x402000));
                 assert_eq!(b.entries, 10);
             }
@@ -492,7 +620,12 @@ mod tests {
         let first_lea_end = 0x1000 + 24;
         let table = first_lea_end + 0x40;
         match analyze(&code, 0x1000) {
-            IndirectJump::RelativeTable { table: t, base, entry_size: 4, bound: Some(b) } => {
+            IndirectJump::RelativeTable {
+                table: t,
+                base,
+                entry_size: 4,
+                bound: Some(b),
+            } => {
                 assert_eq!(t, Vaddr(table));
                 assert_eq!(base, Vaddr(table));
                 assert_eq!(b.entries, 6);
@@ -504,7 +637,12 @@ mod tests {
     #[test]
     fn got_tail_call_is_a_slot() {
         let code = [0xff, 0x25, 0x10, 0x00, 0x00, 0x00]; // jmp *0x10(%rip)
-        assert_eq!(analyze(&code, 0x1000), IndirectJump::MemorySlot { slot: Vaddr(0x1016) });
+        assert_eq!(
+            analyze(&code, 0x1000),
+            IndirectJump::MemorySlot {
+                slot: Vaddr(0x1016)
+            }
+        );
     }
 
     #[test]

@@ -1,0 +1,763 @@
+//! Per-function disassembly and control-flow graph construction.
+//!
+//! Phase A (`decode`) decodes a function linearly (gcc and clang put no data in x86-64 text,
+//! and any byte that fails to decode makes the function skipped), parses its LSDA, and reports
+//! what the function says about others: branches into them, landing pads in sibling fragments,
+//! code addresses its instructions compute. Phase B (`build`) runs once those facts are merged
+//! program-wide and cuts the instructions into blocks with resolved successors. Phase B can be
+//! re-run when the set of noreturn functions grows.
+
+use rivet_arch::{Flow, IndirectJump, Inst, analyze_indirect_jump, decode_all};
+use rivet_elf::relocs::StaticReloc;
+use rivet_elf::{ElfFile, ElfKind, Vaddr, VaddrRange};
+use rivet_ir::*;
+
+use crate::refs::CodeRef;
+
+/// Program-wide facts every function's CFG construction reads.
+#[derive(Debug)]
+pub struct Context<'a> {
+    pub elf: &'a ElfFile<'a>,
+    pub reloc_mode: bool,
+    /// Function starts and secondary entries, sorted.
+    pub entries: Vec<(Vaddr, FuncId)>,
+    /// Function ranges by id.
+    pub ranges: Vec<VaddrRange>,
+    /// Function ids sorted by start (for containment lookups).
+    pub by_start: Vec<(Vaddr, FuncId)>,
+    pub parents: Vec<Option<Parent>>,
+    pub plt: Vec<PltEntry>,
+    /// Entries (function starts or PLT stubs) known not to return, sorted.
+    pub noreturn: Vec<Vaddr>,
+    /// Stored references to code, sorted by target.
+    pub code_refs: Vec<CodeRef>,
+    /// PC-relative data references to code (see `refs::DataRefs::relative`) as
+    /// (`S + A`, site), sorted.
+    pub relative_refs: Vec<(Vaddr, Vaddr)>,
+    /// Static relocations sorted by site.
+    pub static_relocs: &'a [StaticReloc],
+}
+
+impl Context<'_> {
+    pub fn entry_at(&self, addr: Vaddr) -> Option<FuncId> {
+        self.entries
+            .binary_search_by_key(&addr, |e| e.0)
+            .ok()
+            .map(|i| self.entries[i].1)
+    }
+
+    pub fn function_containing(&self, addr: Vaddr) -> Option<FuncId> {
+        let pos = self.by_start.partition_point(|e| e.0 <= addr);
+        self.by_start[..pos]
+            .iter()
+            .rev()
+            .take(4)
+            .find(|e| self.ranges[e.1.0 as usize].contains(addr))
+            .map(|e| e.1)
+    }
+
+    pub fn plt_at(&self, addr: Vaddr) -> Option<&PltEntry> {
+        self.plt
+            .binary_search_by_key(&addr, |p| p.addr)
+            .ok()
+            .map(|i| &self.plt[i])
+    }
+
+    pub fn is_noreturn(&self, addr: Vaddr) -> bool {
+        self.noreturn.binary_search(&addr).is_ok()
+    }
+
+    /// True when `a` and `b` are parts of one function split by the compiler (`foo`,
+    /// `foo.cold`, `foo.cold.1`).
+    pub fn are_fragments(&self, a: FuncId, b: FuncId) -> bool {
+        let root = |f: FuncId| match self.parents[f.0 as usize] {
+            Some(Parent {
+                function,
+                kind: PartKind::ColdFragment,
+            }) => function,
+            _ => f,
+        };
+        a != b && root(a) == root(b)
+    }
+
+    fn relocs_in(&self, range: VaddrRange) -> &[StaticReloc] {
+        let lo = self.static_relocs.partition_point(|r| r.site < range.start);
+        let hi = self.static_relocs.partition_point(|r| r.site < range.end);
+        &self.static_relocs[lo..hi]
+    }
+
+    fn refs_into(&self, range: VaddrRange) -> &[CodeRef] {
+        let lo = self.code_refs.partition_point(|r| r.target < range.start);
+        let hi = self.code_refs.partition_point(|r| r.target < range.end);
+        &self.code_refs[lo..hi]
+    }
+
+    pub fn call_target(&self, addr: Vaddr) -> CallTarget {
+        if let Some(function) = self.entry_at(addr) {
+            CallTarget::Function { function, addr }
+        } else if let Some(p) = self.plt_at(addr) {
+            CallTarget::Plt {
+                name: p.name.clone(),
+                addr,
+            }
+        } else {
+            CallTarget::Unknown { addr }
+        }
+    }
+}
+
+/// What phase A learned about one function.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    pub skip: Option<SkipReason>,
+    /// Direct jump and call targets outside the function: (target, is_call).
+    pub outgoing: Vec<(Vaddr, bool)>,
+    /// Landing pads of this function's call sites: (call-site range, landing pad).
+    pub call_sites: Vec<(VaddrRange, Option<Vaddr>)>,
+    /// Code addresses computed by RIP-relative operands or (non-PIE) absolute constants.
+    pub code_refs: Vec<CodeRef>,
+    /// Direct calls whose fall-through leaves the function: the callee must be noreturn.
+    pub trailing_call_targets: Vec<Vaddr>,
+}
+
+pub fn decode(elf: &ElfFile, f: &mut Function, reloc_mode: bool) -> Decoded {
+    let mut out = Decoded::default();
+    let Some(bytes) = elf.bytes_at(f.range.start, f.range.len()) else {
+        out.skip = Some(SkipReason::NoCode { at: f.range.start });
+        return out;
+    };
+    f.insts = decode_all(bytes, f.range.start);
+    if let Some(bad) = f.insts.iter().find(|i| i.is_invalid()) {
+        out.skip = Some(SkipReason::InvalidInstruction { at: bad.addr() });
+    }
+    let pie_like = elf.kind != ElfKind::Executable;
+    for inst in &f.insts {
+        match inst.flow() {
+            Flow::Jump { target } | Flow::CondJump { target } if !f.range.contains(target) => {
+                out.outgoing.push((target, false))
+            }
+            Flow::Call { target } if !f.range.contains(target) || target == f.range.start => {
+                out.outgoing.push((target, true))
+            }
+            Flow::Jump { .. } | Flow::CondJump { .. } | Flow::Call { .. } => {}
+            _ => {
+                if let Some(target) = inst.rip_relative_target()
+                    && elf.is_code_address(target)
+                {
+                    out.code_refs.push(CodeRef {
+                        target,
+                        site: inst.addr(),
+                        exact: true,
+                    });
+                }
+                if !pie_like && !reloc_mode {
+                    for c in inst.absolute_constants() {
+                        if c != 0 && elf.is_code_address(Vaddr(c)) {
+                            out.code_refs.push(CodeRef {
+                                target: Vaddr(c),
+                                site: inst.addr(),
+                                exact: false,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(last) = f.insts.last()
+        && let Flow::Call { target } = last.flow()
+    {
+        out.trailing_call_targets.push(target);
+    }
+    out
+}
+
+/// Reads the call-site table of the function's LSDA.
+pub fn read_call_sites(elf: &ElfFile, f: &Function, decoded: &mut Decoded) {
+    let Some(lsda) = f.lsda else { return };
+    match elf.lsda(lsda, f.range.start) {
+        Ok(parsed) => {
+            decoded.call_sites = parsed
+                .call_sites
+                .iter()
+                .map(|cs| (VaddrRange::new(cs.start, cs.len), cs.landing_pad))
+                .collect();
+        }
+        Err(_) => {
+            decoded
+                .skip
+                .get_or_insert(SkipReason::MalformedLsda { lsda });
+        }
+    }
+}
+
+/// An incoming control transfer from another function, which must start a block here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Incoming {
+    /// From a sibling fragment (jump or landing pad).
+    Fragment(Vaddr),
+    LandingPad(Vaddr),
+}
+
+fn inst_index(insts: &[Inst], addr: Vaddr) -> Option<usize> {
+    insts.binary_search_by_key(&addr, |i| i.addr()).ok()
+}
+
+struct Builder<'c, 'a> {
+    ctx: &'c Context<'a>,
+    id: FuncId,
+    range: VaddrRange,
+    skip: Option<SkipReason>,
+}
+
+impl Builder<'_, '_> {
+    fn fail(&mut self, reason: SkipReason) {
+        self.skip.get_or_insert(reason);
+    }
+}
+
+enum IndirectKind {
+    Table(JumpTable),
+    TailCall,
+    ComputedGoto,
+}
+
+/// Phase B: cuts `f.insts` into blocks and resolves every control transfer.
+pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Incoming]) {
+    f.blocks.clear();
+    f.calls.clear();
+    f.jump_tables.clear();
+    if let Some(reason) = &decoded.skip {
+        f.status = Status::Skipped(reason.clone());
+        return;
+    }
+    let mut b = Builder {
+        ctx,
+        id: f.id,
+        range: f.range,
+        skip: None,
+    };
+    let insts = &f.insts;
+    let n = insts.len();
+    if n == 0 {
+        f.status = Status::Skipped(SkipReason::NoCode { at: f.range.start });
+        return;
+    }
+    let mut leader = vec![false; n];
+    let mut landing_pad = vec![false; n];
+    let mut address_taken = vec![false; n];
+    let mut entry = vec![false; n];
+    leader[0] = true;
+    entry[0] = true;
+    for &e in &f.secondary_entries {
+        match inst_index(insts, e) {
+            Some(i) => {
+                leader[i] = true;
+                entry[i] = true;
+            }
+            None => b.fail(SkipReason::ReferenceIntoInstruction { target: e }),
+        }
+    }
+    for inc in incoming {
+        let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
+        match inst_index(insts, a) {
+            Some(i) => {
+                leader[i] = true;
+                if matches!(inc, Incoming::LandingPad(_)) {
+                    landing_pad[i] = true;
+                }
+            }
+            None => b.fail(SkipReason::BranchIntoInstruction {
+                at: f.range.start,
+                target: a,
+            }),
+        }
+    }
+
+    // Indirect jumps: tables, tail calls, computed gotos.
+    let mut indirect: Vec<(usize, IndirectKind)> = Vec::new();
+    let mut unknown_jumps = Vec::new();
+    for (i, inst) in insts.iter().enumerate() {
+        if inst.flow() != Flow::IndirectJump {
+            continue;
+        }
+        let mut j = i;
+        while j > 0 && i - j < 48 && insts[j - 1].flow().falls_through() {
+            j -= 1;
+        }
+        match analyze_indirect_jump(&insts[j..=i]) {
+            IndirectJump::AbsoluteTable {
+                table,
+                entry_size,
+                bound,
+            } => {
+                match resolve_table(
+                    &mut b,
+                    inst.addr(),
+                    table,
+                    entry_size,
+                    JumpTableKind::Absolute,
+                    bound,
+                ) {
+                    Some(t) => indirect.push((i, IndirectKind::Table(t))),
+                    None => {}
+                }
+            }
+            IndirectJump::RelativeTable {
+                table,
+                base,
+                entry_size,
+                bound,
+            } => {
+                let kind = JumpTableKind::Relative { base };
+                if let Some(t) = resolve_table(&mut b, inst.addr(), table, entry_size, kind, bound)
+                {
+                    indirect.push((i, IndirectKind::Table(t)));
+                }
+            }
+            IndirectJump::MemorySlot { .. } => indirect.push((i, IndirectKind::TailCall)),
+            IndirectJump::Unknown => unknown_jumps.push(i),
+        }
+    }
+    let table_spans: Vec<VaddrRange> = indirect
+        .iter()
+        .filter_map(|(_, k)| match k {
+            IndirectKind::Table(t) => Some(VaddrRange::new(
+                t.addr,
+                t.entries.len() as u64 * u64::from(t.entry_size),
+            )),
+            _ => None,
+        })
+        .collect();
+    let explained = |site: Vaddr| table_spans.iter().any(|s| s.contains(site));
+
+    // Stored references into the function's interior: address-taken labels. An indirect jump
+    // the analysis could not follow may reach any of them, including the entries of tables
+    // other jumps were recognized to use (gcc shares one label table between the dispatch
+    // sites of a threaded interpreter, loading the table base only once).
+    let mut labels: Vec<usize> = Vec::new();
+    let mut inexact_labels = false;
+    for r in ctx.refs_into(f.range) {
+        if r.target == f.range.start {
+            continue;
+        }
+        match inst_index(insts, r.target) {
+            Some(i) => {
+                leader[i] = true;
+                if !explained(r.site) {
+                    address_taken[i] = true;
+                }
+                labels.push(i);
+                inexact_labels |= !r.exact;
+            }
+            None if r.exact => b.fail(SkipReason::ReferenceIntoInstruction { target: r.target }),
+            None => {}
+        }
+    }
+    labels.sort_unstable();
+    labels.dedup();
+    // PC-relative references from data into this function that none of its tables explain.
+    let relative_into_function = {
+        let lo = ctx.relative_refs.partition_point(|r| r.0 < f.range.start);
+        let hi = ctx.relative_refs.partition_point(|r| r.0 < f.range.end);
+        ctx.relative_refs[lo..hi].iter().any(|r| !explained(r.1))
+    };
+    for i in unknown_jumps {
+        let at = insts[i].addr();
+        if labels.is_empty() {
+            if relative_into_function {
+                b.fail(SkipReason::UnresolvedIndirectJump { at });
+            } else {
+                // No label of this function is stored anywhere: the jump can only reach
+                // function entries, i.e. it is a tail call through a register.
+                indirect.push((i, IndirectKind::TailCall));
+            }
+        } else if ctx.reloc_mode && !inexact_labels {
+            indirect.push((i, IndirectKind::ComputedGoto));
+        } else {
+            b.fail(SkipReason::ComputedGotoWithoutRelocations { at });
+        }
+    }
+    indirect.sort_by_key(|(i, _)| *i);
+
+    // Leaders from direct branches, tables, landing pads and block ends.
+    let mut fragment_targets: Vec<(usize, Vec<FragmentEdge>)> = Vec::new();
+    for (i, inst) in insts.iter().enumerate() {
+        let flow = inst.flow();
+        match flow {
+            Flow::Jump { target } | Flow::CondJump { target } if f.range.contains(target) => {
+                match inst_index(insts, target) {
+                    Some(t) => leader[t] = true,
+                    None => b.fail(SkipReason::BranchIntoInstruction {
+                        at: inst.addr(),
+                        target,
+                    }),
+                }
+            }
+            _ => {}
+        }
+        let noreturn_call = matches!(flow, Flow::Call { target } if ctx.is_noreturn(target));
+        if (flow.ends_block() || noreturn_call) && i + 1 < n {
+            leader[i + 1] = true;
+        }
+    }
+    for (_, kind) in &indirect {
+        if let IndirectKind::Table(t) = kind {
+            for &e in &t.entries {
+                if let Some(idx) = inst_index(insts, e) {
+                    leader[idx] = true;
+                }
+            }
+        }
+    }
+    let mut call_landing_pads: Vec<(VaddrRange, Vaddr)> = Vec::new();
+    for &(range, lp) in &decoded.call_sites {
+        let Some(lp) = lp else { continue };
+        call_landing_pads.push((range, lp));
+        if f.range.contains(lp) {
+            match inst_index(insts, lp) {
+                Some(i) => {
+                    leader[i] = true;
+                    landing_pad[i] = true;
+                }
+                None => b.fail(SkipReason::BadLandingPad {
+                    lsda: f.lsda.unwrap_or_default(),
+                    landing_pad: lp,
+                }),
+            }
+        } else if !ctx
+            .function_containing(lp)
+            .is_some_and(|g| ctx.are_fragments(f.id, g))
+        {
+            b.fail(SkipReason::BadLandingPad {
+                lsda: f.lsda.unwrap_or_default(),
+                landing_pad: lp,
+            });
+        }
+    }
+
+    // Blocks.
+    let mut starts: Vec<usize> = (0..n).filter(|&i| leader[i]).collect();
+    starts.push(n);
+    let block_of_inst = {
+        let mut v = vec![0u32; n];
+        for (bi, w) in starts.windows(2).enumerate() {
+            for slot in &mut v[w[0]..w[1]] {
+                *slot = bi as u32;
+            }
+        }
+        v
+    };
+    let block_at = |addr: Vaddr| inst_index(insts, addr).map(|i| BlockId(block_of_inst[i]));
+    let mut blocks = Vec::with_capacity(starts.len() - 1);
+    let mut calls = Vec::new();
+    let mut tables = Vec::new();
+    let mut indirect_iter = indirect.into_iter().peekable();
+    fragment_targets.clear();
+    for (bi, w) in starts.windows(2).enumerate() {
+        let (first, end) = (w[0], w[1]);
+        let last = end - 1;
+        let last_inst = insts[last];
+        let mut succs = Vec::new();
+        let mut fragment_succs = Vec::new();
+        let next_block = (end < n).then(|| BlockId(bi as u32 + 1));
+        let mut falls_through = false;
+        for inst in &insts[first..end] {
+            match inst.flow() {
+                Flow::Call { target } => {
+                    let target_kind = ctx.call_target(target);
+                    calls.push(Call {
+                        at: inst.addr(),
+                        noreturn: ctx.is_noreturn(target),
+                        target: target_kind,
+                        landing_pad: landing_pad_of(&call_landing_pads, inst.addr()),
+                    });
+                }
+                Flow::IndirectCall => calls.push(Call {
+                    at: inst.addr(),
+                    target: CallTarget::Indirect,
+                    noreturn: false,
+                    landing_pad: landing_pad_of(&call_landing_pads, inst.addr()),
+                }),
+                _ => {}
+            }
+        }
+        let terminator = match last_inst.flow() {
+            Flow::Jump { target } => {
+                if let Some(t) = f.range.contains(target).then(|| block_at(target)).flatten() {
+                    succs.push(Edge {
+                        to: t,
+                        kind: EdgeKind::Taken,
+                    });
+                    Terminator::Jump
+                } else {
+                    match external(&mut b, last_inst.addr(), target) {
+                        External::Fragment(fe) => {
+                            fragment_succs.push(FragmentEdge {
+                                kind: EdgeKind::Taken,
+                                ..fe
+                            });
+                            Terminator::Jump
+                        }
+                        External::Call(t) => Terminator::TailCall { target: t },
+                        External::Bad => Terminator::Jump,
+                    }
+                }
+            }
+            Flow::CondJump { target } => {
+                falls_through = true;
+                if let Some(t) = f.range.contains(target).then(|| block_at(target)).flatten() {
+                    succs.push(Edge {
+                        to: t,
+                        kind: EdgeKind::Taken,
+                    });
+                    Terminator::CondJump
+                } else {
+                    match external(&mut b, last_inst.addr(), target) {
+                        External::Fragment(fe) => {
+                            fragment_succs.push(FragmentEdge {
+                                kind: EdgeKind::Taken,
+                                ..fe
+                            });
+                            Terminator::CondJump
+                        }
+                        External::Call(t) => Terminator::CondTailCall { target: t },
+                        External::Bad => Terminator::CondJump,
+                    }
+                }
+            }
+            Flow::IndirectJump => match indirect_iter.next_if(|(i, _)| *i == last) {
+                Some((_, IndirectKind::Table(t))) => {
+                    let mut seen = Vec::new();
+                    for &e in &t.entries {
+                        if seen.contains(&e) {
+                            continue;
+                        }
+                        seen.push(e);
+                        if let Some(to) = f.range.contains(e).then(|| block_at(e)).flatten() {
+                            succs.push(Edge {
+                                to,
+                                kind: EdgeKind::JumpTable,
+                            });
+                        } else if let Some(g) = ctx.function_containing(e) {
+                            fragment_succs.push(FragmentEdge {
+                                function: g,
+                                addr: e,
+                                kind: EdgeKind::JumpTable,
+                            });
+                        }
+                    }
+                    tables.push(t);
+                    Terminator::JumpTable {
+                        table: JumpTableId(tables.len() as u32 - 1),
+                    }
+                }
+                Some((_, IndirectKind::TailCall)) => Terminator::TailCall {
+                    target: CallTarget::Indirect,
+                },
+                Some((_, IndirectKind::ComputedGoto)) => {
+                    for &l in &labels {
+                        succs.push(Edge {
+                            to: BlockId(block_of_inst[l]),
+                            kind: EdgeKind::ComputedGoto,
+                        });
+                    }
+                    Terminator::ComputedGoto
+                }
+                // Already recorded as a skip reason.
+                None => Terminator::Trap,
+            },
+            Flow::Return => Terminator::Return,
+            Flow::Trap => Terminator::Trap,
+            Flow::Call { target } if ctx.is_noreturn(target) => Terminator::NoReturnCall,
+            Flow::Next | Flow::Call { .. } | Flow::IndirectCall => {
+                falls_through = true;
+                Terminator::FallThrough
+            }
+        };
+        if falls_through {
+            match next_block {
+                Some(nb) => succs.push(Edge {
+                    to: nb,
+                    kind: EdgeKind::FallThrough,
+                }),
+                None => {
+                    let only_padding = insts[first..end].iter().all(|i| i.is_nop());
+                    if !only_padding || first == 0 {
+                        b.fail(SkipReason::FallsOffEnd {
+                            at: last_inst.addr(),
+                        });
+                    }
+                }
+            }
+        }
+        blocks.push(Block {
+            start: insts[first].addr(),
+            insts: first as u32..end as u32,
+            terminator,
+            succs,
+            fragment_succs,
+            is_entry: entry[first],
+            is_landing_pad: landing_pad[first],
+            is_address_taken: address_taken[first],
+        });
+    }
+    f.blocks = blocks;
+    f.calls = calls;
+    f.jump_tables = tables;
+    f.status = match b.skip {
+        Some(r) => Status::Skipped(r),
+        None => Status::Simple,
+    };
+}
+
+fn landing_pad_of(sites: &[(VaddrRange, Vaddr)], at: Vaddr) -> Option<Vaddr> {
+    sites
+        .iter()
+        .find(|(r, _)| r.contains(at))
+        .map(|(_, lp)| *lp)
+}
+
+enum External {
+    Fragment(FragmentEdge),
+    Call(CallTarget),
+    Bad,
+}
+
+fn external(b: &mut Builder, at: Vaddr, target: Vaddr) -> External {
+    let ctx = b.ctx;
+    if let Some(g) = ctx.function_containing(target)
+        && ctx.are_fragments(b.id, g)
+    {
+        return External::Fragment(FragmentEdge {
+            function: g,
+            addr: target,
+            kind: EdgeKind::Taken,
+        });
+    }
+    match ctx.call_target(target) {
+        CallTarget::Unknown { .. } => {
+            b.fail(SkipReason::BranchToUnknownCode { at, target });
+            External::Bad
+        }
+        t => External::Call(t),
+    }
+}
+
+/// Reads a jump table's entries, sized by the range check or the relocations covering it.
+fn resolve_table(
+    b: &mut Builder,
+    jump_at: Vaddr,
+    table: Vaddr,
+    entry_size: u8,
+    kind: JumpTableKind,
+    bound: Option<rivet_arch::IndexBound>,
+) -> Option<JumpTable> {
+    let ctx = b.ctx;
+    let es = u64::from(entry_size);
+    // The run of relocations at consecutive entries.
+    let reloc_run = if ctx.reloc_mode {
+        let relocs = ctx.relocs_in(VaddrRange {
+            start: table,
+            end: table + 4096 * es,
+        });
+        let mut count = 0u64;
+        for r in relocs {
+            if r.site != table + count * es {
+                if r.site < table + count * es {
+                    continue;
+                }
+                break;
+            }
+            let ok = match kind {
+                JumpTableKind::Absolute => {
+                    r.is_absolute() && u64::from(r.field_size().unwrap_or(0)) == es
+                }
+                JumpTableKind::Relative { .. } => r.is_pc_relative() && es == 4,
+            };
+            if !ok {
+                break;
+            }
+            count += 1;
+        }
+        count
+    } else {
+        0
+    };
+    let (entries_count, table_bound, default_target) = match bound {
+        Some(bd) => {
+            let tb = if ctx.reloc_mode && reloc_run >= bd.entries {
+                TableBound::RangeCheckAndRelocations { check: bd.check }
+            } else {
+                TableBound::RangeCheck { check: bd.check }
+            };
+            (bd.entries, tb, Some(bd.default_target))
+        }
+        None if reloc_run > 0 => (reloc_run, TableBound::Relocations, None),
+        None => {
+            b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
+            return None;
+        }
+    };
+    if entries_count == 0 || entries_count > 1 << 20 {
+        b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
+        return None;
+    }
+    let mut entries = Vec::with_capacity(entries_count as usize);
+    for i in 0..entries_count {
+        let at = table + i * es;
+        let target = match (kind, entry_size) {
+            (JumpTableKind::Absolute, 8) => ctx.elf.read_u64(at).map(Vaddr),
+            (JumpTableKind::Absolute, 4) => ctx.elf.read_u32(at).map(|v| Vaddr(u64::from(v))),
+            (JumpTableKind::Relative { base }, 4) => {
+                ctx.elf.read_i32(at).map(|v| base.offset(i64::from(v)))
+            }
+            _ => None,
+        };
+        let Some(target) = target else {
+            b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
+            return None;
+        };
+        let in_function = b.range.contains(target);
+        let in_fragment = !in_function
+            && ctx
+                .function_containing(target)
+                .is_some_and(|g| ctx.are_fragments(b.id, g));
+        if !in_function && !in_fragment {
+            b.fail(SkipReason::BadJumpTableEntry {
+                at: jump_at,
+                table,
+                target,
+            });
+            return None;
+        }
+        entries.push(target);
+    }
+    Some(JumpTable {
+        addr: table,
+        entry_size,
+        kind,
+        jump_at,
+        entries,
+        bound: table_bound,
+        default_target,
+    })
+}
+
+/// True when the function, as built, has no way to return to its caller.
+pub fn never_returns(ctx: &Context, f: &Function) -> bool {
+    if !f.is_simple() || f.blocks.is_empty() {
+        return false;
+    }
+    let returning_call = |t: &CallTarget| match t {
+        CallTarget::Function { addr, .. } | CallTarget::Plt { addr, .. } => !ctx.is_noreturn(*addr),
+        _ => true,
+    };
+    !f.blocks.iter().any(|b| match &b.terminator {
+        Terminator::Return => true,
+        Terminator::TailCall { target } | Terminator::CondTailCall { target } => {
+            returning_call(target)
+        }
+        _ => !b.fragment_succs.is_empty(),
+    })
+}

@@ -1,0 +1,62 @@
+//! PLT stubs: which imported function each stub jumps to.
+//!
+//! A stub is `jmp *slot(%rip)` (possibly after `endbr64`, possibly with a `bnd` prefix); the
+//! slot is a GOT entry with a JUMP_SLOT, GLOB_DAT or IRELATIVE dynamic relocation naming the
+//! symbol. Stubs are found in `.plt`, `.plt.sec` (IBT) and `.plt.got` by decoding them.
+
+use std::collections::HashMap;
+
+use rivet_arch::{Flow, decode_all};
+use rivet_elf::relocs::{DynRelocKind, DynamicReloc};
+use rivet_elf::{ElfFile, Vaddr};
+use rivet_ir::PltEntry;
+
+pub fn find_plt_entries(elf: &ElfFile, dynamic_relocs: &[DynamicReloc]) -> Vec<PltEntry> {
+    let slots: HashMap<Vaddr, String> = dynamic_relocs
+        .iter()
+        .filter_map(|r| match r.kind {
+            DynRelocKind::JumpSlot | DynRelocKind::GlobDat | DynRelocKind::Abs64 => {
+                r.symbol_name.as_ref().map(|n| (r.site, n.to_string()))
+            }
+            DynRelocKind::Irelative => Some((r.site, format!("*ifunc@{:#x}", r.addend))),
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for section in elf.sections() {
+        let default_entry = match section.name.as_ref() {
+            ".plt" | ".plt.sec" | ".iplt" => 16,
+            ".plt.got" => 8,
+            _ => continue,
+        };
+        if !section.is_exec() || section.data.is_empty() {
+            continue;
+        }
+        let entry_size = if section.entsize > 0 {
+            section.entsize
+        } else {
+            default_entry
+        };
+        for inst in decode_all(section.data, section.addr) {
+            if inst.flow() != Flow::IndirectJump {
+                continue;
+            }
+            let Some(slot) = inst.indirect_slot() else {
+                continue;
+            };
+            let Some(name) = slots.get(&slot) else {
+                continue;
+            };
+            let offset = (inst.addr() - section.addr) / entry_size * entry_size;
+            out.push(PltEntry {
+                addr: section.addr + offset,
+                size: entry_size,
+                name: name.clone(),
+                slot,
+            });
+        }
+    }
+    out.sort_by_key(|e| e.addr);
+    out.dedup_by_key(|e| e.addr);
+    out
+}

@@ -1,0 +1,313 @@
+//! The program model: `Program` > `Function` > `Block` > `Inst`.
+
+use std::ops::Range;
+
+use rivet_arch::Inst;
+use rivet_elf::eh_frame::CfiRow;
+use rivet_elf::{ElfKind, Vaddr, VaddrRange};
+
+use crate::skip::SkipReason;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FuncId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BlockId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JumpTableId(pub u32);
+
+/// Whether relocation mode (moving functions anywhere) is possible, and why not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RelocationMode {
+    Available,
+    Unavailable { reason: String },
+}
+
+/// Facts about the input binary as a whole.
+#[derive(Clone, Debug)]
+pub struct BinaryInfo {
+    pub kind: ElfKind,
+    pub entry: Vaddr,
+    pub build_id: Option<Vec<u8>>,
+    pub relocation_mode: RelocationMode,
+    /// Bytes of executable sections (excluding PLT stubs).
+    pub code_bytes: u64,
+    pub static_relocations: usize,
+    pub dynamic_relocations: usize,
+    pub has_eh_frame: bool,
+}
+
+/// A PLT stub and the symbol it jumps to.
+#[derive(Clone, Debug)]
+pub struct PltEntry {
+    pub addr: Vaddr,
+    pub size: u64,
+    pub name: String,
+    /// The GOT slot the stub jumps through.
+    pub slot: Vaddr,
+}
+
+/// How a function was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A function symbol with a size.
+    Symbol,
+    /// A symbol without size; the extent came from its FDE.
+    SymbolSizedByFde,
+    /// A symbol without size and FDE; the extent runs to the next function, minus padding.
+    SymbolSizedByNext,
+    /// An FDE with no symbol at its start.
+    Fde,
+}
+
+/// The relation of a compiler-split part to the function it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartKind {
+    /// `foo.cold`: code moved out of `foo` by hot/cold partitioning; reached by jumps, shares
+    /// `foo`'s frame.
+    ColdFragment,
+    /// `foo.part.N`: an outlined piece of `foo`, a real function called by it.
+    PartialInline,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parent {
+    pub function: FuncId,
+    pub kind: PartKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Simple,
+    Skipped(SkipReason),
+}
+
+/// What a call or tail call goes to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallTarget {
+    /// The entry (or a secondary entry) of a function of this binary.
+    Function { function: FuncId, addr: Vaddr },
+    /// A PLT stub (an imported function, by name).
+    Plt { name: String, addr: Vaddr },
+    /// An address that is no known function entry.
+    Unknown { addr: Vaddr },
+    /// Through a register or memory.
+    Indirect,
+}
+
+/// One call instruction inside a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub at: Vaddr,
+    pub target: CallTarget,
+    /// True when the callee never returns (the call ends its block).
+    pub noreturn: bool,
+    /// The landing pad exceptions thrown by this call go to, if any.
+    pub landing_pad: Option<Vaddr>,
+}
+
+/// How a block ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Terminator {
+    /// No control-flow instruction; the next block starts here.
+    FallThrough,
+    Jump,
+    CondJump,
+    /// A conditional jump to another function (taken) with a fall-through successor.
+    CondTailCall {
+        target: CallTarget,
+    },
+    TailCall {
+        target: CallTarget,
+    },
+    JumpTable {
+        table: JumpTableId,
+    },
+    /// An indirect jump through a label-address table (computed goto); successors are the
+    /// function's address-taken labels.
+    ComputedGoto,
+    Return,
+    /// A call that never returns.
+    NoReturnCall,
+    /// `ud2`, `int3`, `hlt`.
+    Trap,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EdgeKind {
+    FallThrough,
+    Taken,
+    JumpTable,
+    ComputedGoto,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Edge {
+    pub to: BlockId,
+    pub kind: EdgeKind,
+}
+
+/// An edge to a sibling fragment (`foo` <-> `foo.cold`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragmentEdge {
+    pub function: FuncId,
+    pub addr: Vaddr,
+    pub kind: EdgeKind,
+}
+
+#[derive(Clone, Debug)]
+pub struct Block {
+    pub start: Vaddr,
+    /// Indices into `Function::insts`.
+    pub insts: Range<u32>,
+    pub terminator: Terminator,
+    pub succs: Vec<Edge>,
+    /// Successors in another fragment of the same function.
+    pub fragment_succs: Vec<FragmentEdge>,
+    pub is_entry: bool,
+    pub is_landing_pad: bool,
+    /// Its address is taken (computed-goto label or other reference from data).
+    pub is_address_taken: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JumpTableKind {
+    /// Entries are absolute addresses.
+    Absolute,
+    /// Target = base + sign-extended entry.
+    Relative { base: Vaddr },
+}
+
+/// How the number of entries of a jump table was established.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableBound {
+    /// `cmp`/`ja` before the dispatch.
+    RangeCheck { check: Vaddr },
+    /// The run of relocations covering the table.
+    Relocations,
+    /// Both agree.
+    RangeCheckAndRelocations { check: Vaddr },
+}
+
+#[derive(Clone, Debug)]
+pub struct JumpTable {
+    pub addr: Vaddr,
+    pub entry_size: u8,
+    pub kind: JumpTableKind,
+    /// The indirect jump that uses it.
+    pub jump_at: Vaddr,
+    /// Target of each entry, in table order.
+    pub entries: Vec<Vaddr>,
+    pub bound: TableBound,
+    /// Out-of-range index destination, when a range check was found.
+    pub default_target: Option<Vaddr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Function {
+    pub id: FuncId,
+    /// The primary name first, then aliases (same address).
+    pub names: Vec<String>,
+    /// For local symbols: the source file named by the preceding STT_FILE symbol.
+    pub file: Option<String>,
+    pub is_local: bool,
+    pub range: VaddrRange,
+    pub origin: Origin,
+    pub parent: Option<Parent>,
+    /// Other entry points than `range.start` (symbols inside the function, call targets).
+    pub secondary_entries: Vec<Vaddr>,
+    /// Bytes of padding (nop/int3/zero) after the function, before the next one.
+    pub padding_after: u64,
+    pub insts: Vec<Inst>,
+    pub blocks: Vec<Block>,
+    pub calls: Vec<Call>,
+    pub jump_tables: Vec<JumpTable>,
+    pub lsda: Option<Vaddr>,
+    /// Unwind rows of the function's FDE (empty without FDE).
+    pub cfi: Vec<CfiRow>,
+    pub status: Status,
+}
+
+impl Function {
+    pub fn name(&self) -> &str {
+        self.names.first().map_or("<anonymous>", String::as_str)
+    }
+
+    /// The name with its file for local symbols (`helper/util.c`), unique in practice.
+    pub fn qualified_name(&self) -> String {
+        match (&self.file, self.is_local) {
+            (Some(file), true) => format!("{}/{}", self.name(), file),
+            _ => self.name().to_string(),
+        }
+    }
+
+    pub fn is_simple(&self) -> bool {
+        self.status == Status::Simple
+    }
+
+    pub fn skip_reason(&self) -> Option<&SkipReason> {
+        match &self.status {
+            Status::Skipped(r) => Some(r),
+            Status::Simple => None,
+        }
+    }
+
+    pub fn block_insts(&self, block: &Block) -> &[Inst] {
+        &self.insts[block.insts.start as usize..block.insts.end as usize]
+    }
+
+    /// The block starting at `addr`.
+    pub fn block_at(&self, addr: Vaddr) -> Option<BlockId> {
+        self.blocks
+            .binary_search_by_key(&addr, |b| b.start)
+            .ok()
+            .map(|i| BlockId(i as u32))
+    }
+
+    pub fn block(&self, id: BlockId) -> &Block {
+        &self.blocks[id.0 as usize]
+    }
+
+    /// The unwind row in effect at `addr`.
+    pub fn cfi_at(&self, addr: Vaddr) -> Option<&CfiRow> {
+        let pos = self.cfi.partition_point(|r| r.range.start <= addr);
+        pos.checked_sub(1)
+            .map(|i| &self.cfi[i])
+            .filter(|r| r.range.contains(addr))
+    }
+}
+
+/// The whole program as discovered.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub info: BinaryInfo,
+    /// Sorted by start address; `FuncId(i)` is `functions[i]`.
+    pub functions: Vec<Function>,
+    pub plt: Vec<PltEntry>,
+    /// Problems that did not stop discovery (malformed .eh_frame, ...).
+    pub warnings: Vec<String>,
+}
+
+impl Program {
+    pub fn function(&self, id: FuncId) -> &Function {
+        &self.functions[id.0 as usize]
+    }
+
+    /// The function whose range contains `addr`.
+    pub fn function_containing(&self, addr: Vaddr) -> Option<&Function> {
+        let pos = self.functions.partition_point(|f| f.range.start <= addr);
+        self.functions[..pos]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|f| f.range.contains(addr))
+    }
+
+    /// Functions with `name` among their names (several for same-named locals).
+    pub fn functions_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Function> {
+        self.functions
+            .iter()
+            .filter(move |f| f.names.iter().any(|n| n == name) || f.qualified_name() == name)
+    }
+}
