@@ -31,6 +31,8 @@ pub struct Context<'a> {
     pub noreturn: Vec<Vaddr>,
     /// Stored references to code, sorted by target.
     pub code_refs: Vec<CodeRef>,
+    /// The same as (site, target), sorted by site.
+    pub code_ref_sites: Vec<(Vaddr, Vaddr)>,
     /// PC-relative data references to code (see `refs::DataRefs::relative`) as
     /// (`S + A`, site), sorted.
     pub relative_refs: Vec<(Vaddr, Vaddr)>,
@@ -90,6 +92,12 @@ impl Context<'_> {
         let lo = self.code_refs.partition_point(|r| r.target < range.start);
         let hi = self.code_refs.partition_point(|r| r.target < range.end);
         &self.code_refs[lo..hi]
+    }
+
+    /// The code address stored at `site`, if a stored reference is known there.
+    pub fn stored_code_at(&self, site: Vaddr) -> Option<Vaddr> {
+        let i = self.code_ref_sites.binary_search_by_key(&site, |r| r.0).ok()?;
+        Some(self.code_ref_sites[i].1)
     }
 
     pub fn call_target(&self, addr: Vaddr) -> CallTarget {
@@ -315,7 +323,13 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     indirect.push((i, IndirectKind::Table(t)));
                 }
             }
-            IndirectJump::MemorySlot { .. } => indirect.push((i, IndirectKind::TailCall)),
+            // A pointer read from a fixed address is a tail call, unless what is stored there
+            // is a label of this very function: then it is a computed goto whose table base
+            // the compiler folded into the load.
+            IndirectJump::MemorySlot { slot } => match ctx.stored_code_at(slot) {
+                Some(t) if f.range.contains(t) && t != f.range.start => unknown_jumps.push(i),
+                _ => indirect.push((i, IndirectKind::TailCall)),
+            },
             IndirectJump::Unknown => unknown_jumps.push(i),
         }
     }

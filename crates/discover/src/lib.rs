@@ -122,6 +122,9 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     let mut by_start: Vec<(Vaddr, FuncId)> =
         functions.iter().map(|f| (f.range.start, f.id)).collect();
     by_start.sort();
+    let mut code_ref_sites: Vec<(Vaddr, Vaddr)> = code_refs.iter().map(|r| (r.site, r.target)).collect();
+    code_ref_sites.sort();
+    code_ref_sites.dedup_by_key(|r| r.0);
     let mut ctx = Context {
         elf,
         reloc_mode,
@@ -132,6 +135,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         plt: plt.clone(),
         noreturn: Vec::new(),
         code_refs,
+        code_ref_sites,
         relative_refs: data.relative,
         static_relocs: &static_relocs,
     };

@@ -1,0 +1,82 @@
+//! Golden dumps of discovery on hand-written assembly.
+//!
+//! Each `tests/golden/NAME.s` is assembled and linked (with `--emit-relocs`) at test time, run
+//! (its exit code is part of the expectation), and its program dump compared with
+//! `tests/golden/NAME.dump`. Assembly keeps these inputs independent of compiler versions and
+//! lets each construct be written exactly. After an intended change of the dump format, run
+//! `RIVET_BLESS=1 cargo test -p rivet-discover --test golden` and review the diff.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rivet_discover::{DiscoverOptions, discover};
+use rivet_elf::ElfFile;
+use rivet_ir::dump::dump_program;
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn build(name: &str, pie: bool) -> PathBuf {
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("golden");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(format!("{name}{}", if pie { ".pie" } else { "" }));
+    let src = golden_dir().join(format!("{name}.s"));
+    let pie_flags: &[&str] = if pie { &["-pie", "-fPIE"] } else { &["-no-pie"] };
+    let status = Command::new("gcc")
+        .args(["-nostdlib", "-Wl,--emit-relocs", "-Wl,--build-id=none", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(pie_flags)
+        .status()
+        .expect("gcc is required for the golden tests (apt-get install gcc)");
+    assert!(status.success(), "assembling {} failed", src.display());
+    out
+}
+
+fn check(name: &str, pie: bool, expected_exit: i32) {
+    let bin = build(name, pie);
+    let status = Command::new(&bin).status().unwrap();
+    assert_eq!(status.code(), Some(expected_exit), "{name} exit code");
+    let bytes = std::fs::read(&bin).unwrap();
+    let elf = ElfFile::parse(&bytes).unwrap();
+    let program = discover(&elf, &DiscoverOptions { with_cfi: true }).unwrap();
+    let dump = dump_program(&program);
+    let golden = golden_dir().join(format!("{name}{}.dump", if pie { ".pie" } else { "" }));
+    if std::env::var_os("RIVET_BLESS").is_some() {
+        std::fs::write(&golden, &dump).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&golden).unwrap_or_else(|_| {
+        panic!("{} missing: run with RIVET_BLESS=1 to create it", golden.display())
+    });
+    if dump != expected {
+        let actual = golden.with_extension("dump.actual");
+        std::fs::write(&actual, &dump).unwrap();
+        panic!(
+            "dump of {name} differs from {}; actual written to {} (diff them; RIVET_BLESS=1 accepts)",
+            golden.display(),
+            actual.display()
+        );
+    }
+}
+
+#[test]
+fn tables() {
+    check("tables", false, 12 + 22 + 31);
+}
+
+#[test]
+fn flow() {
+    check("flow", false, 0);
+}
+
+#[test]
+fn flow_pie() {
+    check("flow", true, 0);
+}
+
+#[test]
+fn broken() {
+    check("broken", false, 0);
+}
