@@ -144,6 +144,12 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     entries.sort();
     ctx.entries = entries;
 
+    // Without symbols for them (stripped binaries), compiler-split cold parts show up as
+    // FDE-only functions. One that is jumped to (never called) by exactly one function is
+    // that function's cold fragment.
+    link_anonymous_fragments(&mut functions, &decoded, &ctx);
+    ctx.parents = functions.iter().map(|f| f.parent).collect();
+
     // Branches into other functions: secondary entries, or edges between fragments.
     let n = functions.len();
     let mut incoming: Vec<Vec<Incoming>> = vec![Vec::new(); n];
@@ -333,6 +339,39 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         plt,
         warnings,
     })
+}
+
+fn link_anonymous_fragments(functions: &mut [Function], decoded: &[Decoded], ctx: &Context) {
+    let mut jumpers: Vec<Option<Result<FuncId, ()>>> = vec![None; functions.len()];
+    let mut called = vec![false; functions.len()];
+    for (fi, d) in decoded.iter().enumerate() {
+        for &(target, is_call) in &d.outgoing {
+            let Some(g) = ctx.function_containing(target) else { continue };
+            let gi = g.0 as usize;
+            if functions[gi].origin != Origin::Fde {
+                continue;
+            }
+            if is_call {
+                called[gi] = true;
+                continue;
+            }
+            let from = FuncId(fi as u32);
+            jumpers[gi] = match jumpers[gi] {
+                None => Some(Ok(from)),
+                Some(Ok(prev)) if prev == from => Some(Ok(from)),
+                _ => Some(Err(())),
+            };
+        }
+    }
+    for (gi, j) in jumpers.into_iter().enumerate() {
+        if let Some(Ok(parent)) = j
+            && !called[gi]
+            && functions[gi].parent.is_none()
+            && functions[parent.0 as usize].origin != Origin::Fde
+        {
+            functions[gi].parent = Some(Parent { function: parent, kind: PartKind::ColdFragment });
+        }
+    }
 }
 
 /// Reads the unwind rows of one function (for display; discovery itself does not need them).

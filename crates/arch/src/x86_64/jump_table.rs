@@ -85,20 +85,58 @@ enum Val {
     },
 }
 
+/// A memory operand, as written, with the values of its registers at the time: two operands
+/// with equal keys read the same memory (if nothing was stored in between).
+type MemKey = (Register, Register, u32, u64, Option<Val>, Option<Val>);
+
 struct State {
     regs: Vec<Option<Val>>,
     /// -O0 spills: (base register, displacement) -> value.
     slots: Vec<((Register, i64), Val)>,
+    /// Other memory compared against a bound (`cmpl $9,(%rdi,%rdx,4)`) and loaded later.
+    memory: Vec<(MemKey, Val)>,
     next_var: u32,
+    /// Bits of each variable that may be non-zero (8, 16, 32 or 64), by variable id.
+    widths: Vec<u8>,
+    /// The low `width` bits of a wider variable, as a variable of its own.
+    narrowed: Vec<((u32, u8), u32)>,
 }
 
 impl State {
     fn fresh(&mut self) -> Val {
+        self.fresh_width(64)
+    }
+
+    fn fresh_width(&mut self, width: u8) -> Val {
         self.next_var += 1;
-        Val::Affine {
-            var: self.next_var,
-            scale: 1,
-            offset: 0,
+        self.widths.push(width);
+        debug_assert_eq!(self.widths.len(), self.next_var as usize + 1);
+        Val::Affine { var: self.next_var, scale: 1, offset: 0 }
+    }
+
+    /// The value of the low `width` bits of `v`, zero-extended. A range check on `%al` bounds
+    /// the index only if the index is `%al` zero-extended, not the whole `%rax`; giving the
+    /// narrowed value its own variable keeps the two apart.
+    fn narrow(&mut self, v: Val, width: u8) -> Val {
+        match v {
+            Val::Const(c) if width < 64 => Val::Const(c & ((1u64 << width) - 1)),
+            Val::Affine { var, scale: 1, offset: 0 } => {
+                if self.widths[var as usize] <= width {
+                    return v;
+                }
+                if let Some(&(_, id)) = self.narrowed.iter().find(|(k, _)| *k == (var, width)) {
+                    return Val::Affine { var: id, scale: 1, offset: 0 };
+                }
+                let n = self.fresh_width(width);
+                if let Val::Affine { var: id, .. } = n {
+                    self.narrowed.push(((var, width), id));
+                }
+                n
+            }
+            Val::Affine { .. } if width < 64 => self.fresh_width(width),
+            // Table entries of 4 bytes survive a 32-bit write (`mov (%rdx,%rax),%eax`).
+            other if width >= 32 => other,
+            _ => self.fresh_width(width),
         }
     }
 
@@ -115,16 +153,12 @@ impl State {
     }
 
     fn set(&mut self, r: Register, v: Val) {
-        let v = if r.size() == 4 {
-            match v {
-                // 32-bit writes zero-extend: only small constants and indices survive.
-                Val::Const(c) => Val::Const(c & 0xffff_ffff),
-                other => other,
-            }
-        } else if r.size() < 4 {
-            self.fresh()
-        } else {
-            v
+        let v = match r.size() {
+            // 32-bit writes zero-extend into the full register.
+            4 => self.narrow(v, 32),
+            // 8- and 16-bit writes keep the old upper bits: nothing is known.
+            1 | 2 => self.fresh(),
+            _ => v,
         };
         self.regs[r.full_register() as usize] = Some(v);
     }
@@ -133,6 +167,29 @@ impl State {
         let base = inst.memory_base();
         (matches!(base, Register::RBP | Register::RSP) && inst.memory_index() == Register::None)
             .then(|| (base, inst.memory_displacement64() as i64))
+    }
+
+    fn mem_key(&self, inst: &iced_x86::Instruction) -> MemKey {
+        let val = |r: Register| {
+            if r == Register::None { None } else { self.regs[r.full_register() as usize] }
+        };
+        (
+            inst.memory_base(),
+            inst.memory_index(),
+            inst.memory_index_scale(),
+            inst.memory_displacement64(),
+            val(inst.memory_base()),
+            val(inst.memory_index()),
+        )
+    }
+
+    fn memory_value(&mut self, key: MemKey) -> Val {
+        if let Some((_, v)) = self.memory.iter().find(|(k, _)| *k == key) {
+            return *v;
+        }
+        let v = self.fresh();
+        self.memory.push((key, v));
+        v
     }
 
     fn slot(&mut self, key: (Register, i64)) -> Val {
@@ -172,6 +229,10 @@ impl State {
     fn load(&mut self, inst: &iced_x86::Instruction, size: u8, signed: bool) -> Val {
         if let Some(key) = Self::slot_key(inst) {
             return self.slot(key);
+        }
+        let key = self.mem_key(inst);
+        if let Some((_, v)) = self.memory.iter().find(|(k, _)| *k == key) {
+            return *v;
         }
         match self.address(inst) {
             Some(Val::Affine { var, scale, offset }) if scale == u64::from(size) || size == 4 => {
@@ -270,7 +331,10 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
     let mut st = State {
         regs: vec![None; 256],
         slots: Vec::new(),
+        memory: Vec::new(),
         next_var: 0,
+        widths: vec![0],
+        narrowed: Vec::new(),
     };
     let mut factory = InstructionInfoFactory::new();
     // Range checks seen: (variable, entries, jcc address, default target).
@@ -286,13 +350,26 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
         match mnemonic {
             Mnemonic::Cmp if raw.op_count() == 2 => {
                 let lhs = match raw.op0_kind() {
-                    OpKind::Register => var_of(st.reg(raw.op0_register())),
-                    OpKind::Memory => State::slot_key(raw).map(|k| st.slot(k)).and_then(var_of),
+                    OpKind::Register => {
+                        let v = st.reg(raw.op0_register());
+                        var_of(st.narrow(v, raw.op0_register().size() as u8 * 8))
+                    }
+                    OpKind::Memory => {
+                        let v = match State::slot_key(raw) {
+                            Some(k) => st.slot(k),
+                            None => {
+                                let key = st.mem_key(raw);
+                                st.memory_value(key)
+                            }
+                        };
+                        var_of(st.narrow(v, raw.memory_size().size() as u8 * 8))
+                    }
                     _ => None,
                 };
                 let imm = match raw.op1_kind() {
                     OpKind::Immediate8
                     | OpKind::Immediate16
+                    | OpKind::Immediate8to16
                     | OpKind::Immediate32
                     | OpKind::Immediate8to32
                     | OpKind::Immediate8to64
@@ -316,6 +393,7 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                 continue;
             }
             Mnemonic::Mov
+            | Mnemonic::Movzx
             | Mnemonic::Movsxd
             | Mnemonic::Lea
             | Mnemonic::Add
@@ -345,6 +423,7 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                         Some((raw.op0_register(), Val::Const(raw.immediate(1))))
                     }
                     (OpKind::Memory, OpKind::Register) => {
+                        st.memory.clear();
                         if let Some(key) = State::slot_key(raw) {
                             let v = st.reg(raw.op1_register());
                             st.set_slot(key, v);
@@ -352,11 +431,28 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                         continue;
                     }
                     (OpKind::Memory, _) => {
+                        st.memory.clear();
                         if let Some(key) = State::slot_key(raw) {
                             let v = st.fresh();
                             st.set_slot(key, v);
                         }
                         continue;
+                    }
+                    _ => None,
+                },
+                Mnemonic::Movzx if raw.op_count() == 2 => match raw.op1_kind() {
+                    OpKind::Register => {
+                        let v = st.reg(raw.op1_register());
+                        let v = st.narrow(v, raw.op1_register().size() as u8 * 8);
+                        Some((raw.op0_register(), v))
+                    }
+                    OpKind::Memory => {
+                        let width = raw.memory_size().size() as u8 * 8;
+                        let v = match State::slot_key(raw) {
+                            Some(k) => st.slot(k),
+                            None => st.fresh(),
+                        };
+                        Some((raw.op0_register(), st.narrow(v, width)))
                     }
                     _ => None,
                 },
@@ -443,6 +539,9 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
             Some((reg, v)) => st.set(reg, v),
             None => {
                 // Unmodelled: every register it writes becomes a fresh unknown.
+                if writes_memory_only(raw) || raw.flow_control() != iced_x86::FlowControl::Next {
+                    st.memory.clear();
+                }
                 if writes_memory_only(raw) && raw.flow_control() == iced_x86::FlowControl::Next {
                     if let Some(key) = State::slot_key(raw) {
                         let v = st.fresh();
@@ -466,7 +565,8 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                     .collect();
                 for r in written {
                     if r.is_gpr() {
-                        let v = st.fresh();
+                        // A 32-bit result is zero-extended; narrower ones keep unknown bits.
+                        let v = if r.size() == 4 { st.fresh_width(32) } else { st.fresh() };
                         st.regs[r.full_register() as usize] = Some(v);
                     }
                 }
@@ -582,10 +682,28 @@ mod tests {
     }
 
     #[test]
-    fn absolute_table_non_pic() {
-        // cmp $0x9,%eax; ja; jmp *0x402000(,%rax,8)
+    fn check_of_low_bits_does_not_bound_the_full_register() {
+        // cmp $0x9,%eax; ja; jmp *0x402000(,%rax,8): the upper half of %rax is unknown.
+        let code = [0x83, 0xf8, 0x09, 0x77, 0x10, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00];
+        match analyze(&code, 0x401000) {
+            IndirectJump::AbsoluteTable { bound, .. } => assert_eq!(bound, None),
+            other => panic!("{other:?}"),
+        }
+        // cmp $0xc,%al; ja; movzbl %al,%eax; jmp *T(,%rax,8): bounded by the byte check.
         let code = [
-            0x83, 0xf8, 0x09, 0x77, 0x10, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00,
+            0x3c, 0x0c, 0x77, 0x10, 0x0f, 0xb6, 0xc0, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00,
+        ];
+        match analyze(&code, 0x401000) {
+            IndirectJump::AbsoluteTable { bound: Some(b), .. } => assert_eq!(b.entries, 13),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn absolute_table_non_pic() {
+        // cmp $0x9,%edi; ja; mov %edi,%eax; jmp *0x402000(,%rax,8)
+        let code = [
+            0x83, 0xff, 0x09, 0x77, 0x10, 0x89, 0xf8, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00,
         ];
         match analyze(&code, 0x401000) {
             IndirectJump::AbsoluteTable {
@@ -630,6 +748,35 @@ mod tests {
                 assert_eq!(base, Vaddr(table));
                 assert_eq!(b.entries, 6);
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bound_checked_in_memory() {
+        // cmpl $9,(%rdi,%rdx,4); ja; mov (%rdi,%rdx,4),%edx; lea 0x100(%rip),%r8;
+        // movslq (%r8,%rdx,4),%rdx; add %r8,%rdx; jmp *%rdx
+        let code = [
+            0x83, 0x3c, 0x97, 0x09, 0x0f, 0x87, 0x00, 0x01, 0x00, 0x00, 0x8b, 0x14, 0x97, 0x4c,
+            0x8d, 0x05, 0x00, 0x01, 0x00, 0x00, 0x49, 0x63, 0x14, 0x90, 0x4c, 0x01, 0xc2, 0xff,
+            0xe2,
+        ];
+        match analyze(&code, 0x1000) {
+            IndirectJump::RelativeTable { bound: Some(b), .. } => assert_eq!(b.entries, 10),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn store_between_check_and_load_loses_the_bound() {
+        // cmpl $9,(%rdi,%rdx,4); ja; movl $0,(%rsi); mov (%rdi,%rdx,4),%edx; ...
+        let code = [
+            0x83, 0x3c, 0x97, 0x09, 0x0f, 0x87, 0x00, 0x01, 0x00, 0x00, 0xc7, 0x06, 0x00, 0x00,
+            0x00, 0x00, 0x8b, 0x14, 0x97, 0x4c, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00, 0x49, 0x63,
+            0x14, 0x90, 0x4c, 0x01, 0xc2, 0xff, 0xe2,
+        ];
+        match analyze(&code, 0x1000) {
+            IndirectJump::RelativeTable { bound, .. } => assert_eq!(bound, None),
             other => panic!("{other:?}"),
         }
     }
