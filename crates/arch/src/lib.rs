@@ -8,4 +8,6 @@
 pub mod x86_64;
 
 pub use x86_64::inst::{Flow, Inst, decode_all};
-pub use x86_64::jump_table::{IndexBound, IndirectJump, analyze_indirect_jump};
+pub use x86_64::jump_table::{
+    IndexBound, IndirectJump, analyze_indirect_jump, analyze_indirect_jump_path,
+};

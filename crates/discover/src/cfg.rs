@@ -293,7 +293,15 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         while j > 0 && i - j < 48 && insts[j - 1].flow().falls_through() {
             j -= 1;
         }
-        match analyze_indirect_jump(&insts[j..=i]) {
+        let mut form = analyze_indirect_jump(&insts[j..=i]);
+        if matches!(
+            form,
+            IndirectJump::AbsoluteTable { bound: None, .. } | IndirectJump::RelativeTable { bound: None, .. }
+        ) && let Some(bounded) = bound_from_predecessors(insts, j, i, form)
+        {
+            form = bounded;
+        }
+        match form {
             IndirectJump::AbsoluteTable {
                 table,
                 entry_size,
@@ -623,6 +631,69 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         Some(r) => Status::Skipped(r),
         None => Status::Simple,
     };
+}
+
+/// When the dispatch block is entered by jumps, looks for the range check on every path into
+/// it: each predecessor's straight-line window followed by the dispatch window must bound the
+/// same table; the result is the largest bound (an index valid on some path).
+fn bound_from_predecessors(
+    insts: &[Inst],
+    start: usize,
+    jump: usize,
+    unbounded: IndirectJump,
+) -> Option<IndirectJump> {
+    // Alignment padding before the block is part of the window but never a branch target.
+    let mut start = start;
+    while start < jump && insts[start].is_nop() {
+        start += 1;
+    }
+    let head = insts[start].addr();
+    if start > 0 && insts[start - 1].flow().falls_through() && !insts[start - 1].is_nop() {
+        return None; // the window was cut by its length limit, not by a block boundary
+    }
+    let preds: Vec<usize> = insts
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| matches!(x.flow(), Flow::Jump { target } | Flow::CondJump { target } if target == head))
+        .map(|(k, _)| k)
+        .collect();
+    if preds.is_empty() || preds.len() > 16 {
+        return None;
+    }
+    let mut best: Option<IndirectJump> = None;
+    for p in preds {
+        let mut k = p;
+        while k > 0 && p - k < 48 && insts[k - 1].flow().falls_through() {
+            k -= 1;
+        }
+        let mut path: Vec<Inst> = insts[k..=p].to_vec();
+        path.extend_from_slice(&insts[start..=jump]);
+        let taken = [insts[p].addr()];
+        let found = rivet_arch::analyze_indirect_jump_path(&path, &taken);
+        let same_table = match (found, unbounded) {
+            (
+                IndirectJump::AbsoluteTable { table: a, bound: Some(_), .. },
+                IndirectJump::AbsoluteTable { table: b, .. },
+            ) => a == b,
+            (
+                IndirectJump::RelativeTable { table: a, base: x, bound: Some(_), .. },
+                IndirectJump::RelativeTable { table: b, base: y, .. },
+            ) => a == b && x == y,
+            _ => false,
+        };
+        if !same_table {
+            return None;
+        }
+        let entries = |j: &IndirectJump| match j {
+            IndirectJump::AbsoluteTable { bound: Some(b), .. }
+            | IndirectJump::RelativeTable { bound: Some(b), .. } => b.entries,
+            _ => 0,
+        };
+        if best.as_ref().is_none_or(|b| entries(&found) > entries(b)) {
+            best = Some(found);
+        }
+    }
+    best
 }
 
 fn landing_pad_of(sites: &[(VaddrRange, Vaddr)], at: Vaddr) -> Option<Vaddr> {

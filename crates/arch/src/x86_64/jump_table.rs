@@ -321,6 +321,13 @@ fn writes_memory_only(raw: &iced_x86::Instruction) -> bool {
 /// Analyzes the indirect jump that ends `window` (a straight-line, fall-through sequence of
 /// instructions; the caller chooses how far back it starts).
 pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
+    analyze_indirect_jump_path(window, &[])
+}
+
+/// Like `analyze_indirect_jump`, over a path that may cross taken branches: the conditional
+/// jumps at the addresses in `taken` are followed to their target (so `cmp $N,idx; jbe table`
+/// bounds the index on that path), all others fall through.
+pub fn analyze_indirect_jump_path(window: &[Inst], taken: &[Vaddr]) -> IndirectJump {
     let Some((jump, body)) = window.split_last() else {
         return IndirectJump::Unknown;
     };
@@ -339,7 +346,8 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
     let mut factory = InstructionInfoFactory::new();
     // Range checks seen: (variable, entries, jcc address, default target).
     let mut bounds: Vec<(u32, u64, Vaddr, Vaddr)> = Vec::new();
-    let mut pending_cmp: Option<(Option<u32>, u64)> = None;
+    // A pending `cmp`: the compared variable, its full-register variable, the immediate.
+    let mut pending_cmp: Option<(Option<u32>, Option<u32>, u64)> = None;
 
     for inst in body {
         let raw = &inst.raw;
@@ -349,10 +357,10 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
         let mut handled = true;
         match mnemonic {
             Mnemonic::Cmp if raw.op_count() == 2 => {
-                let lhs = match raw.op0_kind() {
+                let (lhs, wide) = match raw.op0_kind() {
                     OpKind::Register => {
                         let v = st.reg(raw.op0_register());
-                        var_of(st.narrow(v, raw.op0_register().size() as u8 * 8))
+                        (var_of(st.narrow(v, raw.op0_register().size() as u8 * 8)), var_of(v))
                     }
                     OpKind::Memory => {
                         let v = match State::slot_key(raw) {
@@ -362,9 +370,9 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                                 st.memory_value(key)
                             }
                         };
-                        var_of(st.narrow(v, raw.memory_size().size() as u8 * 8))
+                        (var_of(st.narrow(v, raw.memory_size().size() as u8 * 8)), var_of(v))
                     }
-                    _ => None,
+                    _ => (None, None),
                 };
                 let imm = match raw.op1_kind() {
                     OpKind::Immediate8
@@ -376,18 +384,31 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
                     | OpKind::Immediate32to64 => Some(raw.immediate(1)),
                     _ => None,
                 };
-                pending_cmp = imm.map(|imm| (lhs, imm));
+                pending_cmp = imm.map(|imm| (lhs, wide, imm));
                 continue;
             }
-            Mnemonic::Ja | Mnemonic::Jae => {
-                if let Some((Some(var), imm)) = pending_cmp {
-                    // Unsigned checks; on fall-through the index is <= imm (ja) or < imm (jae).
-                    let entries = if mnemonic == Mnemonic::Ja {
-                        imm.wrapping_add(1)
-                    } else {
-                        imm
+            Mnemonic::Ja | Mnemonic::Jae | Mnemonic::Jbe | Mnemonic::Jb => {
+                if let Some((Some(var), wide, imm)) = pending_cmp {
+                    // Unsigned checks. Falling through `ja`/`jae` or taking `jbe`/`jb` leaves
+                    // the index <= imm (ja, jbe) or < imm (jae, jb).
+                    let target = Vaddr(raw.near_branch_target());
+                    let bound = match (mnemonic, taken.contains(&inst.addr())) {
+                        (Mnemonic::Ja, false) => Some((imm.wrapping_add(1), target)),
+                        (Mnemonic::Jae, false) => Some((imm, target)),
+                        (Mnemonic::Jbe, true) => Some((imm.wrapping_add(1), inst.end())),
+                        (Mnemonic::Jb, true) => Some((imm, inst.end())),
+                        _ => None,
                     };
-                    bounds.push((var, entries, inst.addr(), Vaddr(raw.near_branch_target())));
+                    if let Some((entries, default)) = bound {
+                        bounds.push((var, entries, inst.addr(), default));
+                        // A check of the low bits also bounds the full register when the
+                        // compiler indexes with it: the compiler knows the upper bits are
+                        // zero (gcc: `cmp $0x20,%edi; ja; jmp *T(,%rdi,8)`), and the original
+                        // program relies on that just as much as our CFG does.
+                        if let Some(wide) = wide.filter(|w| *w != var) {
+                            bounds.push((wide, entries, inst.addr(), default));
+                        }
+                    }
                 }
                 pending_cmp = None;
                 continue;
@@ -682,11 +703,11 @@ mod tests {
     }
 
     #[test]
-    fn check_of_low_bits_does_not_bound_the_full_register() {
-        // cmp $0x9,%eax; ja; jmp *0x402000(,%rax,8): the upper half of %rax is unknown.
+    fn check_of_low_bits_bounds_the_index() {
+        // cmp $0x9,%eax; ja; jmp *0x402000(,%rax,8): the compiler knows the upper half is 0.
         let code = [0x83, 0xf8, 0x09, 0x77, 0x10, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00];
         match analyze(&code, 0x401000) {
-            IndirectJump::AbsoluteTable { bound, .. } => assert_eq!(bound, None),
+            IndirectJump::AbsoluteTable { bound: Some(b), .. } => assert_eq!(b.entries, 10),
             other => panic!("{other:?}"),
         }
         // cmp $0xc,%al; ja; movzbl %al,%eax; jmp *T(,%rax,8): bounded by the byte check.
@@ -777,6 +798,29 @@ mod tests {
         ];
         match analyze(&code, 0x1000) {
             IndirectJump::RelativeTable { bound, .. } => assert_eq!(bound, None),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn check_on_a_taken_branch() {
+        // cmp $4,%edi; jbe +2 (taken); ud2; mov %edi,%eax; jmp *T(,%rax,8)
+        let code = [
+            0x83, 0xff, 0x04, 0x76, 0x02, 0x0f, 0x0b, 0x89, 0xf8, 0xff, 0x24, 0xc5, 0x00, 0x20,
+            0x40, 0x00,
+        ];
+        let insts = decode_all(&code, Vaddr(0x1000));
+        let path: Vec<Inst> = insts.iter().copied().filter(|i| i.addr() != Vaddr(0x1005)).collect();
+        match analyze_indirect_jump_path(&path, &[Vaddr(0x1003)]) {
+            IndirectJump::AbsoluteTable { bound: Some(b), .. } => {
+                assert_eq!(b.entries, 5);
+                assert_eq!(b.default_target, Vaddr(0x1005));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Falling through the same jbe proves nothing.
+        match analyze_indirect_jump_path(&path, &[]) {
+            IndirectJump::AbsoluteTable { bound, .. } => assert_eq!(bound, None),
             other => panic!("{other:?}"),
         }
     }
