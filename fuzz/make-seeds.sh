@@ -15,6 +15,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${1:-$here/seeds}
 mkdir -p "$out"
 
+# shellcheck disable=SC2054 # the commas belong to -Wl, options
 common=(-O2 -g0 -fasynchronous-unwind-tables -Wl,-z,noseparate-code -Wl,--build-id)
 
 # build COMPILER SOURCE NAME FLAGS...: the seed NAME and NAME-stripped.

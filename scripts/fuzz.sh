@@ -53,7 +53,7 @@ binary=$fuzz/target/x86_64-unknown-linux-gnu/release/$target
 before=$(mktemp)
 log=$(mktemp)
 trap 'rm -f -- "$before" "$log"' EXIT
-ls -1 "$artifacts" | sort >"$before"
+find "$artifacts" -maxdepth 1 -type f -printf '%f\n' | sort >"$before"
 
 echo "fuzz.sh: fuzzing $target for ${seconds}s with $jobs jobs; log in $log" >&2
 # One rayon thread per worker process: FUZZ_JOBS processes already use the cores, and
@@ -74,10 +74,10 @@ echo "## fuzz.sh summary"
 echo
 echo "- target \`$target\`, ${seconds}s, $jobs jobs, sanitizer $sanitizer, toolchain $toolchain"
 echo "- executions: ${execs:-unknown}"
-echo "- last status line: \`${last:-none}\`"
+echo "- last status line: \`${last:-none}\`; libFuzzer exit status $status"
 echo "- corpus: $(find "$corpus" -type f | wc -l) inputs in $corpus"
 
-mapfile -t new < <(ls -1 "$artifacts" | sort | comm -13 "$before" -)
+mapfile -t new < <(find "$artifacts" -maxdepth 1 -type f -printf '%f\n' | sort | comm -13 "$before" -)
 if ((${#new[@]} == 0)); then
     echo "- new findings: none"
     exit 0

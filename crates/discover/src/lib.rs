@@ -215,6 +215,15 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     noreturn.dedup();
     ctx.noreturn = noreturn;
 
+    let mut called_anonymous = vec![false; n];
+    for d in &decoded {
+        for &(target, is_call) in &d.outgoing {
+            if is_call && let Some(g) = ctx.function_containing(target) {
+                called_anonymous[g.0 as usize] = true;
+            }
+        }
+    }
+
     // Phase B, to a fixpoint of noreturn functions and fragment edges.
     let mut dirty = vec![true; n];
     for round in 0.. {
@@ -246,6 +255,29 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         added.dedup();
         dirty.iter_mut().for_each(|d| *d = false);
         let mut changed = false;
+        // Jump tables reaching into an anonymous cold part (found only now that tables are
+        // read): that part is a fragment of the table's function.
+        for fi in 0..n {
+            let Some(SkipReason::BadJumpTableEntry { target, .. }) = functions[fi].skip_reason()
+            else {
+                continue;
+            };
+            let Some(g) = ctx.function_containing(*target) else { continue };
+            let gi = g.0 as usize;
+            if functions[gi].origin == Origin::Fde
+                && functions[gi].parent.is_none()
+                && functions[fi].parent.is_none()
+                && gi != fi
+                && !called_anonymous[gi]
+            {
+                let parent = Parent { function: FuncId(fi as u32), kind: PartKind::ColdFragment };
+                functions[gi].parent = Some(parent);
+                ctx.parents[gi] = Some(parent);
+                dirty[fi] = true;
+                dirty[gi] = true;
+                changed = true;
+            }
+        }
         for f in &functions {
             for b in &f.blocks {
                 for fe in &b.fragment_succs {
@@ -367,7 +399,8 @@ fn link_anonymous_fragments(functions: &mut [Function], decoded: &[Decoded], ctx
         if let Some(Ok(parent)) = j
             && !called[gi]
             && functions[gi].parent.is_none()
-            && functions[parent.0 as usize].origin != Origin::Fde
+            && functions[parent.0 as usize].parent.is_none()
+            && parent.0 as usize != gi
         {
             functions[gi].parent = Some(Parent { function: parent, kind: PartKind::ColdFragment });
         }
