@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016  # single-quoted $(...) / $@ below are Makefile text
 # build-real-programs.sh -- build real programs nobody here wrote, from Debian
 # source packages, with relocations kept (-Wl,--emit-relocs), for Rivet's
 # end-to-end tests and benchmarks (DESIGN.md section 4, item 4).
@@ -54,6 +55,19 @@ cflags_for() { # cc -> flags, one word per line
 }
 
 start_all=$(now)
+
+# Temp dirs still to be removed if we stop early (they vanish when renamed into place).
+TMPS=()
+new_tmp() { # final-path -> creates and registers "<final>.tmp.XXXXXX" (0755), sets NEW_TMP
+    NEW_TMP="$(mktemp -d "$1.tmp.XXXXXX")"
+    chmod 755 "$NEW_TMP" # apt-get source drops to user _apt, which must write here
+    TMPS+=("$NEW_TMP")
+}
+cleanup() {
+    local d
+    for d in "${TMPS[@]}"; do if [[ -d $d ]]; then rm -rf -- "$d"; fi; done
+}
+trap cleanup EXIT
 
 for t in gcc clang-19 make ar readelf flock; do
     if ! command -v "$t" >/dev/null 2>&1; then
@@ -121,34 +135,39 @@ fi
 src_version() { # package
     local uris dsc
     uris="$(apt-get source --print-uris -q "$1" 2>/dev/null)" || die "apt-get source --print-uris $1 failed"
-    dsc="$(grep -Eo "'[^']*\\.dsc'" <<<"$uris" | head -n 1 | tr -d "'")"
-    dsc="$(basename "$dsc" .dsc)"
+    # lines: '<url-encoded uri>' <file name> <size> <hash>
+    dsc="$(awk '$2 ~ /\.dsc$/ { print $2; exit }' <<<"$uris")"
+    dsc="${dsc%.dsc}"
     [[ $dsc == "$1"_* ]] || die "cannot find the .dsc of $1 in: $uris"
     printf '%s\n' "${dsc#"$1"_}"
 }
 
-# Downloads + unpacks once; prints the unpacked tree's path.
+# Downloads + unpacks once; sets FETCHED to the unpacked tree's path. (Not
+# called in $(...): the EXIT trap must see the temp dir it registers.)
 fetch_source() { # package version
     local pkg=$1 ver=$2 dir="$R/src/$1-$2" tmp tree
     if [[ ! -f $dir/.complete ]]; then
         rm -rf -- "$dir"
-        tmp="$(mktemp -d "$dir.tmp.XXXXXX")"
+        new_tmp "$dir"
+        tmp=$NEW_TMP
         log "apt-get source $pkg=$ver -> $dir"
-        (cd "$tmp" && apt-get source -q "$pkg=$ver" >&2) || { rm -rf -- "$tmp"; die "apt-get source $pkg=$ver failed"; }
+        (cd "$tmp" && apt-get source -q "$pkg=$ver" >&2) || die "apt-get source $pkg=$ver failed"
         tree="$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -n 1)"
-        [[ -n $tree ]] || { rm -rf -- "$tmp"; die "apt-get source $pkg produced no directory"; }
+        [[ -n $tree ]] || die "apt-get source $pkg produced no directory"
         basename "$tree" >"$tmp/.tree"
         touch "$tmp/.complete"
         mv -T -- "$tmp" "$dir"
     fi
-    printf '%s\n' "$dir/$(cat "$dir/.tree")"
+    FETCHED="$dir/$(cat "$dir/.tree")"
 }
 
 LUA_VER="$(src_version lua5.4)"
 SQLITE_VER="$(src_version sqlite3)"
 log "lua5.4 $LUA_VER, sqlite3 $SQLITE_VER"
-LUA_SRC="$(fetch_source lua5.4 "$LUA_VER")"
-SQLITE_SRC="$(fetch_source sqlite3 "$SQLITE_VER")"
+fetch_source lua5.4 "$LUA_VER"
+LUA_SRC=$FETCHED
+fetch_source sqlite3 "$SQLITE_VER"
+SQLITE_SRC=$FETCHED
 
 # --- 3. builds --------------------------------------------------------------
 # new_build <package> <version> <cc>: prints the build dir if already complete
@@ -173,41 +192,157 @@ finish_build() { # tmp final binary-name kind
     check_binary "$final/$name" "$kind"
 }
 
-build_lua() { # cc -> dir
-    local cc=$1 final="$R/lua5.4-$LUA_VER-$1" tmp tool t0 f objs=()
+# Lua: compile every src/*.c except the two programs into liblua.a (the upstream
+# Makefile's LUA_A set: core + standard libraries), link lua.c against it
+# statically. -DLUA_USE_LINUX as `make linux` (dlopen, POSIX), no readline;
+# -Wl,-E as upstream so C modules can be loaded.
+build_lua() { # cc
+    local cc=$1 final="$R/lua5.4-$LUA_VER-$1" tmp tool t0 flags f objs=()
     if [[ -f $final/.complete ]]; then
         log "cached: $final/lua"
-        return
+        return 0
     fi
     t0=$(now)
     tool="$(cc_tool "$cc")"
-    mapfile -t flags < <(cflags_for "$cc")
-    tmp="$(mktemp -d "$final.tmp.XXXXXX")"
+    flags="$(cflags_for "$cc" | tr '\n' ' ')-std=gnu99 -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -Igen"
+    rm -rf -- "$final"
+    new_tmp "$final"
+    tmp=$NEW_TMP
     ln -s "$LUA_SRC" "$tmp/source"
-    printf '%s\n' "$tool ${flags[*]} -std=gnu99 -DLUA_COMPAT_5_3 -DLUA_USE_LINUX; link: -Wl,--emit-relocs -Wl,-E -lm -ldl" >"$tmp/flags.txt"
-    log "building lua with $tool ..."
-    mkdir -p "$tmp/obj"
-    # liblua.a: every src/*.c except the two programs (lua.c, luac.c); this is
-    # the upstream Makefile's LUA_A set (core + library objects). No readline.
+    # Debian's luaconf.h includes a header that debian/rules generates; do the same
+    # here (in the build dir, the source tree stays untouched).
+    mkdir -p "$tmp/gen"
+    printf '#ifndef _LUA_DEB_MULTIARCH_\n#define _LUA_DEB_MULTIARCH_\n#define DEB_HOST_MULTIARCH "%s"\n#endif\n' \
+        "$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)" \
+        >"$tmp/gen/lua5.4-deb-multiarch.h"
     for f in "$LUA_SRC"/src/*.c; do
         case "$(basename "$f")" in lua.c | luac.c) continue ;; esac
-        objs+=("$tmp/obj/$(basename "$f" .c).o")
-        printf '%s\n' "$f"
-    done | xargs -P "$(nproc)" -I{} sh -c '"$0" "$@" -c -o "$1/obj/$(basename "$2" .c).o" "$2"' \
-        "$tool" "$tmp" {} 2>/dev/null || true
-    # (the xargs line above only warms up in parallel; the loop below is the
-    # authoritative build and reports errors)
-    for f in "$LUA_SRC"/src/*.c; do
-        case "$(basename "$f")" in lua.c | luac.c) continue ;; esac
-        "$tool" "${flags[@]}" -std=gnu99 -Wall -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -c \
-            -o "$tmp/obj/$(basename "$f" .c).o" "$f" >>"$tmp/build.log" 2>&1 ||
-            { cat "$tmp/build.log" >&2; die "lua ($cc): compiling $f failed"; }
+        objs+=("obj/$(basename "$f" .c).o")
     done
-    ar rcs "$tmp/liblua.a" "${objs[@]}"
-    "$tool" "${flags[@]}" -std=gnu99 -Wall -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -o "$tmp/lua" \
-        "$LUA_SRC/src/lua.c" "$tmp/liblua.a" -Wl,--emit-relocs -Wl,-E -lm -ldl >>"$tmp/build.log" 2>&1 ||
-        { cat "$tmp/build.log" >&2; die "lua ($cc): link failed"; }
+    {
+        printf 'CC = %s\nCFLAGS = %s\nLDFLAGS = -Wl,--emit-relocs -Wl,-E\nLIBS = -lm -ldl\n' "$tool" "$flags"
+        printf 'SRC = %s/src\nOBJS = %s\n' "$LUA_SRC" "${objs[*]}"
+        printf 'lua: obj/lua.o liblua.a\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ obj/lua.o liblua.a $(LIBS)\n'
+        printf 'liblua.a: $(OBJS)\n\tar rcs $@ $(OBJS)\n'
+        printf 'obj/%%.o: $(SRC)/%%.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) -c -o $@ $<\n'
+    } >"$tmp/Makefile"
+    log "building lua with $tool ($flags) ..."
+    if ! make -C "$tmp" -j "$(nproc)" lua >"$tmp/build.log" 2>&1; then
+        cat "$tmp/build.log" >&2
+        die "lua build with $tool failed (log above)"
+    fi
     rm -rf -- "$tmp/obj"
     finish_build "$tmp" "$final" lua lua
     log "built $final/lua in $(elapsed "$t0")"
 }
+
+# SQLite: the amalgamation (sqlite3.c, shell.c) is generated once per version
+# with the package's own build (configure + make, needs tclsh), out of tree.
+SQLITE_DEFS="-DSQLITE_SECURE_DELETE -DSQLITE_ENABLE_COLUMN_METADATA -DSQLITE_ENABLE_FTS3 \
+-DSQLITE_ENABLE_FTS3_PARENTHESIS -DSQLITE_ENABLE_FTS4 -DSQLITE_ENABLE_FTS5 -DSQLITE_ENABLE_RTREE=1 \
+-DSQLITE_SOUNDEX=1 -DSQLITE_ENABLE_UNLOCK_NOTIFY -DSQLITE_ENABLE_DBSTAT_VTAB \
+-DSQLITE_ENABLE_UPDATE_DELETE_LIMIT=1 -DSQLITE_ENABLE_LOAD_EXTENSION -DSQLITE_ENABLE_JSON1 \
+-DSQLITE_ENABLE_MATH_FUNCTIONS -DSQLITE_LIKE_DOESNT_MATCH_BLOBS -DSQLITE_THREADSAFE=1 \
+-DSQLITE_USE_URI=1 -DSQLITE_ENABLE_PREUPDATE_HOOK -DSQLITE_ENABLE_SESSION -DSQLITE_ENABLE_STMTVTAB \
+-DSQLITE_ENABLE_EXPLAIN_COMMENTS -DHAVE_USLEEP=1"
+
+make_amalgamation() { # -> sets AMALG
+    AMALG="$R/src/sqlite3-$SQLITE_VER/amalgamation"
+    if [[ -f $AMALG/.complete ]]; then return 0; fi
+    local tmp t0
+    t0=$(now)
+    rm -rf -- "$AMALG"
+    new_tmp "$AMALG"
+    tmp=$NEW_TMP
+    log "generating the sqlite amalgamation (configure && make sqlite3.c shell.c) in $AMALG ..."
+    if ! (cd "$tmp" && "$SQLITE_SRC/configure" --disable-tcl --disable-readline --disable-editline \
+        >configure.log 2>&1 && make sqlite3.c shell.c >make.log 2>&1); then
+        tail -n 40 "$tmp"/configure.log "$tmp"/make.log >&2 || true
+        die "generating the sqlite amalgamation failed"
+    fi
+    for f in sqlite3.c sqlite3.h shell.c; do
+        [[ -s $tmp/$f ]] || die "amalgamation: $f missing"
+    done
+    touch "$tmp/.complete"
+    mv -T -- "$tmp" "$AMALG"
+    log "amalgamation ready in $(elapsed "$t0")"
+}
+
+# Prepares one sqlite3 build dir (Makefile) unless cached; appends "<cc> <dir>"
+# to SQLITE_JOBS. All prepared builds then run under one make jobserver, so the
+# two long sqlite3.c compiles overlap on a 2-core machine.
+SQLITE_JOBS=()
+prepare_sqlite() { # cc
+    local cc=$1 final="$R/sqlite3-$SQLITE_VER-$1" tmp tool flags
+    if [[ -f $final/.complete ]]; then
+        log "cached: $final/sqlite3"
+        return 0
+    fi
+    tool="$(cc_tool "$cc")"
+    flags="$(cflags_for "$cc" | tr '\n' ' ')"
+    rm -rf -- "$final"
+    new_tmp "$final"
+    tmp=$NEW_TMP
+    ln -s "$SQLITE_SRC" "$tmp/source"
+    ln -s "$AMALG" "$tmp/amalgamation"
+    {
+        printf 'CC = %s\nCFLAGS = %s\nDEFS = %s\nA = %s\n' "$tool" "$flags" "$SQLITE_DEFS" "$AMALG"
+        printf 'LDFLAGS = -Wl,--emit-relocs\nLIBS = -lm -ldl -lpthread\n'
+        printf 'sqlite3: sqlite3.o shell.o\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ shell.o sqlite3.o $(LIBS)\n'
+        printf '%%.o: $(A)/%%.c\n\t$(CC) $(CFLAGS) $(DEFS) -I$(A) -c -o $@ $<\n'
+    } >"$tmp/Makefile"
+    log "building sqlite3 with $tool ($flags) in $tmp ..."
+    SQLITE_JOBS+=("$cc $tmp")
+}
+
+build_sqlites() {
+    local t0 top job cc tmp all=() failed=0
+    [[ ${#SQLITE_JOBS[@]} -gt 0 ]] || return 0
+    t0=$(now)
+    new_tmp "$R/sqlite3-top"
+    top=$NEW_TMP
+    for job in "${SQLITE_JOBS[@]}"; do all+=("${job%% *}"); done
+    {
+        printf 'all: %s\n' "${all[*]}"
+        for job in "${SQLITE_JOBS[@]}"; do
+            cc=${job%% *} tmp=${job#* }
+            printf '%s:\n\t+$(MAKE) -C %s sqlite3 >%s/build.log 2>&1\n' "$cc" "$tmp" "$tmp"
+        done
+    } >"$top/Makefile"
+    make -C "$top" -k -j "$(nproc)" >&2 || failed=1
+    for job in "${SQLITE_JOBS[@]}"; do
+        cc=${job%% *} tmp=${job#* }
+        if [[ ! -x $tmp/sqlite3 ]]; then
+            cat "$tmp/build.log" >&2
+            log "sqlite3 build with $cc failed (log above)"
+            failed=1
+        fi
+    done
+    [[ $failed -eq 0 ]] || die "sqlite3 build failed"
+    for job in "${SQLITE_JOBS[@]}"; do
+        cc=${job%% *} tmp=${job#* }
+        rm -f -- "$tmp"/*.o
+        finish_build "$tmp" "$R/sqlite3-$SQLITE_VER-$cc" sqlite3 sqlite3
+        log "built $R/sqlite3-$SQLITE_VER-$cc/sqlite3"
+    done
+    rm -rf -- "$top"
+    log "sqlite3 builds took $(elapsed "$t0")"
+}
+
+for cc in "${COMPILERS[@]}"; do build_lua "$cc"; done
+make_amalgamation
+for cc in "${COMPILERS[@]}"; do prepare_sqlite "$cc"; done
+build_sqlites
+
+# Final checks (also on cached builds) and the result lines.
+for cc in "${COMPILERS[@]}"; do
+    check_binary "$R/lua5.4-$LUA_VER-$cc/lua" lua
+    check_binary "$R/sqlite3-$SQLITE_VER-$cc/sqlite3" sqlite3
+done
+log "all done in $(elapsed "$start_all")"
+{
+    printf 'lua-src %s\n' "$LUA_SRC"
+    printf 'sqlite3-src %s\n' "$SQLITE_SRC"
+    for cc in "${COMPILERS[@]}"; do printf 'lua-%s %s\n' "$cc" "$R/lua5.4-$LUA_VER-$cc/lua"; done
+    for cc in "${COMPILERS[@]}"; do printf 'sqlite3-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-$cc/sqlite3"; done
+} >&3

@@ -157,7 +157,7 @@ function normalize(msg, file) {
     n = index(msg, file)
     while (n > 0) { msg = substr(msg, 1, n - 1) "FILE" substr(msg, n + length(file)); n = index(msg, file) }
     gsub(/0x[0-9a-fA-F]+/, "0x_", msg)
-    gsub(/[0-9]+/, "N", msg)
+    gsub(/[0-9][0-9][0-9]+/, "N", msg)
     return msg
 }
 NR == 1 { next }
@@ -214,7 +214,7 @@ END {
     print ""
     print "## Error messages (clean refusals), grouped"
     print ""
-    print "| files | message (FILE = the input; numbers folded) | example |"
+    print "| files | message (FILE = the input; addresses and numbers folded) | example |"
     print "|---:|---|---|"
     cmd = "sort -t \"|\" -k2,2nr"
     for (k in errors) { m = k; gsub(/\|/, "\\|", m); printf "| %d | %s | `%s` |\n", errors[k], m, example[k] | cmd }

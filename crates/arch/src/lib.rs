@@ -9,5 +9,6 @@ pub mod x86_64;
 
 pub use x86_64::inst::{Flow, Inst, decode_all};
 pub use x86_64::jump_table::{
-    IndexBound, IndirectJump, analyze_indirect_jump, analyze_indirect_jump_path,
+    IndexBound, IndirectJump, RegisterId, analyze_indirect_jump, analyze_indirect_jump_path,
+    analyze_indirect_jump_with, register_constants, window_live_in,
 };

@@ -96,7 +96,10 @@ impl Context<'_> {
 
     /// The code address stored at `site`, if a stored reference is known there.
     pub fn stored_code_at(&self, site: Vaddr) -> Option<Vaddr> {
-        let i = self.code_ref_sites.binary_search_by_key(&site, |r| r.0).ok()?;
+        let i = self
+            .code_ref_sites
+            .binary_search_by_key(&site, |r| r.0)
+            .ok()?;
         Some(self.code_ref_sites[i].1)
     }
 
@@ -285,6 +288,8 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // Indirect jumps: tables, tail calls, computed gotos.
     let mut indirect: Vec<(usize, IndirectKind)> = Vec::new();
     let mut unknown_jumps = Vec::new();
+    let mut constants: Option<Vec<(rivet_arch::RegisterId, u64)>> = None;
+    let mut branch_preds: Option<Vec<(usize, usize)>> = None;
     for (i, inst) in insts.iter().enumerate() {
         if inst.flow() != Flow::IndirectJump {
             continue;
@@ -294,9 +299,34 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             j -= 1;
         }
         let mut form = analyze_indirect_jump(&insts[j..=i]);
+        if form == IndirectJump::Unknown {
+            let constants = constants.get_or_insert_with(|| rivet_arch::register_constants(insts));
+            if !constants.is_empty() {
+                form = rivet_arch::analyze_indirect_jump_with(&insts[j..=i], &[], constants);
+            }
+        }
+        if form == IndirectJump::Unknown {
+            // A table base hoisted out of a dispatch loop, in a register reused elsewhere:
+            // follow every path back to the register's definition.
+            let preds = branch_preds.get_or_insert_with(|| branch_predecessors(insts));
+            // From the start of the jump's basic block: paths merge there.
+            let mut block_start = i;
+            while block_start > j && preds.binary_search_by_key(&block_start, |p| p.0).is_err() {
+                block_start -= 1;
+            }
+            let window = &insts[block_start..=i];
+            let hints: Vec<_> = rivet_arch::window_live_in(window)
+                .into_iter()
+                .filter_map(|r| reaching_constant(insts, preds, block_start, r).map(|c| (r, c)))
+                .collect();
+            if !hints.is_empty() {
+                form = rivet_arch::analyze_indirect_jump_with(window, &[], &hints);
+            }
+        }
         if matches!(
             form,
-            IndirectJump::AbsoluteTable { bound: None, .. } | IndirectJump::RelativeTable { bound: None, .. }
+            IndirectJump::AbsoluteTable { bound: None, .. }
+                | IndirectJump::RelativeTable { bound: None, .. }
         ) && let Some(bounded) = bound_from_predecessors(insts, j, i, form)
         {
             form = bounded;
@@ -307,16 +337,11 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 entry_size,
                 bound,
             } => {
-                match resolve_table(
-                    &mut b,
-                    inst.addr(),
-                    table,
-                    entry_size,
-                    JumpTableKind::Absolute,
-                    bound,
-                ) {
-                    Some(t) => indirect.push((i, IndirectKind::Table(t))),
-                    None => {}
+                let kind = JumpTableKind::Absolute;
+                match resolve_table(&mut b, inst.addr(), table, entry_size, kind, bound) {
+                    TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
+                    TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
+                    TableResult::Failed => {}
                 }
             }
             IndirectJump::RelativeTable {
@@ -326,9 +351,10 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 bound,
             } => {
                 let kind = JumpTableKind::Relative { base };
-                if let Some(t) = resolve_table(&mut b, inst.addr(), table, entry_size, kind, bound)
-                {
-                    indirect.push((i, IndirectKind::Table(t)));
+                match resolve_table(&mut b, inst.addr(), table, entry_size, kind, bound) {
+                    TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
+                    TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
+                    TableResult::Failed => {}
                 }
             }
             // A pointer read from a fixed address is a tail call, unless what is stored there
@@ -475,6 +501,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     let mut calls = Vec::new();
     let mut tables = Vec::new();
     let mut indirect_iter = indirect.into_iter().peekable();
+    // Problems of blocks that may be unreachable (code after a noreturn call that the
+    // compiler left in, alignment padding at the end): they only matter if reachable.
+    let mut deferred: Vec<(usize, SkipReason)> = Vec::new();
     fragment_targets.clear();
     for (bi, w) in starts.windows(2).enumerate() {
         let (first, end) = (w[0], w[1]);
@@ -513,7 +542,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     });
                     Terminator::Jump
                 } else {
-                    match external(&mut b, last_inst.addr(), target) {
+                    match external(&b, last_inst.addr(), target) {
                         External::Fragment(fe) => {
                             fragment_succs.push(FragmentEdge {
                                 kind: EdgeKind::Taken,
@@ -522,7 +551,10 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                             Terminator::Jump
                         }
                         External::Call(t) => Terminator::TailCall { target: t },
-                        External::Bad => Terminator::Jump,
+                        External::Bad(reason) => {
+                            deferred.push((bi, reason));
+                            Terminator::Jump
+                        }
                     }
                 }
             }
@@ -535,7 +567,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     });
                     Terminator::CondJump
                 } else {
-                    match external(&mut b, last_inst.addr(), target) {
+                    match external(&b, last_inst.addr(), target) {
                         External::Fragment(fe) => {
                             fragment_succs.push(FragmentEdge {
                                 kind: EdgeKind::Taken,
@@ -544,7 +576,10 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                             Terminator::CondJump
                         }
                         External::Call(t) => Terminator::CondTailCall { target: t },
-                        External::Bad => Terminator::CondJump,
+                        External::Bad(reason) => {
+                            deferred.push((bi, reason));
+                            Terminator::CondJump
+                        }
                     }
                 }
             }
@@ -604,12 +639,12 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     kind: EdgeKind::FallThrough,
                 }),
                 None => {
-                    let only_padding = insts[first..end].iter().all(|i| i.is_nop());
-                    if !only_padding || first == 0 {
-                        b.fail(SkipReason::FallsOffEnd {
+                    deferred.push((
+                        bi,
+                        SkipReason::FallsOffEnd {
                             at: last_inst.addr(),
-                        });
-                    }
+                        },
+                    ));
                 }
             }
         }
@@ -624,6 +659,14 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             is_address_taken: address_taken[first],
         });
     }
+    if !deferred.is_empty() {
+        let reachable = reachable_blocks(&blocks, incoming);
+        for (bi, reason) in deferred {
+            if reachable[bi] {
+                b.fail(reason);
+            }
+        }
+    }
     f.blocks = blocks;
     f.calls = calls;
     f.jump_tables = tables;
@@ -631,6 +674,84 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         Some(r) => Status::Skipped(r),
         None => Status::Simple,
     };
+}
+
+/// (target, source) instruction indices of the function's direct branches, sorted.
+fn branch_predecessors(insts: &[Inst]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for (k, inst) in insts.iter().enumerate() {
+        if let Flow::Jump { target } | Flow::CondJump { target } = inst.flow()
+            && let Some(t) = inst_index(insts, target)
+        {
+            out.push((t, k));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// The constant register `r` holds on entry to instruction `start` when every path into it
+/// (through fall-throughs and direct branches) last defines `r` with that same constant.
+/// `None` when some path reaches the function entry, an instruction entered only in ways not
+/// seen here (table targets), or a non-constant definition.
+fn reaching_constant(
+    insts: &[Inst],
+    preds: &[(usize, usize)],
+    start: usize,
+    r: rivet_arch::RegisterId,
+) -> Option<u64> {
+    let branch_sources = |pos: usize| {
+        let lo = preds.partition_point(|p| p.0 < pos);
+        let hi = preds.partition_point(|p| p.0 <= pos);
+        preds[lo..hi].iter().map(|p| p.1)
+    };
+    let mut result = None;
+    let mut visited = std::collections::HashSet::new();
+    let mut work = vec![start];
+    while let Some(pos) = work.pop() {
+        if !visited.insert(pos) {
+            continue;
+        }
+        if visited.len() > 4096 || pos == 0 {
+            return None;
+        }
+        let mut sources: Vec<usize> = branch_sources(pos).collect();
+        if insts[pos - 1].flow().falls_through() {
+            sources.push(pos - 1);
+        }
+        if sources.is_empty() {
+            // Entered by no direct branch: a target of this function's indirect jumps (labels
+            // cannot be jumped to from other functions), so the value is theirs.
+            sources = (0..insts.len())
+                .filter(|&k| insts[k].flow() == Flow::IndirectJump)
+                .collect();
+            if sources.is_empty() {
+                return None;
+            }
+        }
+        for p in sources {
+            let mut k = p;
+            loop {
+                match insts[k].register_definition(r) {
+                    Some(Some(c)) if result.is_none_or(|x| x == c) => {
+                        result = Some(c);
+                        break;
+                    }
+                    Some(_) => return None,
+                    None => {}
+                }
+                if k == 0 {
+                    return None;
+                }
+                if branch_sources(k).next().is_some() || !insts[k - 1].flow().falls_through() {
+                    work.push(k);
+                    break;
+                }
+                k -= 1;
+            }
+        }
+    }
+    result
 }
 
 /// When the dispatch block is entered by jumps, looks for the range check on every path into
@@ -672,12 +793,23 @@ fn bound_from_predecessors(
         let found = rivet_arch::analyze_indirect_jump_path(&path, &taken);
         let same_table = match (found, unbounded) {
             (
-                IndirectJump::AbsoluteTable { table: a, bound: Some(_), .. },
+                IndirectJump::AbsoluteTable {
+                    table: a,
+                    bound: Some(_),
+                    ..
+                },
                 IndirectJump::AbsoluteTable { table: b, .. },
             ) => a == b,
             (
-                IndirectJump::RelativeTable { table: a, base: x, bound: Some(_), .. },
-                IndirectJump::RelativeTable { table: b, base: y, .. },
+                IndirectJump::RelativeTable {
+                    table: a,
+                    base: x,
+                    bound: Some(_),
+                    ..
+                },
+                IndirectJump::RelativeTable {
+                    table: b, base: y, ..
+                },
             ) => a == b && x == y,
             _ => false,
         };
@@ -703,13 +835,40 @@ fn landing_pad_of(sites: &[(VaddrRange, Vaddr)], at: Vaddr) -> Option<Vaddr> {
         .map(|(_, lp)| *lp)
 }
 
+/// Blocks reachable from the function's entries, landing pads, address-taken labels and
+/// the targets of branches from sibling fragments.
+fn reachable_blocks(blocks: &[Block], incoming: &[Incoming]) -> Vec<bool> {
+    let mut seen = vec![false; blocks.len()];
+    let mut stack: Vec<usize> = Vec::new();
+    for (i, b) in blocks.iter().enumerate() {
+        let from_fragment = incoming.iter().any(|inc| {
+            let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
+            a == b.start
+        });
+        if b.is_entry || b.is_landing_pad || b.is_address_taken || from_fragment {
+            seen[i] = true;
+            stack.push(i);
+        }
+    }
+    while let Some(i) = stack.pop() {
+        for e in &blocks[i].succs {
+            let t = e.to.0 as usize;
+            if !seen[t] {
+                seen[t] = true;
+                stack.push(t);
+            }
+        }
+    }
+    seen
+}
+
 enum External {
     Fragment(FragmentEdge),
     Call(CallTarget),
-    Bad,
+    Bad(SkipReason),
 }
 
-fn external(b: &mut Builder, at: Vaddr, target: Vaddr) -> External {
+fn external(b: &Builder, at: Vaddr, target: Vaddr) -> External {
     let ctx = b.ctx;
     if let Some(g) = ctx.function_containing(target)
         && ctx.are_fragments(b.id, g)
@@ -721,12 +880,17 @@ fn external(b: &mut Builder, at: Vaddr, target: Vaddr) -> External {
         });
     }
     match ctx.call_target(target) {
-        CallTarget::Unknown { .. } => {
-            b.fail(SkipReason::BranchToUnknownCode { at, target });
-            External::Bad
-        }
+        CallTarget::Unknown { .. } => External::Bad(SkipReason::BranchToUnknownCode { at, target }),
         t => External::Call(t),
     }
+}
+
+enum TableResult {
+    Table(JumpTable),
+    /// The "table" holds entries of other functions: an array of function pointers, and the
+    /// jump a tail call through it.
+    FunctionPointers,
+    Failed,
 }
 
 /// Reads a jump table's entries, sized by the range check or the relocations covering it.
@@ -737,9 +901,25 @@ fn resolve_table(
     entry_size: u8,
     kind: JumpTableKind,
     bound: Option<rivet_arch::IndexBound>,
-) -> Option<JumpTable> {
+) -> TableResult {
     let ctx = b.ctx;
     let es = u64::from(entry_size);
+    let read_entry = |i: u64| {
+        let at = table + i * es;
+        match (kind, entry_size) {
+            (JumpTableKind::Absolute, 8) => ctx.elf.read_u64(at).map(Vaddr),
+            (JumpTableKind::Absolute, 4) => ctx.elf.read_u32(at).map(|v| Vaddr(u64::from(v))),
+            (JumpTableKind::Relative { base }, 4) => {
+                ctx.elf.read_i32(at).map(|v| base.offset(i64::from(v)))
+            }
+            _ => None,
+        }
+    };
+    let is_other_entry =
+        |t: Vaddr| !b.range.contains(t) && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some());
+    if kind == JumpTableKind::Absolute && read_entry(0).is_some_and(is_other_entry) {
+        return TableResult::FunctionPointers;
+    }
     // The run of relocations at consecutive entries.
     let reloc_run = if ctx.reloc_mode {
         let relocs = ctx.relocs_in(VaddrRange {
@@ -781,27 +961,18 @@ fn resolve_table(
         None if reloc_run > 0 => (reloc_run, TableBound::Relocations, None),
         None => {
             b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
-            return None;
+            return TableResult::Failed;
         }
     };
     if entries_count == 0 || entries_count > 1 << 20 {
         b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
-        return None;
+        return TableResult::Failed;
     }
     let mut entries = Vec::with_capacity(entries_count as usize);
     for i in 0..entries_count {
-        let at = table + i * es;
-        let target = match (kind, entry_size) {
-            (JumpTableKind::Absolute, 8) => ctx.elf.read_u64(at).map(Vaddr),
-            (JumpTableKind::Absolute, 4) => ctx.elf.read_u32(at).map(|v| Vaddr(u64::from(v))),
-            (JumpTableKind::Relative { base }, 4) => {
-                ctx.elf.read_i32(at).map(|v| base.offset(i64::from(v)))
-            }
-            _ => None,
-        };
-        let Some(target) = target else {
+        let Some(target) = read_entry(i) else {
             b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
-            return None;
+            return TableResult::Failed;
         };
         let in_function = b.range.contains(target);
         let in_fragment = !in_function
@@ -809,16 +980,21 @@ fn resolve_table(
                 .function_containing(target)
                 .is_some_and(|g| ctx.are_fragments(b.id, g));
         if !in_function && !in_fragment {
+            // Sized by relocations alone, the run may continue into the next table (of
+            // another function): it ends where entries stop pointing into this one.
+            if table_bound == TableBound::Relocations && i > 0 {
+                break;
+            }
             b.fail(SkipReason::BadJumpTableEntry {
                 at: jump_at,
                 table,
                 target,
             });
-            return None;
+            return TableResult::Failed;
         }
         entries.push(target);
     }
-    Some(JumpTable {
+    TableResult::Table(JumpTable {
         addr: table,
         entry_size,
         kind,

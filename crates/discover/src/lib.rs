@@ -122,7 +122,8 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     let mut by_start: Vec<(Vaddr, FuncId)> =
         functions.iter().map(|f| (f.range.start, f.id)).collect();
     by_start.sort();
-    let mut code_ref_sites: Vec<(Vaddr, Vaddr)> = code_refs.iter().map(|r| (r.site, r.target)).collect();
+    let mut code_ref_sites: Vec<(Vaddr, Vaddr)> =
+        code_refs.iter().map(|r| (r.site, r.target)).collect();
     code_ref_sites.sort();
     code_ref_sites.dedup_by_key(|r| r.0);
     let mut ctx = Context {
@@ -262,7 +263,9 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
             else {
                 continue;
             };
-            let Some(g) = ctx.function_containing(*target) else { continue };
+            let Some(g) = ctx.function_containing(*target) else {
+                continue;
+            };
             let gi = g.0 as usize;
             if functions[gi].origin == Origin::Fde
                 && functions[gi].parent.is_none()
@@ -270,7 +273,10 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
                 && gi != fi
                 && !called_anonymous[gi]
             {
-                let parent = Parent { function: FuncId(fi as u32), kind: PartKind::ColdFragment };
+                let parent = Parent {
+                    function: FuncId(fi as u32),
+                    kind: PartKind::ColdFragment,
+                };
                 functions[gi].parent = Some(parent);
                 ctx.parents[gi] = Some(parent);
                 dirty[fi] = true;
@@ -378,7 +384,9 @@ fn link_anonymous_fragments(functions: &mut [Function], decoded: &[Decoded], ctx
     let mut called = vec![false; functions.len()];
     for (fi, d) in decoded.iter().enumerate() {
         for &(target, is_call) in &d.outgoing {
-            let Some(g) = ctx.function_containing(target) else { continue };
+            let Some(g) = ctx.function_containing(target) else {
+                continue;
+            };
             let gi = g.0 as usize;
             if functions[gi].origin != Origin::Fde {
                 continue;
@@ -402,7 +410,10 @@ fn link_anonymous_fragments(functions: &mut [Function], decoded: &[Decoded], ctx
             && functions[parent.0 as usize].parent.is_none()
             && parent.0 as usize != gi
         {
-            functions[gi].parent = Some(Parent { function: parent, kind: PartKind::ColdFragment });
+            functions[gi].parent = Some(Parent {
+                function: parent,
+                kind: PartKind::ColdFragment,
+            });
         }
     }
 }

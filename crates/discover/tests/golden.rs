@@ -22,9 +22,18 @@ fn build(name: &str, pie: bool) -> PathBuf {
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join(format!("{name}{}", if pie { ".pie" } else { "" }));
     let src = golden_dir().join(format!("{name}.s"));
-    let pie_flags: &[&str] = if pie { &["-pie", "-fPIE"] } else { &["-no-pie"] };
+    let pie_flags: &[&str] = if pie {
+        &["-pie", "-fPIE"]
+    } else {
+        &["-no-pie"]
+    };
     let status = Command::new("gcc")
-        .args(["-nostdlib", "-Wl,--emit-relocs", "-Wl,--build-id=none", "-o"])
+        .args([
+            "-nostdlib",
+            "-Wl,--emit-relocs",
+            "-Wl,--build-id=none",
+            "-o",
+        ])
         .arg(&out)
         .arg(&src)
         .args(pie_flags)
@@ -48,7 +57,10 @@ fn check(name: &str, pie: bool, expected_exit: i32) {
         return;
     }
     let expected = std::fs::read_to_string(&golden).unwrap_or_else(|_| {
-        panic!("{} missing: run with RIVET_BLESS=1 to create it", golden.display())
+        panic!(
+            "{} missing: run with RIVET_BLESS=1 to create it",
+            golden.display()
+        )
     });
     if dump != expected {
         let actual = golden.with_extension("dump.actual");

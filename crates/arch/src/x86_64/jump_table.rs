@@ -111,7 +111,11 @@ impl State {
         self.next_var += 1;
         self.widths.push(width);
         debug_assert_eq!(self.widths.len(), self.next_var as usize + 1);
-        Val::Affine { var: self.next_var, scale: 1, offset: 0 }
+        Val::Affine {
+            var: self.next_var,
+            scale: 1,
+            offset: 0,
+        }
     }
 
     /// The value of the low `width` bits of `v`, zero-extended. A range check on `%al` bounds
@@ -120,12 +124,20 @@ impl State {
     fn narrow(&mut self, v: Val, width: u8) -> Val {
         match v {
             Val::Const(c) if width < 64 => Val::Const(c & ((1u64 << width) - 1)),
-            Val::Affine { var, scale: 1, offset: 0 } => {
+            Val::Affine {
+                var,
+                scale: 1,
+                offset: 0,
+            } => {
                 if self.widths[var as usize] <= width {
                     return v;
                 }
                 if let Some(&(_, id)) = self.narrowed.iter().find(|(k, _)| *k == (var, width)) {
-                    return Val::Affine { var: id, scale: 1, offset: 0 };
+                    return Val::Affine {
+                        var: id,
+                        scale: 1,
+                        offset: 0,
+                    };
                 }
                 let n = self.fresh_width(width);
                 if let Val::Affine { var: id, .. } = n {
@@ -171,7 +183,11 @@ impl State {
 
     fn mem_key(&self, inst: &iced_x86::Instruction) -> MemKey {
         let val = |r: Register| {
-            if r == Register::None { None } else { self.regs[r.full_register() as usize] }
+            if r == Register::None {
+                None
+            } else {
+                self.regs[r.full_register() as usize]
+            }
         };
         (
             inst.memory_base(),
@@ -235,15 +251,13 @@ impl State {
             return *v;
         }
         match self.address(inst) {
-            Some(Val::Affine { var, scale, offset }) if scale == u64::from(size) || size == 4 => {
-                Val::Entry {
-                    table: offset,
-                    var,
-                    scale,
-                    size,
-                    signed,
-                }
-            }
+            Some(Val::Affine { var, scale, offset }) if scale == u64::from(size) => Val::Entry {
+                table: offset,
+                var,
+                scale,
+                size,
+                signed,
+            },
             Some(Val::Const(addr)) if size == 8 => Val::Loaded { addr },
             _ => self.fresh(),
         }
@@ -314,6 +328,19 @@ fn var_of(v: Val) -> Option<u32> {
     }
 }
 
+fn immediate_operand(raw: &iced_x86::Instruction) -> Option<u64> {
+    match raw.op1_kind() {
+        OpKind::Immediate8
+        | OpKind::Immediate16
+        | OpKind::Immediate8to16
+        | OpKind::Immediate32
+        | OpKind::Immediate8to32
+        | OpKind::Immediate8to64
+        | OpKind::Immediate32to64 => Some(raw.immediate(1)),
+        _ => None,
+    }
+}
+
 fn writes_memory_only(raw: &iced_x86::Instruction) -> bool {
     raw.op_count() >= 1 && raw.op0_kind() == OpKind::Memory
 }
@@ -328,6 +355,148 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
 /// jumps at the addresses in `taken` are followed to their target (so `cmp $N,idx; jbe table`
 /// bounds the index on that path), all others fall through.
 pub fn analyze_indirect_jump_path(window: &[Inst], taken: &[Vaddr]) -> IndirectJump {
+    analyze_indirect_jump_with(window, taken, &[])
+}
+
+/// Registers whose every definition in `insts` (a whole function) loads the same constant
+/// address (`lea X(%rip),%reg` or `mov $X,%reg`), with that address. When such a register is
+/// read before any definition in a window, it can only hold that constant: compilers hoist a
+/// jump table's base out of the dispatch loop this way.
+pub fn register_constants(insts: &[Inst]) -> Vec<(RegisterId, u64)> {
+    let mut state: Vec<Option<Option<u64>>> = vec![None; 256];
+    let mut factory = InstructionInfoFactory::new();
+    for inst in insts {
+        let raw = &inst.raw;
+        // Epilogues restore callee-saved registers; no code after that reads the register
+        // as a table base (it could not work), so a pop is not a competing definition.
+        if raw.mnemonic() == Mnemonic::Pop {
+            continue;
+        }
+        let constant = constant_definition(raw);
+        if let Some((r, value)) = constant {
+            let slot = &mut state[r.full_register() as usize];
+            *slot = match *slot {
+                None => Some(Some(value)),
+                Some(Some(v)) if v == value => Some(Some(v)),
+                _ => Some(None),
+            };
+            continue;
+        }
+        for u in factory.info(raw).used_registers() {
+            if matches!(
+                u.access(),
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
+            ) && u.register().is_gpr()
+            {
+                state[u.register().full_register() as usize] = Some(None);
+            }
+        }
+    }
+    state
+        .iter()
+        .enumerate()
+        .filter_map(|(r, s)| match s {
+            Some(Some(v)) => Some((RegisterId(r as u16), *v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An opaque register number, as returned by `register_constants`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RegisterId(u16);
+
+fn constant_definition(raw: &iced_x86::Instruction) -> Option<(Register, u64)> {
+    match raw.mnemonic() {
+        Mnemonic::Lea if raw.is_ip_rel_memory_operand() && raw.op0_register().size() == 8 => {
+            Some((raw.op0_register(), raw.ip_rel_memory_address()))
+        }
+        Mnemonic::Mov
+            if raw.op0_kind() == OpKind::Register
+                && matches!(
+                    raw.op1_kind(),
+                    OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64
+                )
+                && raw.op0_register().size() >= 4 =>
+        {
+            Some((raw.op0_register(), raw.immediate(1)))
+        }
+        _ => None,
+    }
+}
+
+fn is_write(access: OpAccess) -> bool {
+    matches!(
+        access,
+        OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+    )
+}
+
+/// General-purpose registers whose value at the start of `window` the window reads.
+pub fn window_live_in(window: &[Inst]) -> Vec<RegisterId> {
+    let mut factory = InstructionInfoFactory::new();
+    let mut written = [false; 256];
+    let mut live = Vec::new();
+    for inst in window {
+        let info = factory.info(&inst.raw);
+        for u in info.used_registers() {
+            let r = u.register();
+            if !r.is_gpr() {
+                continue;
+            }
+            let id = r.full_register() as usize;
+            if matches!(
+                u.access(),
+                OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+            ) && !written[id]
+            {
+                let reg = RegisterId(id as u16);
+                if !live.contains(&reg) {
+                    live.push(reg);
+                }
+            }
+        }
+        for u in info.used_registers() {
+            if is_write(u.access()) && u.register().is_gpr() {
+                written[u.register().full_register() as usize] = true;
+            }
+        }
+    }
+    live
+}
+
+impl Inst {
+    /// How this instruction defines register `r`: `None` if it does not write it,
+    /// `Some(Some(c))` if it loads the constant address `c`, `Some(None)` otherwise.
+    pub fn register_definition(&self, r: RegisterId) -> Option<Option<u64>> {
+        if let Some((reg, value)) = constant_definition(&self.raw) {
+            if reg.full_register() as u16 == r.0 {
+                return Some(Some(value));
+            }
+        }
+        let mut factory = InstructionInfoFactory::new();
+        factory
+            .info(&self.raw)
+            .used_registers()
+            .iter()
+            .any(|u| {
+                is_write(u.access())
+                    && u.register().is_gpr()
+                    && u.register().full_register() as u16 == r.0
+            })
+            .then_some(None)
+    }
+}
+
+/// `analyze_indirect_jump_path` with registers known to hold constants at the window start.
+pub fn analyze_indirect_jump_with(
+    window: &[Inst],
+    taken: &[Vaddr],
+    constants: &[(RegisterId, u64)],
+) -> IndirectJump {
     let Some((jump, body)) = window.split_last() else {
         return IndirectJump::Unknown;
     };
@@ -343,6 +512,9 @@ pub fn analyze_indirect_jump_path(window: &[Inst], taken: &[Vaddr]) -> IndirectJ
         widths: vec![0],
         narrowed: Vec::new(),
     };
+    for &(RegisterId(r), value) in constants {
+        st.regs[r as usize] = Some(Val::Const(value));
+    }
     let mut factory = InstructionInfoFactory::new();
     // Range checks seen: (variable, entries, jcc address, default target).
     let mut bounds: Vec<(u32, u64, Vaddr, Vaddr)> = Vec::new();
@@ -360,7 +532,10 @@ pub fn analyze_indirect_jump_path(window: &[Inst], taken: &[Vaddr]) -> IndirectJ
                 let (lhs, wide) = match raw.op0_kind() {
                     OpKind::Register => {
                         let v = st.reg(raw.op0_register());
-                        (var_of(st.narrow(v, raw.op0_register().size() as u8 * 8)), var_of(v))
+                        (
+                            var_of(st.narrow(v, raw.op0_register().size() as u8 * 8)),
+                            var_of(v),
+                        )
                     }
                     OpKind::Memory => {
                         let v = match State::slot_key(raw) {
@@ -370,21 +545,33 @@ pub fn analyze_indirect_jump_path(window: &[Inst], taken: &[Vaddr]) -> IndirectJ
                                 st.memory_value(key)
                             }
                         };
-                        (var_of(st.narrow(v, raw.memory_size().size() as u8 * 8)), var_of(v))
+                        (
+                            var_of(st.narrow(v, raw.memory_size().size() as u8 * 8)),
+                            var_of(v),
+                        )
                     }
                     _ => (None, None),
                 };
-                let imm = match raw.op1_kind() {
-                    OpKind::Immediate8
-                    | OpKind::Immediate16
-                    | OpKind::Immediate8to16
-                    | OpKind::Immediate32
-                    | OpKind::Immediate8to32
-                    | OpKind::Immediate8to64
-                    | OpKind::Immediate32to64 => Some(raw.immediate(1)),
-                    _ => None,
+                pending_cmp = immediate_operand(raw).map(|imm| (lhs, wide, imm));
+                continue;
+            }
+            // `sub $N,idx; ja default` checks the old value like `cmp $N,idx` (clang -O0).
+            Mnemonic::Sub
+                if raw.op_count() == 2
+                    && raw.op0_kind() == OpKind::Register
+                    && immediate_operand(raw).is_some() =>
+            {
+                let r = raw.op0_register();
+                let v = st.reg(r);
+                let lhs = var_of(st.narrow(v, r.size() as u8 * 8));
+                let wide = var_of(v);
+                let new = if r.size() == 4 {
+                    st.fresh_width(32)
+                } else {
+                    st.fresh()
                 };
-                pending_cmp = imm.map(|imm| (lhs, wide, imm));
+                st.regs[r.full_register() as usize] = Some(new);
+                pending_cmp = immediate_operand(raw).map(|imm| (lhs, wide, imm));
                 continue;
             }
             Mnemonic::Ja | Mnemonic::Jae | Mnemonic::Jbe | Mnemonic::Jb => {
@@ -587,7 +774,11 @@ pub fn analyze_indirect_jump_path(window: &[Inst], taken: &[Vaddr]) -> IndirectJ
                 for r in written {
                     if r.is_gpr() {
                         // A 32-bit result is zero-extended; narrower ones keep unknown bits.
-                        let v = if r.size() == 4 { st.fresh_width(32) } else { st.fresh() };
+                        let v = if r.size() == 4 {
+                            st.fresh_width(32)
+                        } else {
+                            st.fresh()
+                        };
                         st.regs[r.full_register() as usize] = Some(v);
                     }
                 }
@@ -595,17 +786,11 @@ pub fn analyze_indirect_jump_path(window: &[Inst], taken: &[Vaddr]) -> IndirectJ
                     raw.flow_control(),
                     iced_x86::FlowControl::Call | iced_x86::FlowControl::IndirectCall
                 ) {
-                    for r in [
-                        Register::RAX,
-                        Register::RCX,
-                        Register::RDX,
-                        Register::RSI,
-                        Register::RDI,
-                        Register::R8,
-                        Register::R9,
-                        Register::R10,
-                        Register::R11,
-                    ] {
+                    // Only the return registers are known to change. A caller-saved register
+                    // read after the call without being redefined is one the compiler knows
+                    // the callee preserves (gcc's -fipa-ra keeps table bases in %r10 across
+                    // calls to local functions).
+                    for r in [Register::RAX, Register::RDX] {
                         let v = st.fresh();
                         st.regs[r as usize] = Some(v);
                     }
@@ -705,7 +890,9 @@ mod tests {
     #[test]
     fn check_of_low_bits_bounds_the_index() {
         // cmp $0x9,%eax; ja; jmp *0x402000(,%rax,8): the compiler knows the upper half is 0.
-        let code = [0x83, 0xf8, 0x09, 0x77, 0x10, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00];
+        let code = [
+            0x83, 0xf8, 0x09, 0x77, 0x10, 0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00,
+        ];
         match analyze(&code, 0x401000) {
             IndirectJump::AbsoluteTable { bound: Some(b), .. } => assert_eq!(b.entries, 10),
             other => panic!("{other:?}"),
@@ -810,7 +997,11 @@ mod tests {
             0x40, 0x00,
         ];
         let insts = decode_all(&code, Vaddr(0x1000));
-        let path: Vec<Inst> = insts.iter().copied().filter(|i| i.addr() != Vaddr(0x1005)).collect();
+        let path: Vec<Inst> = insts
+            .iter()
+            .copied()
+            .filter(|i| i.addr() != Vaddr(0x1005))
+            .collect();
         match analyze_indirect_jump_path(&path, &[Vaddr(0x1003)]) {
             IndirectJump::AbsoluteTable { bound: Some(b), .. } => {
                 assert_eq!(b.entries, 5);
@@ -821,6 +1012,52 @@ mod tests {
         // Falling through the same jbe proves nothing.
         match analyze_indirect_jump_path(&path, &[]) {
             IndirectJump::AbsoluteTable { bound, .. } => assert_eq!(bound, None),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn hoisted_table_base_from_register_constants() {
+        // Function: lea 0x100(%rip),%r10 ... later: cmp $9,%eax; ja; movslq (%r10,%rax,4),%rax;
+        // add %r10,%rax; jmp *%rax
+        let head = [0x4c, 0x8d, 0x15, 0x00, 0x01, 0x00, 0x00];
+        let window = [
+            0x83, 0xf8, 0x09, 0x77, 0x10, 0x49, 0x63, 0x04, 0x82, 0x4c, 0x01, 0xd0, 0xff, 0xe0,
+        ];
+        let f = decode_all(&head, Vaddr(0x1000));
+        let constants = register_constants(&f);
+        let w = decode_all(&window, Vaddr(0x2000));
+        assert_eq!(analyze_indirect_jump_path(&w, &[]), IndirectJump::Unknown);
+        match analyze_indirect_jump_with(&w, &[], &constants) {
+            IndirectJump::RelativeTable {
+                table,
+                base,
+                bound: Some(b),
+                ..
+            } => {
+                assert_eq!(table, Vaddr(0x1107));
+                assert_eq!(base, Vaddr(0x1107));
+                assert_eq!(b.entries, 10);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A second, different definition makes the register unknown.
+        let two = [
+            0x4c, 0x8d, 0x15, 0x00, 0x01, 0x00, 0x00, 0x4c, 0x8d, 0x15, 0x00, 0x02, 0x00, 0x00,
+        ];
+        assert!(register_constants(&decode_all(&two, Vaddr(0x1000))).is_empty());
+    }
+
+    #[test]
+    fn sub_is_a_range_check() {
+        // mov %eax,%ecx; sub $9,%eax; ja; mov %ecx,%eax; lea 0x100(%rip),%rdx;
+        // movslq (%rdx,%rax,4),%rax; add %rdx,%rax; jmp *%rax
+        let code = [
+            0x89, 0xc1, 0x83, 0xe8, 0x09, 0x77, 0x10, 0x89, 0xc8, 0x48, 0x8d, 0x15, 0x00, 0x01,
+            0x00, 0x00, 0x48, 0x63, 0x04, 0x82, 0x48, 0x01, 0xd0, 0xff, 0xe0,
+        ];
+        match analyze(&code, 0x1000) {
+            IndirectJump::RelativeTable { bound: Some(b), .. } => assert_eq!(b.entries, 10),
             other => panic!("{other:?}"),
         }
     }
