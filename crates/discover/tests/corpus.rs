@@ -1,0 +1,395 @@
+//! Discovery on the test corpus: C and C++ programs built at test time with gcc-12 and
+//! clang-19 at -O0/-O2/-O3, PIE and non-PIE, with `--emit-relocs` (see tests/corpus).
+//!
+//! These tests assert concrete facts of the CFGs (the dense switch has 12 targets, the
+//! threaded interpreter's 16 labels are resolved, landing pads are found...) and the share of
+//! functions and bytes modelled exactly. The corpus is built (and cached) by
+//! `scripts/build-corpus.sh`; a missing compiler fails the test with the package to install.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use rivet_discover::{DiscoverOptions, discover};
+use rivet_elf::{ElfFile, ElfKind, Vaddr};
+use rivet_ir::*;
+
+struct Entry {
+    name: String,
+    kind: String,
+    program: String,
+    compiler: String,
+    opt: String,
+    path: PathBuf,
+}
+
+fn corpus() -> &'static [Entry] {
+    static CORPUS: OnceLock<Vec<Entry>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = Command::new("bash")
+            .arg(root.join("scripts/build-corpus.sh"))
+            .output()
+            .expect("running scripts/build-corpus.sh");
+        assert!(
+            out.status.success(),
+            "scripts/build-corpus.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let dir = PathBuf::from(stdout.lines().last().expect("corpus directory").trim());
+        let manifest = std::fs::read_to_string(dir.join("manifest.tsv")).unwrap();
+        let mut lines = manifest.lines();
+        let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let (c_name, c_kind, c_prog, c_cc, c_opt, c_path) = (
+            col("name"),
+            col("kind"),
+            col("program"),
+            col("compiler"),
+            col("opt"),
+            col("path"),
+        );
+        let entries: Vec<Entry> = lines
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                Entry {
+                    name: f[c_name].to_string(),
+                    kind: f[c_kind].to_string(),
+                    program: f[c_prog].to_string(),
+                    compiler: f[c_cc].to_string(),
+                    opt: f[c_opt].to_string(),
+                    path: dir.join(f[c_path]),
+                }
+            })
+            .collect();
+        assert!(
+            entries.len() > 100,
+            "corpus has only {} binaries",
+            entries.len()
+        );
+        entries
+    })
+}
+
+fn load(e: &Entry) -> Program {
+    let bytes = std::fs::read(&e.path).unwrap();
+    let elf = ElfFile::parse(&bytes).unwrap_or_else(|err| panic!("{}: {err}", e.name));
+    discover(&elf, &DiscoverOptions::default()).unwrap_or_else(|err| panic!("{}: {err}", e.name))
+}
+
+fn variants(program: &str) -> impl Iterator<Item = &'static Entry> + '_ {
+    corpus()
+        .iter()
+        .filter(move |e| e.program == program && e.kind == "exe")
+}
+
+fn function<'p>(p: &'p Program, name: &'p str, binary: &str) -> &'p Function {
+    p.functions_named(name)
+        .next()
+        .unwrap_or_else(|| panic!("{binary}: no function {name}"))
+}
+
+/// Distinct blocks reached from `f`'s jump tables and computed gotos.
+fn indirect_targets(f: &Function) -> BTreeSet<Vaddr> {
+    f.blocks
+        .iter()
+        .flat_map(|b| &b.succs)
+        .filter(|e| matches!(e.kind, EdgeKind::JumpTable | EdgeKind::ComputedGoto))
+        .map(|e| f.block(e.to).start)
+        .collect()
+}
+
+#[test]
+fn whole_corpus_is_modelled() {
+    let (mut functions, mut simple, mut bytes, mut simple_bytes) = (0usize, 0usize, 0u64, 0u64);
+    let mut skipped = Vec::new();
+    for e in corpus() {
+        let p = load(e);
+        assert_eq!(
+            p.info.relocation_mode,
+            RelocationMode::Available,
+            "{}",
+            e.name
+        );
+        for f in &p.functions {
+            functions += 1;
+            bytes += f.range.len();
+            match f.skip_reason() {
+                None => {
+                    simple += 1;
+                    simple_bytes += f.range.len();
+                    // Simple means every instruction is in exactly one block, in order.
+                    let covered: u32 = f.blocks.iter().map(|b| b.insts.len() as u32).sum();
+                    assert_eq!(covered as usize, f.insts.len(), "{}: {}", e.name, f.name());
+                }
+                Some(reason) => skipped.push(format!("{}: {} ({reason})", e.name, f.name())),
+            }
+        }
+    }
+    let fn_pct = simple as f64 * 100.0 / functions as f64;
+    let byte_pct = simple_bytes as f64 * 100.0 / bytes as f64;
+    eprintln!(
+        "corpus: {} binaries, {functions} functions, {simple} simple ({fn_pct:.2}%), \
+         {simple_bytes}/{bytes} bytes ({byte_pct:.2}%)",
+        corpus().len()
+    );
+    for s in &skipped {
+        eprintln!("  skipped {s}");
+    }
+    assert!(fn_pct >= 99.0, "only {fn_pct:.2}% of functions are simple");
+    assert!(
+        byte_pct >= 99.5,
+        "only {byte_pct:.2}% of code bytes are simple"
+    );
+}
+
+#[test]
+fn dense_switch_has_twelve_targets() {
+    for e in variants("switch_dense") {
+        let p = load(e);
+        let f = function(&p, "op_dense", &e.name);
+        assert!(f.is_simple(), "{}: {:?}", e.name, f.status);
+        assert_eq!(f.jump_tables.len(), 1, "{}", e.name);
+        let jt = &f.jump_tables[0];
+        assert_eq!(jt.entries.len(), 12, "{}", e.name);
+        let distinct: BTreeSet<_> = jt.entries.iter().collect();
+        assert_eq!(distinct.len(), 12, "{}", e.name);
+        assert!(
+            jt.default_target.is_some(),
+            "{}: range check not found",
+            e.name
+        );
+        assert_eq!(indirect_targets(f).len(), 12, "{}", e.name);
+        // Every entry is the start of a block of op_dense.
+        for t in &jt.entries {
+            assert!(
+                f.block_at(*t).is_some(),
+                "{}: entry {t} is no block",
+                e.name
+            );
+        }
+    }
+}
+
+#[test]
+fn nested_and_holey_switches() {
+    for e in variants("switch_sparse_nested") {
+        let p = load(e);
+        for name in ["holes", "nested"] {
+            let f = function(&p, name, &e.name);
+            assert!(f.is_simple(), "{}: {name}: {:?}", e.name, f.status);
+            assert!(
+                !f.jump_tables.is_empty(),
+                "{}: {name} has no jump table",
+                e.name
+            );
+        }
+        // Unoptimized, every switch of `nested` keeps its own table: the outer one and the
+        // inner ones.
+        let nested = function(&p, "nested", &e.name);
+        if e.opt == "O0" {
+            assert!(nested.jump_tables.len() >= 2, "{}", e.name);
+        }
+    }
+}
+
+#[test]
+fn computed_goto_labels_are_resolved() {
+    for e in variants("computed_goto") {
+        let p = load(e);
+        let run = function(&p, "run", &e.name);
+        assert!(run.is_simple(), "{}: {:?}", e.name, run.status);
+        assert_eq!(
+            indirect_targets(run).len(),
+            16,
+            "{}: run's 16 labels",
+            e.name
+        );
+        // regvm's table is a local array: its labels are stored by `lea` instructions. The
+        // compiler may fold uses of a label into direct jumps (gcc -O2 keeps 3 of the 4) or
+        // into a table in .rodata (clang), but every label whose address is stored must be a
+        // target of the dispatch jumps.
+        let regvm = function(&p, "regvm", &e.name);
+        assert!(regvm.is_simple(), "{}: {:?}", e.name, regvm.status);
+        let targets = indirect_targets(regvm);
+        let taken: BTreeSet<Vaddr> = regvm
+            .blocks
+            .iter()
+            .filter(|b| b.is_address_taken)
+            .map(|b| b.start)
+            .collect();
+        assert!(
+            targets.len() >= 3,
+            "{}: regvm has {} labels",
+            e.name,
+            targets.len()
+        );
+        assert!(
+            targets.is_superset(&taken),
+            "{}: {targets:?} misses some of {taken:?}",
+            e.name
+        );
+    }
+}
+
+#[test]
+fn landing_pads_are_found() {
+    for e in corpus().iter().filter(|e| e.program == "exceptions") {
+        let p = load(e);
+        let pads: usize = p
+            .functions
+            .iter()
+            .map(|f| f.blocks.iter().filter(|b| b.is_landing_pad).count())
+            .sum();
+        assert!(pads >= 5, "{}: only {pads} landing pads", e.name);
+        for f in &p.functions {
+            for call in &f.calls {
+                let Some(lp) = call.landing_pad else { continue };
+                let here = f.range.contains(lp)
+                    && f.block_at(lp).is_some_and(|b| f.block(b).is_landing_pad);
+                let in_fragment = !f.range.contains(lp)
+                    && p.function_containing(lp)
+                        .is_some_and(|g| g.block_at(lp).is_some());
+                assert!(
+                    here || in_fragment,
+                    "{}: {} lands at {lp}",
+                    e.name,
+                    f.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn tail_calls_and_noreturn() {
+    for e in variants("tailcalls_noreturn") {
+        let p = load(e);
+        // gcc may specialize them (`fatal.constprop.0`).
+        let named = |base: &str| {
+            p.functions
+                .iter()
+                .find(|f| f.name() == base || f.name().starts_with(&format!("{base}.")))
+                .unwrap_or_else(|| panic!("{}: no function {base}", e.name))
+        };
+        let (finish, fatal) = (named("finish"), named("fatal"));
+        for f in &p.functions {
+            for call in &f.calls {
+                if let CallTarget::Function {
+                    function: callee, ..
+                } = call.target
+                    && (callee == finish.id || callee == fatal.id)
+                {
+                    assert!(
+                        call.noreturn,
+                        "{}: call at {} not noreturn",
+                        e.name, call.at
+                    );
+                }
+                if let CallTarget::Plt { name, .. } = &call.target
+                    && (name == "abort" || name == "exit")
+                {
+                    assert!(call.noreturn, "{}: call to {name} not noreturn", e.name);
+                }
+            }
+        }
+        if e.opt != "O0" {
+            let tail_calls = p
+                .functions
+                .iter()
+                .flat_map(|f| &f.blocks)
+                .filter(|b| {
+                    matches!(
+                        b.terminator,
+                        Terminator::TailCall { .. } | Terminator::CondTailCall { .. }
+                    )
+                })
+                .count();
+            assert!(tail_calls >= 3, "{}: only {tail_calls} tail calls", e.name);
+        }
+    }
+}
+
+#[test]
+fn cold_fragments_are_linked_to_their_parent() {
+    let mut seen = 0;
+    for e in corpus()
+        .iter()
+        .filter(|e| e.opt == "O2split" && e.kind == "exe")
+    {
+        let p = load(e);
+        for f in p.functions.iter().filter(|f| f.name().contains(".cold")) {
+            seen += 1;
+            let parent = f
+                .parent
+                .unwrap_or_else(|| panic!("{}: {} has no parent", e.name, f.name()));
+            assert_eq!(parent.kind, PartKind::ColdFragment);
+            let parent_fn = p.function(parent.function);
+            assert_eq!(
+                f.name().split(".cold").next().unwrap(),
+                parent_fn.name(),
+                "{}",
+                e.name
+            );
+            assert!(f.is_simple(), "{}: {}: {:?}", e.name, f.name(), f.status);
+            let jumps_to_cold = parent_fn
+                .blocks
+                .iter()
+                .flat_map(|b| &b.fragment_succs)
+                .any(|fe| fe.function == f.id);
+            assert!(
+                jumps_to_cold,
+                "{}: {} never branches to {}",
+                e.name,
+                parent_fn.name(),
+                f.name()
+            );
+        }
+    }
+    assert!(
+        seen >= 3,
+        "only {seen} .cold fragments in the O2split builds"
+    );
+}
+
+#[test]
+fn shared_library_and_its_user() {
+    let libs: Vec<_> = corpus().iter().filter(|e| e.kind == "shared-lib").collect();
+    assert!(!libs.is_empty());
+    for e in libs {
+        let p = load(e);
+        assert_eq!(p.info.kind, ElfKind::SharedLibrary, "{}", e.name);
+        assert!(p.functions.iter().all(|f| f.is_simple()), "{}", e.name);
+    }
+    for e in variants("shared_user") {
+        let p = load(e);
+        assert!(p.info.kind != ElfKind::SharedLibrary, "{}", e.name);
+        assert!(!p.plt.is_empty(), "{}: no PLT stubs", e.name);
+    }
+}
+
+#[test]
+fn discovery_is_deterministic_across_thread_counts() {
+    let samples: Vec<_> = corpus()
+        .iter()
+        .filter(|e| e.compiler == "gcc" && e.opt == "O2" && e.kind == "exe")
+        .take(6)
+        .collect();
+    for e in samples {
+        let bytes = std::fs::read(&e.path).unwrap();
+        let elf = ElfFile::parse(&bytes).unwrap();
+        let dump = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let p = discover(&elf, &DiscoverOptions::default()).unwrap();
+                rivet_ir::dump::dump_program(&p)
+            })
+        };
+        assert_eq!(dump(1), dump(4), "{}", e.name);
+    }
+}
