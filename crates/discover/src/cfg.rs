@@ -290,12 +290,37 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     let mut unknown_jumps = Vec::new();
     let mut constants: Option<Vec<(rivet_arch::RegisterId, u64)>> = None;
     let mut branch_preds: Option<Vec<(usize, usize)>> = None;
-    for (i, inst) in insts.iter().enumerate() {
-        if inst.flow() != Flow::IndirectJump {
+    let mut merge_points: Option<Vec<bool>> = None;
+    // Two passes: jumps whose table the straight-line window reveals first, then those that
+    // need the paths into them (which go through the first ones' table targets).
+    let mut work: Vec<(usize, bool)> = (0..insts.len())
+        .filter(|&i| insts[i].flow() == Flow::IndirectJump)
+        .map(|i| (i, false))
+        .collect();
+    let mut retry: Vec<(usize, bool)> = Vec::new();
+    let mut pass = 0;
+    while pass < 2 {
+        let Some((i, reach)) = (if pass == 0 { work.pop() } else { retry.pop() }) else {
+            pass += 1;
             continue;
-        }
+        };
+        let inst = &insts[i];
+        // The straight-line window ends the jump: back to where other paths merge in (a branch
+        // target or a stored label), so every value it computes holds on all paths.
+        let merge = merge_points.get_or_insert_with(|| {
+            let mut m = vec![false; insts.len()];
+            for (t, _) in branch_predecessors(insts) {
+                m[t] = true;
+            }
+            for r in ctx.refs_into(f.range) {
+                if let Some(k) = inst_index(insts, r.target) {
+                    m[k] = true;
+                }
+            }
+            m
+        });
         let mut j = i;
-        while j > 0 && i - j < 48 && insts[j - 1].flow().falls_through() {
+        while j > 0 && i - j < 48 && insts[j - 1].flow().falls_through() && !merge[j] {
             j -= 1;
         }
         let mut form = analyze_indirect_jump(&insts[j..=i]);
@@ -305,19 +330,47 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 form = rivet_arch::analyze_indirect_jump_with(&insts[j..=i], &[], constants);
             }
         }
+        if form == IndirectJump::Unknown && !reach {
+            retry.push((i, true));
+            continue;
+        }
         if form == IndirectJump::Unknown {
             // A table base hoisted out of a dispatch loop, in a register reused elsewhere:
             // follow every path back to the register's definition.
-            let preds = branch_preds.get_or_insert_with(|| branch_predecessors(insts));
+            let preds = branch_preds.get_or_insert_with(|| {
+                let mut p = branch_predecessors(insts);
+                // Targets of the tables found so far are entered from their jumps.
+                for (jump, kind) in &indirect {
+                    if let IndirectKind::Table(t) = kind {
+                        for e in &t.entries {
+                            if let Some(target) = inst_index(insts, *e) {
+                                p.push((target, *jump));
+                            }
+                        }
+                    }
+                }
+                p.sort_unstable();
+                p.dedup();
+                p
+            });
             // From the start of the jump's basic block: paths merge there.
             let mut block_start = i;
             while block_start > j && preds.binary_search_by_key(&block_start, |p| p.0).is_err() {
                 block_start -= 1;
             }
             let window = &insts[block_start..=i];
+            // Blocks entered by no direct branch and no known table come from the jumps not
+            // yet understood (labels cannot be jumped to from other functions).
+            let unresolved: Vec<usize> = (0..insts.len())
+                .filter(|&k| {
+                    insts[k].flow() == Flow::IndirectJump && !indirect.iter().any(|(x, _)| *x == k)
+                })
+                .collect();
             let hints: Vec<_> = rivet_arch::window_live_in(window)
                 .into_iter()
-                .filter_map(|r| reaching_constant(insts, preds, block_start, r).map(|c| (r, c)))
+                .filter_map(|r| {
+                    reaching_constant(insts, preds, &unresolved, block_start, r).map(|c| (r, c))
+                })
                 .collect();
             if !hints.is_empty() {
                 form = rivet_arch::analyze_indirect_jump_with(window, &[], &hints);
@@ -338,7 +391,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 bound,
             } => {
                 let kind = JumpTableKind::Absolute;
-                match resolve_table(&mut b, inst.addr(), table, entry_size, kind, bound) {
+                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, bound) {
                     TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
                     TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
                     TableResult::Failed => {}
@@ -351,7 +404,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 bound,
             } => {
                 let kind = JumpTableKind::Relative { base };
-                match resolve_table(&mut b, inst.addr(), table, entry_size, kind, bound) {
+                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, bound) {
                     TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
                     TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
                     TableResult::Failed => {}
@@ -697,6 +750,7 @@ fn branch_predecessors(insts: &[Inst]) -> Vec<(usize, usize)> {
 fn reaching_constant(
     insts: &[Inst],
     preds: &[(usize, usize)],
+    unresolved_jumps: &[usize],
     start: usize,
     r: rivet_arch::RegisterId,
 ) -> Option<u64> {
@@ -722,9 +776,7 @@ fn reaching_constant(
         if sources.is_empty() {
             // Entered by no direct branch: a target of this function's indirect jumps (labels
             // cannot be jumped to from other functions), so the value is theirs.
-            sources = (0..insts.len())
-                .filter(|&k| insts[k].flow() == Flow::IndirectJump)
-                .collect();
+            sources = unresolved_jumps.to_vec();
             if sources.is_empty() {
                 return None;
             }
@@ -896,6 +948,7 @@ enum TableResult {
 /// Reads a jump table's entries, sized by the range check or the relocations covering it.
 fn resolve_table(
     b: &mut Builder,
+    insts: &[Inst],
     jump_at: Vaddr,
     table: Vaddr,
     entry_size: u8,
@@ -974,7 +1027,7 @@ fn resolve_table(
             b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
             return TableResult::Failed;
         };
-        let in_function = b.range.contains(target);
+        let in_function = b.range.contains(target) && inst_index(insts, target).is_some();
         let in_fragment = !in_function
             && ctx
                 .function_containing(target)
