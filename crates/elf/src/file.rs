@@ -57,19 +57,19 @@ pub struct Section<'data> {
 
 impl Section<'_> {
     pub fn is_alloc(&self) -> bool {
-        self.flags & u64::from(elf::SHF_ALLOC.0) != 0
+        self.flags & elf::SHF_ALLOC.0 != 0
     }
     pub fn is_exec(&self) -> bool {
-        self.flags & u64::from(elf::SHF_EXECINSTR.0) != 0
+        self.flags & elf::SHF_EXECINSTR.0 != 0
     }
     pub fn is_writable(&self) -> bool {
-        self.flags & u64::from(elf::SHF_WRITE.0) != 0
+        self.flags & elf::SHF_WRITE.0 != 0
     }
     pub fn is_nobits(&self) -> bool {
         self.sh_type == elf::SHT_NOBITS.0
     }
     pub fn is_tls(&self) -> bool {
-        self.flags & u64::from(elf::SHF_TLS.0) != 0
+        self.flags & elf::SHF_TLS.0 != 0
     }
     pub fn range(&self) -> VaddrRange {
         VaddrRange::new(self.addr, self.size)

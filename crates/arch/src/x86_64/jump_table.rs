@@ -472,10 +472,10 @@ impl Inst {
     /// How this instruction defines register `r`: `None` if it does not write it,
     /// `Some(Some(c))` if it loads the constant address `c`, `Some(None)` otherwise.
     pub fn register_definition(&self, r: RegisterId) -> Option<Option<u64>> {
-        if let Some((reg, value)) = constant_definition(&self.raw) {
-            if reg.full_register() as u16 == r.0 {
-                return Some(Some(value));
-            }
+        if let Some((reg, value)) = constant_definition(&self.raw)
+            && reg.full_register() as u16 == r.0
+        {
+            return Some(Some(value));
         }
         let mut factory = InstructionInfoFactory::new();
         factory
@@ -750,11 +750,12 @@ pub fn analyze_indirect_jump_with(
                 if writes_memory_only(raw) || raw.flow_control() != iced_x86::FlowControl::Next {
                     st.memory.clear();
                 }
-                if writes_memory_only(raw) && raw.flow_control() == iced_x86::FlowControl::Next {
-                    if let Some(key) = State::slot_key(raw) {
-                        let v = st.fresh();
-                        st.set_slot(key, v);
-                    }
+                if writes_memory_only(raw)
+                    && raw.flow_control() == iced_x86::FlowControl::Next
+                    && let Some(key) = State::slot_key(raw)
+                {
+                    let v = st.fresh();
+                    st.set_slot(key, v);
                 }
                 let written: Vec<Register> = factory
                     .info(raw)
