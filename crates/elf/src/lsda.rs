@@ -158,10 +158,21 @@ impl ElfFile<'_> {
         let section = self
             .section_containing(addr)
             .ok_or_else(|| err(format!("LSDA at {addr} is outside every section")))?;
+        parse_lsda(section.data, section.addr, addr, function_start)
+    }
+}
+
+/// Parses the LSDA at `addr`, inside `bytes` which are mapped at `base`.
+pub fn parse_lsda(bytes: &[u8], base: Vaddr, addr: Vaddr, function_start: Vaddr) -> Result<Lsda> {
+    {
+        let start = addr
+            .checked_since(base)
+            .filter(|&o| o < bytes.len() as u64)
+            .ok_or_else(|| err(format!("LSDA at {addr} is outside its section")))?;
         let mut c = Cursor {
-            bytes: section.data,
-            base: section.addr,
-            pos: (addr - section.addr) as usize,
+            bytes,
+            base,
+            pos: start as usize,
         };
 
         let lpstart_encoding = c.u8()?;
@@ -260,5 +271,65 @@ impl ElfFile<'_> {
             type_entries,
             end: c.base + end as u64,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An LSDA as GCC writes it: no LPStart, a type table (pcrel|sdata4), uleb128 call sites.
+    fn sample() -> Vec<u8> {
+        let mut v = vec![
+            0xff, // LPStart omitted: landing pads are relative to the function start
+            0x9b, // TType: indirect | pcrel | sdata4
+            0x00, // TType offset, patched below
+            0x01, // call sites: uleb128
+            0x0c, // call-site table length: 3 records of 4 bytes
+            // start, len, landing pad, action
+            0x04, 0x05, 0x20, 0x01, // [f+4, f+9) -> f+0x20, action 1
+            0x10, 0x05, 0x00, 0x00, // [f+0x10, f+0x15): no landing pad
+            0x18, 0x05, 0x28, 0x00, // [f+0x18, f+0x1d) -> f+0x28, cleanup
+            0x01, 0x00, // action table: filter 1 (catch type 1), no next
+        ];
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v.extend_from_slice(&0x100i32.to_le_bytes()); // type 1: pcrel, its address + 0x100
+        let ttype_end = v.len();
+        v[2] = (ttype_end - 3) as u8; // measured from the byte after the offset itself
+        v
+    }
+
+    #[test]
+    fn parses_call_sites_actions_and_types() {
+        let bytes = sample();
+        let base = Vaddr(0x2000);
+        let f = Vaddr(0x1000);
+        let l = parse_lsda(&bytes, base, base, f).unwrap();
+        assert_eq!(l.lpstart, f);
+        assert!(!l.lpstart_explicit);
+        assert_eq!(l.call_sites.len(), 3);
+        assert_eq!(l.call_sites[0].start, Vaddr(0x1004));
+        assert_eq!(l.call_sites[0].len, 5);
+        assert_eq!(l.call_sites[0].landing_pad, Some(Vaddr(0x1020)));
+        assert_eq!(l.call_sites[0].filters, vec![1]);
+        assert_eq!(l.call_sites[1].landing_pad, None);
+        assert_eq!(l.call_sites[2].landing_pad, Some(Vaddr(0x1028)));
+        assert!(l.call_sites[2].filters.is_empty());
+        let entry_addr = base + (bytes.len() - 4) as u64;
+        assert_eq!(l.type_entries, vec![(1, entry_addr + 0x100)]);
+    }
+
+    #[test]
+    fn truncated_lsda_is_an_error() {
+        let bytes = sample();
+        for cut in 1..17 {
+            assert!(
+                parse_lsda(&bytes[..cut], Vaddr(0), Vaddr(0), Vaddr(0)).is_err(),
+                "cut {cut}"
+            );
+        }
+        assert!(parse_lsda(&bytes, Vaddr(0x2000), Vaddr(0x1000), Vaddr(0)).is_err());
     }
 }
