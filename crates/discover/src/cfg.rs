@@ -1012,6 +1012,10 @@ fn resolve_table(
             (bd.entries, tb, Some(bd.default_target))
         }
         None if reloc_run > 0 => (reloc_run, TableBound::Relocations, None),
+        // Without relocations and without a range check (a switch covering every value of an
+        // enum), the table ends where entries stop being instructions of this function. The
+        // bound is recorded as scanned, so later phases know it is inferred.
+        None if !ctx.reloc_mode => (4096, TableBound::Scanned, None),
         None => {
             b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
             return TableResult::Failed;
@@ -1022,8 +1026,12 @@ fn resolve_table(
         return TableResult::Failed;
     }
     let mut entries = Vec::with_capacity(entries_count as usize);
+    let open_ended = matches!(table_bound, TableBound::Relocations | TableBound::Scanned);
     for i in 0..entries_count {
         let Some(target) = read_entry(i) else {
+            if open_ended && i > 0 {
+                break;
+            }
             b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
             return TableResult::Failed;
         };
@@ -1035,7 +1043,7 @@ fn resolve_table(
         if !in_function && !in_fragment {
             // Sized by relocations alone, the run may continue into the next table (of
             // another function): it ends where entries stop pointing into this one.
-            if table_bound == TableBound::Relocations && i > 0 {
+            if open_ended && i > 0 {
                 break;
             }
             b.fail(SkipReason::BadJumpTableEntry {
@@ -1046,6 +1054,10 @@ fn resolve_table(
             return TableResult::Failed;
         }
         entries.push(target);
+    }
+    if table_bound == TableBound::Scanned && entries.len() < 2 {
+        b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
+        return TableResult::Failed;
     }
     TableResult::Table(JumpTable {
         addr: table,

@@ -93,6 +93,7 @@ pub fn dump_function(program: &Program, f: &Function) -> String {
         let bound = match jt.bound {
             TableBound::RangeCheck { check } => format!("range check at {check}"),
             TableBound::Relocations => "relocations".to_string(),
+            TableBound::Scanned => "scanning entries (inferred)".to_string(),
             TableBound::RangeCheckAndRelocations { check } => {
                 format!("range check at {check} and relocations")
             }

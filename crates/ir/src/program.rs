@@ -188,6 +188,10 @@ pub enum TableBound {
     Relocations,
     /// Both agree.
     RangeCheckAndRelocations { check: Vaddr },
+    /// Neither exists (no relocations, and the compiler knew the index in range): the table
+    /// was read until an entry stopped being an instruction of the function. Inferred, not
+    /// proven.
+    Scanned,
 }
 
 #[derive(Clone, Debug)]
