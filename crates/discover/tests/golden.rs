@@ -17,10 +17,6 @@ fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
 
-fn build(name: &str, pie: bool) -> PathBuf {
-    build_with(name, pie, true)
-}
-
 fn build_with(name: &str, pie: bool, relocs: bool) -> PathBuf {
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("golden");
     std::fs::create_dir_all(&out_dir).unwrap();
