@@ -79,11 +79,27 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // Messages can quote bytes of a hostile input (section names...): keep the error
+            // on one line, whatever they contain.
+            let message = one_line(&e.message);
             match e.hint {
-                Some(hint) => eprintln!("rivet: error: {} (hint: {hint})", e.message),
-                None => eprintln!("rivet: error: {}", e.message),
+                Some(hint) => eprintln!("rivet: error: {message} (hint: {hint})"),
+                None => eprintln!("rivet: error: {message}"),
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// Escapes control characters so a message prints as one line.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }

@@ -206,3 +206,29 @@ fn input_is_never_modified() {
         meta
     );
 }
+
+/// Inputs the fuzzer once broke Rivet with (an arithmetic overflow on a symbol size, section
+/// names with control characters that split the error line): each must end in a summary or
+/// one clean error line.
+#[test]
+fn fuzz_regressions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-regressions");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        count += 1;
+        for extra in [&[][..], &["--dump"][..], &["--json"][..]] {
+            let mut args = vec!["inspect", path.to_str().unwrap()];
+            args.extend_from_slice(extra);
+            let out = rivet(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!stderr.contains("panicked"), "{}: {stderr}", path.display());
+            match out.status.code() {
+                Some(0) => {}
+                Some(1) => assert_one_error_line(&out, ""),
+                other => panic!("{}: exit {other:?}: {stderr}", path.display()),
+            }
+        }
+    }
+    assert!(count >= 3);
+}

@@ -166,6 +166,22 @@ pub fn find_candidates(elf: &ElfFile, symbols: &[Symbol], fdes: &[Fde]) -> Vec<C
         }
     }
 
+    // A symbol claiming bytes past its section (corrupt or hostile input) is cut at the
+    // section's end and skipped.
+    for c in cands.iter_mut() {
+        let Some(section) = code_section(c.range.start) else {
+            continue;
+        };
+        let end = section.range().end;
+        if c.range.end > end || c.range.end < c.range.start {
+            c.range.end = end;
+            c.skip.get_or_insert(SkipReason::SizeBeyondSection {
+                at: c.range.start,
+                section_end: end,
+            });
+        }
+    }
+
     // Nesting: symbols inside another function become its secondary entries.
     let mut merged: Vec<Candidate> = Vec::with_capacity(cands.len());
     for c in cands {

@@ -188,7 +188,7 @@ impl<'data> ElfFile<'data> {
                     what: "section contents",
                     detail: format!(
                         "section {} extends past the end of the file",
-                        String::from_utf8_lossy(name_bytes)
+                        String::from_utf8_lossy(name_bytes).escape_debug()
                     ),
                 })?
             };

@@ -44,6 +44,8 @@ pub enum SkipReason {
     NoCode { at: Vaddr },
     /// A jump table that also holds code addresses outside this function.
     SharedJumpTable { at: Vaddr, table: Vaddr },
+    /// The symbol's size runs past the end of its section.
+    SizeBeyondSection { at: Vaddr, section_end: Vaddr },
 }
 
 impl SkipReason {
@@ -68,6 +70,7 @@ impl SkipReason {
             SkipReason::UnknownSize { .. } => "unknown-size",
             SkipReason::NoCode { .. } => "no-code",
             SkipReason::SharedJumpTable { .. } => "shared-jump-table",
+            SkipReason::SizeBeyondSection { .. } => "size-beyond-section",
         }
     }
 }
@@ -130,6 +133,10 @@ impl fmt::Display for SkipReason {
                 write!(f, "symbol at {at} has no size and no FDE gives one")
             }
             SkipReason::NoCode { at } => write!(f, "no file bytes back the code at {at}"),
+            SkipReason::SizeBeyondSection { at, section_end } => write!(
+                f,
+                "symbol at {at} claims bytes past the end of its section at {section_end}"
+            ),
             SkipReason::SharedJumpTable { at, table } => write!(
                 f,
                 "jump table at {table} used at {at} also points into other functions"
