@@ -393,3 +393,57 @@ fn discovery_is_deterministic_across_thread_counts() {
         assert_eq!(dump(1), dump(4), "{}", e.name);
     }
 }
+
+/// Two files each with a local `helper`: two functions, told apart by their file symbols,
+/// and calls from each file resolve to their own.
+#[test]
+fn same_named_locals_in_different_files() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("locals");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("one.c"),
+        "__attribute__((noinline)) static int helper(int x) { return x * 3 + 1; }\n\
+         int one(int x) { return helper(x) + 5; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("two.c"),
+        "__attribute__((noinline)) static int helper(int x) { return x ^ 0x55; }\n\
+         int one(int);\n\
+         int main(int argc, char **argv) { (void)argv; return one(argc) + helper(argc) - 9; }\n",
+    )
+    .unwrap();
+    let bin = dir.join("locals");
+    let status = Command::new("gcc")
+        .args(["-O2", "-Wl,--emit-relocs", "-o"])
+        .arg(&bin)
+        .arg(dir.join("one.c"))
+        .arg(dir.join("two.c"))
+        .status()
+        .expect("gcc");
+    assert!(status.success());
+    let bytes = std::fs::read(&bin).unwrap();
+    let elf = ElfFile::parse(&bytes).unwrap();
+    let p = discover(&elf, &DiscoverOptions::default()).unwrap();
+    let helpers: Vec<_> = p.functions_named("helper").collect();
+    assert_eq!(helpers.len(), 2);
+    let mut names: Vec<String> = helpers.iter().map(|f| f.qualified_name()).collect();
+    names.sort();
+    assert_eq!(names, vec!["helper/one.c", "helper/two.c"]);
+    for (caller, file) in [("one", "one.c"), ("main", "two.c")] {
+        let f = p.functions_named(caller).next().unwrap();
+        let callee = f
+            .calls
+            .iter()
+            .find_map(|c| match c.target {
+                CallTarget::Function { function, .. }
+                    if p.function(function).name() == "helper" =>
+                {
+                    Some(p.function(function))
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{caller} does not call helper"));
+        assert_eq!(callee.file.as_deref(), Some(file), "{caller}");
+    }
+}
