@@ -11,7 +11,8 @@
 # builds would wrap silently.
 #
 # At the end it prints the executions done and, for every new finding, its kind, the panic
-# message (replayed through the target) and what the release `rivet inspect` does with it.
+# message (replayed through the target) and what the release `rivet inspect` does with it;
+# the whole libFuzzer log is kept in target/fuzz/.
 #
 # Usage:  scripts/fuzz.sh [SECONDS]        (default 600)
 # Env:    FUZZ_JOBS (default 2), FUZZ_SANITIZER (address|none, default address),
@@ -51,8 +52,9 @@ echo "fuzz.sh: building $target ($toolchain, sanitizer $sanitizer)" >&2
 binary=$fuzz/target/x86_64-unknown-linux-gnu/release/$target
 
 before=$(mktemp)
-log=$(mktemp)
-trap 'rm -f -- "$before" "$log"' EXIT
+trap 'rm -f -- "$before"' EXIT
+mkdir -p "$repo/target/fuzz"
+log=$repo/target/fuzz/$target-$(date -u +%Y%m%dT%H%M%SZ).log
 find "$artifacts" -maxdepth 1 -type f -printf '%f\n' | sort >"$before"
 
 echo "fuzz.sh: fuzzing $target for ${seconds}s with $jobs jobs; log in $log" >&2
@@ -93,7 +95,7 @@ for name in "${new[@]}"; do
     if [[ -x $rivet ]]; then
         rc=0
         cli_err=$(timeout 30 "$rivet" inspect "$artifact" 2>&1 >/dev/null) || rc=$?
-        cli="exit $rc: $(head -c 300 <<<"$cli_err" | tr '\n' ' ')"
+        cli="exit $rc${cli_err:+: $(head -c 300 <<<"$cli_err" | tr '\n' ' ')}"
     fi
     echo "- \`$name\` ($(stat -c %s -- "$artifact") bytes)"
     echo "  - target: ${message:-no panic on replay (timeout, OOM or flaky?)}"

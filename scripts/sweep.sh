@@ -89,7 +89,8 @@ shift $((OPTIND - 1))
 roots=("$@")
 ((${#roots[@]})) || roots=(/usr/bin /usr/lib/x86_64-linux-gnu /usr/lib/llvm-19/lib)
 
-command -v jq >/dev/null || { echo "sweep.sh: needs jq (apt-get install jq)" >&2; exit 2; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_packages jq time coreutils
 [[ -x /usr/bin/time ]] || { echo "sweep.sh: needs GNU time (apt-get install time)" >&2; exit 2; }
 
 rivet=${RIVET:-$repo/target/release/rivet}
@@ -201,9 +202,10 @@ END {
     print ""
     print "## Discovery over the successes"
     print ""
-    printf "- functions: %d, simple: %d = **%s%%**\n", ok_fn, ok_simple, pct(ok_simple, ok_fn)
-    printf "- bytes in functions: %d, in simple functions: %d = **%s%%**\n", ok_fb, ok_sb, pct(ok_sb, ok_fb)
-    printf "- peak RSS: %d KB (%s)\n\n", max_rss, max_rss_file
+    # %.0f, not %d: %d stops at 2^31 in mawk, and byte sums of corrupt inputs go far beyond.
+    printf "- functions: %.0f, simple: %.0f = **%s%%**\n", ok_fn, ok_simple, pct(ok_simple, ok_fn)
+    printf "- bytes in functions: %.0f, in simple functions: %.0f = **%s%%**\n", ok_fb, ok_sb, pct(ok_sb, ok_fb)
+    printf "- peak RSS: %.0f KB (%s)\n\n", max_rss, max_rss_file
     print "Skipped functions by reason, summed over all files:"
     print ""
     print "| reason | functions |"

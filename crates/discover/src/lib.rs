@@ -243,7 +243,9 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
             .collect();
         // A call as the very last instruction of a function: the callee cannot return.
         for (f, d) in functions.iter().zip(&decoded) {
-            if f.origin != Origin::Symbol {
+            // Extents from symbol sizes and FDEs are the compiler's; one guessed up to the
+            // next symbol proves nothing about where the code ends.
+            if f.origin == Origin::SymbolSizedByNext {
                 continue;
             }
             for &t in &d.trailing_call_targets {
