@@ -587,13 +587,20 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             }
         }
         let terminator = match last_inst.flow() {
-            Flow::Jump { target } => {
+            flow @ (Flow::Jump { target } | Flow::CondJump { target }) => {
+                let conditional = matches!(flow, Flow::CondJump { .. });
+                falls_through = conditional;
+                let plain = if conditional {
+                    Terminator::CondJump
+                } else {
+                    Terminator::Jump
+                };
                 if let Some(t) = f.range.contains(target).then(|| block_at(target)).flatten() {
                     succs.push(Edge {
                         to: t,
                         kind: EdgeKind::Taken,
                     });
-                    Terminator::Jump
+                    plain
                 } else {
                     match external(&b, last_inst.addr(), target) {
                         External::Fragment(fe) => {
@@ -601,37 +608,13 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                                 kind: EdgeKind::Taken,
                                 ..fe
                             });
-                            Terminator::Jump
+                            plain
                         }
+                        External::Call(t) if conditional => Terminator::CondTailCall { target: t },
                         External::Call(t) => Terminator::TailCall { target: t },
                         External::Bad(reason) => {
                             deferred.push((bi, reason));
-                            Terminator::Jump
-                        }
-                    }
-                }
-            }
-            Flow::CondJump { target } => {
-                falls_through = true;
-                if let Some(t) = f.range.contains(target).then(|| block_at(target)).flatten() {
-                    succs.push(Edge {
-                        to: t,
-                        kind: EdgeKind::Taken,
-                    });
-                    Terminator::CondJump
-                } else {
-                    match external(&b, last_inst.addr(), target) {
-                        External::Fragment(fe) => {
-                            fragment_succs.push(FragmentEdge {
-                                kind: EdgeKind::Taken,
-                                ..fe
-                            });
-                            Terminator::CondJump
-                        }
-                        External::Call(t) => Terminator::CondTailCall { target: t },
-                        External::Bad(reason) => {
-                            deferred.push((bi, reason));
-                            Terminator::CondJump
+                            plain
                         }
                     }
                 }

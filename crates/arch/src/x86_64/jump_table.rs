@@ -317,6 +317,26 @@ fn scale(v: Val, k: u64) -> Option<Val> {
     }
 }
 
+/// `movslq %eax,%rax` / `cltq` of a 4-byte table entry: the same entry, sign-extended.
+fn sign_extend_entry(v: Val) -> Option<Val> {
+    match v {
+        Val::Entry {
+            table,
+            var,
+            scale,
+            size: 4,
+            ..
+        } => Some(Val::Entry {
+            table,
+            var,
+            scale,
+            size: 4,
+            signed: true,
+        }),
+        _ => None,
+    }
+}
+
 fn var_of(v: Val) -> Option<u32> {
     match v {
         Val::Affine {
@@ -667,43 +687,14 @@ pub fn analyze_indirect_jump_with(
                 Mnemonic::Movsxd if raw.op_count() == 2 => match raw.op1_kind() {
                     OpKind::Memory => Some((raw.op0_register(), st.load(raw, 4, true))),
                     OpKind::Register => {
-                        let v = match st.reg(raw.op1_register()) {
-                            Val::Entry {
-                                table,
-                                var,
-                                scale,
-                                size: 4,
-                                ..
-                            } => Val::Entry {
-                                table,
-                                var,
-                                scale,
-                                size: 4,
-                                signed: true,
-                            },
-                            other => other,
-                        };
+                        let v = sign_extend_entry(st.reg(raw.op1_register()))
+                            .unwrap_or_else(|| st.fresh());
                         Some((raw.op0_register(), v))
                     }
                     _ => None,
                 },
                 Mnemonic::Cdqe => {
-                    let v = match st.reg(Register::RAX) {
-                        Val::Entry {
-                            table,
-                            var,
-                            scale,
-                            size: 4,
-                            ..
-                        } => Val::Entry {
-                            table,
-                            var,
-                            scale,
-                            size: 4,
-                            signed: true,
-                        },
-                        _ => st.fresh(),
-                    };
+                    let v = sign_extend_entry(st.reg(Register::RAX)).unwrap_or_else(|| st.fresh());
                     Some((Register::RAX, v))
                 }
                 Mnemonic::Lea => st.address(raw).map(|v| (raw.op0_register(), v)),
