@@ -285,7 +285,7 @@ impl<'data> ElfFile<'data> {
         })?;
         let start = seg.offset.0.checked_add(addr - seg.vaddr)?;
         let end = start.checked_add(len)?;
-        if end > seg.offset.0 + seg.filesz {
+        if end > seg.offset.0.saturating_add(seg.filesz) {
             return None;
         }
         self.data
@@ -325,7 +325,7 @@ impl<'data> ElfFile<'data> {
         let seg = self.segments.iter().find(|s| {
             s.is_load() && addr >= s.vaddr && addr.get() < s.vaddr.get().saturating_add(s.filesz)
         })?;
-        Some(FileOffset(seg.offset.0 + (addr - seg.vaddr)))
+        seg.offset.0.checked_add(addr - seg.vaddr).map(FileOffset)
     }
 
     /// The GNU build-id note, if present.

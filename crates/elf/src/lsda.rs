@@ -225,7 +225,7 @@ pub fn parse_lsda(bytes: &[u8], base: Vaddr, addr: Vaddr, function_start: Vaddr)
             if site.action == 0 {
                 continue;
             }
-            let mut pos = action_table + (site.action as usize - 1);
+            let mut pos = action_table.saturating_add(site.action as usize - 1);
             // Action chains are short; the bound stops a malicious cycle.
             for _ in 0..256 {
                 let mut a = Cursor {
@@ -242,7 +242,8 @@ pub fn parse_lsda(bytes: &[u8], base: Vaddr, addr: Vaddr, function_start: Vaddr)
                     && let (Some(base), Some(size)) = (ttype_base, encoded_size(ttype_encoding))
                     && !type_entries.iter().any(|(f, _)| *f == filter)
                 {
-                    let entry_addr = Vaddr(base.get().wrapping_sub(filter as u64 * size));
+                    let entry_addr =
+                        Vaddr(base.get().wrapping_sub((filter as u64).wrapping_mul(size)));
                     let off = entry_addr
                         .checked_since(c.base)
                         .ok_or_else(|| err("type table entry before the section"))?;
@@ -256,7 +257,7 @@ pub fn parse_lsda(bytes: &[u8], base: Vaddr, addr: Vaddr, function_start: Vaddr)
                 if next == 0 {
                     break;
                 }
-                pos = (next_field as i64 + next) as usize;
+                pos = (next_field as i64).wrapping_add(next) as usize;
             }
         }
         type_entries.sort_by_key(|(f, _)| *f);
