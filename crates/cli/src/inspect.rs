@@ -22,18 +22,17 @@ pub fn elf_error(path: &std::path::Path, e: &ElfError) -> UserError {
             err.hint("Rivet optimizes x86-64 ELF64 binaries only")
         }
         ElfError::WrongType(_) => err.hint("link the program first; Rivet works on final binaries"),
-        ElfError::Malformed { .. } | ElfError::Unmapped { .. } => {
+        ElfError::Malformed { .. } => {
             err.hint("the file looks truncated or corrupt; rebuild it or check the copy")
         }
     }
 }
 
-fn read_program(path: &std::path::Path) -> Result<(MappedFile, DiscoverOptions), UserError> {
-    let mapped = MappedFile::open(path).map_err(|e| {
+fn map_input(path: &std::path::Path) -> Result<MappedFile, UserError> {
+    MappedFile::open(path).map_err(|e| {
         UserError::new(format!("cannot read {}: {e}", path.display()))
             .hint("check the path and its permissions")
-    })?;
-    Ok((mapped, DiscoverOptions::default()))
+    })
 }
 
 #[derive(Serialize)]
@@ -247,11 +246,10 @@ fn emit(text: &str) -> Result<(), UserError> {
 }
 
 pub fn run(args: &InspectArgs) -> Result<(), UserError> {
-    let (mapped, options) = read_program(&args.binary)?;
+    let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
-    let program = discover(&elf, &options).map_err(|e| match e {
+    let program = discover(&elf, &DiscoverOptions::default()).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
-        other => UserError::new(format!("{}: {other}", args.binary.display())),
     })?;
 
     if !args.function.is_empty() {

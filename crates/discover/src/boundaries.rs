@@ -16,7 +16,7 @@ use rivet_ir::{Origin, PartKind, SkipReason};
 #[derive(Clone, Debug)]
 pub struct Candidate {
     pub range: VaddrRange,
-    /// (name, is_global) of every symbol at the start; globals first after sorting.
+    /// Names of every symbol at the start: globals first, then by name.
     pub names: Vec<String>,
     pub file: Option<String>,
     pub is_local: bool,
@@ -294,19 +294,16 @@ pub fn split_part_name(name: &str) -> Option<(&str, PartKind)> {
         let (head, tail) = s.rsplit_once('.')?;
         (!tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit())).then_some(head.len())
     };
-    let mut rest = name;
-    if let Some(len) = strip_number(rest) {
-        if rest[..len].ends_with(".part") {
-            return Some((&rest[..len - 5], PartKind::PartialInline));
-        }
-        if rest[..len].ends_with(".cold") {
-            return Some((&rest[..len - 5], PartKind::ColdFragment));
-        }
-        rest = &rest[..len];
-        let _ = rest;
-        return None;
+    if let Some(len) = strip_number(name) {
+        let head = &name[..len];
+        return if let Some(base) = head.strip_suffix(".part") {
+            Some((base, PartKind::PartialInline))
+        } else {
+            head.strip_suffix(".cold")
+                .map(|base| (base, PartKind::ColdFragment))
+        };
     }
-    rest.strip_suffix(".cold")
+    name.strip_suffix(".cold")
         .map(|base| (base, PartKind::ColdFragment))
 }
 

@@ -297,6 +297,12 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         .filter(|&i| insts[i].flow() == Flow::IndirectJump)
         .map(|i| (i, false))
         .collect();
+    // Direct-branch predecessors, computed once if the function has indirect jumps.
+    let direct_preds = if work.is_empty() {
+        Vec::new()
+    } else {
+        branch_predecessors(insts)
+    };
     let mut retry: Vec<(usize, bool)> = Vec::new();
     let mut pass = 0;
     while pass < 2 {
@@ -309,7 +315,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         // target or a stored label), so every value it computes holds on all paths.
         let merge = merge_points.get_or_insert_with(|| {
             let mut m = vec![false; insts.len()];
-            for (t, _) in branch_predecessors(insts) {
+            for &(t, _) in &direct_preds {
                 m[t] = true;
             }
             for r in ctx.refs_into(f.range) {
@@ -338,7 +344,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             // A table base hoisted out of a dispatch loop, in a register reused elsewhere:
             // follow every path back to the register's definition.
             let preds = branch_preds.get_or_insert_with(|| {
-                let mut p = branch_predecessors(insts);
+                let mut p = direct_preds.clone();
                 // Targets of the tables found so far are entered from their jumps.
                 for (jump, kind) in &indirect {
                     if let IndirectKind::Table(t) = kind {
@@ -482,7 +488,6 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     indirect.sort_by_key(|(i, _)| *i);
 
     // Leaders from direct branches, tables, landing pads and block ends.
-    let mut fragment_targets: Vec<(usize, Vec<FragmentEdge>)> = Vec::new();
     for (i, inst) in insts.iter().enumerate() {
         let flow = inst.flow();
         match flow {
@@ -557,7 +562,6 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // Problems of blocks that may be unreachable (code after a noreturn call that the
     // compiler left in, alignment padding at the end): they only matter if reachable.
     let mut deferred: Vec<(usize, SkipReason)> = Vec::new();
-    fragment_targets.clear();
     for (bi, w) in starts.windows(2).enumerate() {
         let (first, end) = (w[0], w[1]);
         let last = end - 1;

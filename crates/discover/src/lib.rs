@@ -24,8 +24,6 @@ use crate::cfg::{Context, Decoded, Incoming};
 pub enum DiscoverError {
     #[error(transparent)]
     Elf(#[from] ElfError),
-    #[error("no functions found: the binary has no symbols and no .eh_frame")]
-    NoFunctions,
 }
 
 /// Knobs of discovery.

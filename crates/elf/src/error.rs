@@ -4,8 +4,6 @@
 //! and a hint. Malformed-input errors carry the structure being read when it failed, so a
 //! truncated section table and a truncated symbol table read differently.
 
-use crate::addr::Vaddr;
-
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
     #[error("not an ELF file (no ELF magic at the start)")]
@@ -20,8 +18,6 @@ pub enum ElfError {
     WrongType(&'static str),
     #[error("truncated or malformed ELF: {what}: {detail}")]
     Malformed { what: &'static str, detail: String },
-    #[error("address {addr} is not backed by file data")]
-    Unmapped { addr: Vaddr },
 }
 
 impl ElfError {

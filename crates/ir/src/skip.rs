@@ -42,8 +42,6 @@ pub enum SkipReason {
     UnknownSize { at: Vaddr },
     /// The function's bytes are not in the file (NOBITS or outside any segment).
     NoCode { at: Vaddr },
-    /// A jump table that also holds code addresses outside this function.
-    SharedJumpTable { at: Vaddr, table: Vaddr },
     /// The symbol's size runs past the end of its section.
     SizeBeyondSection { at: Vaddr, section_end: Vaddr },
 }
@@ -69,7 +67,6 @@ impl SkipReason {
             SkipReason::OverlappingSymbols { .. } => "overlapping-symbols",
             SkipReason::UnknownSize { .. } => "unknown-size",
             SkipReason::NoCode { .. } => "no-code",
-            SkipReason::SharedJumpTable { .. } => "shared-jump-table",
             SkipReason::SizeBeyondSection { .. } => "size-beyond-section",
         }
     }
@@ -136,10 +133,6 @@ impl fmt::Display for SkipReason {
             SkipReason::SizeBeyondSection { at, section_end } => write!(
                 f,
                 "symbol at {at} claims bytes past the end of its section at {section_end}"
-            ),
-            SkipReason::SharedJumpTable { at, table } => write!(
-                f,
-                "jump table at {table} used at {at} also points into other functions"
             ),
         }
     }
