@@ -28,7 +28,7 @@ fn sources(krate: &str) -> Vec<(PathBuf, String)> {
         .collect()
 }
 
-const CRATES: &[&str] = &["elf", "arch", "ir", "discover", "cli"];
+const CRATES: &[&str] = &["elf", "arch", "ir", "discover", "emit", "cli"];
 
 #[test]
 fn dependencies_point_one_way() {
@@ -37,6 +37,7 @@ fn dependencies_point_one_way() {
         ("arch", &["rivet-elf"]),
         ("ir", &["rivet-elf", "rivet-arch"]),
         ("discover", &["rivet-elf", "rivet-arch", "rivet-ir"]),
+        ("emit", &["rivet-elf", "rivet-arch", "rivet-ir"]),
     ];
     for (krate, ok) in allowed {
         let manifest =
