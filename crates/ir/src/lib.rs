@@ -10,6 +10,7 @@
 //! the construct and its address. Later phases may only transform simple functions.
 
 pub mod dump;
+pub mod layout;
 pub mod program;
 pub mod skip;
 

@@ -7,3 +7,4 @@
 
 pub mod inst;
 pub mod jump_table;
+pub mod encode;

@@ -1,0 +1,318 @@
+//! Layout: where each block of each rewritten function goes, kept apart from block contents.
+//!
+//! A rewritten function is split into fragments (the first holds the entry block first; later
+//! ones are cold parts placed far away), each an ordered list of blocks. The new text holds
+//! the first fragments of moved functions in `hot_order`; `cold_order` lists every other
+//! fragment. In place mode (inputs without relocations) a function's first fragment is written
+//! back over its original bytes instead, so function order cannot change.
+//!
+//! The simple strategies live here too: the identity and reversed orders, and seeded random
+//! layouts, used to prove the rewriter correct and to randomize layout in benchmarks.
+
+use crate::program::{BlockId, FuncId, Program};
+
+/// One fragment of one function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FragmentRef {
+    pub function: FuncId,
+    pub fragment: u32,
+}
+
+/// The block order of one rewritten function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionLayout {
+    /// `fragments[0]` starts with the entry block; every block appears exactly once.
+    pub fragments: Vec<Vec<BlockId>>,
+}
+
+/// Where rewritten code goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Indexed by `FuncId`; `None` for functions left untouched.
+    pub functions: Vec<Option<FunctionLayout>>,
+    /// First fragments in new-text order (empty in place mode).
+    pub hot_order: Vec<FragmentRef>,
+    /// All other fragments, in order.
+    pub cold_order: Vec<FragmentRef>,
+    /// First fragments are rewritten over the original code instead of moved.
+    pub in_place: bool,
+}
+
+/// A layout that breaks the rules `Layout` documents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidLayout(pub String);
+
+impl std::fmt::Display for InvalidLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid layout: {}", self.0)
+    }
+}
+
+impl std::error::Error for InvalidLayout {}
+
+impl Layout {
+    pub fn function(&self, id: FuncId) -> Option<&FunctionLayout> {
+        self.functions.get(id.0 as usize).and_then(Option::as_ref)
+    }
+
+    pub fn is_rewritten(&self, id: FuncId) -> bool {
+        self.function(id).is_some()
+    }
+
+    pub fn rewritten_count(&self) -> usize {
+        self.functions.iter().flatten().count()
+    }
+
+    /// The blocks of one fragment.
+    pub fn fragment(&self, f: FragmentRef) -> &[BlockId] {
+        &self.functions[f.function.0 as usize]
+            .as_ref()
+            .expect("fragment of a rewritten function")
+            .fragments[f.fragment as usize]
+    }
+
+    /// Checks every invariant against `program`: only simple functions, every block exactly
+    /// once, entry first, every fragment listed once in the right order list.
+    pub fn validate(&self, program: &Program) -> Result<(), InvalidLayout> {
+        let bad = |s: String| Err(InvalidLayout(s));
+        if self.functions.len() != program.functions.len() {
+            return bad(format!(
+                "{} function entries for {} functions",
+                self.functions.len(),
+                program.functions.len()
+            ));
+        }
+        for (i, fl) in self.functions.iter().enumerate() {
+            let Some(fl) = fl else { continue };
+            let f = &program.functions[i];
+            if !f.is_simple() {
+                return bad(format!("{} is not simple", f.name()));
+            }
+            let mut seen = vec![false; f.blocks.len()];
+            for frag in &fl.fragments {
+                if frag.is_empty() {
+                    return bad(format!("{} has an empty fragment", f.name()));
+                }
+                for b in frag {
+                    match seen.get_mut(b.0 as usize) {
+                        Some(s) if !*s => *s = true,
+                        _ => return bad(format!("{}: block {} misplaced", f.name(), b.0)),
+                    }
+                }
+            }
+            if seen.iter().any(|s| !s) {
+                return bad(format!("{}: a block is missing", f.name()));
+            }
+            let first = fl.fragments.first().and_then(|fr| fr.first());
+            if first.is_none_or(|b| !f.block(*b).is_entry || f.block(*b).start != f.range.start) {
+                return bad(format!("{}: the entry block is not first", f.name()));
+            }
+        }
+        let mut listed = std::collections::HashSet::new();
+        for (list, hot) in [(&self.hot_order, true), (&self.cold_order, false)] {
+            for r in list {
+                let Some(fl) = self.function(r.function) else {
+                    return bad(format!("fragment of untouched function {}", r.function.0));
+                };
+                if r.fragment as usize >= fl.fragments.len() || (r.fragment == 0) != hot {
+                    return bad(format!("fragment {}/{} misplaced", r.function.0, r.fragment));
+                }
+                if !listed.insert(*r) {
+                    return bad(format!("fragment {}/{} listed twice", r.function.0, r.fragment));
+                }
+            }
+        }
+        let expected: usize = self
+            .functions
+            .iter()
+            .flatten()
+            .map(|fl| fl.fragments.len())
+            .sum::<usize>()
+            - if self.in_place {
+                self.rewritten_count()
+            } else {
+                0
+            };
+        if listed.len() != expected {
+            return bad(format!(
+                "{} fragments listed, {expected} expected",
+                listed.len()
+            ));
+        }
+        if self.in_place && !self.hot_order.is_empty() {
+            return bad("in place mode moves no first fragment".into());
+        }
+        Ok(())
+    }
+}
+
+/// Which layout to build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutStrategy {
+    /// Original function and block order, nothing split.
+    Identity,
+    /// Functions and blocks (after the entry) in reverse order.
+    Reverse,
+    /// Random function order, block order and hot/cold splits.
+    Shuffle { seed: u64 },
+    /// Random block order and splits, original function order.
+    ShuffleBlocks { seed: u64 },
+}
+
+impl LayoutStrategy {
+    /// True when the strategy changes the order of functions (needs relocations).
+    pub fn reorders_functions(self) -> bool {
+        matches!(self, LayoutStrategy::Reverse | LayoutStrategy::Shuffle { .. })
+    }
+}
+
+/// SplitMix64: a tiny, well-studied generator. Hand-written rather than taken from `rand`
+/// because a seed must give the same layout in every future version of Rivet, a stability
+/// `rand` does not promise across releases.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0), by rejection so no value is favoured.
+    pub fn below(&mut self, n: u64) -> u64 {
+        let zone = u64::MAX - u64::MAX % n;
+        loop {
+            let v = self.next_u64();
+            if v < zone {
+                return v % n;
+            }
+        }
+    }
+
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+
+    pub fn coin(&mut self) -> bool {
+        self.next_u64() & 1 == 1
+    }
+}
+
+/// Builds the layout `strategy` asks for over the functions `movable` selects.
+pub fn build_layout(
+    program: &Program,
+    movable: &[bool],
+    strategy: LayoutStrategy,
+    in_place: bool,
+) -> Layout {
+    let mut functions: Vec<Option<FunctionLayout>> = vec![None; program.functions.len()];
+    let mut hot_order = Vec::new();
+    let mut cold_order = Vec::new();
+    let seed = match strategy {
+        LayoutStrategy::Shuffle { seed } | LayoutStrategy::ShuffleBlocks { seed } => seed,
+        _ => 0,
+    };
+    for f in &program.functions {
+        if !movable[f.id.0 as usize] {
+            continue;
+        }
+        let Some(entry) = f.block_at(f.range.start) else {
+            continue;
+        };
+        // One generator per function, so a function's layout does not depend on which other
+        // functions were movable.
+        let mut rng = SplitMix64::new(seed ^ (u64::from(f.id.0) << 32) ^ f.range.start.get());
+        let mut rest: Vec<BlockId> = (0..f.blocks.len() as u32)
+            .map(BlockId)
+            .filter(|b| *b != entry)
+            .collect();
+        let fragments = match strategy {
+            LayoutStrategy::Identity => vec![std::iter::once(entry).chain(rest).collect()],
+            LayoutStrategy::Reverse => {
+                rest.reverse();
+                vec![std::iter::once(entry).chain(rest).collect()]
+            }
+            LayoutStrategy::Shuffle { .. } | LayoutStrategy::ShuffleBlocks { .. } => {
+                rng.shuffle(&mut rest);
+                let mut hot = vec![entry];
+                let mut cold = Vec::new();
+                let split = !rest.is_empty() && rng.coin();
+                for b in rest {
+                    if split && rng.coin() {
+                        cold.push(b);
+                    } else {
+                        hot.push(b);
+                    }
+                }
+                if cold.is_empty() {
+                    vec![hot]
+                } else {
+                    vec![hot, cold]
+                }
+            }
+        };
+        for i in 0..fragments.len() as u32 {
+            let r = FragmentRef {
+                function: f.id,
+                fragment: i,
+            };
+            if i > 0 {
+                cold_order.push(r);
+            } else if !in_place {
+                hot_order.push(r);
+            }
+        }
+        functions[f.id.0 as usize] = Some(FunctionLayout { fragments });
+    }
+    let mut rng = SplitMix64::new(seed);
+    match strategy {
+        LayoutStrategy::Identity | LayoutStrategy::ShuffleBlocks { .. } => {}
+        LayoutStrategy::Reverse => {
+            hot_order.reverse();
+            cold_order.reverse();
+        }
+        LayoutStrategy::Shuffle { .. } => {
+            rng.shuffle(&mut hot_order);
+            rng.shuffle(&mut cold_order);
+        }
+    }
+    Layout {
+        functions,
+        hot_order,
+        cold_order,
+        in_place,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitmix_is_stable() {
+        // Reference values of SplitMix64 seeded with 0: a seed must mean the same forever.
+        let mut r = SplitMix64::new(0);
+        assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
+    }
+
+    #[test]
+    fn shuffle_is_a_permutation() {
+        let mut r = SplitMix64::new(7);
+        let mut v: Vec<u32> = (0..100).collect();
+        r.shuffle(&mut v);
+        assert_ne!(v, (0..100).collect::<Vec<_>>());
+        v.sort();
+        assert_eq!(v, (0..100).collect::<Vec<_>>());
+    }
+}
