@@ -16,6 +16,7 @@ pub mod lsda;
 pub mod mapped;
 pub mod relocs;
 pub mod symbols;
+pub mod writer;
 
 pub use addr::{FileOffset, Vaddr, VaddrRange};
 pub use error::{ElfError, Result};

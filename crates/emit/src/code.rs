@@ -1,0 +1,446 @@
+//! Code emission: the bytes of each fragment, in two passes.
+//!
+//! Pass one (`plan_fragment`) lays out one fragment on its own: it lists what goes in it
+//! (copied instructions, re-created branches, dropped jumps to the next block) and relaxes
+//! branches between blocks of the same fragment to their short form where they reach. Branches
+//! that leave the fragment always use the near form, so a fragment's size does not depend on
+//! where it lands (DESIGN.md: fragment-local relaxation). Once every fragment has an address,
+//! the `AddressMap` knows the new address of every instruction of every rewritten function,
+//! and pass two (`encode_fragment`) writes the final bytes, recomputing every PC-relative
+//! field and every absolute code address the relocations point out.
+
+use std::collections::HashMap;
+
+use rivet_arch::{Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, relocate};
+use rivet_elf::{ElfFile, Vaddr};
+use rivet_ir::layout::FragmentRef;
+use rivet_ir::{BlockId, Function, Program, Terminator};
+
+/// Where a re-created branch goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A block of the same function.
+    Block(BlockId),
+    /// Any other address, translated through the address map.
+    Address(Vaddr),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Item {
+    /// Start of a block (no bytes).
+    Label(BlockId),
+    /// An original instruction, copied (PC-relative field recomputed).
+    Copy { inst: u32 },
+    /// Where a block-ending branch was (no bytes): it was dropped or is re-created by the
+    /// `Branch` items that follow.
+    Replaced { inst: u32 },
+    /// A branch created at the end of a block.
+    Branch {
+        branch: Branch,
+        target: Target,
+        form: BranchForm,
+        short_size: u8,
+        near_size: u8,
+    },
+}
+
+impl Item {
+    fn size(&self, f: &Function) -> u64 {
+        match *self {
+            Item::Label(_) | Item::Replaced { .. } => 0,
+            Item::Copy { inst } => u64::from(f.insts[inst as usize].len()),
+            Item::Branch {
+                form,
+                short_size,
+                near_size,
+                ..
+            } => u64::from(match form {
+                BranchForm::Short => short_size,
+                BranchForm::Near => near_size,
+            }),
+        }
+    }
+}
+
+/// A fragment laid out on its own: its items with their offsets, and its size.
+#[derive(Clone, Debug)]
+pub struct FragmentPlan {
+    pub fragment: FragmentRef,
+    items: Vec<Item>,
+    /// Offset of each item (same length as `items`).
+    offsets: Vec<u64>,
+    pub size: u64,
+    /// New offset of every instruction of the function placed in this fragment, as
+    /// (instruction index, offset). A dropped jump gets the offset where it would have been.
+    pub inst_offsets: Vec<(u32, u64)>,
+    /// Offset of each block of this fragment.
+    pub block_offsets: Vec<(BlockId, u64)>,
+}
+
+/// Why a function cannot be emitted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EmitError {
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error("{what} at {at} is not supported by the rewriter")]
+    Unsupported { what: &'static str, at: Vaddr },
+    #[error("{at} refers to {target}, inside a moved instruction")]
+    UnmappableTarget { at: Vaddr, target: Vaddr },
+    #[error("cannot read the bytes of the instruction at {at}")]
+    Unreadable { at: Vaddr },
+}
+
+fn target_of(f: &Function, addr: Vaddr) -> Target {
+    match f.block_at(addr) {
+        Some(b) => Target::Block(b),
+        None => Target::Address(addr),
+    }
+}
+
+/// Pass one: lays out `blocks` (one fragment of `f`) and relaxes branches inside it.
+pub fn plan_fragment(
+    f: &Function,
+    fragment: FragmentRef,
+    blocks: &[BlockId],
+    encoder: &mut BranchEncoder,
+) -> Result<FragmentPlan, EmitError> {
+    let mut items = Vec::with_capacity(f.insts.len() + blocks.len() * 2);
+    let branch = |items: &mut Vec<Item>,
+                      encoder: &mut BranchEncoder,
+                      branch: Branch,
+                      target: Target|
+     -> Result<(), EmitError> {
+        let short_size = encoder.size(branch, BranchForm::Short)?;
+        let near_size = encoder.size(branch, BranchForm::Near)?;
+        items.push(Item::Branch {
+            branch,
+            target,
+            form: BranchForm::Near,
+            short_size,
+            near_size,
+        });
+        Ok(())
+    };
+    for (pos, &b) in blocks.iter().enumerate() {
+        let block = f.block(b);
+        let next = blocks.get(pos + 1).copied().map(Target::Block);
+        items.push(Item::Label(b));
+        let first = block.insts.start;
+        let insts = f.block_insts(block);
+        let Some(last) = insts.last() else {
+            return Err(EmitError::Unsupported {
+                what: "empty block",
+                at: block.start,
+            });
+        };
+        let last_index = block.insts.end - 1;
+        let copy_all = |items: &mut Vec<Item>| {
+            items.extend((first..block.insts.end).map(|inst| Item::Copy { inst }));
+        };
+        let copy_body = |items: &mut Vec<Item>| {
+            items.extend((first..last_index).map(|inst| Item::Copy { inst }));
+            items.push(Item::Replaced { inst: last_index });
+        };
+        let fall = target_of(f, last.end());
+        match &block.terminator {
+            Terminator::FallThrough => {
+                copy_all(&mut items);
+                if Some(fall) != next {
+                    branch(&mut items, encoder, Branch::Jump, fall)?;
+                }
+            }
+            Terminator::Jump | Terminator::TailCall { .. } if direct_target(last).is_some() => {
+                let taken = target_of(f, direct_target(last).unwrap());
+                copy_body(&mut items);
+                if Some(taken) != next {
+                    branch(&mut items, encoder, Branch::Jump, taken)?;
+                }
+            }
+            Terminator::CondJump | Terminator::CondTailCall { .. } => {
+                let Flow::CondJump { target } = last.flow() else {
+                    return Err(EmitError::Unsupported {
+                        what: "conditional block end without a jump",
+                        at: last.addr(),
+                    });
+                };
+                if !last.is_invertible_cond_jump() {
+                    return Err(EmitError::Unsupported {
+                        what: "loop/jrcxz/xbegin",
+                        at: last.addr(),
+                    });
+                }
+                let taken = target_of(f, target);
+                copy_body(&mut items);
+                let cond = |inverted| Branch::Cond {
+                    inst: *last,
+                    inverted,
+                };
+                if Some(fall) == next {
+                    branch(&mut items, encoder, cond(false), taken)?;
+                } else if Some(taken) == next
+                    && matches!(block.terminator, Terminator::CondJump)
+                {
+                    branch(&mut items, encoder, cond(true), fall)?;
+                } else {
+                    branch(&mut items, encoder, cond(false), taken)?;
+                    branch(&mut items, encoder, Branch::Jump, fall)?;
+                }
+            }
+            _ => copy_all(&mut items),
+        }
+    }
+
+    // Which block each label is in, to know which branches may be short.
+    let in_fragment: std::collections::HashSet<BlockId> = blocks.iter().copied().collect();
+    for item in &mut items {
+        if let Item::Branch {
+            target: Target::Block(b),
+            form,
+            ..
+        } = item
+            && in_fragment.contains(b)
+        {
+            *form = BranchForm::Short;
+        }
+    }
+    // Relaxation: grow short branches that do not reach until nothing changes. Sizes only
+    // grow, so this terminates.
+    let mut offsets = vec![0u64; items.len()];
+    let mut label_offset: HashMap<BlockId, u64> = HashMap::with_capacity(blocks.len());
+    loop {
+        let mut at = 0u64;
+        for (i, item) in items.iter().enumerate() {
+            offsets[i] = at;
+            if let Item::Label(b) = item {
+                label_offset.insert(*b, at);
+            }
+            at += item.size(f);
+        }
+        let mut changed = false;
+        for (i, item) in items.iter_mut().enumerate() {
+            if let Item::Branch {
+                target: Target::Block(b),
+                form: form @ BranchForm::Short,
+                short_size,
+                ..
+            } = item
+            {
+                let end = offsets[i] + u64::from(*short_size);
+                let disp = label_offset[b] as i64 - end as i64;
+                if i8::try_from(disp).is_err() {
+                    *form = BranchForm::Near;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let size = items.last().map_or(0, |last| {
+        offsets[items.len() - 1] + last.size(f)
+    });
+
+    // New offsets of the original instructions, dropped jumps included.
+    let mut inst_offsets: Vec<(u32, u64)> = items
+        .iter()
+        .zip(&offsets)
+        .filter_map(|(item, &off)| match *item {
+            Item::Copy { inst } | Item::Replaced { inst } => Some((inst, off)),
+            _ => None,
+        })
+        .collect();
+    inst_offsets.sort_unstable_by_key(|x| x.0);
+    let block_offsets = blocks.iter().map(|b| (*b, label_offset[b])).collect();
+    Ok(FragmentPlan {
+        fragment,
+        items,
+        offsets,
+        size,
+        inst_offsets,
+        block_offsets,
+    })
+}
+
+fn direct_target(inst: &Inst) -> Option<Vaddr> {
+    match inst.flow() {
+        Flow::Jump { target } => Some(target),
+        _ => None,
+    }
+}
+
+/// The new address of every instruction of every rewritten function.
+#[derive(Clone, Debug, Default)]
+pub struct AddressMap {
+    /// Per `FuncId`: (old instruction address, new address), sorted by old address.
+    functions: Vec<Option<Vec<(Vaddr, Vaddr)>>>,
+    /// Per `FuncId`: new start address of each fragment.
+    fragment_addrs: Vec<Vec<Vaddr>>,
+}
+
+impl AddressMap {
+    /// Builds the map from the plans and the address chosen for each.
+    pub fn new(program: &Program, plans: &[(FragmentPlan, Vaddr)]) -> AddressMap {
+        let mut functions: Vec<Option<Vec<(Vaddr, Vaddr)>>> = vec![None; program.functions.len()];
+        let mut fragment_addrs: Vec<Vec<Vaddr>> = vec![Vec::new(); program.functions.len()];
+        for (plan, addr) in plans {
+            let fid = plan.fragment.function.0 as usize;
+            let f = &program.functions[fid];
+            let entries = functions[fid].get_or_insert_with(Vec::new);
+            entries.extend(
+                plan.inst_offsets
+                    .iter()
+                    .map(|&(i, off)| (f.insts[i as usize].addr(), *addr + off)),
+            );
+            let frags = &mut fragment_addrs[fid];
+            let k = plan.fragment.fragment as usize;
+            if frags.len() <= k {
+                frags.resize(k + 1, Vaddr(0));
+            }
+            frags[k] = *addr;
+        }
+        for entries in functions.iter_mut().flatten() {
+            entries.sort_unstable();
+        }
+        AddressMap {
+            functions,
+            fragment_addrs,
+        }
+    }
+
+    /// Whether the function was rewritten.
+    pub fn is_rewritten(&self, f: rivet_ir::FuncId) -> bool {
+        self.functions
+            .get(f.0 as usize)
+            .is_some_and(Option::is_some)
+    }
+
+    /// New address of the instruction that was at `old` in rewritten function `f`.
+    pub fn in_function(&self, f: rivet_ir::FuncId, old: Vaddr) -> Option<Vaddr> {
+        let entries = self.functions.get(f.0 as usize)?.as_ref()?;
+        entries
+            .binary_search_by_key(&old, |e| e.0)
+            .ok()
+            .map(|k| entries[k].1)
+    }
+
+    /// New address of `old` anywhere: translated when it is an instruction of a rewritten
+    /// function, unchanged when it is not in one, `None` when it points inside a rewritten
+    /// function but not at an instruction.
+    pub fn translate(&self, program: &Program, old: Vaddr) -> Option<Vaddr> {
+        match program.function_containing(old) {
+            Some(f) if self.is_rewritten(f.id) => self.in_function(f.id, old),
+            _ => Some(old),
+        }
+    }
+
+    /// The new address of each fragment of `f`.
+    pub fn fragment_addrs(&self, f: rivet_ir::FuncId) -> &[Vaddr] {
+        self.fragment_addrs
+            .get(f.0 as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// All (old, new) pairs of `f`.
+    pub fn pairs(&self, f: rivet_ir::FuncId) -> &[(Vaddr, Vaddr)] {
+        self.functions
+            .get(f.0 as usize)
+            .and_then(Option::as_ref)
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// An absolute code address inside an instruction (from a relocation), to be translated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbsoluteField {
+    pub site: Vaddr,
+    pub size: u8,
+    /// The original value (a code address).
+    pub value: Vaddr,
+}
+
+/// Pass two: the final bytes of a fragment placed at `addr`.
+pub fn encode_fragment(
+    elf: &ElfFile<'_>,
+    program: &Program,
+    plan: &FragmentPlan,
+    addr: Vaddr,
+    map: &AddressMap,
+    absolute_fields: &[AbsoluteField],
+    encoder: &mut BranchEncoder,
+) -> Result<Vec<u8>, EmitError> {
+    let fid = plan.fragment.function;
+    let f = program.function(fid);
+    let mut out = Vec::with_capacity(plan.size as usize);
+    let translate = |at: Vaddr, target: Vaddr| {
+        map.translate(program, target)
+            .ok_or(EmitError::UnmappableTarget { at, target })
+    };
+    for (i, item) in plan.items.iter().enumerate() {
+        let at = addr + plan.offsets[i];
+        debug_assert_eq!(out.len() as u64, plan.offsets[i]);
+        match *item {
+            Item::Label(_) | Item::Replaced { .. } => {}
+            Item::Copy { inst } => {
+                let inst = &f.insts[inst as usize];
+                let bytes = elf
+                    .bytes_at(inst.addr(), u64::from(inst.len()))
+                    .ok_or(EmitError::Unreadable { at: inst.addr() })?;
+                let start = out.len();
+                let new_target = match inst.pc_relative_target() {
+                    Some(t) => Some(translate(inst.addr(), t)?),
+                    None => None,
+                };
+                relocate(inst, bytes, at, new_target, &mut out)?;
+                // Absolute code addresses inside the instruction (non-PIE `mov $func, %edi`).
+                let first = absolute_fields.partition_point(|a| a.site < inst.addr());
+                for field in absolute_fields[first..]
+                    .iter()
+                    .take_while(|a| a.site < inst.end())
+                {
+                    let value = translate(inst.addr(), field.value)?;
+                    let offset = start + (field.site - inst.addr()) as usize;
+                    write_absolute(&mut out[offset..], field.size, value).ok_or(
+                        EmitError::Encode(EncodeError::OutOfRange {
+                            what: "absolute address",
+                            at: inst.addr(),
+                            target: value,
+                        }),
+                    )?;
+                }
+            }
+            Item::Branch {
+                branch,
+                target,
+                form,
+                ..
+            } => {
+                let to = match target {
+                    Target::Block(b) => map
+                        .in_function(fid, f.block(b).start)
+                        .ok_or(EmitError::UnmappableTarget {
+                            at,
+                            target: f.block(b).start,
+                        })?,
+                    Target::Address(t) => translate(at, t)?,
+                };
+                encoder.encode(branch, form, at, to, &mut out)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `value` as a little-endian field of `size` bytes; `None` if it does not fit.
+pub fn write_absolute(out: &mut [u8], size: u8, value: Vaddr) -> Option<()> {
+    match size {
+        8 => out.get_mut(..8)?.copy_from_slice(&value.get().to_le_bytes()),
+        4 => {
+            // R_X86_64_32 zero-extends and R_X86_64_32S sign-extends: below 2 GiB both agree.
+            let v = u32::try_from(value.get()).ok().filter(|v| *v < 1 << 31)?;
+            out.get_mut(..4)?.copy_from_slice(&v.to_le_bytes());
+        }
+        _ => return None,
+    }
+    Some(())
+}
