@@ -147,6 +147,8 @@ pub struct DynamicReloc<'data> {
     pub from_plt: bool,
     /// True when decoded from the compact DT_RELR table.
     pub from_relr: bool,
+    /// Address of the `Elf64_Rela` entry (None for RELR), so its addend can be rewritten.
+    pub entry: Option<Vaddr>,
 }
 
 fn dyn_kind(t: u32) -> DynRelocKind {
@@ -218,7 +220,10 @@ impl<'data> ElfFile<'data> {
             let bytes = self.bytes_at(Vaddr(addr), size).ok_or_else(|| {
                 ElfError::malformed("dynamic relocation table", "not inside the file")
             })?;
-            for rela in rela_entries(bytes, "dynamic relocation table")? {
+            for (i, rela) in rela_entries(bytes, "dynamic relocation table")?
+                .iter()
+                .enumerate()
+            {
                 let sym = rela.r_sym(LE, false);
                 out.push(DynamicReloc {
                     site: Vaddr(rela.r_offset(LE)),
@@ -231,6 +236,7 @@ impl<'data> ElfFile<'data> {
                     addend: rela.r_addend(LE),
                     from_plt,
                     from_relr: false,
+                    entry: Some(Vaddr(addr) + (i * std::mem::size_of::<elf::Rela64<LE>>()) as u64),
                 });
             }
             Ok(())
@@ -256,6 +262,7 @@ impl<'data> ElfFile<'data> {
                     addend: self.read_u64(site).unwrap_or(0) as i64,
                     from_plt: false,
                     from_relr: true,
+                    entry: None,
                 });
             }
         }

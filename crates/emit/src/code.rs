@@ -41,6 +41,8 @@ enum Item {
         form: BranchForm,
         short_size: u8,
         near_size: u8,
+        /// The original address whose unwind state holds when the branch executes.
+        state_at: Vaddr,
     },
 }
 
@@ -77,6 +79,41 @@ pub struct FragmentPlan {
     pub block_offsets: Vec<(BlockId, u64)>,
 }
 
+/// A run of bytes of a fragment and the original code it stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub offset: u64,
+    pub size: u64,
+    /// The original address whose unwind state applies.
+    pub state_at: Vaddr,
+    /// The original instruction copied here, if it is one (call sites come from these).
+    pub inst: Option<u32>,
+}
+
+impl FragmentPlan {
+    /// The non-empty items of the fragment, in order.
+    pub fn pieces(&self, f: &Function) -> Vec<Piece> {
+        self.items
+            .iter()
+            .zip(&self.offsets)
+            .filter_map(|(item, &offset)| {
+                let size = item.size(f);
+                let (state_at, inst) = match *item {
+                    Item::Copy { inst } => (f.insts[inst as usize].addr(), Some(inst)),
+                    Item::Branch { state_at, .. } => (state_at, None),
+                    _ => return None,
+                };
+                (size > 0).then_some(Piece {
+                    offset,
+                    size,
+                    state_at,
+                    inst,
+                })
+            })
+            .collect()
+    }
+}
+
 /// Why a function cannot be emitted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EmitError {
@@ -106,9 +143,10 @@ pub fn plan_fragment(
 ) -> Result<FragmentPlan, EmitError> {
     let mut items = Vec::with_capacity(f.insts.len() + blocks.len() * 2);
     let branch = |items: &mut Vec<Item>,
-                      encoder: &mut BranchEncoder,
-                      branch: Branch,
-                      target: Target|
+                  encoder: &mut BranchEncoder,
+                  branch: Branch,
+                  target: Target,
+                  state_at: Vaddr|
      -> Result<(), EmitError> {
         let short_size = encoder.size(branch, BranchForm::Short)?;
         let near_size = encoder.size(branch, BranchForm::Near)?;
@@ -118,6 +156,7 @@ pub fn plan_fragment(
             form: BranchForm::Near,
             short_size,
             near_size,
+            state_at,
         });
         Ok(())
     };
@@ -146,14 +185,14 @@ pub fn plan_fragment(
             Terminator::FallThrough => {
                 copy_all(&mut items);
                 if Some(fall) != next {
-                    branch(&mut items, encoder, Branch::Jump, fall)?;
+                    branch(&mut items, encoder, Branch::Jump, fall, last.end())?;
                 }
             }
             Terminator::Jump | Terminator::TailCall { .. } if direct_target(last).is_some() => {
                 let taken = target_of(f, direct_target(last).unwrap());
                 copy_body(&mut items);
                 if Some(taken) != next {
-                    branch(&mut items, encoder, Branch::Jump, taken)?;
+                    branch(&mut items, encoder, Branch::Jump, taken, last.addr())?;
                 }
             }
             Terminator::CondJump | Terminator::CondTailCall { .. } => {
@@ -176,14 +215,14 @@ pub fn plan_fragment(
                     inverted,
                 };
                 if Some(fall) == next {
-                    branch(&mut items, encoder, cond(false), taken)?;
+                    branch(&mut items, encoder, cond(false), taken, last.addr())?;
                 } else if Some(taken) == next
                     && matches!(block.terminator, Terminator::CondJump)
                 {
-                    branch(&mut items, encoder, cond(true), fall)?;
+                    branch(&mut items, encoder, cond(true), fall, last.addr())?;
                 } else {
-                    branch(&mut items, encoder, cond(false), taken)?;
-                    branch(&mut items, encoder, Branch::Jump, fall)?;
+                    branch(&mut items, encoder, cond(false), taken, last.addr())?;
+                    branch(&mut items, encoder, Branch::Jump, fall, last.end())?;
                 }
             }
             _ => copy_all(&mut items),

@@ -1,0 +1,293 @@
+//! Every stored reference to code that moves, and how to rewrite it.
+//!
+//! References inside rewritten functions are recomputed when their instructions are encoded;
+//! this module finds the others: pointers in data (function-pointer tables, vtables,
+//! `.init_array`), their dynamic relocations (RELATIVE / IRELATIVE addends, RELR words),
+//! jump-table entries, PC-relative and absolute fields in code that stays, GOT slots of
+//! non-PIE executables (which the linker filled without leaving a relocation), and absolute
+//! code addresses in instructions that move (reported separately, for the encoder).
+//!
+//! Each reference is recorded with its original target; patches are computed later from the
+//! address map, always from original values, so a site reached by two routes (a static
+//! relocation and a dynamic one) gets the same new value twice rather than a double shift.
+
+use std::collections::HashSet;
+
+use rivet_elf::relocs::{DynRelocKind, DynamicReloc, StaticReloc, types};
+use rivet_elf::{ElfFile, ElfKind, Vaddr};
+use rivet_ir::layout::Layout;
+use rivet_ir::{JumpTableKind, Program};
+
+use crate::code::{AbsoluteField, AddressMap, write_absolute};
+
+/// How a reference is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefField {
+    /// The target's address, `size` bytes.
+    Absolute { size: u8 },
+    /// `target - base`, `size` bytes, signed.
+    Relative { size: u8, base: Vaddr },
+    /// The addend of the `Elf64_Rela` at `entry` (and, when the linker also stored the value
+    /// at the relocated site, that word too).
+    RelaAddend { entry: Vaddr, site_holds_value: bool },
+}
+
+/// One stored reference to a code address outside rewritten instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reference {
+    pub site: Vaddr,
+    pub target: Vaddr,
+    pub field: RefField,
+}
+
+/// All references the rewrite must follow.
+#[derive(Clone, Debug, Default)]
+pub struct References {
+    pub stored: Vec<Reference>,
+    /// Absolute code addresses inside instructions of rewritten functions, sorted by site.
+    pub in_moved_code: Vec<AbsoluteField>,
+}
+
+/// Sections whose contents are regenerated, not patched.
+fn is_regenerated(name: &str) -> bool {
+    matches!(name, ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table") || name.starts_with(".debug")
+}
+
+fn read_field(elf: &ElfFile<'_>, site: Vaddr, r_type: u32) -> Option<u64> {
+    Some(match r_type {
+        types::R_X86_64_64 | types::R_X86_64_PC64 => elf.read_u64(site)?,
+        types::R_X86_64_32 => u64::from(elf.read_u32(site)?),
+        _ => elf.read_i32(site)? as i64 as u64,
+    })
+}
+
+/// Collects the references of `program` given the functions `layout` rewrites.
+pub fn collect(
+    elf: &ElfFile<'_>,
+    program: &Program,
+    layout: &Layout,
+    statics: &[StaticReloc],
+    dynamics: &[DynamicReloc<'_>],
+) -> References {
+    let mut out = References::default();
+    let rewritten = |addr: Vaddr| {
+        program
+            .function_containing(addr)
+            .filter(|f| layout.is_rewritten(f.id))
+    };
+
+    // Jump tables of rewritten functions: their entries are rewritten from the discovered
+    // targets, and their sites must not be patched again from (possibly inexact) relocations.
+    let mut table_sites: HashSet<Vaddr> = HashSet::new();
+    for f in &program.functions {
+        for t in &f.jump_tables {
+            for (i, target) in t.entries.iter().enumerate() {
+                let site = t.addr + (i as u64) * u64::from(t.entry_size);
+                table_sites.insert(site);
+                if !layout.is_rewritten(f.id) {
+                    continue;
+                }
+                let field = match t.kind {
+                    JumpTableKind::Absolute => RefField::Absolute { size: t.entry_size },
+                    JumpTableKind::Relative { base } => RefField::Relative {
+                        size: t.entry_size,
+                        base,
+                    },
+                };
+                out.stored.push(Reference {
+                    site,
+                    target: *target,
+                    field,
+                });
+            }
+        }
+    }
+
+    for r in statics {
+        let Some(section) = elf.section(r.target_section) else {
+            continue;
+        };
+        if is_regenerated(&section.name) || r.symbol_is_undefined && r.symbol == 0 {
+            continue;
+        }
+        let Some(size) = r.field_size() else { continue };
+        if section.is_exec() {
+            if let Some(f) = rewritten(r.site) {
+                // A field of an instruction that moves: PC-relative ones are recomputed by the
+                // encoder from the decoded instruction; absolute code addresses are reported.
+                let _ = f;
+                if r.is_absolute()
+                    && let Some(value) = read_field(elf, r.site, r.r_type)
+                    && elf.is_code_address(Vaddr(value))
+                {
+                    out.in_moved_code.push(AbsoluteField {
+                        site: r.site,
+                        size,
+                        value: Vaddr(value),
+                    });
+                }
+                continue;
+            }
+            // Code that stays. PC-relative fields in instructions: the target is relative to
+            // the end of the instruction, which the decoded function (if any) tells exactly.
+            let pc_relative = matches!(
+                r.r_type,
+                types::R_X86_64_PC32
+                    | types::R_X86_64_PLT32
+                    | types::R_X86_64_GOTPCRELX
+                    | types::R_X86_64_REX_GOTPCRELX
+                    | types::R_X86_64_GOTPCREL
+            );
+            if pc_relative && size == 4 {
+                let Some(value) = elf.read_i32(r.site) else { continue };
+                let end = program
+                    .function_containing(r.site)
+                    .and_then(|f| {
+                        let i = f.insts.partition_point(|i| i.addr() <= r.site);
+                        i.checked_sub(1).map(|i| f.insts[i])
+                    })
+                    .filter(|i| i.end() > r.site)
+                    .map_or(r.site + 4, |i| i.end());
+                let target = end.offset(i64::from(value));
+                out.stored.push(Reference {
+                    site: r.site,
+                    target,
+                    field: RefField::Relative { size: 4, base: end },
+                });
+            } else if r.is_absolute()
+                && let Some(value) = read_field(elf, r.site, r.r_type)
+            {
+                out.stored.push(Reference {
+                    site: r.site,
+                    target: Vaddr(value),
+                    field: RefField::Absolute { size },
+                });
+            }
+            continue;
+        }
+        if table_sites.contains(&r.site) {
+            continue;
+        }
+        // Data.
+        if r.is_absolute() {
+            out.stored.push(Reference {
+                site: r.site,
+                target: r.symbol_plus_addend(),
+                field: RefField::Absolute { size },
+            });
+        } else if r.is_pc_relative() {
+            out.stored.push(Reference {
+                site: r.site,
+                target: r.symbol_plus_addend(),
+                field: RefField::Relative { size, base: r.site },
+            });
+        }
+    }
+
+    let mut dynamic_sites = HashSet::new();
+    for d in dynamics {
+        dynamic_sites.insert(d.site);
+        if !matches!(d.kind, DynRelocKind::Relative | DynRelocKind::Irelative) {
+            continue;
+        }
+        let target = Vaddr(d.addend as u64);
+        match d.entry {
+            Some(entry) => out.stored.push(Reference {
+                site: d.site,
+                target,
+                field: RefField::RelaAddend {
+                    entry,
+                    site_holds_value: elf.read_u64(d.site) == Some(target.get()),
+                },
+            }),
+            // RELR: the addend is the word at the site.
+            None => out.stored.push(Reference {
+                site: d.site,
+                target,
+                field: RefField::Absolute { size: 8 },
+            }),
+        }
+    }
+
+    // Non-PIE executables: the linker fills GOT slots of local functions with their address
+    // and leaves no relocation for them.
+    if elf.kind == ElfKind::Executable
+        && let Some(got) = elf.section_by_name(".got")
+    {
+        for (i, word) in got.data.chunks_exact(8).enumerate() {
+            let site = got.addr + (i * 8) as u64;
+            let value = Vaddr(u64::from_le_bytes(word.try_into().unwrap()));
+            if dynamic_sites.contains(&site) {
+                continue;
+            }
+            if let Some(f) = rewritten(value)
+                && f.range.start == value
+            {
+                out.stored.push(Reference {
+                    site,
+                    target: value,
+                    field: RefField::Absolute { size: 8 },
+                });
+            }
+        }
+    }
+    out.in_moved_code.sort_by_key(|a| a.site);
+    out.in_moved_code.dedup();
+    out
+}
+
+/// Outcome of turning references into patches.
+#[derive(Clone, Debug, Default)]
+pub struct Patches {
+    pub patches: Vec<(Vaddr, Vec<u8>)>,
+    /// References that point into rewritten code but not at an instruction: left alone (the
+    /// old body they point into is still there), reported.
+    pub unmapped: Vec<Reference>,
+}
+
+/// Patches for every stored reference whose target moved.
+pub fn patches(program: &Program, refs: &References, map: &AddressMap) -> Patches {
+    let mut out = Patches::default();
+    for r in &refs.stored {
+        let Some(new) = map.translate(program, r.target) else {
+            out.unmapped.push(*r);
+            continue;
+        };
+        if new == r.target {
+            continue;
+        }
+        match r.field {
+            RefField::Absolute { size } => {
+                let mut bytes = vec![0u8; size as usize];
+                if write_absolute(&mut bytes, size, new).is_some() {
+                    out.patches.push((r.site, bytes));
+                } else {
+                    out.unmapped.push(*r);
+                }
+            }
+            RefField::Relative { size, base } => {
+                let value = new.get().wrapping_sub(base.get()) as i64;
+                match size {
+                    4 => match i32::try_from(value) {
+                        Ok(v) => out.patches.push((r.site, v.to_le_bytes().to_vec())),
+                        Err(_) => out.unmapped.push(*r),
+                    },
+                    8 => out.patches.push((r.site, value.to_le_bytes().to_vec())),
+                    _ => out.unmapped.push(*r),
+                }
+            }
+            RefField::RelaAddend {
+                entry,
+                site_holds_value,
+            } => {
+                // r_offset (8), r_info (8), r_addend (8).
+                out.patches
+                    .push((entry + 16, (new.get() as i64).to_le_bytes().to_vec()));
+                if site_holds_value {
+                    out.patches.push((r.site, new.get().to_le_bytes().to_vec()));
+                }
+            }
+        }
+    }
+    out
+}
