@@ -34,6 +34,8 @@ pub enum FrameError {
     },
     #[error(transparent)]
     Unwind(#[from] crate::unwind::UnwindError),
+    #[error("the LSDA at {at} is outside every section")]
+    LsdaOutsideSections { at: Vaddr },
     #[error("landing pad {pad} of the code at {at} is not an instruction of the rewritten code")]
     LandingPad { at: Vaddr, pad: Vaddr },
 }
@@ -305,7 +307,9 @@ pub fn build(
                 lsda_bytes.extend(std::iter::repeat_n(0, pad));
                 let at = lsda_start + lsda_bytes.len() as u64;
                 let section = elf.section_containing(j.original.addr).ok_or(
-                    rivet_elf::ElfError::malformed(".gcc_except_table", "LSDA outside sections"),
+                    FrameError::LsdaOutsideSections {
+                        at: j.original.addr,
+                    },
                 )?;
                 let bytes = write_lsda(
                     &j.original,

@@ -1,0 +1,535 @@
+//! The rewrite pipeline, from a discovered program and a layout strategy to the output image.
+//!
+//! 1. Choose the functions to rewrite (simple ones in `.text`; in place mode only those no
+//!    unknown reference can enter in the middle) and build the layout.
+//! 2. Plan every fragment (parallel); a function whose fragment cannot be planned, or does
+//!    not fit in place, is left untouched and reported.
+//! 3. Give fragments addresses in the new segment, build the address map, encode (parallel).
+//! 4. Patch references, leave forwarding jumps at old entries, rebuild unwind and exception
+//!    tables and the symbol table, and hand everything to the ELF writer.
+//!
+//! Nothing here touches the file system: the caller writes the image.
+
+use std::collections::BTreeMap;
+
+use rayon::prelude::*;
+use rivet_arch::{Branch, BranchEncoder, BranchForm};
+use rivet_elf::writer::{NewSection, NewSegment, Rewrite, SectionLink, new_segment, write_output};
+use rivet_elf::{ElfFile, Vaddr};
+use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, build_layout};
+use rivet_ir::{FuncId, Program, RelocationMode, TableBound};
+
+use crate::code::{AddressMap, EmitError, FragmentPlan, encode_fragment, plan_fragment};
+use crate::frames::{self, FrameError};
+use crate::references;
+use crate::symbols::{self, PlacedFragment};
+
+/// Name of the note section that marks Rivet's output and records the input's build-id.
+pub const RIVET_NOTE: &str = ".note.rivet";
+/// Note type: the descriptor is the input's GNU build-id.
+pub const NT_RIVET_INPUT_BUILD_ID: u32 = 1;
+/// Prefix given to input sections whose contents the output replaces.
+pub const ORIGINAL_PREFIX: &str = ".rivet.orig";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RewriteOptions {
+    pub strategy: LayoutStrategy,
+}
+
+/// Why the rewrite as a whole failed (per-function problems are not errors: the function
+/// stays where it is).
+#[derive(Debug, thiserror::Error)]
+pub enum RewriteError {
+    #[error("the binary was already rewritten by Rivet (it has a {RIVET_NOTE} section)")]
+    AlreadyRewritten,
+    #[error("function reordering needs relocations: {reason}")]
+    NeedsRelocations { reason: String },
+    #[error(transparent)]
+    Elf(#[from] rivet_elf::ElfError),
+    #[error("encoding {function}: {source}")]
+    Encode {
+        function: String,
+        source: EmitError,
+    },
+    #[error("unwind tables: {0}")]
+    Frames(#[from] FrameError),
+    #[error("invalid layout: {0}")]
+    Layout(#[from] rivet_ir::layout::InvalidLayout),
+}
+
+/// What the rewrite did.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub functions: usize,
+    pub simple: usize,
+    /// Functions moved to the new text (relocation mode).
+    pub moved: usize,
+    /// Functions rewritten over their original bytes (in place mode).
+    pub in_place: usize,
+    /// Functions not rewritten, by reason.
+    pub not_rewritten: BTreeMap<String, usize>,
+    pub relocation_mode: bool,
+    pub hot_bytes: u64,
+    pub cold_bytes: u64,
+    pub fragments: usize,
+    pub patched_references: usize,
+    pub frames: usize,
+    pub lsdas: usize,
+    pub warnings: Vec<String>,
+}
+
+/// The output image and what went into it.
+#[derive(Debug)]
+pub struct RewriteOutput {
+    pub image: Vec<u8>,
+    pub layout: Layout,
+    pub map: AddressMap,
+    pub summary: Summary,
+}
+
+fn in_text_section(elf: &ElfFile<'_>, addr: Vaddr) -> bool {
+    elf.section_containing(addr)
+        .is_some_and(|s| s.is_exec() && (s.name == ".text" || s.name.starts_with(".text.")))
+}
+
+/// Why `f` cannot be rewritten, if it cannot.
+fn ineligible(elf: &ElfFile<'_>, f: &rivet_ir::Function, in_place: bool) -> Option<String> {
+    if let Some(reason) = f.skip_reason() {
+        return Some(format!("skipped: {}", reason.kind()));
+    }
+    if f.blocks.is_empty() || f.block_at(f.range.start).is_none() {
+        return Some("no entry block".into());
+    }
+    if !in_text_section(elf, f.range.start) {
+        return Some("outside .text".into());
+    }
+    if in_place {
+        if !f.secondary_entries.is_empty() {
+            return Some("in place: has secondary entries".into());
+        }
+        if f.blocks.iter().any(|b| b.is_address_taken && !b.is_entry) {
+            return Some("in place: a label's address is taken".into());
+        }
+        if f.jump_tables
+            .iter()
+            .any(|t| matches!(t.bound, TableBound::Scanned))
+        {
+            return Some("in place: jump table bound inferred".into());
+        }
+    }
+    None
+}
+
+/// Runs the whole rewrite of `elf` (discovered as `program`).
+pub fn rewrite(
+    elf: &ElfFile<'_>,
+    program: &Program,
+    options: &RewriteOptions,
+) -> Result<RewriteOutput, RewriteError> {
+    if elf.section_by_name(RIVET_NOTE).is_some() {
+        return Err(RewriteError::AlreadyRewritten);
+    }
+    let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
+    if !relocation_mode && options.strategy.reorders_functions() {
+        let reason = match &program.info.relocation_mode {
+            RelocationMode::Unavailable { reason } => reason.clone(),
+            RelocationMode::Available => unreachable!(),
+        };
+        return Err(RewriteError::NeedsRelocations { reason });
+    }
+    let in_place = !relocation_mode;
+    let mut summary = Summary {
+        functions: program.functions.len(),
+        simple: program.functions.iter().filter(|f| f.is_simple()).count(),
+        relocation_mode,
+        ..Summary::default()
+    };
+
+    // 1. Eligibility and layout.
+    let mut movable = vec![false; program.functions.len()];
+    for f in &program.functions {
+        match ineligible(elf, f, in_place) {
+            None => movable[f.id.0 as usize] = true,
+            Some(reason) => *summary.not_rewritten.entry(reason).or_default() += 1,
+        }
+    }
+    let mut layout = build_layout(program, &movable, options.strategy, in_place);
+
+    // 2. Plan fragments; drop functions that cannot be planned or do not fit.
+    let refs: Vec<FragmentRef> = layout
+        .functions
+        .iter()
+        .enumerate()
+        .filter_map(|(i, fl)| fl.as_ref().map(|fl| (i, fl.fragments.len())))
+        .flat_map(|(i, n)| {
+            (0..n as u32).map(move |k| FragmentRef {
+                function: FuncId(i as u32),
+                fragment: k,
+            })
+        })
+        .collect();
+    let planned: Vec<(FragmentRef, Result<FragmentPlan, EmitError>)> = refs
+        .par_iter()
+        .map_init(BranchEncoder::default, |encoder, r| {
+            let f = program.function(r.function);
+            (*r, plan_fragment(f, *r, layout.fragment(*r), encoder))
+        })
+        .collect();
+    let mut dropped: BTreeMap<FuncId, String> = BTreeMap::new();
+    let mut plans: BTreeMap<FragmentRef, FragmentPlan> = BTreeMap::new();
+    for (r, plan) in planned {
+        match plan {
+            Ok(plan) => {
+                let f = program.function(r.function);
+                if in_place
+                    && r.fragment == 0
+                    && plan.size > f.range.len() + f.padding_after
+                {
+                    dropped.insert(r.function, "in place: does not fit".into());
+                }
+                plans.insert(r, plan);
+            }
+            Err(e) => {
+                let what = match e {
+                    EmitError::Unsupported { what, .. } => what.to_string(),
+                    other => other.to_string(),
+                };
+                dropped.insert(r.function, format!("cannot emit: {what}"));
+            }
+        }
+    }
+    for (f, reason) in &dropped {
+        *summary.not_rewritten.entry(reason.clone()).or_default() += 1;
+        layout.functions[f.0 as usize] = None;
+    }
+    layout.hot_order.retain(|r| !dropped.contains_key(&r.function));
+    layout.cold_order.retain(|r| !dropped.contains_key(&r.function));
+    plans.retain(|r, _| !dropped.contains_key(&r.function));
+    layout.validate(program)?;
+    for f in layout.functions.iter().flatten() {
+        let _ = f;
+        if in_place {
+            summary.in_place += 1;
+        } else {
+            summary.moved += 1;
+        }
+    }
+
+    // 3. Addresses.
+    let segment = new_segment(elf)?;
+    let mut placed: Vec<(FragmentPlan, Vaddr)> = Vec::with_capacity(plans.len());
+    let hot_start = align(segment.content_start(), 64);
+    let mut cursor = hot_start;
+    if in_place {
+        for (r, plan) in plans.iter().filter(|(r, _)| r.fragment == 0) {
+            placed.push((plan.clone(), program.function(r.function).range.start));
+        }
+    }
+    for r in &layout.hot_order {
+        cursor = align(cursor, 16);
+        let plan = &plans[r];
+        placed.push((plan.clone(), cursor));
+        cursor = cursor + plan.size;
+    }
+    let hot_end = cursor;
+    let cold_start = align(cursor, 64);
+    cursor = cold_start;
+    for r in &layout.cold_order {
+        let plan = &plans[r];
+        placed.push((plan.clone(), cursor));
+        cursor = cursor + plan.size;
+    }
+    let cold_end = cursor;
+    summary.hot_bytes = hot_end - hot_start;
+    summary.cold_bytes = cold_end - cold_start;
+    summary.fragments = placed.len();
+    let map = AddressMap::new(program, &placed);
+
+    // 4. References and encoding.
+    let symbols_list = elf.symbols()?;
+    let statics = if relocation_mode {
+        elf.static_relocations(&symbols_list)?
+    } else {
+        Vec::new()
+    };
+    let dynamics = elf.dynamic_relocations()?;
+    let refs = references::collect(elf, program, &layout, &statics, &dynamics);
+    let encoded: Vec<Result<Vec<u8>, RewriteError>> = placed
+        .par_iter()
+        .map_init(BranchEncoder::default, |encoder, (plan, addr)| {
+            encode_fragment(elf, program, plan, *addr, &map, &refs.in_moved_code, encoder)
+                .map_err(|source| RewriteError::Encode {
+                    function: program.function(plan.fragment.function).qualified_name(),
+                    source,
+                })
+        })
+        .collect();
+    let mut hot_text = vec![0xccu8; (hot_end - hot_start) as usize];
+    let mut cold_text = vec![0xccu8; (cold_end - cold_start) as usize];
+    let mut patches: Vec<(Vaddr, Vec<u8>)> = Vec::new();
+    for ((plan, addr), bytes) in placed.iter().zip(encoded) {
+        let bytes = bytes?;
+        let f = program.function(plan.fragment.function);
+        if in_place && plan.fragment.fragment == 0 {
+            // Over the original bytes; the rest of the old extent becomes int3.
+            let mut image = bytes;
+            let extent = f.range.len().max(image.len() as u64);
+            image.resize(extent as usize, 0xcc);
+            patches.push((*addr, image));
+        } else if *addr >= cold_start {
+            let off = (*addr - cold_start) as usize;
+            cold_text[off..off + bytes.len()].copy_from_slice(&bytes);
+        } else {
+            let off = (*addr - hot_start) as usize;
+            hot_text[off..off + bytes.len()].copy_from_slice(&bytes);
+        }
+    }
+    let reference_patches = references::patches(program, &refs, &map);
+    summary.patched_references = reference_patches.patches.len();
+    for r in &reference_patches.unmapped {
+        summary.warnings.push(format!(
+            "reference at {} to {} not updated (not an instruction of rewritten code)",
+            r.site, r.target
+        ));
+    }
+    patches.extend(reference_patches.patches);
+
+    // Forwarding jumps at the old entries of moved functions.
+    if !in_place {
+        let mut encoder = BranchEncoder::default();
+        for f in &program.functions {
+            if !layout.is_rewritten(f.id) || f.range.len() < 5 {
+                continue;
+            }
+            let new = map.fragment_addrs(f.id)[0];
+            let mut bytes = Vec::new();
+            if encoder
+                .encode(Branch::Jump, BranchForm::Near, f.range.start, new, &mut bytes)
+                .is_ok()
+            {
+                patches.push((f.range.start, bytes));
+            }
+        }
+    }
+
+    // Entry point, DT_INIT / DT_FINI, exported symbols.
+    let entry = map.translate(program, elf.entry).filter(|e| *e != elf.entry);
+    if let Some(dynamic) = elf.section_by_name(".dynamic") {
+        for (i, entry) in dynamic.data.chunks_exact(16).enumerate() {
+            let tag = i64::from_le_bytes(entry[..8].try_into().unwrap());
+            let value = Vaddr(u64::from_le_bytes(entry[8..].try_into().unwrap()));
+            if tag == 0 {
+                break;
+            }
+            // DT_INIT = 12, DT_FINI = 13.
+            if (tag == 12 || tag == 13)
+                && let Some(new) = map.translate(program, value).filter(|n| *n != value)
+            {
+                patches.push((
+                    dynamic.addr + (i * 16 + 8) as u64,
+                    new.get().to_le_bytes().to_vec(),
+                ));
+            }
+        }
+    }
+
+    // Section indices of the new sections, in the order they are added below.
+    let old_count = elf.sections().len() as u32;
+    let mut new_sections: Vec<NewSection> = Vec::new();
+    let exec = u64::from(object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0);
+    let alloc = u64::from(object::elf::SHF_ALLOC.0);
+    let hot_index = (!hot_text.is_empty()).then(|| {
+        new_sections.push(code_section(".text", hot_start, hot_text, exec));
+        (old_count + new_sections.len() as u32 - 1) as u16
+    });
+    let cold_index = (!cold_text.is_empty()).then(|| {
+        new_sections.push(code_section(".text.cold", cold_start, cold_text, exec));
+        (old_count + new_sections.len() as u32 - 1) as u16
+    });
+    let section_of = |addr: Vaddr| -> Option<u16> {
+        if addr >= hot_start && addr < hot_end {
+            hot_index
+        } else if addr >= cold_start && addr < cold_end {
+            cold_index
+        } else {
+            elf.section_containing(addr).map(|s| s.index as u16)
+        }
+    };
+    patches.extend(symbols::dynamic_symbol_patches(
+        elf, program, &map, &section_of,
+    ));
+
+    // 5. Unwind and exception tables.
+    let tables = frames::build(elf, program, &layout, &placed, &map, align(cold_end, 8))?;
+    let mut eh_frame_hdr = None;
+    if let Some(t) = &tables {
+        summary.frames = t.frames;
+        summary.lsdas = t.lsdas;
+        if !t.gcc_except_table.1.is_empty() {
+            new_sections.push(NewSection {
+                name: ".gcc_except_table".into(),
+                sh_type: object::elf::SHT_PROGBITS.0,
+                flags: alloc,
+                addr: t.gcc_except_table.0,
+                data: t.gcc_except_table.1.clone(),
+                align: 4,
+                entsize: 0,
+                link: SectionLink::None,
+                info: 0,
+            });
+        }
+        new_sections.push(NewSection {
+            name: ".eh_frame".into(),
+            sh_type: object::elf::SHT_PROGBITS.0,
+            flags: alloc,
+            addr: t.eh_frame.0,
+            data: t.eh_frame.1.clone(),
+            align: 8,
+            entsize: 0,
+            link: SectionLink::None,
+            info: 0,
+        });
+        new_sections.push(NewSection {
+            name: ".eh_frame_hdr".into(),
+            sh_type: object::elf::SHT_PROGBITS.0,
+            flags: alloc,
+            addr: t.eh_frame_hdr.0,
+            data: t.eh_frame_hdr.1.clone(),
+            align: 4,
+            entsize: 0,
+            link: SectionLink::None,
+            info: 0,
+        });
+        eh_frame_hdr = Some((t.eh_frame_hdr.0, t.eh_frame_hdr.1.len() as u64));
+    }
+
+    // 6. Symbols.
+    let fragments: Vec<PlacedFragment> = placed
+        .iter()
+        .map(|(plan, addr)| PlacedFragment {
+            function: plan.fragment.function,
+            fragment: plan.fragment.fragment,
+            addr: *addr,
+            size: plan.size,
+        })
+        .collect();
+    let mut renames: Vec<(u32, String)> = Vec::new();
+    let mut retype: Vec<u32> = Vec::new();
+    if let Some(table) = symbols::build(elf, program, &layout, &map, &fragments, &section_of) {
+        let strtab_position = new_sections.len() as u32 + 1;
+        new_sections.push(NewSection {
+            name: ".symtab".into(),
+            sh_type: object::elf::SHT_SYMTAB.0,
+            flags: 0,
+            addr: Vaddr(0),
+            data: table.symtab,
+            align: 8,
+            entsize: 24,
+            link: SectionLink::New(strtab_position),
+            info: table.first_global,
+        });
+        new_sections.push(NewSection {
+            name: ".strtab".into(),
+            sh_type: object::elf::SHT_STRTAB.0,
+            flags: 0,
+            addr: Vaddr(0),
+            data: table.strtab,
+            align: 1,
+            entsize: 0,
+            link: SectionLink::None,
+            info: 0,
+        });
+    }
+
+    // The note recording the input.
+    let mut note = Vec::new();
+    let input_id = elf.build_id().unwrap_or_default();
+    note.extend_from_slice(&6u32.to_le_bytes()); // "Rivet\0"
+    note.extend_from_slice(&(input_id.len() as u32).to_le_bytes());
+    note.extend_from_slice(&NT_RIVET_INPUT_BUILD_ID.to_le_bytes());
+    note.extend_from_slice(b"Rivet\0\0\0");
+    note.extend_from_slice(input_id);
+    note.resize(note.len().div_ceil(4) * 4, 0);
+    new_sections.push(NewSection {
+        name: RIVET_NOTE.into(),
+        sh_type: object::elf::SHT_NOTE.0,
+        flags: 0,
+        addr: Vaddr(0),
+        data: note,
+        align: 4,
+        entsize: 0,
+        link: SectionLink::None,
+        info: 0,
+    });
+
+    // Input sections the output supersedes: renamed, and tables re-typed so no tool reads
+    // them as live.
+    let has_new_symtab = new_sections.iter().any(|s| s.name == ".symtab");
+    for s in elf.sections() {
+        let i = s.index as u32;
+        let name = s.name.as_ref();
+        let replaced = match name {
+            ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table" => tables.is_some(),
+            ".text" => !in_place && hot_index.is_some(),
+            ".symtab" | ".strtab" => has_new_symtab,
+            _ => name.starts_with(".debug"),
+        };
+        let stale_relocations = s.sh_type == object::elf::SHT_RELA.0 && !s.is_alloc();
+        if replaced || stale_relocations {
+            renames.push((i, format!("{ORIGINAL_PREFIX}{name}")));
+        }
+        if stale_relocations
+            || (has_new_symtab && matches!(name, ".symtab" | ".strtab"))
+        {
+            retype.push(i);
+        }
+    }
+    if elf.sections().iter().any(|s| s.name.starts_with(".debug")) {
+        summary.warnings.push(
+            "debug info removed: it describes the original addresses (renamed to .rivet.orig.debug_*)"
+                .into(),
+        );
+    }
+
+    let mut salt = input_id.to_vec();
+    salt.extend_from_slice(format!("{:?}", options.strategy).as_bytes());
+    let rewrite = Rewrite {
+        patches,
+        sections: new_sections,
+        renames,
+        retype_as_data: retype,
+        entry,
+        eh_frame_hdr,
+        rebuild_id_salt: Some(salt),
+    };
+    let image = write_output(elf, &segment, &rewrite)?;
+    Ok(RewriteOutput {
+        image,
+        layout,
+        map,
+        summary,
+    })
+}
+
+fn code_section(name: &str, addr: Vaddr, data: Vec<u8>, flags: u64) -> NewSection {
+    NewSection {
+        name: name.into(),
+        sh_type: object::elf::SHT_PROGBITS.0,
+        flags,
+        addr,
+        data,
+        align: 64,
+        entsize: 0,
+        link: SectionLink::None,
+        info: 0,
+    }
+}
+
+fn align(v: Vaddr, a: u64) -> Vaddr {
+    Vaddr(v.get().div_ceil(a) * a)
+}
+
+/// The segment the output will add (for callers that report it).
+pub fn output_segment(elf: &ElfFile<'_>) -> Result<NewSegment, RewriteError> {
+    Ok(new_segment(elf)?)
+}
