@@ -347,6 +347,43 @@ impl AddressMap {
         }
     }
 
+    /// Rebuilds the map from block starts alone (as recorded in an output's `.rivet.bat`):
+    /// inside a block, instructions keep their distances (a block's body is copied whole and
+    /// its re-created branch sits where the body ends).
+    pub fn from_blocks(program: &Program, blocks: &[(Vaddr, Vaddr)]) -> Option<AddressMap> {
+        let mut functions: Vec<Option<Vec<(Vaddr, Vaddr)>>> = vec![None; program.functions.len()];
+        for &(old, new) in blocks {
+            let f = program.function_containing(old)?;
+            let block = f.block(f.block_at(old)?);
+            let entries = functions[f.id.0 as usize].get_or_insert_with(Vec::new);
+            for inst in f.block_insts(block) {
+                entries.push((inst.addr(), new + (inst.addr() - block.start)));
+            }
+        }
+        for entries in functions.iter_mut().flatten() {
+            entries.sort_unstable();
+        }
+        Some(AddressMap {
+            functions,
+            fragment_addrs: vec![Vec::new(); program.functions.len()],
+        })
+    }
+
+    /// (old, new) start of every block of every rewritten function, sorted.
+    pub fn block_pairs(&self, program: &Program) -> Vec<(Vaddr, Vaddr)> {
+        let mut out = Vec::new();
+        for (i, entries) in self.functions.iter().enumerate() {
+            let Some(entries) = entries else { continue };
+            for b in &program.functions[i].blocks {
+                if let Ok(k) = entries.binary_search_by_key(&b.start, |e| e.0) {
+                    out.push(entries[k]);
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
     /// Whether the function was rewritten.
     pub fn is_rewritten(&self, f: rivet_ir::FuncId) -> bool {
         self.functions

@@ -15,8 +15,7 @@ use std::collections::HashSet;
 
 use rivet_elf::relocs::{DynRelocKind, DynamicReloc, StaticReloc, types};
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
-use rivet_ir::layout::Layout;
-use rivet_ir::{JumpTableKind, Program};
+use rivet_ir::{FuncId, JumpTableKind, Program};
 
 use crate::code::{AbsoluteField, AddressMap, write_absolute};
 
@@ -61,11 +60,11 @@ fn read_field(elf: &ElfFile<'_>, site: Vaddr, r_type: u32) -> Option<u64> {
     })
 }
 
-/// Collects the references of `program` given the functions `layout` rewrites.
+/// Collects the references of `program` given which functions are rewritten.
 pub fn collect(
     elf: &ElfFile<'_>,
     program: &Program,
-    layout: &Layout,
+    is_rewritten: &(dyn Fn(FuncId) -> bool + Sync),
     statics: &[StaticReloc],
     dynamics: &[DynamicReloc<'_>],
 ) -> References {
@@ -73,7 +72,7 @@ pub fn collect(
     let rewritten = |addr: Vaddr| {
         program
             .function_containing(addr)
-            .filter(|f| layout.is_rewritten(f.id))
+            .filter(|f| is_rewritten(f.id))
     };
 
     // Jump tables of rewritten functions: their entries are rewritten from the discovered
@@ -84,7 +83,7 @@ pub fn collect(
             for (i, target) in t.entries.iter().enumerate() {
                 let site = t.addr + (i as u64) * u64::from(t.entry_size);
                 table_sites.insert(site);
-                if !layout.is_rewritten(f.id) {
+                if !is_rewritten(f.id) {
                     continue;
                 }
                 let field = match t.kind {

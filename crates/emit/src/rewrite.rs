@@ -253,7 +253,8 @@ pub fn rewrite(
         Vec::new()
     };
     let dynamics = elf.dynamic_relocations()?;
-    let refs = references::collect(elf, program, &layout, &statics, &dynamics);
+    let is_rewritten = |f: FuncId| layout.is_rewritten(f);
+    let refs = references::collect(elf, program, &is_rewritten, &statics, &dynamics);
     let encoded: Vec<Result<Vec<u8>, RewriteError>> = placed
         .par_iter()
         .map_init(BranchEncoder::default, |encoder, (plan, addr)| {
@@ -440,6 +441,19 @@ pub fn rewrite(
             info: 0,
         });
     }
+
+    // The address translation table.
+    new_sections.push(NewSection {
+        name: crate::bat::SECTION.into(),
+        sh_type: object::elf::SHT_PROGBITS.0,
+        flags: 0,
+        addr: Vaddr(0),
+        data: crate::bat::encode(&map.block_pairs(program)),
+        align: 8,
+        entsize: 0,
+        link: SectionLink::None,
+        info: 0,
+    });
 
     // The note recording the input.
     let mut note = Vec::new();
