@@ -5,6 +5,8 @@
 //! and never exit; this crate is the only place that does.
 
 mod inspect;
+mod rewrite;
+mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +30,14 @@ enum Command {
     ///
     /// Example: rivet inspect ./app --function main
     Inspect(InspectArgs),
+    /// Write a copy of a binary with its code laid out anew: identity, reversed or random.
+    ///
+    /// Example: rivet rewrite ./app -o app.shuffled --layout shuffle --seed 7 --verify
+    Rewrite(rewrite::RewriteArgs),
+    /// Check a rewritten binary against the binary it was made from.
+    ///
+    /// Example: rivet verify ./app app.shuffled
+    Verify(verify::VerifyArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -75,6 +85,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
+        Command::Rewrite(args) => rewrite::run(&args),
+        Command::Verify(args) => verify::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

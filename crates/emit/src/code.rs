@@ -301,6 +301,19 @@ pub fn plan_fragment(
     })
 }
 
+/// True when the emitter re-creates (or drops) the block's last instruction instead of copying
+/// it: direct jumps, direct tail calls, conditional jumps.
+pub fn terminator_is_recreated(f: &Function, block: &rivet_ir::Block) -> bool {
+    let Some(last) = f.block_insts(block).last() else {
+        return false;
+    };
+    match block.terminator {
+        Terminator::Jump | Terminator::TailCall { .. } => direct_target(last).is_some(),
+        Terminator::CondJump | Terminator::CondTailCall { .. } => true,
+        _ => false,
+    }
+}
+
 fn direct_target(inst: &Inst) -> Option<Vaddr> {
     match inst.flow() {
         Flow::Jump { target } => Some(target),

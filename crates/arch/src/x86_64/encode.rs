@@ -54,6 +54,20 @@ impl Inst {
         self.raw.is_jcc_short_or_near()
     }
 
+    /// The condition of a conditional jump, as a comparable code.
+    pub fn condition(&self) -> Option<u8> {
+        let cc = self.raw.condition_code();
+        (cc != iced_x86::ConditionCode::None).then_some(cc as u8)
+    }
+
+    /// The inverse of `condition()`.
+    pub fn inverted_condition(&self) -> Option<u8> {
+        let mut raw = self.raw;
+        raw.negate_condition_code();
+        let cc = raw.condition_code();
+        (cc != iced_x86::ConditionCode::None && self.condition().is_some()).then_some(cc as u8)
+    }
+
     /// True when the instruction has a PC-relative field that must be recomputed when the
     /// instruction moves (direct branch or call, RIP-relative memory operand).
     pub fn is_pc_relative(&self) -> bool {
