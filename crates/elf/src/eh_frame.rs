@@ -4,6 +4,12 @@
 //! (CFA rule and saved registers at every address) are what a rewriter must re-emit for moved
 //! code. gimli does the parsing; this module fixes the reader type at the boundary so no gimli
 //! generics leak into the rest of Rivet.
+//!
+//! The row model is lossless: every rule gimli can produce for `.eh_frame` is representable
+//! (expressions keep their raw bytes, `DW_CFA_GNU_args_size` is kept), and an `Fde` carries the
+//! CIE facts a writer needs to reproduce it (personality and its indirection, signal frame,
+//! return-address column, alignment factors). Register rules in a row are listed in gimli's
+//! order, which depends on the instruction history: compare rows as sets, not as sequences.
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Pointer, RegisterRule,
@@ -16,7 +22,7 @@ use crate::file::ElfFile;
 
 type Reader<'data> = EndianSlice<'data, LittleEndian>;
 
-/// One FDE, reduced to what discovery needs.
+/// One FDE: its code range, exception-handling pointers and the facts of its CIE.
 #[derive(Clone, Debug)]
 pub struct Fde {
     /// Offset of the FDE within `.eh_frame` (to re-read it for rows).
@@ -26,26 +32,55 @@ pub struct Fde {
     pub lsda: Option<Vaddr>,
     /// The personality routine (or the address of its GOT slot when indirect).
     pub personality: Option<Vaddr>,
+    /// The personality pointer has `DW_EH_PE_indirect`: `personality` is the address of a
+    /// slot holding the routine's address (`DW.ref.__gxx_personality_v0` in PIC code).
+    pub personality_indirect: bool,
+    /// The CIE's augmentation has 'S': the frame is a signal trampoline, whose return address
+    /// must not be decremented before the lookup.
+    pub signal_frame: bool,
+    /// The DWARF column of the return address (16, rip, on x86-64).
+    pub return_address_register: u16,
+    /// The CIE's code alignment factor (1 on x86-64).
+    pub code_alignment_factor: u64,
+    /// The CIE's data alignment factor (-8 on x86-64, as gcc and clang write it).
+    pub data_alignment_factor: i64,
 }
 
 /// How the canonical frame address is computed at some instruction.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Cfa {
     /// DWARF register number plus offset, e.g. rsp+8 at a function entry.
     RegisterOffset { register: u16, offset: i64 },
-    /// A DWARF expression (PLT stubs, signal trampolines, realigned stacks).
-    Expression,
+    /// A DWARF expression, as raw bytes (PLT stubs, signal trampolines, realigned stacks).
+    Expression(Vec<u8>),
 }
 
-/// Where a callee-saved register's caller value lives.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The rule that recovers a register's value in the caller's frame.
+///
+/// A register absent from a row's `saved` list has no rule at all, which unwinders treat as
+/// "unchanged"; that differs from `Undefined` (libgcc stops unwinding at an undefined return
+/// address) even though both mean "not saved" to a reader of the code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SavedRegister {
-    /// At CFA + offset.
+    /// Saved in memory at CFA + offset (`DW_CFA_offset`).
     AtCfaOffset(i64),
-    /// Held in another register.
+    /// Held in another register (`DW_CFA_register`).
     InRegister(u16),
-    /// Any other rule (expressions, same-value, undefined...).
-    Other,
+    /// The value is CFA + offset itself, not stored anywhere (`DW_CFA_val_offset`).
+    ValOffset(i64),
+    /// Saved in memory at the address computed by this DWARF expression (`DW_CFA_expression`).
+    Expression(Vec<u8>),
+    /// The value is computed by this DWARF expression (`DW_CFA_val_expression`).
+    ValExpression(Vec<u8>),
+    /// Explicitly not modified by this frame (`DW_CFA_same_value`).
+    SameValue,
+    /// Not recoverable (`DW_CFA_undefined`).
+    Undefined,
+    /// Defined by the augmenter, outside DWARF; gimli never produces it for x86-64.
+    Architectural,
+    /// A pseudo-register with a constant value; gimli produces it only for AArch64's
+    /// return-address signing state.
+    Constant(u64),
 }
 
 /// The unwind state over one address range.
@@ -53,7 +88,11 @@ pub enum SavedRegister {
 pub struct CfiRow {
     pub range: VaddrRange,
     pub cfa: Cfa,
+    /// Register rules, in no particular order (see the module comment).
     pub saved: Vec<(u16, SavedRegister)>,
+    /// Bytes of outgoing arguments pushed at this point (`DW_CFA_GNU_args_size`); the
+    /// personality routine adjusts the stack pointer by it when landing. Usually 0.
+    pub args_size: u64,
 }
 
 /// Name of an x86-64 DWARF register number.
@@ -89,14 +128,30 @@ impl<'data> ElfFile<'data> {
         if section.is_nobits() {
             return Ok(None);
         }
-        let mut bases = BaseAddresses::default().set_eh_frame(section.addr.get());
-        if let Some(text) = self.section_by_name(".text") {
-            bases = bases.set_text(text.addr.get());
+        let text = self.section_by_name(".text").map(|s| s.addr);
+        let got = self.section_by_name(".got").map(|s| s.addr);
+        EhFrameTable::parse(section.data, section.addr, text, got).map(Some)
+    }
+}
+
+impl<'data> EhFrameTable<'data> {
+    /// Parses the `.eh_frame` bytes `data` mapped at `section_addr`. `text` and `got` are the
+    /// bases of the rarely used textrel and datarel pointer encodings, when known. This is
+    /// what [`ElfFile::eh_frame`] does for an input; a rewriter uses it to check its output.
+    pub fn parse(
+        data: &'data [u8],
+        section_addr: Vaddr,
+        text: Option<Vaddr>,
+        got: Option<Vaddr>,
+    ) -> Result<EhFrameTable<'data>> {
+        let mut bases = BaseAddresses::default().set_eh_frame(section_addr.get());
+        if let Some(text) = text {
+            bases = bases.set_text(text.get());
         }
-        if let Some(got) = self.section_by_name(".got") {
-            bases = bases.set_got(got.addr.get());
+        if let Some(got) = got {
+            bases = bases.set_got(got.get());
         }
-        let eh = EhFrame::new(section.data, LittleEndian);
+        let eh = EhFrame::new(data, LittleEndian);
         let mut fdes = Vec::new();
         let mut entries = eh.entries(&bases);
         loop {
@@ -112,24 +167,28 @@ impl<'data> ElfFile<'data> {
                 if fde.len() == 0 {
                     continue;
                 }
+                let cie = fde.cie();
                 fdes.push(Fde {
                     offset,
                     range: VaddrRange::new(Vaddr(fde.initial_address()), fde.len()),
                     lsda: fde.lsda().map(pointer_address),
                     personality: fde.personality().map(pointer_address),
+                    personality_indirect: matches!(fde.personality(), Some(Pointer::Indirect(_))),
+                    signal_frame: cie.is_signal_trampoline(),
+                    return_address_register: cie.return_address_register().0,
+                    code_alignment_factor: cie.code_alignment_factor(),
+                    data_alignment_factor: cie.data_alignment_factor(),
                 });
             }
         }
         fdes.sort_by_key(|f| (f.range.start, f.offset));
-        Ok(Some(EhFrameTable {
+        Ok(EhFrameTable {
             section: eh,
             bases,
             fdes,
-        }))
+        })
     }
-}
 
-impl EhFrameTable<'_> {
     /// The FDE covering `addr`, if any.
     pub fn fde_for(&self, addr: Vaddr) -> Option<&Fde> {
         let pos = self.fdes.partition_point(|f| f.range.start <= addr);
@@ -158,13 +217,18 @@ impl EhFrameTable<'_> {
             .rows(&self.section, &self.bases, &mut ctx)
             .map_err(bad)?;
         let mut rows = Vec::new();
+        // Expressions are stored as (offset, length) into the section; copy their bytes out
+        // so rows stand alone.
+        let expression_bytes = |e: &gimli::UnwindExpression<usize>| -> Result<Vec<u8>> {
+            Ok(e.get(&self.section).map_err(bad)?.0.slice().to_vec())
+        };
         while let Some(row) = table.next_row().map_err(bad)? {
             let cfa = match row.cfa() {
                 CfaRule::RegisterAndOffset { register, offset } => Cfa::RegisterOffset {
                     register: register.0,
                     offset: *offset,
                 },
-                CfaRule::Expression(_) => Cfa::Expression,
+                CfaRule::Expression(e) => Cfa::Expression(expression_bytes(e)?),
             };
             let saved = row
                 .registers()
@@ -172,11 +236,21 @@ impl EhFrameTable<'_> {
                     let rule = match rule {
                         RegisterRule::Offset(o) => SavedRegister::AtCfaOffset(*o),
                         RegisterRule::Register(r) => SavedRegister::InRegister(r.0),
-                        _ => SavedRegister::Other,
+                        RegisterRule::ValOffset(o) => SavedRegister::ValOffset(*o),
+                        RegisterRule::Expression(e) => {
+                            SavedRegister::Expression(expression_bytes(e)?)
+                        }
+                        RegisterRule::ValExpression(e) => {
+                            SavedRegister::ValExpression(expression_bytes(e)?)
+                        }
+                        RegisterRule::SameValue => SavedRegister::SameValue,
+                        RegisterRule::Undefined => SavedRegister::Undefined,
+                        RegisterRule::Architectural => SavedRegister::Architectural,
+                        RegisterRule::Constant(c) => SavedRegister::Constant(*c),
                     };
-                    (reg.0, rule)
+                    Ok((reg.0, rule))
                 })
-                .collect();
+                .collect::<Result<Vec<_>>>()?;
             rows.push(CfiRow {
                 range: VaddrRange {
                     start: Vaddr(row.start_address()),
@@ -184,6 +258,7 @@ impl EhFrameTable<'_> {
                 },
                 cfa,
                 saved,
+                args_size: row.saved_args_size(),
             });
         }
         Ok(rows)
@@ -196,7 +271,7 @@ impl std::fmt::Display for CfiRow {
             Cfa::RegisterOffset { register, offset } => {
                 write!(f, "cfa={}{:+}", dwarf_register_name(*register), offset)?
             }
-            Cfa::Expression => write!(f, "cfa=<expr>")?,
+            Cfa::Expression(_) => write!(f, "cfa=<expr>")?,
         }
         for (reg, rule) in &self.saved {
             match rule {
@@ -209,7 +284,8 @@ impl std::fmt::Display for CfiRow {
                     dwarf_register_name(*reg),
                     dwarf_register_name(*r)
                 )?,
-                SavedRegister::Other => write!(f, " {}=<rule>", dwarf_register_name(*reg))?,
+                // The golden dumps print every other rule the same way; keep it so.
+                _ => write!(f, " {}=<rule>", dwarf_register_name(*reg))?,
             }
         }
         Ok(())

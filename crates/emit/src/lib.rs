@@ -1,6 +1,11 @@
 //! Emission: turns a discovered `ir::Program` plus a `Layout` into the new content of a
 //! rewritten binary (new text, unwind and exception tables, symbols, patches to original bytes).
 
+pub mod bat;
 pub mod code;
+pub mod frames;
 pub mod lsda;
+pub mod references;
+pub mod rewrite;
+pub mod symbols;
 pub mod unwind;
