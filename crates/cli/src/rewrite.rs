@@ -143,11 +143,10 @@ fn rewrite_error(path: &Path, e: RewriteError) -> UserError {
 
 pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     if same_file(&args.binary, &args.output) {
-        return Err(UserError::new(format!(
-            "the output {} is the input",
-            args.output.display()
-        ))
-        .hint("Rivet never modifies its input; give another -o path"));
+        return Err(
+            UserError::new(format!("the output {} is the input", args.output.display()))
+                .hint("Rivet never modifies its input; give another -o path"),
+        );
     }
     let mapped = MappedFile::open(&args.binary).map_err(|e| {
         UserError::new(format!("cannot read {}: {e}", args.binary.display()))
@@ -165,8 +164,11 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     let output = rewrite(&elf, &program, &options).map_err(|e| rewrite_error(&args.binary, e))?;
     if args.verify {
         crate::verify::verify_output(&elf, &program, &output).map_err(|e| {
-            UserError::new(format!("verification of {} failed: {e}", args.output.display()))
-                .hint("the output was not written; please report this with the binary")
+            UserError::new(format!(
+                "verification of {} failed: {e}",
+                args.output.display()
+            ))
+            .hint("the output was not written; please report this with the binary")
         })?;
     }
     file.write_all(&output.image)
@@ -235,4 +237,3 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
         eprintln!("rivet: warning: {w}");
     }
 }
-

@@ -98,7 +98,12 @@ impl Checker<'_> {
         }
     }
 
-    fn check_block(&self, f: &Function, b: &rivet_ir::Block, report: &mut VerifyReport) -> Result<(), String> {
+    fn check_block(
+        &self,
+        f: &Function,
+        b: &rivet_ir::Block,
+        report: &mut VerifyReport,
+    ) -> Result<(), String> {
         let new_start = self
             .map
             .in_function(f.id, b.start)
@@ -176,7 +181,10 @@ impl Checker<'_> {
             return Ok(());
         }
         let last = f.block_insts(b).last().expect("non-empty block");
-        let new_last = self.map.in_function(f.id, last.addr()).unwrap_or(last.addr());
+        let new_last = self
+            .map
+            .in_function(f.id, last.addr())
+            .unwrap_or(last.addr());
         let end = new_last + u64::from(last.len());
         let want = self.tr(last.end())?;
         if end == want {
@@ -228,7 +236,9 @@ pub fn check(
     // Stored references.
     let symbols = input.symbols().map_err(|e| e.to_string())?;
     let statics = if program.info.relocation_mode == rivet_ir::RelocationMode::Available {
-        input.static_relocations(&symbols).map_err(|e| e.to_string())?
+        input
+            .static_relocations(&symbols)
+            .map_err(|e| e.to_string())?
     } else {
         Vec::new()
     };
@@ -244,9 +254,9 @@ pub fn check(
         let got = match r.field {
             RefField::Absolute { size: 8 } => out.read_u64(r.site),
             RefField::Absolute { .. } => out.read_u32(r.site).map(u64::from),
-            RefField::Relative { size: 8, base } => out
-                .read_u64(r.site)
-                .map(|v| base.get().wrapping_add(v)),
+            RefField::Relative { size: 8, base } => {
+                out.read_u64(r.site).map(|v| base.get().wrapping_add(v))
+            }
             RefField::Relative { base, .. } => out
                 .read_i32(r.site)
                 .map(|v| base.offset(i64::from(v)).get()),
@@ -264,7 +274,10 @@ pub fn check(
     }
     let want_entry = map.translate(program, input.entry).unwrap_or(input.entry);
     if out.entry != want_entry {
-        return Err(format!("entry point is {}, expected {want_entry}", out.entry));
+        return Err(format!(
+            "entry point is {}, expected {want_entry}",
+            out.entry
+        ));
     }
     Ok(report)
 }
@@ -275,7 +288,8 @@ pub fn verify_output(
     program: &Program,
     output: &RewriteOutput,
 ) -> Result<VerifyReport, String> {
-    let out = ElfFile::parse(&output.image).map_err(|e| format!("the output does not parse: {e}"))?;
+    let out =
+        ElfFile::parse(&output.image).map_err(|e| format!("the output does not parse: {e}"))?;
     let report = check(input, program, &out, &output.map)?;
     // The output must read back as a program Rivet understands as well as the input.
     discover(&out, &DiscoverOptions::default())
@@ -326,7 +340,10 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
         .hint("give the binary the output was made from")
     })?;
     let report = check(&input, &program, &out, &map).map_err(|e| {
-        UserError::new(format!("{} failed verification: {e}", args.output.display()))
+        UserError::new(format!(
+            "{} failed verification: {e}",
+            args.output.display()
+        ))
     })?;
     println!(
         "{}: ok ({} functions, {} blocks, {} instructions, {} references checked)",

@@ -106,7 +106,9 @@ fn rewritten_corpus_programs_behave_the_same() {
                         *n += 1;
                         *n - 1
                     };
-                    let Some((e, layout)) = jobs.get(i) else { break };
+                    let Some((e, layout)) = jobs.get(i) else {
+                        break;
+                    };
                     let slot = work.join(format!("w{worker}"));
                     std::fs::create_dir_all(&slot).unwrap();
                     let out_path = slot.join(e.path.file_name().unwrap());
@@ -129,8 +131,7 @@ fn rewritten_corpus_programs_behave_the_same() {
                         continue;
                     }
                     // The executable to run and the library directory it loads from.
-                    let (exe, lib_dir, expected_exit, expected_stdout) = if e.kind == "shared-lib"
-                    {
+                    let (exe, lib_dir, expected_exit, expected_stdout) = if e.kind == "shared-lib" {
                         let Some(user) = entries
                             .iter()
                             .find(|u| u.needs.as_deref() == Some(e.name.as_str()))
@@ -153,9 +154,7 @@ fn rewritten_corpus_programs_behave_the_same() {
                     };
                     let (code, stdout) = run(&exe, &lib_dir);
                     let want_stdout = expected_stdout.map(|p| std::fs::read(p).unwrap());
-                    if code != expected_exit
-                        || want_stdout.as_ref().is_some_and(|w| *w != stdout)
-                    {
+                    if code != expected_exit || want_stdout.as_ref().is_some_and(|w| *w != stdout) {
                         failures.lock().unwrap().push(format!(
                             "{what}: exit {code:?} (expected {expected_exit:?}), stdout {}",
                             if want_stdout.is_some_and(|w| w == stdout) {
@@ -180,5 +179,8 @@ fn rewritten_corpus_programs_behave_the_same() {
         jobs.len(),
         failures.join("\n")
     );
-    assert!(*checked.lock().unwrap() >= 180 * 22, "too few programs checked");
+    assert!(
+        *checked.lock().unwrap() >= 180 * 22,
+        "too few programs checked"
+    );
 }

@@ -153,8 +153,15 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
             .ok_or_else(|| bad("patch", format!("{addr} is not file-backed")))?
             .0 as usize;
         let end = off + bytes.len();
-        if end > input.len() || elf.file_offset_of(*addr + (bytes.len() as u64 - 1)).is_none() {
-            return Err(bad("patch", format!("{addr}+{} leaves its segment", bytes.len())));
+        if end > input.len()
+            || elf
+                .file_offset_of(*addr + (bytes.len() as u64 - 1))
+                .is_none()
+        {
+            return Err(bad(
+                "patch",
+                format!("{addr}+{} leaves its segment", bytes.len()),
+            ));
         }
         out[off..end].copy_from_slice(bytes);
     }
@@ -165,7 +172,10 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     let mut seg_end = segment.vaddr + segment.phdr_size;
     for s in rewrite.sections.iter().filter(|s| s.is_alloc()) {
         if s.addr < segment.content_start() {
-            return Err(bad("new section", format!("{} below the new segment", s.name)));
+            return Err(bad(
+                "new section",
+                format!("{} below the new segment", s.name),
+            ));
         }
         seg_end = seg_end.max(s.addr + s.data.len() as u64);
     }
@@ -273,7 +283,10 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
             sh.sh_link = U32::new(LE, 0);
             sh.sh_info = U32::new(LE, 0);
             sh.sh_entsize = U64::new(LE, 0);
-            sh.sh_flags = U64::new(LE, elf::SectionFlags(sh.sh_flags(LE).0 & !elf::SHF_INFO_LINK.0));
+            sh.sh_flags = U64::new(
+                LE,
+                elf::SectionFlags(sh.sh_flags(LE).0 & !elf::SHF_INFO_LINK.0),
+            );
         }
         shdrs.push(sh);
     }

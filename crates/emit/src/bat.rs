@@ -37,7 +37,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<(Vaddr, Vaddr)>, BatError> {
     }
     let count = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
     let body = &bytes[16..];
-    if (body.len() as u64) / 16 != count || body.len() % 16 != 0 {
+    if (body.len() as u64) / 16 != count || !body.len().is_multiple_of(16) {
         return Err(BatError("size does not match the count"));
     }
     let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap());
@@ -57,7 +57,10 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects_garbage() {
-        let pairs = vec![(Vaddr(0x1000), Vaddr(0x9000)), (Vaddr(0x1010), Vaddr(0x9100))];
+        let pairs = vec![
+            (Vaddr(0x1000), Vaddr(0x9000)),
+            (Vaddr(0x1010), Vaddr(0x9100)),
+        ];
         assert_eq!(decode(&encode(&pairs)).unwrap(), pairs);
         assert!(decode(b"nonsense").is_err());
         let mut bad = encode(&pairs);

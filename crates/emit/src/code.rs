@@ -216,9 +216,7 @@ pub fn plan_fragment(
                 };
                 if Some(fall) == next {
                     branch(&mut items, encoder, cond(false), taken, last.addr())?;
-                } else if Some(taken) == next
-                    && matches!(block.terminator, Terminator::CondJump)
-                {
+                } else if Some(taken) == next && matches!(block.terminator, Terminator::CondJump) {
                     branch(&mut items, encoder, cond(true), fall, last.addr())?;
                 } else {
                     branch(&mut items, encoder, cond(false), taken, last.addr())?;
@@ -276,9 +274,9 @@ pub fn plan_fragment(
             break;
         }
     }
-    let size = items.last().map_or(0, |last| {
-        offsets[items.len() - 1] + last.size(f)
-    });
+    let size = items
+        .last()
+        .map_or(0, |last| offsets[items.len() - 1] + last.size(f));
 
     // New offsets of the original instructions, dropped jumps included.
     let mut inst_offsets: Vec<(u32, u64)> = items
@@ -505,12 +503,12 @@ pub fn encode_fragment(
                 ..
             } => {
                 let to = match target {
-                    Target::Block(b) => map
-                        .in_function(fid, f.block(b).start)
-                        .ok_or(EmitError::UnmappableTarget {
+                    Target::Block(b) => map.in_function(fid, f.block(b).start).ok_or(
+                        EmitError::UnmappableTarget {
                             at,
                             target: f.block(b).start,
-                        })?,
+                        },
+                    )?,
                     Target::Address(t) => translate(at, t)?,
                 };
                 encoder.encode(branch, form, at, to, &mut out)?;
@@ -523,7 +521,9 @@ pub fn encode_fragment(
 /// Writes `value` as a little-endian field of `size` bytes; `None` if it does not fit.
 pub fn write_absolute(out: &mut [u8], size: u8, value: Vaddr) -> Option<()> {
     match size {
-        8 => out.get_mut(..8)?.copy_from_slice(&value.get().to_le_bytes()),
+        8 => out
+            .get_mut(..8)?
+            .copy_from_slice(&value.get().to_le_bytes()),
         4 => {
             // R_X86_64_32 zero-extends and R_X86_64_32S sign-extends: below 2 GiB both agree.
             let v = u32::try_from(value.get()).ok().filter(|v| *v < 1 << 31)?;

@@ -351,4 +351,3 @@ pub fn build(
 fn align(v: Vaddr, a: u64) -> Vaddr {
     Vaddr(v.get().div_ceil(a) * a)
 }
-

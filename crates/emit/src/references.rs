@@ -28,7 +28,10 @@ pub enum RefField {
     Relative { size: u8, base: Vaddr },
     /// The addend of the `Elf64_Rela` at `entry` (and, when the linker also stored the value
     /// at the relocated site, that word too).
-    RelaAddend { entry: Vaddr, site_holds_value: bool },
+    RelaAddend {
+        entry: Vaddr,
+        site_holds_value: bool,
+    },
 }
 
 /// One stored reference to a code address outside rewritten instructions.
@@ -49,7 +52,8 @@ pub struct References {
 
 /// Sections whose contents are regenerated, not patched.
 fn is_regenerated(name: &str) -> bool {
-    matches!(name, ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table") || name.starts_with(".debug")
+    matches!(name, ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table")
+        || name.starts_with(".debug")
 }
 
 fn read_field(elf: &ElfFile<'_>, site: Vaddr, r_type: u32) -> Option<u64> {
@@ -138,7 +142,9 @@ pub fn collect(
                     | types::R_X86_64_GOTPCREL
             );
             if pc_relative && size == 4 {
-                let Some(value) = elf.read_i32(r.site) else { continue };
+                let Some(value) = elf.read_i32(r.site) else {
+                    continue;
+                };
                 let end = program
                     .function_containing(r.site)
                     .and_then(|f| {

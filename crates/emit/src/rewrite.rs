@@ -47,10 +47,7 @@ pub enum RewriteError {
     #[error(transparent)]
     Elf(#[from] rivet_elf::ElfError),
     #[error("encoding {function}: {source}")]
-    Encode {
-        function: String,
-        source: EmitError,
-    },
+    Encode { function: String, source: EmitError },
     #[error("unwind tables: {0}")]
     Frames(#[from] FrameError),
     #[error("invalid layout: {0}")]
@@ -181,10 +178,7 @@ pub fn rewrite(
         match plan {
             Ok(plan) => {
                 let f = program.function(r.function);
-                if in_place
-                    && r.fragment == 0
-                    && plan.size > f.range.len() + f.padding_after
-                {
+                if in_place && r.fragment == 0 && plan.size > f.range.len() + f.padding_after {
                     dropped.insert(r.function, "in place: does not fit".into());
                 }
                 plans.insert(r, plan);
@@ -202,8 +196,12 @@ pub fn rewrite(
         *summary.not_rewritten.entry(reason.clone()).or_default() += 1;
         layout.functions[f.0 as usize] = None;
     }
-    layout.hot_order.retain(|r| !dropped.contains_key(&r.function));
-    layout.cold_order.retain(|r| !dropped.contains_key(&r.function));
+    layout
+        .hot_order
+        .retain(|r| !dropped.contains_key(&r.function));
+    layout
+        .cold_order
+        .retain(|r| !dropped.contains_key(&r.function));
     plans.retain(|r, _| !dropped.contains_key(&r.function));
     layout.validate(program)?;
     for f in layout.functions.iter().flatten() {
@@ -258,11 +256,19 @@ pub fn rewrite(
     let encoded: Vec<Result<Vec<u8>, RewriteError>> = placed
         .par_iter()
         .map_init(BranchEncoder::default, |encoder, (plan, addr)| {
-            encode_fragment(elf, program, plan, *addr, &map, &refs.in_moved_code, encoder)
-                .map_err(|source| RewriteError::Encode {
-                    function: program.function(plan.fragment.function).qualified_name(),
-                    source,
-                })
+            encode_fragment(
+                elf,
+                program,
+                plan,
+                *addr,
+                &map,
+                &refs.in_moved_code,
+                encoder,
+            )
+            .map_err(|source| RewriteError::Encode {
+                function: program.function(plan.fragment.function).qualified_name(),
+                source,
+            })
         })
         .collect();
     let mut hot_text = vec![0xccu8; (hot_end - hot_start) as usize];
@@ -305,7 +311,13 @@ pub fn rewrite(
             let new = map.fragment_addrs(f.id)[0];
             let mut bytes = Vec::new();
             if encoder
-                .encode(Branch::Jump, BranchForm::Near, f.range.start, new, &mut bytes)
+                .encode(
+                    Branch::Jump,
+                    BranchForm::Near,
+                    f.range.start,
+                    new,
+                    &mut bytes,
+                )
                 .is_ok()
             {
                 patches.push((f.range.start, bytes));
@@ -314,7 +326,9 @@ pub fn rewrite(
     }
 
     // Entry point, DT_INIT / DT_FINI, exported symbols.
-    let entry = map.translate(program, elf.entry).filter(|e| *e != elf.entry);
+    let entry = map
+        .translate(program, elf.entry)
+        .filter(|e| *e != elf.entry);
     if let Some(dynamic) = elf.section_by_name(".dynamic") {
         for (i, entry) in dynamic.data.chunks_exact(16).enumerate() {
             let tag = i64::from_le_bytes(entry[..8].try_into().unwrap());
@@ -337,8 +351,8 @@ pub fn rewrite(
     // Section indices of the new sections, in the order they are added below.
     let old_count = elf.sections().len() as u32;
     let mut new_sections: Vec<NewSection> = Vec::new();
-    let exec = u64::from(object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0);
-    let alloc = u64::from(object::elf::SHF_ALLOC.0);
+    let exec = object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0;
+    let alloc = object::elf::SHF_ALLOC.0;
     let hot_index = (!hot_text.is_empty()).then(|| {
         new_sections.push(code_section(".text", hot_start, hot_text, exec));
         (old_count + new_sections.len() as u32 - 1) as u16
@@ -357,7 +371,10 @@ pub fn rewrite(
         }
     };
     patches.extend(symbols::dynamic_symbol_patches(
-        elf, program, &map, &section_of,
+        elf,
+        program,
+        &map,
+        &section_of,
     ));
 
     // 5. Unwind and exception tables.
@@ -492,9 +509,7 @@ pub fn rewrite(
         if replaced || stale_relocations {
             renames.push((i, format!("{ORIGINAL_PREFIX}{name}")));
         }
-        if stale_relocations
-            || (has_new_symtab && matches!(name, ".symtab" | ".strtab"))
-        {
+        if stale_relocations || (has_new_symtab && matches!(name, ".symtab" | ".strtab")) {
             retype.push(i);
         }
     }

@@ -115,10 +115,16 @@ impl Layout {
                     return bad(format!("fragment of untouched function {}", r.function.0));
                 };
                 if r.fragment as usize >= fl.fragments.len() || (r.fragment == 0) != hot {
-                    return bad(format!("fragment {}/{} misplaced", r.function.0, r.fragment));
+                    return bad(format!(
+                        "fragment {}/{} misplaced",
+                        r.function.0, r.fragment
+                    ));
                 }
                 if !listed.insert(*r) {
-                    return bad(format!("fragment {}/{} listed twice", r.function.0, r.fragment));
+                    return bad(format!(
+                        "fragment {}/{} listed twice",
+                        r.function.0, r.fragment
+                    ));
                 }
             }
         }
@@ -162,7 +168,10 @@ pub enum LayoutStrategy {
 impl LayoutStrategy {
     /// True when the strategy changes the order of functions (needs relocations).
     pub fn reorders_functions(self) -> bool {
-        matches!(self, LayoutStrategy::Reverse | LayoutStrategy::Shuffle { .. })
+        matches!(
+            self,
+            LayoutStrategy::Reverse | LayoutStrategy::Shuffle { .. }
+        )
     }
 }
 

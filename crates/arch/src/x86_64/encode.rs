@@ -306,11 +306,23 @@ mod tests {
         assert_eq!(enc.size(cond, BranchForm::Near).unwrap(), 6);
         assert_eq!(enc.size(Branch::Jump, BranchForm::Near).unwrap(), 5);
         let mut out = Vec::new();
-        enc.encode(cond, BranchForm::Near, Vaddr(0x2000), Vaddr(0x3000), &mut out)
-            .unwrap();
+        enc.encode(
+            cond,
+            BranchForm::Near,
+            Vaddr(0x2000),
+            Vaddr(0x3000),
+            &mut out,
+        )
+        .unwrap();
         let back = one(&out, 0x2000);
         assert_eq!(back.to_att(), "je      0x3000");
-        let err = enc.encode(cond, BranchForm::Short, Vaddr(0x2000), Vaddr(0x3000), &mut out);
+        let err = enc.encode(
+            cond,
+            BranchForm::Short,
+            Vaddr(0x2000),
+            Vaddr(0x3000),
+            &mut out,
+        );
         assert!(matches!(err, Err(EncodeError::OutOfRange { .. })));
         assert!(jne.is_invertible_cond_jump());
         assert!(!one(&[0xe3, 0x00], 0).is_invertible_cond_jump()); // jrcxz

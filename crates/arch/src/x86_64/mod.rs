@@ -5,6 +5,6 @@
 //! zero-extends into the full 64-bit register, which is how compilers zero-extend a switch
 //! index (`mov %edi,%edi`).
 
+pub mod encode;
 pub mod inst;
 pub mod jump_table;
-pub mod encode;
