@@ -1,0 +1,315 @@
+//! `rivet rewrite` and `rivet verify` as a user meets them: bad input gets one error line and
+//! leaves nothing behind; verification catches a corrupted output; outputs are deterministic;
+//! gdb unwinds through moved and split code.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rivet_elf::ElfFile;
+
+fn rivet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rivet"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("rewrite-cli")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) int leaf(int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++) {
+        if (i % 7 == 3) s += i * 3; else if (i % 5 == 1) s -= i; else s ^= i;
+    }
+    if (n == 1234567) abort();
+    return s;
+}
+__attribute__((noinline)) int middle(int n) { return leaf(n) + leaf(n / 2); }
+__attribute__((noinline)) int outer(int n) { return middle(n) * 2; }
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 1000;
+    printf("%d\n", outer(n));
+    return 0;
+}
+"#;
+
+/// Builds the test program with `flags` (gcc, -O2).
+fn build(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.join("prog.c");
+    std::fs::write(&src, PROGRAM).unwrap();
+    let out = dir.join(name);
+    let status = Command::new("gcc")
+        .args(["-O2", "-fno-reorder-blocks-and-partition"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc is required (apt-get install gcc)");
+    assert!(status.success());
+    out
+}
+
+fn assert_one_error_line(out: &Output, expect: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one line, got: {stderr}");
+    assert!(lines[0].starts_with("rivet: error: "), "{stderr}");
+    assert!(lines[0].contains("(hint: "), "no hint: {stderr}");
+    assert!(
+        lines[0].contains(expect),
+        "expected {expect:?} in: {stderr}"
+    );
+}
+
+fn only_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn bad_requests_get_one_error_and_write_nothing() {
+    let dir = scratch("bad");
+    let with = build(&dir, "with-relocs", &["-Wl,--emit-relocs"]);
+    let without = build(&dir, "without-relocs", &[]);
+    let before = only_files(&dir);
+    let input_bytes = std::fs::read(&with).unwrap();
+
+    // Function reordering without relocations.
+    let out = dir.join("out");
+    let r = rivet(&["rewrite", s(&without), "-o", s(&out), "--layout", "reverse"]);
+    assert_one_error_line(&r, "function reordering needs relocations");
+    let r = rivet(&["rewrite", s(&without), "-o", s(&out), "--layout", "shuffle"]);
+    assert_one_error_line(&r, "--emit-relocs");
+    // The output is the input (also through another spelling of the path).
+    let r = rivet(&["rewrite", s(&with), "-o", s(&with)]);
+    assert_one_error_line(&r, "is the input");
+    let other_spelling = dir.join(".").join("with-relocs");
+    let r = rivet(&["rewrite", s(&with), "-o", s(&other_spelling)]);
+    assert_one_error_line(&r, "is the input");
+    // An output directory nobody can write to (root included).
+    let r = rivet(&["rewrite", s(&with), "-o", "/proc/rivet-output"]);
+    assert_one_error_line(&r, "cannot write to /proc");
+    assert_eq!(only_files(&dir), before, "a failed run left files behind");
+    assert_eq!(
+        std::fs::read(&with).unwrap(),
+        input_bytes,
+        "the input changed"
+    );
+
+    // A binary Rivet already rewrote.
+    let once = dir.join("once");
+    let r = rivet(&["rewrite", s(&with), "-o", s(&once)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let before = only_files(&dir);
+    let r = rivet(&["rewrite", s(&once), "-o", s(&dir.join("twice"))]);
+    assert_one_error_line(&r, "already rewritten by Rivet");
+    assert_eq!(only_files(&dir), before);
+}
+
+#[test]
+fn in_place_mode_rewrites_binaries_without_relocations() {
+    let dir = scratch("in-place");
+    let without = build(&dir, "prog", &[]);
+    let expected = Command::new(&without).arg("5000").output().unwrap();
+    for layout in [
+        &["--layout", "identity"][..],
+        &["--layout", "shuffle-blocks", "--seed", "4"],
+    ] {
+        let out = dir.join("prog.out");
+        let r = rivet(
+            &[
+                &["rewrite", s(&without), "-o", s(&out), "--verify"][..],
+                layout,
+            ]
+            .concat(),
+        );
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let summary = String::from_utf8_lossy(&r.stdout);
+        assert!(summary.contains("in place mode"), "{summary}");
+        assert!(summary.contains("rewritten in place"), "{summary}");
+        let got = Command::new(&out).arg("5000").output().unwrap();
+        assert_eq!(got.stdout, expected.stdout);
+        assert_eq!(got.status.code(), Some(0));
+    }
+}
+
+#[test]
+fn verify_catches_a_corrupted_output() {
+    let dir = scratch("verify");
+    let input = build(&dir, "prog", &["-Wl,--emit-relocs"]);
+    let out = dir.join("prog.shuffled");
+    let r = rivet(&[
+        "rewrite",
+        s(&input),
+        "-o",
+        s(&out),
+        "--layout",
+        "shuffle",
+        "--seed",
+        "11",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = rivet(&["verify", s(&input), s(&out)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(String::from_utf8_lossy(&r.stdout).contains(": ok ("));
+
+    // Overwrite the first instruction of the moved `leaf` with int3.
+    let mut bytes = std::fs::read(&out).unwrap();
+    let offset = {
+        let elf = ElfFile::parse(&bytes).unwrap();
+        let leaf = elf
+            .symbols()
+            .unwrap()
+            .into_iter()
+            .find(|sym| sym.name == "leaf")
+            .expect("leaf symbol");
+        assert!(
+            elf.section_containing(leaf.value).unwrap().name == ".text",
+            "leaf was not moved to the new .text"
+        );
+        elf.file_offset_of(leaf.value).unwrap().0 as usize
+    };
+    bytes[offset] = 0xcc;
+    let corrupt = dir.join("prog.corrupt");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let r = rivet(&["verify", s(&input), s(&corrupt)]);
+    assert_one_error_line(&r, "failed verification");
+}
+
+#[test]
+fn output_does_not_depend_on_thread_count() {
+    let dir = scratch("determinism");
+    let input = build(&dir, "prog", &["-Wl,--emit-relocs"]);
+    let mut outputs = Vec::new();
+    for threads in ["1", "2", "4"] {
+        let out = dir.join(format!("prog.{threads}"));
+        let r = Command::new(env!("CARGO_BIN_EXE_rivet"))
+            .args([
+                "rewrite",
+                s(&input),
+                "-o",
+                s(&out),
+                "--layout",
+                "shuffle",
+                "--seed",
+                "3",
+            ])
+            .env("RAYON_NUM_THREADS", threads)
+            .output()
+            .unwrap();
+        assert!(r.status.success());
+        outputs.push(std::fs::read(&out).unwrap());
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    assert_eq!(outputs[0], outputs[2]);
+    // And seeds matter.
+    let other = dir.join("prog.seed4");
+    let r = rivet(&[
+        "rewrite",
+        s(&input),
+        "-o",
+        s(&other),
+        "--layout",
+        "shuffle",
+        "--seed",
+        "4",
+    ]);
+    assert!(r.status.success());
+    assert_ne!(std::fs::read(&other).unwrap(), outputs[0]);
+}
+
+/// Runs gdb on `binary`, stopping at each of `breakpoints`, printing a backtrace at each stop.
+fn gdb_backtraces(binary: &Path, breakpoints: &[String]) -> String {
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-nx", "-batch"]);
+    for b in breakpoints {
+        cmd.arg("-ex").arg(format!("break {b}"));
+    }
+    cmd.args([
+        "-ex", "run", "-ex", "bt", "-ex", "continue", "-ex", "bt", "--args",
+    ])
+    .arg(binary)
+    .arg("3000");
+    let out = cmd.output().expect("gdb is required (apt-get install gdb)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts that the backtrace starting at the first `#0` in `text` is leaf (or its cold
+/// part) < middle < outer < main.
+fn assert_full_backtrace(text: &str, first_frame: &str) {
+    let bt = text
+        .split("#0")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no backtrace:\n{text}"));
+    let frames: Vec<&str> = bt.lines().filter(|l| !l.trim().is_empty()).collect();
+    for (k, name) in [first_frame, "middle", "outer", "main"].iter().enumerate() {
+        let line = frames
+            .get(k)
+            .unwrap_or_else(|| panic!("short backtrace:\n{text}"));
+        assert!(
+            line.contains(&format!(" {name} ")) || line.ends_with(&format!(" {name}")),
+            "frame {k} is not {name}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn gdb_backtraces_through_moved_and_split_code() {
+    let dir = scratch("gdb");
+    let input = build(&dir, "prog", &["-Wl,--emit-relocs", "-g"]);
+    let out = dir.join("prog.shuffled");
+    // Layouts that split `leaf` put random blocks in `leaf.cold`; find one where the cold part
+    // runs, stop there, and unwind: leaf.cold < middle < outer < main. Also stop at the hot
+    // entry of `leaf`.
+    let mut stopped_in_cold = false;
+    for seed in 1..400 {
+        let r = rivet(&[
+            "rewrite",
+            s(&input),
+            "-o",
+            s(&out),
+            "--layout",
+            "shuffle",
+            "--seed",
+            &seed.to_string(),
+            "--verify",
+        ]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let bytes = std::fs::read(&out).unwrap();
+        let elf = ElfFile::parse(&bytes).unwrap();
+        let symbols = elf.symbols().unwrap();
+        let Some(cold) = symbols.iter().find(|sym| sym.name == "leaf.cold") else {
+            continue;
+        };
+        let text = gdb_backtraces(&out, &[format!("*{}", cold.value)]);
+        if !text.contains("in leaf.cold") {
+            continue;
+        }
+        assert_full_backtrace(&text, "leaf.cold");
+        let text = gdb_backtraces(&out, &["leaf".to_string()]);
+        assert_full_backtrace(&text, "leaf");
+        stopped_in_cold = true;
+        break;
+    }
+    assert!(stopped_in_cold, "no seed ran code in leaf.cold");
+}
