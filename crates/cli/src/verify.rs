@@ -344,6 +344,7 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
             "{} failed verification: {e}",
             args.output.display()
         ))
+        .hint("the file is not what Rivet wrote for this input (modified, corrupted, or made from another binary)")
     })?;
     println!(
         "{}: ok ({} functions, {} blocks, {} instructions, {} references checked)",

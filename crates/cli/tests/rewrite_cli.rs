@@ -254,22 +254,35 @@ fn gdb_backtraces(binary: &Path, breakpoints: &[String]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Asserts that the backtrace starting at the first `#0` in `text` is leaf (or its cold
-/// part) < middle < outer < main.
-fn assert_full_backtrace(text: &str, first_frame: &str) {
+/// True when a gdb frame line names `name` or its cold part (gdb shows `foo.cold` as
+/// `foo[cold]`).
+fn frame_is(line: &str, name: &str) -> bool {
+    [
+        format!(" {name} "),
+        format!(" {name}[cold] "),
+        format!(" {name}.cold "),
+    ]
+    .iter()
+    .any(|n| line.contains(n.as_str()))
+}
+
+/// Asserts that the backtrace starting at the first `#0` in `text` is leaf < middle < outer <
+/// main (each possibly in its cold part), and that the first frame is `first` exactly.
+fn assert_full_backtrace(text: &str, first: &str) {
     let bt = text
         .split("#0")
         .nth(1)
         .unwrap_or_else(|| panic!("no backtrace:\n{text}"));
     let frames: Vec<&str> = bt.lines().filter(|l| !l.trim().is_empty()).collect();
-    for (k, name) in [first_frame, "middle", "outer", "main"].iter().enumerate() {
+    assert!(
+        frames[0].contains(&format!(" {first} ")),
+        "frame 0 is not {first}:\n{text}"
+    );
+    for (k, name) in ["leaf", "middle", "outer", "main"].iter().enumerate() {
         let line = frames
             .get(k)
             .unwrap_or_else(|| panic!("short backtrace:\n{text}"));
-        assert!(
-            line.contains(&format!(" {name} ")) || line.ends_with(&format!(" {name}")),
-            "frame {k} is not {name}:\n{text}"
-        );
+        assert!(frame_is(line, name), "frame {k} is not {name}:\n{text}");
     }
 }
 
@@ -301,11 +314,21 @@ fn gdb_backtraces_through_moved_and_split_code() {
         let Some(cold) = symbols.iter().find(|sym| sym.name == "leaf.cold") else {
             continue;
         };
-        let text = gdb_backtraces(&out, &[format!("*{}", cold.value)]);
-        if !text.contains("in leaf.cold") {
+        // A breakpoint on every block of the cold part (block starts from `.rivet.bat`),
+        // relative to the symbol so gdb relocates them in a PIE.
+        let bat = elf.section_by_name(".rivet.bat").expect(".rivet.bat");
+        let breakpoints: Vec<String> = rivet_emit::bat::decode(bat.data)
+            .unwrap()
+            .into_iter()
+            .map(|(_, new)| new)
+            .filter(|new| *new >= cold.value && new.get() < cold.value.get() + cold.size)
+            .map(|new| format!("*('leaf.cold' + {})", new - cold.value))
+            .collect();
+        let text = gdb_backtraces(&out, &breakpoints);
+        if !text.contains("in leaf[cold] ") {
             continue;
         }
-        assert_full_backtrace(&text, "leaf.cold");
+        assert_full_backtrace(&text, "leaf[cold]");
         let text = gdb_backtraces(&out, &["leaf".to_string()]);
         assert_full_backtrace(&text, "leaf");
         stopped_in_cold = true;
