@@ -117,6 +117,17 @@ fn ineligible(elf: &ElfFile<'_>, f: &rivet_ir::Function, in_place: bool) -> Opti
     None
 }
 
+/// The function a compiler-split cold part belongs to (itself for ordinary functions).
+fn family_root(program: &Program, f: FuncId) -> FuncId {
+    match program.function(f).parent {
+        Some(rivet_ir::Parent {
+            function,
+            kind: rivet_ir::PartKind::ColdFragment,
+        }) => function,
+        _ => f,
+    }
+}
+
 /// Runs the whole rewrite of `elf` (discovered as `program`).
 pub fn rewrite(
     elf: &ElfFile<'_>,
@@ -148,6 +159,21 @@ pub fn rewrite(
         match ineligible(elf, f, in_place) {
             None => movable[f.id.0 as usize] = true,
             Some(reason) => *summary.not_rewritten.entry(reason).or_default() += 1,
+        }
+    }
+    // A function and its compiler-split cold parts jump into each other's interiors: they are
+    // rewritten together or not at all.
+    let mut family_ok = vec![true; program.functions.len()];
+    for f in &program.functions {
+        family_ok[family_root(program, f.id).0 as usize] &= movable[f.id.0 as usize];
+    }
+    for f in &program.functions {
+        if movable[f.id.0 as usize] && !family_ok[family_root(program, f.id).0 as usize] {
+            movable[f.id.0 as usize] = false;
+            *summary
+                .not_rewritten
+                .entry("part of a split function that stays".into())
+                .or_default() += 1;
         }
     }
     let mut layout = build_layout(program, &movable, options.strategy, in_place);
@@ -190,6 +216,16 @@ pub fn rewrite(
                 };
                 dropped.insert(r.function, format!("cannot emit: {what}"));
             }
+        }
+    }
+    // Dropping one member of a split family drops the others.
+    let dropped_roots: Vec<FuncId> = dropped.keys().map(|f| family_root(program, *f)).collect();
+    for f in &program.functions {
+        if layout.is_rewritten(f.id)
+            && !dropped.contains_key(&f.id)
+            && dropped_roots.contains(&family_root(program, f.id))
+        {
+            dropped.insert(f.id, "part of a split function that stays".into());
         }
     }
     for (f, reason) in &dropped {
