@@ -1,0 +1,180 @@
+//! Real programs nobody here wrote, rewritten and run on their own workloads: Lua 5.4 (our
+//! scripts exercising the whole interpreter, and benchmark scripts) and SQLite 3 (an SQL
+//! workload through the shell, and SQLite's own TCL test suite through `testfixture`).
+//!
+//! Builds come from `scripts/build-real-programs.sh` (Debian source packages, cached); the
+//! comparisons are done by `scripts/check-lua.sh` and `scripts/check-sqlite.sh` against the
+//! original binaries.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn builds() -> &'static HashMap<String, PathBuf> {
+    static BUILDS: OnceLock<HashMap<String, PathBuf>> = OnceLock::new();
+    BUILDS.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(root().join("scripts/build-real-programs.sh"))
+            .output()
+            .expect("running scripts/build-real-programs.sh");
+        assert!(
+            out.status.success(),
+            "scripts/build-real-programs.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+            .collect()
+    })
+}
+
+fn build(name: &str) -> &'static Path {
+    builds()
+        .get(name)
+        .unwrap_or_else(|| panic!("build-real-programs.sh did not build {name}"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("real-rewrite")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Rewrites `input` with `layout` (verified) into `dir`, returns the output path.
+fn rewrite(input: &Path, dir: &Path, layout: &[&str]) -> PathBuf {
+    let out = dir.join(format!(
+        "{}.{}",
+        input.file_name().unwrap().to_string_lossy(),
+        layout.join("-").replace("--", "")
+    ));
+    let r = Command::new(env!("CARGO_BIN_EXE_rivet"))
+        .arg("rewrite")
+        .arg(input)
+        .arg("-o")
+        .arg(&out)
+        .arg("--verify")
+        .args(layout)
+        .output()
+        .unwrap();
+    assert!(
+        r.status.success(),
+        "rewrite {} {layout:?}: {}",
+        input.display(),
+        String::from_utf8_lossy(&r.stderr)
+    );
+    out
+}
+
+fn check(script: &str, args: &[&Path], extra: &[&str]) {
+    let out = Command::new("bash")
+        .arg(root().join("scripts").join(script))
+        .args(args)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} {args:?} {extra:?} found differences:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const SHUFFLES: [&str; 5] = ["1", "2", "3", "4", "5"];
+
+fn relocation_mode_layouts() -> Vec<Vec<&'static str>> {
+    let mut v = vec![vec!["--layout", "identity"], vec!["--layout", "reverse"]];
+    v.extend(
+        SHUFFLES
+            .iter()
+            .map(|s| vec!["--layout", "shuffle", "--seed", s]),
+    );
+    v
+}
+
+#[test]
+fn lua_rewritten_runs_every_script_identically() {
+    for name in ["lua-gcc", "lua-clang"] {
+        let dir = scratch(name);
+        let original = build(name);
+        for layout in relocation_mode_layouts() {
+            let out = rewrite(original, &dir, &layout);
+            check("check-lua.sh", &[&out, original], &[]);
+        }
+    }
+}
+
+#[test]
+fn lua_without_relocations_rewritten_in_place_runs_identically() {
+    let dir = scratch("lua-norelocs");
+    let original = build("lua-gcc-norelocs");
+    for layout in [
+        &["--layout", "identity"][..],
+        &["--layout", "shuffle-blocks", "--seed", "1"],
+    ] {
+        let out = rewrite(original, &dir, layout);
+        check("check-lua.sh", &[&out, original], &[]);
+    }
+}
+
+#[test]
+fn sqlite_shell_rewritten_gives_identical_results() {
+    for name in ["sqlite3-gcc", "sqlite3-clang"] {
+        let dir = scratch(name);
+        let original = build(name);
+        for layout in relocation_mode_layouts() {
+            let out = rewrite(original, &dir, &layout);
+            check(
+                "check-sqlite.sh",
+                &[&out],
+                &["--reference", original.to_str().unwrap()],
+            );
+        }
+    }
+    let dir = scratch("sqlite3-norelocs");
+    let original = build("sqlite3-gcc-norelocs");
+    for layout in [
+        &["--layout", "identity"][..],
+        &["--layout", "shuffle-blocks", "--seed", "1"],
+    ] {
+        let out = rewrite(original, &dir, layout);
+        check(
+            "check-sqlite.sh",
+            &[&out],
+            &["--reference", original.to_str().unwrap()],
+        );
+    }
+}
+
+/// SQLite's own test suite (the `smoke` subset of check-sqlite.sh, ~40 files over every
+/// subsystem) against testfixture rewritten with shuffled layouts; failures must be exactly
+/// the original testfixture's.
+#[test]
+fn sqlite_test_suite_passes_on_shuffled_testfixture() {
+    for (name, seeds) in [
+        ("testfixture-gcc", &SHUFFLES[..]),
+        ("testfixture-clang", &SHUFFLES[..2]),
+    ] {
+        let dir = scratch(name);
+        let original = build(name);
+        for seed in seeds {
+            let out = rewrite(original, &dir, &["--layout", "shuffle", "--seed", seed]);
+            check(
+                "check-sqlite.sh",
+                &[&out],
+                &["smoke", "--reference", original.to_str().unwrap()],
+            );
+        }
+    }
+}
