@@ -34,6 +34,34 @@ pub struct DiscoverOptions {
     pub with_cfi: bool,
 }
 
+/// Relocations delimit a run of table entries, not one table: when the compiler places two
+/// jump tables back to back, a table bounded by relocations alone swallows its neighbour's
+/// entries (read with the wrong base, for relative tables). Such tables end where the next
+/// known table starts. Tables bounded by a range check keep their length.
+fn trim_adjacent_tables(functions: &mut [Function]) {
+    let mut starts: Vec<Vaddr> = functions
+        .iter()
+        .flat_map(|f| f.jump_tables.iter().map(|t| t.addr))
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    for f in functions.iter_mut() {
+        for t in &mut f.jump_tables {
+            if !matches!(t.bound, TableBound::Relocations | TableBound::Scanned) {
+                continue;
+            }
+            let next = starts.partition_point(|s| *s <= t.addr);
+            let Some(&next_start) = starts.get(next) else {
+                continue;
+            };
+            let room = (next_start - t.addr) / u64::from(t.entry_size.max(1));
+            if (t.entries.len() as u64) > room {
+                t.entries.truncate(room as usize);
+            }
+        }
+    }
+}
+
 /// Runs discovery over the whole binary.
 pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, DiscoverError> {
     let mut warnings = Vec::new();
@@ -318,6 +346,8 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
             break;
         }
     }
+
+    trim_adjacent_tables(&mut functions);
 
     if options.with_cfi
         && let Some(eh) = &eh
