@@ -636,7 +636,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                                 to,
                                 kind: EdgeKind::JumpTable,
                             });
-                        } else if let Some(g) = ctx.function_containing(e) {
+                        } else if e != f.range.end
+                            && let Some(g) = ctx.function_containing(e)
+                        {
                             fragment_succs.push(FragmentEdge {
                                 function: g,
                                 addr: e,
@@ -1027,7 +1029,10 @@ fn resolve_table(
             && ctx
                 .function_containing(target)
                 .is_some_and(|g| ctx.are_fragments(b.id, g));
-        if !in_function && !in_fragment {
+        // clang points the entries of impossible cases (`default: unreachable`) at the end of
+        // the function. Kept, so the whole table is rewritten, but they are no CFG edge.
+        let unreachable_case = table_bound == TableBound::Relocations && target == b.range.end;
+        if !in_function && !in_fragment && !unreachable_case {
             // Sized by relocations alone, the run may continue into the next table (of
             // another function): it ends where entries stop pointing into this one.
             if open_ended && i > 0 {
@@ -1041,6 +1046,14 @@ fn resolve_table(
             return TableResult::Failed;
         }
         entries.push(target);
+    }
+    // A run that ends with such entries is more likely the start of the next table.
+    while entries.last() == Some(&b.range.end) {
+        entries.pop();
+    }
+    if entries.is_empty() {
+        b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
+        return TableResult::Failed;
     }
     if table_bound == TableBound::Scanned && entries.len() < 2 {
         b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });

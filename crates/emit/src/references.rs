@@ -180,7 +180,15 @@ pub fn collect(
                 target: r.symbol_plus_addend(),
                 field: RefField::Absolute { size },
             });
-        } else if r.is_pc_relative() {
+        } else if r.is_pc_relative()
+            // `S + A` is the referenced address only for `sym - .`; for `label - base` (the
+            // entries of relative tables no analysis claimed) it is off by the distance to the
+            // base. Patch only what is certainly a function's address; anything else keeps
+            // pointing at the original code, which stays in place and still works.
+            && program
+                .function_containing(r.symbol_plus_addend())
+                .is_some_and(|f| f.range.start == r.symbol_plus_addend())
+        {
             out.stored.push(Reference {
                 site: r.site,
                 target: r.symbol_plus_addend(),
