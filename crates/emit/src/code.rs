@@ -36,7 +36,7 @@ enum Item {
     Replaced { inst: u32 },
     /// A branch created at the end of a block.
     Branch {
-        branch: Branch,
+        branch: NewBranch,
         target: Target,
         form: BranchForm,
         short_size: u8,
@@ -60,6 +60,26 @@ impl Item {
                 BranchForm::Short => short_size,
                 BranchForm::Near => near_size,
             }),
+        }
+    }
+}
+
+/// A re-created branch, small (an instruction index rather than the instruction): plans hold
+/// one per block of the program.
+#[derive(Clone, Copy, Debug)]
+enum NewBranch {
+    Jump,
+    Cond { inst: u32, inverted: bool },
+}
+
+impl NewBranch {
+    fn resolve(self, f: &Function) -> Branch {
+        match self {
+            NewBranch::Jump => Branch::Jump,
+            NewBranch::Cond { inst, inverted } => Branch::Cond {
+                inst: f.insts[inst as usize],
+                inverted,
+            },
         }
     }
 }
@@ -144,12 +164,12 @@ pub fn plan_fragment(
     let mut items = Vec::with_capacity(f.insts.len() + blocks.len() * 2);
     let branch = |items: &mut Vec<Item>,
                   encoder: &mut BranchEncoder,
-                  branch: Branch,
+                  branch: NewBranch,
                   target: Target,
                   state_at: Vaddr|
      -> Result<(), EmitError> {
-        let short_size = encoder.size(branch, BranchForm::Short)?;
-        let near_size = encoder.size(branch, BranchForm::Near)?;
+        let short_size = encoder.size(branch.resolve(f), BranchForm::Short)?;
+        let near_size = encoder.size(branch.resolve(f), BranchForm::Near)?;
         items.push(Item::Branch {
             branch,
             target,
@@ -185,14 +205,14 @@ pub fn plan_fragment(
             Terminator::FallThrough => {
                 copy_all(&mut items);
                 if Some(fall) != next {
-                    branch(&mut items, encoder, Branch::Jump, fall, last.end())?;
+                    branch(&mut items, encoder, NewBranch::Jump, fall, last.end())?;
                 }
             }
             Terminator::Jump | Terminator::TailCall { .. } if direct_target(last).is_some() => {
                 let taken = target_of(f, direct_target(last).unwrap());
                 copy_body(&mut items);
                 if Some(taken) != next {
-                    branch(&mut items, encoder, Branch::Jump, taken, last.addr())?;
+                    branch(&mut items, encoder, NewBranch::Jump, taken, last.addr())?;
                 }
             }
             Terminator::CondJump | Terminator::CondTailCall { .. } => {
@@ -210,8 +230,8 @@ pub fn plan_fragment(
                 }
                 let taken = target_of(f, target);
                 copy_body(&mut items);
-                let cond = |inverted| Branch::Cond {
-                    inst: *last,
+                let cond = |inverted| NewBranch::Cond {
+                    inst: last_index,
                     inverted,
                 };
                 if Some(fall) == next {
@@ -220,7 +240,7 @@ pub fn plan_fragment(
                     branch(&mut items, encoder, cond(true), fall, last.addr())?;
                 } else {
                     branch(&mut items, encoder, cond(false), taken, last.addr())?;
-                    branch(&mut items, encoder, Branch::Jump, fall, last.end())?;
+                    branch(&mut items, encoder, NewBranch::Jump, fall, last.end())?;
                 }
             }
             _ => copy_all(&mut items),
@@ -511,7 +531,7 @@ pub fn encode_fragment(
                     )?,
                     Target::Address(t) => translate(at, t)?,
                 };
-                encoder.encode(branch, form, at, to, &mut out)?;
+                encoder.encode(branch.resolve(f), form, at, to, &mut out)?;
             }
         }
     }

@@ -254,24 +254,34 @@ pub fn rewrite(
     let mut placed: Vec<(FragmentPlan, Vaddr)> = Vec::with_capacity(plans.len());
     let hot_start = align(segment.content_start(), 64);
     let mut cursor = hot_start;
-    if in_place {
-        for (r, plan) in plans.iter().filter(|(r, _)| r.fragment == 0) {
-            placed.push((plan.clone(), program.function(r.function).range.start));
+    // Plans move into `placed` (they are the largest structure of the run).
+    let firsts: Vec<FragmentRef> = plans
+        .keys()
+        .filter(|r| in_place && r.fragment == 0)
+        .copied()
+        .collect();
+    let mut take = |r: &FragmentRef| plans.remove(r).expect("every listed fragment is planned");
+    {
+        for r in firsts {
+            let plan = take(&r);
+            placed.push((plan, program.function(r.function).range.start));
         }
     }
     for r in &layout.hot_order {
         cursor = align(cursor, 16);
-        let plan = &plans[r];
-        placed.push((plan.clone(), cursor));
-        cursor = cursor + plan.size;
+        let plan = take(r);
+        let size = plan.size;
+        placed.push((plan, cursor));
+        cursor = cursor + size;
     }
     let hot_end = cursor;
     let cold_start = align(cursor, 64);
     cursor = cold_start;
     for r in &layout.cold_order {
-        let plan = &plans[r];
-        placed.push((plan.clone(), cursor));
-        cursor = cursor + plan.size;
+        let plan = take(r);
+        let size = plan.size;
+        placed.push((plan, cursor));
+        cursor = cursor + size;
     }
     let cold_end = cursor;
     summary.hot_bytes = hot_end - hot_start;
