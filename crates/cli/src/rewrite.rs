@@ -49,6 +49,9 @@ pub struct RewriteArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// List every function: rewritten, or why not.
+    #[arg(long)]
+    pub list: bool,
 }
 
 /// A temporary output file that disappears unless committed.
@@ -180,6 +183,23 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
         .unwrap_or(0o755);
     pending.commit(mode)?;
     print_summary(args, &output.summary);
+    if args.list {
+        let placement = if output.summary.relocation_mode {
+            "moved"
+        } else {
+            "rewritten in place"
+        };
+        for (f, reason) in program.functions.iter().zip(&output.summary.reasons) {
+            println!(
+                "{:#x}  {}  {}",
+                f.range.start.get(),
+                f.qualified_name(),
+                reason
+                    .as_deref()
+                    .map_or(placement.to_string(), |r| format!("not rewritten: {r}"))
+            );
+        }
+    }
     Ok(())
 }
 

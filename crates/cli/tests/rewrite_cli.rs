@@ -147,6 +147,27 @@ fn in_place_mode_rewrites_binaries_without_relocations() {
         let summary = String::from_utf8_lossy(&r.stdout);
         assert!(summary.contains("in place mode"), "{summary}");
         assert!(summary.contains("rewritten in place"), "{summary}");
+        // --list names every function and what happened to it.
+        let r = rivet(
+            &[
+                &["rewrite", s(&without), "-o", s(&out), "--list"][..],
+                layout,
+            ]
+            .concat(),
+        );
+        let listing = String::from_utf8_lossy(&r.stdout);
+        assert!(
+            listing
+                .lines()
+                .any(|l| l.contains(" leaf ") && l.ends_with("rewritten in place")),
+            "{listing}"
+        );
+        assert!(
+            listing
+                .lines()
+                .any(|l| l.contains(" _init ") && l.contains("not rewritten: outside .text")),
+            "{listing}"
+        );
         let got = Command::new(&out).arg("5000").output().unwrap();
         assert_eq!(got.stdout, expected.stdout);
         assert_eq!(got.status.code(), Some(0));

@@ -65,6 +65,8 @@ pub struct Summary {
     pub in_place: usize,
     /// Functions not rewritten, by reason.
     pub not_rewritten: BTreeMap<String, usize>,
+    /// Per function (by `FuncId`): `None` when rewritten, else why not.
+    pub reasons: Vec<Option<String>>,
     pub relocation_mode: bool,
     pub hot_bytes: u64,
     pub cold_bytes: u64,
@@ -150,6 +152,7 @@ pub fn rewrite(
         functions: program.functions.len(),
         simple: program.functions.iter().filter(|f| f.is_simple()).count(),
         relocation_mode,
+        reasons: vec![None; program.functions.len()],
         ..Summary::default()
     };
 
@@ -158,7 +161,7 @@ pub fn rewrite(
     for f in &program.functions {
         match ineligible(elf, f, in_place) {
             None => movable[f.id.0 as usize] = true,
-            Some(reason) => *summary.not_rewritten.entry(reason).or_default() += 1,
+            Some(reason) => summary.reasons[f.id.0 as usize] = Some(reason),
         }
     }
     // A function and its compiler-split cold parts jump into each other's interiors: they are
@@ -170,10 +173,7 @@ pub fn rewrite(
     for f in &program.functions {
         if movable[f.id.0 as usize] && !family_ok[family_root(program, f.id).0 as usize] {
             movable[f.id.0 as usize] = false;
-            *summary
-                .not_rewritten
-                .entry("part of a split function that stays".into())
-                .or_default() += 1;
+            summary.reasons[f.id.0 as usize] = Some("part of a split function that stays".into());
         }
     }
     let mut layout = build_layout(program, &movable, options.strategy, in_place);
@@ -229,8 +229,11 @@ pub fn rewrite(
         }
     }
     for (f, reason) in &dropped {
-        *summary.not_rewritten.entry(reason.clone()).or_default() += 1;
+        summary.reasons[f.0 as usize] = Some(reason.clone());
         layout.functions[f.0 as usize] = None;
+    }
+    for reason in summary.reasons.iter().flatten() {
+        *summary.not_rewritten.entry(reason.clone()).or_default() += 1;
     }
     layout
         .hot_order
