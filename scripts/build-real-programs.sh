@@ -6,24 +6,33 @@
 #
 #   lua5.4  -> the `lua` interpreter, liblua linked statically (no readline)
 #   sqlite3 -> the `sqlite3` shell from the amalgamation (sqlite3.c + shell.c)
+#   sqlite3 -> `testfixture`, SQLite's TCL test harness (the amalgamation + the
+#              src/test*.c and ext/ test sources of upstream's TESTSRC, tclsqlite.c),
+#              linked against the system Tcl (tcl-dev); scripts/check-sqlite.sh runs
+#              the source tree's test/ suite with it
 #
 # each with CC in {gcc, clang-19}; flags: -O2 -g -Wl,--emit-relocs, and for gcc
 # also -fno-reorder-blocks-and-partition. Default PIE (the compilers' default).
+# Also lua and sqlite3 with gcc WITHOUT -Wl,--emit-relocs (otherwise identical),
+# for Rivet's in-place (no relocations) mode.
 #
 # Cache (outside the repo), R = ${RIVET_CACHE:-$HOME/.cache/rivet}/real:
 #   R/src/<package>-<debian-version>/       apt-get source output (.dsc, tarballs)
 #   R/src/<package>-<debian-version>/<dir>/ the unpacked, patched source tree
 #   R/<package>-<debian-version>-<cc>/      one build: the binary (lua | sqlite3),
 #        `source` -> the unpacked tree, build.log, flags.txt, .complete
+#   R/<package>-<debian-version>-gcc-norelocs/         the same without --emit-relocs
+#   R/sqlite3-<debian-version>-testfixture-<cc>/     testfixture
 # Complete directories (.complete marker) are reused; builds happen in a temp
 # dir renamed into place; a flock on R/.lock serialises concurrent invocations.
 #
 # Needs root only the first time on a machine (adds a deb-src entry for
-# bookworm, apt-get update, installs dpkg-dev / tcl if missing).
+# bookworm, apt-get update, installs dpkg-dev / tcl / tcl-dev / zlib1g-dev if missing).
 #
 # stdout: the last lines are "<name> <absolute path>":
 #   lua-src, sqlite3-src (source trees), then lua-gcc, lua-clang, sqlite3-gcc,
-#   sqlite3-clang (binaries). Everything else goes to stderr.
+#   sqlite3-clang, testfixture-gcc, testfixture-clang, lua-gcc-norelocs,
+#   sqlite3-gcc-norelocs (binaries). Everything else goes to stderr.
 set -euo pipefail
 
 exec 3>&1 1>&2 # real stdout only for the result lines
@@ -125,6 +134,17 @@ fi
 need_pkgs=()
 command -v dpkg-source >/dev/null 2>&1 || need_pkgs+=(dpkg-dev)
 command -v tclsh >/dev/null 2>&1 || need_pkgs+=(tcl)
+find_tcl_config() { # -> path of tclConfig.sh (tcl-dev), or nothing
+    local f
+    for f in /usr/lib/*/tcl8.*/tclConfig.sh /usr/lib/tcl8.*/tclConfig.sh; do
+        if [[ -f $f ]] && grep -q '^TCL_INCLUDE_SPEC=' "$f"; then
+            printf '%s\n' "$f"
+            return 0
+        fi
+    done
+}
+[[ -n "$(find_tcl_config)" && -f /usr/include/tcl8.6/tcl.h ]] || need_pkgs+=(tcl-dev)
+[[ -f /usr/include/zlib.h ]] || need_pkgs+=(zlib1g-dev)
 if [[ ${#need_pkgs[@]} -gt 0 ]]; then
     log "installing ${need_pkgs[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_pkgs[@]}" >&2
@@ -172,32 +192,41 @@ SQLITE_SRC=$FETCHED
 # --- 3. builds --------------------------------------------------------------
 # new_build <package> <version> <cc>: prints the build dir if already complete
 # (sets BUILD_DONE=1) or a fresh temp dir to build in (BUILD_DONE=0).
-check_binary() { # path kind
-    local bin=$1 kind=$2 out sections
+check_binary() { # path kind [relocs|norelocs]
+    local bin=$1 kind=$2 relocs=${3:-relocs} out sections
     case $kind in
         lua) out="$("$bin" -e 'print(1+1)' 2>&1)" || die "$bin -e 'print(1+1)' failed: $out" ;;
         sqlite3) out="$(echo 'select 1+1;' | "$bin" 2>&1)" || die "sqlite3 smoke test failed: $out" ;;
+        testfixture) # runs a Tcl script file
+            printf 'sqlite3 db :memory:\nputs [db eval {select 1+1}]\ndb close\n' >"$R/.smoke.tcl"
+            out="$("$bin" "$R/.smoke.tcl" </dev/null 2>&1)" || die "testfixture smoke test failed: $out" ;;
     esac
     [[ $out == 2 ]] || die "smoke test of $bin printed '$out', expected 2"
     sections="$(readelf -S -W "$bin")"
-    grep -q ' \.rela\.text ' <<<"$sections" || die "$bin has no .rela.text section"
+    if [[ $relocs == relocs ]]; then
+        grep -q ' \.rela\.text ' <<<"$sections" || die "$bin has no .rela.text section"
+    else
+        if grep -q ' \.rela\.text ' <<<"$sections"; then die "$bin has a .rela.text section"; fi
+    fi
 }
 
-finish_build() { # tmp final binary-name kind
-    local tmp=$1 final=$2 name=$3 kind=$4
-    check_binary "$tmp/$name" "$kind"
+finish_build() { # tmp final binary-name kind [relocs|norelocs]
+    local tmp=$1 final=$2 name=$3 kind=$4 relocs=${5:-relocs}
+    check_binary "$tmp/$name" "$kind" "$relocs"
     touch "$tmp/.complete"
     rm -rf -- "$final"
     mv -T -- "$tmp" "$final"
-    check_binary "$final/$name" "$kind"
+    check_binary "$final/$name" "$kind" "$relocs"
 }
 
 # Lua: compile every src/*.c except the two programs into liblua.a (the upstream
 # Makefile's LUA_A set: core + standard libraries), link lua.c against it
 # statically. -DLUA_USE_LINUX as `make linux` (dlopen, POSIX), no readline;
 # -Wl,-E as upstream so C modules can be loaded.
-build_lua() { # cc
-    local cc=$1 final="$R/lua5.4-$LUA_VER-$1" tmp tool t0 flags f objs=()
+build_lua() { # cc [relocs|norelocs]
+    local cc=$1 relocs=${2:-relocs} final="$R/lua5.4-$LUA_VER-$1" tmp tool t0 flags f ldflags objs=()
+    ldflags="-Wl,--emit-relocs -Wl,-E"
+    if [[ $relocs == norelocs ]]; then final="$final-norelocs" ldflags="-Wl,-E"; fi
     if [[ -f $final/.complete ]]; then
         log "cached: $final/lua"
         return 0
@@ -220,19 +249,19 @@ build_lua() { # cc
         objs+=("obj/$(basename "$f" .c).o")
     done
     {
-        printf 'CC = %s\nCFLAGS = %s\nLDFLAGS = -Wl,--emit-relocs -Wl,-E\nLIBS = -lm -ldl\n' "$tool" "$flags"
+        printf 'CC = %s\nCFLAGS = %s\nLDFLAGS = %s\nLIBS = -lm -ldl\n' "$tool" "$flags" "$ldflags"
         printf 'SRC = %s/src\nOBJS = %s\n' "$LUA_SRC" "${objs[*]}"
         printf 'lua: obj/lua.o liblua.a\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ obj/lua.o liblua.a $(LIBS)\n'
         printf 'liblua.a: $(OBJS)\n\tar rcs $@ $(OBJS)\n'
         printf 'obj/%%.o: $(SRC)/%%.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) -c -o $@ $<\n'
     } >"$tmp/Makefile"
-    log "building lua with $tool ($flags) ..."
+    log "building lua with $tool ($flags $ldflags) ..."
     if ! make -C "$tmp" -j "$(nproc)" lua >"$tmp/build.log" 2>&1; then
         cat "$tmp/build.log" >&2
         die "lua build with $tool failed (log above)"
     fi
     rm -rf -- "$tmp/obj"
-    finish_build "$tmp" "$final" lua lua
+    finish_build "$tmp" "$final" lua lua "$relocs"
     log "built $final/lua in $(elapsed "$t0")"
 }
 
@@ -268,81 +297,159 @@ make_amalgamation() { # -> sets AMALG
     log "amalgamation ready in $(elapsed "$t0")"
 }
 
-# Prepares one sqlite3 build dir (Makefile) unless cached; appends "<cc> <dir>"
-# to SQLITE_JOBS. All prepared builds then run under one make jobserver, so the
-# two long sqlite3.c compiles overlap on a 2-core machine.
+# The sqlite-family builds (sqlite3 shells, testfixtures) are prepared one build
+# dir (Makefile) each, unless cached, and then all run under one make jobserver,
+# so the long sqlite3.c compiles overlap on a 2-core machine. A job is a name
+# (the result-line name) in SQLITE_JOBS plus its JOB_* fields.
 SQLITE_JOBS=()
-prepare_sqlite() { # cc
-    local cc=$1 final="$R/sqlite3-$SQLITE_VER-$1" tmp tool flags
+declare -A JOB_TMP=() JOB_FINAL=() JOB_BIN=() JOB_KIND=() JOB_RELOCS=()
+add_sqlite_job() { # name final binary kind relocs -> NEW_TMP (a fresh build dir), or returns 1 if cached
+    local name=$1 final=$2
     if [[ -f $final/.complete ]]; then
-        log "cached: $final/sqlite3"
-        return 0
+        log "cached: $final/$3"
+        return 1
     fi
-    tool="$(cc_tool "$cc")"
-    flags="$(cflags_for "$cc" | tr '\n' ' ')"
     rm -rf -- "$final"
     new_tmp "$final"
-    tmp=$NEW_TMP
-    ln -s "$SQLITE_SRC" "$tmp/source"
-    ln -s "$AMALG" "$tmp/amalgamation"
+    ln -s "$SQLITE_SRC" "$NEW_TMP/source"
+    ln -s "$AMALG" "$NEW_TMP/amalgamation"
+    SQLITE_JOBS+=("$name")
+    JOB_TMP[$name]=$NEW_TMP JOB_FINAL[$name]=$final JOB_BIN[$name]=$3 JOB_KIND[$name]=$4 JOB_RELOCS[$name]=$5
+}
+
+sqlite_final() { # cc relocs -> final dir of that sqlite3 shell build
+    if [[ $2 == relocs ]]; then echo "$R/sqlite3-$SQLITE_VER-$1"; else echo "$R/sqlite3-$SQLITE_VER-$1-norelocs"; fi
+}
+
+prepare_sqlite() { # cc [relocs|norelocs]
+    local cc=$1 relocs=${2:-relocs} final tool flags ldflags=-Wl,--emit-relocs name="sqlite3-$1"
+    final="$(sqlite_final "$cc" "$relocs")"
+    if [[ $relocs == norelocs ]]; then ldflags="" name="$name-norelocs"; fi
+    add_sqlite_job "$name" "$final" sqlite3 sqlite3 "$relocs" || return 0
+    tool="$(cc_tool "$cc")"
+    flags="$(cflags_for "$cc" | tr '\n' ' ')"
     {
         printf 'CC = %s\nCFLAGS = %s\nDEFS = %s\nA = %s\n' "$tool" "$flags" "$SQLITE_DEFS" "$AMALG"
-        printf 'LDFLAGS = -Wl,--emit-relocs\nLIBS = -lm -ldl -lpthread\n'
+        printf 'LDFLAGS = %s\nLIBS = -lm -ldl -lpthread\n' "$ldflags"
         printf 'sqlite3: sqlite3.o shell.o\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ shell.o sqlite3.o $(LIBS)\n'
         printf '%%.o: $(A)/%%.c\n\t$(CC) $(CFLAGS) $(DEFS) -I$(A) -c -o $@ $<\n'
-    } >"$tmp/Makefile"
-    log "building sqlite3 with $tool ($flags) in $tmp ..."
-    SQLITE_JOBS+=("$cc $tmp")
+    } >"$NEW_TMP/Makefile"
+    log "building sqlite3 with $tool ($flags $ldflags) in $NEW_TMP ..."
+}
+
+# One variable of the source tree's Makefile.in (NAME = ... / NAME += ..., with
+# backslash continuations), one word per line, $(TOP) replaced by the source tree.
+makefile_in_var() { # name
+    awk -v name="$1" '
+        !on && $0 ~ "^" name "[ \t]*[+]?=" { on = 1; sub("^" name "[ \t]*[+]?=", "") }
+        on {
+            line = $0; cont = sub(/\\[ \t]*$/, "", line)
+            n = split(line, w); for (i = 1; i <= n; i++) print w[i]
+            if (!cont) on = 0
+        }' "$SQLITE_SRC/Makefile.in" | sed "s|\$(TOP)|$SQLITE_SRC|g"
+}
+
+# testfixture as upstream's `make testfixture` (Makefile.in, USE_AMALGAMATION=1)
+# builds it: TESTSRC + src/tclsqlite.c + sqlite3.c, compiled with upstream's TCC
+# flags (-D_HAVE_SQLITE_CONFIG_H with the configured sqlite_cfg.h, -DNDEBUG,
+# zlib), -DSQLITE_NO_SYNC=1 -DSQLITE_TEMP_STORE=1 and TESTFIXTURE_FLAGS, plus our
+# flags and the same SQLITE_DEFS feature set as the sqlite3 shell (so FTS3/4/5,
+# R-Tree, sessions, ... get tested), linked with -ltcl8.6 -lz. Each file is its
+# own make target (parallel), not one compiler call as upstream.
+prepare_testfixture() { # cc
+    local cc=$1 tool flags tclcfg tcl_inc tcl_lib srcs tfflags dups
+    add_sqlite_job "testfixture-$cc" "$R/sqlite3-$SQLITE_VER-testfixture-$cc" testfixture testfixture relocs || return 0
+    tool="$(cc_tool "$cc")"
+    flags="$(cflags_for "$cc" | tr '\n' ' ')"
+    tclcfg="$(find_tcl_config)"
+    [[ -n $tclcfg ]] || die "no tclConfig.sh (apt-get install tcl-dev)"
+    # shellcheck disable=SC1090  # tclConfig.sh is plain VAR='value' lines
+    tcl_inc="$(. "$tclcfg" && printf '%s' "$TCL_INCLUDE_SPEC")"
+    # shellcheck disable=SC1090
+    tcl_lib="$(. "$tclcfg" && printf '%s' "$TCL_LIB_SPEC")"
+    srcs="$(makefile_in_var TESTSRC)"
+    [[ $(wc -l <<<"$srcs") -gt 50 ]] || die "cannot read TESTSRC from $SQLITE_SRC/Makefile.in"
+    # sqlite3.c first: the longest compile starts first under make -j
+    srcs="$AMALG/sqlite3.c"$'\n'"$srcs"$'\n'"$SQLITE_SRC/src/tclsqlite.c"
+    dups="$(xargs -n 1 basename <<<"$srcs" | sort | uniq -d)"
+    [[ -z $dups ]] || die "testfixture sources with the same file name: $dups"
+    tfflags="$(makefile_in_var TESTFIXTURE_FLAGS | tr '\n' ' ')"
+    [[ $tfflags == *-DSQLITE_TEST=1* ]] || die "cannot read TESTFIXTURE_FLAGS from $SQLITE_SRC/Makefile.in"
+    {
+        printf 'CC = %s\nCFLAGS = %s\nDEFS = %s\nA = %s\nS = %s\n' "$tool" "$flags" "$SQLITE_DEFS" "$AMALG" "$SQLITE_SRC"
+        printf 'TCC = -D_HAVE_SQLITE_CONFIG_H -DBUILD_sqlite -DNDEBUG -DSQLITE_OS_UNIX=1 -DSQLITE_HAVE_ZLIB=1\n'
+        printf 'TF = -DSQLITE_NO_SYNC=1 -DSQLITE_TEMP_STORE=1 %s\n' "$tfflags"
+        printf 'INC = -I$(A) -I$(S)/src -I$(S)/ext/rtree -I$(S)/ext/icu -I$(S)/ext/fts3 -I$(S)/ext/async'
+        printf ' -I$(S)/ext/session -I$(S)/ext/userauth %s\n' "$tcl_inc"
+        printf 'LDFLAGS = -Wl,--emit-relocs\nLIBS = %s -lm -lz -ldl -lpthread\n' "$tcl_lib"
+        printf 'SRCS = %s\n' "$(tr '\n' ' ' <<<"$srcs")"
+        printf 'OBJS = $(addprefix obj/,$(notdir $(SRCS:.c=.o)))\n'
+        printf 'vpath %%.c $(sort $(dir $(SRCS)))\n'
+        printf 'testfixture: $(OBJS)\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LIBS)\n'
+        printf 'obj/%%.o: %%.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) $(DEFS) $(TCC) $(TF) $(INC) -c -o $@ $<\n'
+    } >"$NEW_TMP/Makefile"
+    log "building testfixture with $tool ($flags) in $NEW_TMP ..."
 }
 
 build_sqlites() {
-    local t0 top job cc tmp all=() failed=0
+    local t0 top name tmp failed=0
     [[ ${#SQLITE_JOBS[@]} -gt 0 ]] || return 0
     t0=$(now)
     new_tmp "$R/sqlite3-top"
     top=$NEW_TMP
-    for job in "${SQLITE_JOBS[@]}"; do all+=("${job%% *}"); done
     {
-        printf 'all: %s\n' "${all[*]}"
-        for job in "${SQLITE_JOBS[@]}"; do
-            cc=${job%% *} tmp=${job#* }
-            printf '%s:\n\t+$(MAKE) -C %s sqlite3 >%s/build.log 2>&1\n' "$cc" "$tmp" "$tmp"
+        printf 'all: %s\n' "${SQLITE_JOBS[*]}"
+        for name in "${SQLITE_JOBS[@]}"; do
+            tmp=${JOB_TMP[$name]}
+            printf '%s:\n\t+$(MAKE) -C %s %s >%s/build.log 2>&1\n' "$name" "$tmp" "${JOB_BIN[$name]}" "$tmp"
         done
     } >"$top/Makefile"
+    log "running ${SQLITE_JOBS[*]} (make -j $(nproc)) ..."
     make -C "$top" -k -j "$(nproc)" >&2 || failed=1
-    for job in "${SQLITE_JOBS[@]}"; do
-        cc=${job%% *} tmp=${job#* }
-        if [[ ! -x $tmp/sqlite3 ]]; then
+    for name in "${SQLITE_JOBS[@]}"; do
+        tmp=${JOB_TMP[$name]}
+        if [[ ! -x $tmp/${JOB_BIN[$name]} ]]; then
             cat "$tmp/build.log" >&2
-            log "sqlite3 build with $cc failed (log above)"
+            log "$name build failed (log above)"
             failed=1
         fi
     done
     [[ $failed -eq 0 ]] || die "sqlite3 build failed"
-    for job in "${SQLITE_JOBS[@]}"; do
-        cc=${job%% *} tmp=${job#* }
-        rm -f -- "$tmp"/*.o
-        finish_build "$tmp" "$R/sqlite3-$SQLITE_VER-$cc" sqlite3 sqlite3
-        log "built $R/sqlite3-$SQLITE_VER-$cc/sqlite3"
+    for name in "${SQLITE_JOBS[@]}"; do
+        tmp=${JOB_TMP[$name]}
+        rm -rf -- "$tmp"/*.o "$tmp/obj"
+        finish_build "$tmp" "${JOB_FINAL[$name]}" "${JOB_BIN[$name]}" "${JOB_KIND[$name]}" "${JOB_RELOCS[$name]}"
+        log "built ${JOB_FINAL[$name]}/${JOB_BIN[$name]}"
     done
     rm -rf -- "$top"
     log "sqlite3 builds took $(elapsed "$t0")"
 }
 
 for cc in "${COMPILERS[@]}"; do build_lua "$cc"; done
+build_lua gcc norelocs
 make_amalgamation
 for cc in "${COMPILERS[@]}"; do prepare_sqlite "$cc"; done
+for cc in "${COMPILERS[@]}"; do prepare_testfixture "$cc"; done
+prepare_sqlite gcc norelocs
 build_sqlites
 
 # Final checks (also on cached builds) and the result lines.
 for cc in "${COMPILERS[@]}"; do
     check_binary "$R/lua5.4-$LUA_VER-$cc/lua" lua
     check_binary "$R/sqlite3-$SQLITE_VER-$cc/sqlite3" sqlite3
+    check_binary "$R/sqlite3-$SQLITE_VER-testfixture-$cc/testfixture" testfixture
 done
+check_binary "$R/lua5.4-$LUA_VER-gcc-norelocs/lua" lua norelocs
+check_binary "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3" sqlite3 norelocs
 log "all done in $(elapsed "$start_all")"
 {
     printf 'lua-src %s\n' "$LUA_SRC"
     printf 'sqlite3-src %s\n' "$SQLITE_SRC"
     for cc in "${COMPILERS[@]}"; do printf 'lua-%s %s\n' "$cc" "$R/lua5.4-$LUA_VER-$cc/lua"; done
     for cc in "${COMPILERS[@]}"; do printf 'sqlite3-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-$cc/sqlite3"; done
+    for cc in "${COMPILERS[@]}"; do
+        printf 'testfixture-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-testfixture-$cc/testfixture"
+    done
+    printf 'lua-gcc-norelocs %s\n' "$R/lua5.4-$LUA_VER-gcc-norelocs/lua"
+    printf 'sqlite3-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3"
 } >&3
