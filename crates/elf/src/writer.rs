@@ -24,7 +24,6 @@ use crate::file::ElfFile;
 
 const PAGE: u64 = 0x1000;
 const PHDR_SIZE: u64 = std::mem::size_of::<elf::ProgramHeader64<LE>>() as u64;
-const SHDR_SIZE: u64 = std::mem::size_of::<elf::SectionHeader64<LE>>() as u64;
 
 /// Where the new segment goes: the first page above every PT_LOAD, at a file offset
 /// congruent to it modulo the page size.
@@ -364,9 +363,6 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     }
     Ok(out)
 }
-
-/// Size of one section header, for callers that count.
-pub const SECTION_HEADER_SIZE: u64 = SHDR_SIZE;
 
 #[cfg(test)]
 mod tests {

@@ -115,10 +115,9 @@ pub fn collect(
         }
         let Some(size) = r.field_size() else { continue };
         if section.is_exec() {
-            if let Some(f) = rewritten(r.site) {
+            if rewritten(r.site).is_some() {
                 // A field of an instruction that moves: PC-relative ones are recomputed by the
                 // encoder from the decoded instruction; absolute code addresses are reported.
-                let _ = f;
                 if r.is_absolute()
                     && let Some(value) = read_field(elf, r.site, r.r_type)
                     && elf.is_code_address(Vaddr(value))

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use rayon::prelude::*;
 use rivet_arch::{Branch, BranchEncoder, BranchForm};
-use rivet_elf::writer::{NewSection, NewSegment, Rewrite, SectionLink, new_segment, write_output};
+use rivet_elf::writer::{NewSection, Rewrite, SectionLink, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, build_layout};
 use rivet_ir::{FuncId, Program, RelocationMode, TableBound};
@@ -243,13 +243,10 @@ pub fn rewrite(
         .retain(|r| !dropped.contains_key(&r.function));
     plans.retain(|r, _| !dropped.contains_key(&r.function));
     layout.validate(program)?;
-    for f in layout.functions.iter().flatten() {
-        let _ = f;
-        if in_place {
-            summary.in_place += 1;
-        } else {
-            summary.moved += 1;
-        }
+    if in_place {
+        summary.in_place = layout.rewritten_count();
+    } else {
+        summary.moved = layout.rewritten_count();
     }
 
     // 3. Addresses.
@@ -605,9 +602,4 @@ fn code_section(name: &str, addr: Vaddr, data: Vec<u8>, flags: u64) -> NewSectio
 
 fn align(v: Vaddr, a: u64) -> Vaddr {
     Vaddr(v.get().div_ceil(a) * a)
-}
-
-/// The segment the output will add (for callers that report it).
-pub fn output_segment(elf: &ElfFile<'_>) -> Result<NewSegment, RewriteError> {
-    Ok(new_segment(elf)?)
 }
