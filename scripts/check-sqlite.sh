@@ -27,10 +27,12 @@
 #                 the machine is busy with other work).
 #      extraquick upstream's test/extraquick.test (veryquick minus a few slow files, plus
 #                 the fts5 corruption tests): 1111 files, ~3 min for one binary
-#      quick      upstream's test/quick.test: adds the malloc/IO-error simulations
+#      quick      upstream's test/quick.test: adds the malloc/IO-error/fault simulations:
+#                 1217 files, ~706,000 test cases, ~8.5 min for one binary
 #      full, or any other suite in test/permutations.test (mmap, inmemory_journal, ...:
 #                 their -presql/-initialize settings apply); full takes hours
-#      smoke      a fixed list of ~55 files covering the main subsystems (~30 s)
+#      smoke      a fixed list of 60 files covering the main subsystems (~15 s for subject
+#                 and reference)
 #      LIST       a file with one test file per line (paths relative to the source tree,
 #                 e.g. test/select1.test, or basenames of files under test/), '#' comments
 #      PATTERN,.. comma-separated glob patterns matched against the veryquick file names,
@@ -46,6 +48,7 @@
 #      - wherelimit (47), wherelimit2 (20), upfrom2 (12): SQLITE_ENABLE_UPDATE_DELETE_LIMIT
 #        is in the feature set (as in Debian's build) but the amalgamation's parser was
 #        generated without it, so UPDATE/DELETE ... LIMIT/ORDER BY are syntax errors
+#    quick adds mallocJ (2) and wherelfault (27), same UPDATE/DELETE ... LIMIT cause: 138.
 #    Known flaky: like.test like-14.1 times a LIKE pattern (fails on a busy machine).
 #
 #    Reference baselines are cached (they are the slow half) in
