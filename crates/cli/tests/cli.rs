@@ -1,6 +1,9 @@
 //! The `rivet` command as a user meets it: output on a real binary, and one clear error line
 //! (with a hint) for every kind of bad input, never a panic.
 
+mod common;
+
+use common::assert_one_error_line;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -39,21 +42,6 @@ fn sample() -> &'static Path {
         assert!(status.success());
         out
     })
-}
-
-/// Asserts the run failed with exactly one `rivet: error: ... (hint: ...)` line.
-fn assert_one_error_line(out: &Output, expect: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "expected one line, got: {stderr}");
-    assert!(lines[0].starts_with("rivet: error: "), "{stderr}");
-    assert!(lines[0].contains("(hint: "), "no hint: {stderr}");
-    assert!(
-        lines[0].contains(expect),
-        "expected {expect:?} in: {stderr}"
-    );
-    assert!(out.stdout.is_empty());
 }
 
 #[test]

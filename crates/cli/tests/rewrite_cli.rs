@@ -2,6 +2,9 @@
 //! leaves nothing behind; verification catches a corrupted output; outputs are deterministic;
 //! gdb unwinds through moved and split code.
 
+mod common;
+
+use common::assert_one_error_line;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -58,19 +61,6 @@ fn build(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
         .expect("gcc is required (apt-get install gcc)");
     assert!(status.success());
     out
-}
-
-fn assert_one_error_line(out: &Output, expect: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "expected one line, got: {stderr}");
-    assert!(lines[0].starts_with("rivet: error: "), "{stderr}");
-    assert!(lines[0].contains("(hint: "), "no hint: {stderr}");
-    assert!(
-        lines[0].contains(expect),
-        "expected {expect:?} in: {stderr}"
-    );
 }
 
 fn only_files(dir: &Path) -> Vec<String> {

@@ -68,6 +68,29 @@ pub struct NewSection {
 }
 
 impl NewSection {
+    /// A section of `data` with no links and no entry size; allocated at `addr` when `flags`
+    /// has SHF_ALLOC.
+    pub fn new(
+        name: &str,
+        sh_type: u32,
+        flags: u64,
+        addr: Vaddr,
+        data: Vec<u8>,
+        align: u64,
+    ) -> NewSection {
+        NewSection {
+            name: name.into(),
+            sh_type,
+            flags,
+            addr,
+            data,
+            align,
+            entsize: 0,
+            link: SectionLink::None,
+            info: 0,
+        }
+    }
+
     pub fn is_alloc(&self) -> bool {
         self.flags & elf::SHF_ALLOC.0 != 0
     }

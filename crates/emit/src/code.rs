@@ -95,8 +95,6 @@ pub struct FragmentPlan {
     /// New offset of every instruction of the function placed in this fragment, as
     /// (instruction index, offset). A dropped jump gets the offset where it would have been.
     pub inst_offsets: Vec<(u32, u64)>,
-    /// Offset of each block of this fragment.
-    pub block_offsets: Vec<(BlockId, u64)>,
 }
 
 /// A run of bytes of a fragment and the original code it stands for.
@@ -308,14 +306,12 @@ pub fn plan_fragment(
         })
         .collect();
     inst_offsets.sort_unstable_by_key(|x| x.0);
-    let block_offsets = blocks.iter().map(|b| (*b, label_offset[b])).collect();
     Ok(FragmentPlan {
         fragment,
         items,
         offsets,
         size,
         inst_offsets,
-        block_offsets,
     })
 }
 
@@ -445,14 +441,6 @@ impl AddressMap {
     pub fn fragment_addrs(&self, f: rivet_ir::FuncId) -> &[Vaddr] {
         self.fragment_addrs
             .get(f.0 as usize)
-            .map_or(&[], Vec::as_slice)
-    }
-
-    /// All (old, new) pairs of `f`.
-    pub fn pairs(&self, f: rivet_ir::FuncId) -> &[(Vaddr, Vaddr)] {
-        self.functions
-            .get(f.0 as usize)
-            .and_then(Option::as_ref)
             .map_or(&[], Vec::as_slice)
     }
 }

@@ -12,7 +12,7 @@
 //! The output is laid out as `.gcc_except_table`, `.eh_frame`, `.eh_frame_hdr`, in that order
 //! from a given address, because FDEs point to LSDAs and the header points to FDEs.
 
-use rivet_elf::eh_frame::{CfiRow, Fde};
+use rivet_elf::eh_frame::CfiRow;
 use rivet_elf::lsda::Lsda;
 use rivet_elf::{ElfFile, Vaddr, VaddrRange};
 use rivet_ir::Program;
@@ -20,7 +20,7 @@ use rivet_ir::layout::Layout;
 
 use crate::code::{AddressMap, FragmentPlan};
 use crate::lsda::{NewCallSite, write_lsda};
-use crate::unwind::{CieSpec, FrameSpec, Personality, write_eh_frame, write_eh_frame_hdr};
+use crate::unwind::{CieSpec, FrameSpec, write_eh_frame, write_eh_frame_hdr};
 
 /// Why unwind tables could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -67,17 +67,6 @@ struct FrameJob {
     rows: Vec<CfiRow>,
     cie: CieSpec,
     lsda: LsdaChoice,
-}
-
-fn cie_of(fde: &Fde) -> CieSpec {
-    CieSpec {
-        personality: fde.personality.map(|addr| Personality {
-            addr,
-            indirect: fde.personality_indirect,
-        }),
-        signal_frame: fde.signal_frame,
-        return_address_register: fde.return_address_register,
-    }
 }
 
 /// Rows of `rows` restricted to `piece`.
@@ -202,7 +191,7 @@ pub fn build(
             jobs.push(FrameJob {
                 range: piece,
                 rows: clip_rows(&rows, piece),
-                cie: cie_of(fde),
+                cie: CieSpec::of_fde(fde),
                 lsda,
             });
         }
@@ -244,14 +233,20 @@ pub fn build(
             None => LsdaChoice::None,
             Some(lsda_addr) => {
                 let original = elf.lsda(lsda_addr, fde.range.start)?;
+                // Call-site records do not overlap: sorted by start, the one covering an
+                // address is the last that starts at or before it.
+                let mut sites: Vec<&rivet_elf::lsda::CallSite> =
+                    original.call_sites.iter().collect();
+                sites.sort_by_key(|cs| cs.start);
                 let mut call_sites: Vec<NewCallSite> = Vec::new();
                 for p in &pieces {
                     let Some(inst) = p.inst else { continue };
                     let old = f.insts[inst as usize].addr();
-                    let Some(cs) = original
-                        .call_sites
-                        .iter()
-                        .find(|cs| cs.start <= old && old < cs.start + cs.len)
+                    let k = sites.partition_point(|cs| cs.start <= old);
+                    let Some(cs) = k
+                        .checked_sub(1)
+                        .map(|k| sites[k])
+                        .filter(|cs| old < cs.start + cs.len)
                     else {
                         continue;
                     };
@@ -286,7 +281,7 @@ pub fn build(
         jobs.push(FrameJob {
             range,
             rows,
-            cie: cie_of(fde),
+            cie: CieSpec::of_fde(fde),
             lsda,
         });
     }

@@ -400,11 +400,25 @@ pub fn rewrite(
     let exec = object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0;
     let alloc = object::elf::SHF_ALLOC.0;
     let hot_index = (!hot_text.is_empty()).then(|| {
-        new_sections.push(code_section(".text", hot_start, hot_text, exec));
+        new_sections.push(NewSection::new(
+            ".text",
+            object::elf::SHT_PROGBITS.0,
+            exec,
+            hot_start,
+            hot_text,
+            64,
+        ));
         (old_count + new_sections.len() as u32 - 1) as u16
     });
     let cold_index = (!cold_text.is_empty()).then(|| {
-        new_sections.push(code_section(".text.cold", cold_start, cold_text, exec));
+        new_sections.push(NewSection::new(
+            ".text.cold",
+            object::elf::SHT_PROGBITS.0,
+            exec,
+            cold_start,
+            cold_text,
+            64,
+        ));
         (old_count + new_sections.len() as u32 - 1) as u16
     });
     let section_of = |addr: Vaddr| -> Option<u16> {
@@ -425,46 +439,42 @@ pub fn rewrite(
 
     // 5. Unwind and exception tables.
     let tables = frames::build(elf, program, &layout, &placed, &map, align(cold_end, 8))?;
+    let has_tables = tables.is_some();
     let mut eh_frame_hdr = None;
-    if let Some(t) = &tables {
+    if let Some(t) = tables {
         summary.frames = t.frames;
         summary.lsdas = t.lsdas;
-        if !t.gcc_except_table.1.is_empty() {
-            new_sections.push(NewSection {
-                name: ".gcc_except_table".into(),
-                sh_type: object::elf::SHT_PROGBITS.0,
-                flags: alloc,
-                addr: t.gcc_except_table.0,
-                data: t.gcc_except_table.1.clone(),
-                align: 4,
-                entsize: 0,
-                link: SectionLink::None,
-                info: 0,
-            });
+        let progbits = object::elf::SHT_PROGBITS.0;
+        let (lsda_addr, lsda_bytes) = t.gcc_except_table;
+        if !lsda_bytes.is_empty() {
+            new_sections.push(NewSection::new(
+                ".gcc_except_table",
+                progbits,
+                alloc,
+                lsda_addr,
+                lsda_bytes,
+                4,
+            ));
         }
-        new_sections.push(NewSection {
-            name: ".eh_frame".into(),
-            sh_type: object::elf::SHT_PROGBITS.0,
-            flags: alloc,
-            addr: t.eh_frame.0,
-            data: t.eh_frame.1.clone(),
-            align: 8,
-            entsize: 0,
-            link: SectionLink::None,
-            info: 0,
-        });
-        new_sections.push(NewSection {
-            name: ".eh_frame_hdr".into(),
-            sh_type: object::elf::SHT_PROGBITS.0,
-            flags: alloc,
-            addr: t.eh_frame_hdr.0,
-            data: t.eh_frame_hdr.1.clone(),
-            align: 4,
-            entsize: 0,
-            link: SectionLink::None,
-            info: 0,
-        });
-        eh_frame_hdr = Some((t.eh_frame_hdr.0, t.eh_frame_hdr.1.len() as u64));
+        let (eh_addr, eh_bytes) = t.eh_frame;
+        new_sections.push(NewSection::new(
+            ".eh_frame",
+            progbits,
+            alloc,
+            eh_addr,
+            eh_bytes,
+            8,
+        ));
+        let (hdr_addr, hdr_bytes) = t.eh_frame_hdr;
+        eh_frame_hdr = Some((hdr_addr, hdr_bytes.len() as u64));
+        new_sections.push(NewSection::new(
+            ".eh_frame_hdr",
+            progbits,
+            alloc,
+            hdr_addr,
+            hdr_bytes,
+            4,
+        ));
     }
 
     // 6. Symbols.
@@ -482,41 +492,37 @@ pub fn rewrite(
     if let Some(table) = symbols::build(elf, program, &layout, &map, &fragments, &section_of) {
         let strtab_position = new_sections.len() as u32 + 1;
         new_sections.push(NewSection {
-            name: ".symtab".into(),
-            sh_type: object::elf::SHT_SYMTAB.0,
-            flags: 0,
-            addr: Vaddr(0),
-            data: table.symtab,
-            align: 8,
             entsize: 24,
             link: SectionLink::New(strtab_position),
             info: table.first_global,
+            ..NewSection::new(
+                ".symtab",
+                object::elf::SHT_SYMTAB.0,
+                0,
+                Vaddr(0),
+                table.symtab,
+                8,
+            )
         });
-        new_sections.push(NewSection {
-            name: ".strtab".into(),
-            sh_type: object::elf::SHT_STRTAB.0,
-            flags: 0,
-            addr: Vaddr(0),
-            data: table.strtab,
-            align: 1,
-            entsize: 0,
-            link: SectionLink::None,
-            info: 0,
-        });
+        new_sections.push(NewSection::new(
+            ".strtab",
+            object::elf::SHT_STRTAB.0,
+            0,
+            Vaddr(0),
+            table.strtab,
+            1,
+        ));
     }
 
     // The address translation table.
-    new_sections.push(NewSection {
-        name: crate::bat::SECTION.into(),
-        sh_type: object::elf::SHT_PROGBITS.0,
-        flags: 0,
-        addr: Vaddr(0),
-        data: crate::bat::encode(&map.block_pairs(program)),
-        align: 8,
-        entsize: 0,
-        link: SectionLink::None,
-        info: 0,
-    });
+    new_sections.push(NewSection::new(
+        crate::bat::SECTION,
+        object::elf::SHT_PROGBITS.0,
+        0,
+        Vaddr(0),
+        crate::bat::encode(&map.block_pairs(program)),
+        8,
+    ));
 
     // The note recording the input.
     let mut note = Vec::new();
@@ -527,17 +533,14 @@ pub fn rewrite(
     note.extend_from_slice(b"Rivet\0\0\0");
     note.extend_from_slice(input_id);
     note.resize(note.len().div_ceil(4) * 4, 0);
-    new_sections.push(NewSection {
-        name: RIVET_NOTE.into(),
-        sh_type: object::elf::SHT_NOTE.0,
-        flags: 0,
-        addr: Vaddr(0),
-        data: note,
-        align: 4,
-        entsize: 0,
-        link: SectionLink::None,
-        info: 0,
-    });
+    new_sections.push(NewSection::new(
+        RIVET_NOTE,
+        object::elf::SHT_NOTE.0,
+        0,
+        Vaddr(0),
+        note,
+        4,
+    ));
 
     // Input sections the output supersedes: renamed, and tables re-typed so no tool reads
     // them as live.
@@ -546,7 +549,7 @@ pub fn rewrite(
         let i = s.index as u32;
         let name = s.name.as_ref();
         let replaced = match name {
-            ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table" => tables.is_some(),
+            ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table" => has_tables,
             ".text" => !in_place && hot_index.is_some(),
             ".symtab" | ".strtab" => has_new_symtab,
             _ => name.starts_with(".debug"),
@@ -584,20 +587,6 @@ pub fn rewrite(
         map,
         summary,
     })
-}
-
-fn code_section(name: &str, addr: Vaddr, data: Vec<u8>, flags: u64) -> NewSection {
-    NewSection {
-        name: name.into(),
-        sh_type: object::elf::SHT_PROGBITS.0,
-        flags,
-        addr,
-        data,
-        align: 64,
-        entsize: 0,
-        link: SectionLink::None,
-        info: 0,
-    }
 }
 
 fn align(v: Vaddr, a: u64) -> Vaddr {
