@@ -219,6 +219,8 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
             "patched_references": s.patched_references,
             "frames": s.frames,
             "lsdas": s.lsdas,
+            "debug_units": s.debug_units,
+            "debug_moved_rows": s.debug_moved_rows,
             "warnings": s.warnings,
         });
         println!("{json}");
@@ -247,6 +249,12 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
         "  {} references patched, {} unwind frames, {} LSDAs",
         s.patched_references, s.frames, s.lsdas
     );
+    if s.debug_units > 0 {
+        println!(
+            "  debug info updated: {} units, {} line rows for rewritten code",
+            s.debug_units, s.debug_moved_rows
+        );
+    }
     if !s.not_rewritten.is_empty() {
         println!("  not rewritten:");
         for (reason, n) in &s.not_rewritten {

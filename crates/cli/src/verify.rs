@@ -15,6 +15,7 @@ use std::path::Path;
 
 use rivet_arch::{Flow, Inst, decode_all};
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_elf::lines::{LineTable, SourcePosition};
 use rivet_elf::{ElfFile, MappedFile, Vaddr};
 use rivet_emit::code::{AddressMap, terminator_is_recreated};
 use rivet_emit::references::{RefField, collect};
@@ -31,6 +32,8 @@ pub struct VerifyReport {
     pub blocks: usize,
     pub instructions: usize,
     pub references: usize,
+    /// Instructions whose source line was compared.
+    pub lines: usize,
 }
 
 struct Checker<'a> {
@@ -272,6 +275,7 @@ pub fn check(
         }
         report.references += 1;
     }
+    report.lines = check_lines(input, program, out, map)?;
     let want_entry = map.translate(program, input.entry).unwrap_or(input.entry);
     if out.entry != want_entry {
         return Err(format!(
@@ -280,6 +284,53 @@ pub fn check(
         ));
     }
     Ok(report)
+}
+
+/// Every instruction copied into rewritten code must have the source position it had in
+/// the input (when the output keeps debug info; a rewrite that could not carry it over
+/// removes it). Branches are skipped: a dropped jump has no bytes, a re-created one may sit
+/// elsewhere in its block.
+fn check_lines(
+    input: &ElfFile<'_>,
+    program: &Program,
+    out: &ElfFile<'_>,
+    map: &AddressMap,
+) -> Result<usize, String> {
+    let Some(old) = LineTable::read(input).map_err(|e| format!("input line table: {e}"))? else {
+        return Ok(0);
+    };
+    let Some(new) = LineTable::read(out).map_err(|e| format!("output line table: {e}"))? else {
+        return Ok(0);
+    };
+    let name = |t: &LineTable, p: SourcePosition| {
+        format!("{}:{}:{}", t.file_name(p.file), p.line, p.column)
+    };
+    let mut checked = 0;
+    for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {
+        for inst in &f.insts {
+            if matches!(inst.flow(), Flow::Jump { .. } | Flow::CondJump { .. }) {
+                continue;
+            }
+            let (Some(want), Some(at)) = (
+                old.at(inst.addr().get()),
+                map.in_function(f.id, inst.addr()),
+            ) else {
+                continue;
+            };
+            let want = name(&old, want);
+            let got = new.at(at.get()).map(|p| name(&new, p));
+            if got.as_deref() != Some(want.as_str()) {
+                return Err(format!(
+                    "{} (`{}`) was at {want} in the source; its copy at {at} is at {}",
+                    inst.addr(),
+                    inst.to_att(),
+                    got.as_deref().unwrap_or("no line")
+                ));
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
 }
 
 /// `rewrite --verify`: checks the image about to be written.
@@ -347,12 +398,13 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
         .hint("the file is not what Rivet wrote for this input (modified, corrupted, or made from another binary)")
     })?;
     println!(
-        "{}: ok ({} functions, {} blocks, {} instructions, {} references checked)",
+        "{}: ok ({} functions, {} blocks, {} instructions, {} references, {} source lines checked)",
         args.output.display(),
         report.functions,
         report.blocks,
         report.instructions,
-        report.references
+        report.references,
+        report.lines
     );
     Ok(())
 }

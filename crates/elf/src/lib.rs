@@ -12,6 +12,7 @@ pub mod dynamic;
 pub mod eh_frame;
 pub mod error;
 pub mod file;
+pub mod lines;
 pub mod lsda;
 pub mod mapped;
 pub mod relocs;

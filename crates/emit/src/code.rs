@@ -106,26 +106,47 @@ pub struct Piece {
     pub state_at: Vaddr,
     /// The original instruction copied here, if it is one (call sites come from these).
     pub inst: Option<u32>,
+    /// The original branch this re-encoded branch stands for; `None` for copies and for
+    /// jumps added where a fall-through no longer reaches its successor.
+    pub replaces: Option<u32>,
 }
 
 impl FragmentPlan {
     /// The non-empty items of the fragment, in order.
     pub fn pieces(&self, f: &Function) -> Vec<Piece> {
+        let mut replaced = None;
         self.items
             .iter()
             .zip(&self.offsets)
             .filter_map(|(item, &offset)| {
                 let size = item.size(f);
-                let (state_at, inst) = match *item {
-                    Item::Copy { inst } => (f.insts[inst as usize].addr(), Some(inst)),
-                    Item::Branch { state_at, .. } => (state_at, None),
-                    _ => return None,
+                let (state_at, inst, replaces) = match *item {
+                    Item::Copy { inst } => {
+                        replaced = None;
+                        (f.insts[inst as usize].addr(), Some(inst), None)
+                    }
+                    // A re-created terminator follows the `Replaced` item of its original
+                    // and carries its address; an added jump carries its successor's.
+                    Item::Branch { state_at, .. } => (
+                        state_at,
+                        None,
+                        replaced.filter(|&i: &u32| f.insts[i as usize].addr() == state_at),
+                    ),
+                    Item::Replaced { inst } => {
+                        replaced = Some(inst);
+                        return None;
+                    }
+                    Item::Label(_) => {
+                        replaced = None;
+                        return None;
+                    }
                 };
                 (size > 0).then_some(Piece {
                     offset,
                     size,
                     state_at,
                     inst,
+                    replaces,
                 })
             })
             .collect()

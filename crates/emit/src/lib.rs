@@ -3,6 +3,7 @@
 
 pub mod bat;
 pub mod code;
+pub mod debug;
 pub mod frames;
 pub mod lsda;
 pub mod references;

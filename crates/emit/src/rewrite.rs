@@ -20,6 +20,7 @@ use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, build_layout};
 use rivet_ir::{FuncId, Program, RelocationMode, TableBound};
 
 use crate::code::{AddressMap, EmitError, FragmentPlan, encode_fragment, plan_fragment};
+use crate::debug;
 use crate::frames::{self, FrameError};
 use crate::references;
 use crate::symbols::{self, PlacedFragment};
@@ -74,6 +75,10 @@ pub struct Summary {
     pub patched_references: usize,
     pub frames: usize,
     pub lsdas: usize,
+    /// Compilation units whose debug info was carried over (0: none, or removed).
+    pub debug_units: usize,
+    /// Line-table rows written for rewritten code.
+    pub debug_moved_rows: usize,
     pub warnings: Vec<String>,
 }
 
@@ -437,8 +442,13 @@ pub fn rewrite(
         &section_of,
     ));
 
-    // 5. Unwind and exception tables.
-    let tables = frames::build(elf, program, &layout, &placed, &map, align(cold_end, 8))?;
+    // 5. Unwind and exception tables, and debug info (independent: built side by side).
+    let moves = debug::CodeMoves::new(program, &map, &placed);
+    let (tables, debug_sections) = rayon::join(
+        || frames::build(elf, program, &layout, &placed, &map, align(cold_end, 8)),
+        || debug::rewrite(elf, &moves),
+    );
+    let tables = tables?;
     let has_tables = tables.is_some();
     let mut eh_frame_hdr = None;
     if let Some(t) = tables {
@@ -514,6 +524,28 @@ pub fn rewrite(
         ));
     }
 
+    // Debug info for the new addresses, or none.
+    match debug_sections {
+        Ok(Some(d)) => {
+            summary.debug_units = d.units;
+            summary.debug_moved_rows = d.moved_rows;
+            for (name, bytes) in d.sections {
+                new_sections.push(NewSection::new(
+                    name,
+                    object::elf::SHT_PROGBITS.0,
+                    0,
+                    Vaddr(0),
+                    bytes,
+                    1,
+                ));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => summary.warnings.push(format!(
+            "debug info removed (renamed to {ORIGINAL_PREFIX}.debug_*): {e}"
+        )),
+    }
+
     // The address translation table.
     new_sections.push(NewSection::new(
         crate::bat::SECTION,
@@ -552,6 +584,9 @@ pub fn rewrite(
             ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table" => has_tables,
             ".text" => !in_place && hot_index.is_some(),
             ".symtab" | ".strtab" => has_new_symtab,
+            // Regenerated, or dropped because nothing regenerates them (.debug_frame,
+            // .debug_macro, name indexes): either way the input's copy is stale.
+            ".gdb_index" => true,
             _ => name.starts_with(".debug"),
         };
         let stale_relocations = s.sh_type == object::elf::SHT_RELA.0 && !s.is_alloc();
@@ -561,12 +596,6 @@ pub fn rewrite(
         if stale_relocations || (has_new_symtab && matches!(name, ".symtab" | ".strtab")) {
             retype.push(i);
         }
-    }
-    if elf.sections().iter().any(|s| s.name.starts_with(".debug")) {
-        summary.warnings.push(
-            "debug info removed: it describes the original addresses (renamed to .rivet.orig.debug_*)"
-                .into(),
-        );
     }
 
     let mut salt = input_id.to_vec();

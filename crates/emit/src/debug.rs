@@ -1,0 +1,818 @@
+//! DWARF debug information carried over to the rewritten code.
+//!
+//! DWARF names code by address: the line table maps addresses to source lines, DIEs give the
+//! address ranges of functions, inlined calls and lexical blocks, location lists say where a
+//! variable lives over a range of addresses, call sites record return addresses. Every one
+//! of those is stale for a rewritten function. This module converts the input's DWARF with
+//! gimli's write side (types, strings and file tables go through unchanged) and re-derives
+//! every address from how code moved ([`CodeMoves`]):
+//!
+//! - a range becomes the new ranges of the instructions it covered (a block-reordered,
+//!   split function turns into several ranges; the range holding the entry comes first,
+//!   because debuggers take the first range's start as a function's entry);
+//! - a point (low_pc of a label, a call's return address) follows its instruction;
+//! - the line table keeps the input's sequences for code that did not move and gets one new
+//!   sequence per fragment of each rewritten function, whose rows are the input's rows at
+//!   each copied instruction's old address (rows that start there keep their flags; a block
+//!   that now starts in the middle of an old row repeats that row as a non-statement).
+//!
+//! Sections whose contents are not regenerated (`.debug_frame`, `.debug_macro`, name
+//! indexes, ...) are dropped by the caller. When the input's DWARF uses something this
+//! module cannot carry over, the caller removes debug info with a warning: stale debug info
+//! is worse than none.
+
+use std::collections::{BTreeMap, HashSet};
+
+use gimli::write::{
+    self as gw, Address, AttributeValue, ConvertUnit, ConvertUnitEntry, EndianVec, LineRow,
+    Location, LocationList, Range, RangeList, Sections, UnitEntryId,
+};
+use gimli::{EndianSlice, LittleEndian, constants};
+use rivet_arch::Flow;
+use rivet_elf::lines::{self, LineSegment};
+use rivet_elf::{ElfFile, Vaddr};
+use rivet_ir::{FuncId, Program};
+
+use crate::code::{AddressMap, FragmentPlan};
+
+type Reader<'a> = EndianSlice<'a, LittleEndian>;
+
+/// Why the input's debug information could not be carried over.
+#[derive(Debug, thiserror::Error)]
+pub enum DebugError {
+    #[error("{0} is not supported")]
+    Unsupported(String),
+    #[error("reading DWARF: {0}")]
+    Read(#[from] gimli::Error),
+    #[error("converting DWARF: {0}")]
+    Convert(#[from] gw::ConvertError),
+    #[error("writing DWARF: {0}")]
+    Write(#[from] gw::Error),
+}
+
+/// The regenerated debug sections, by name, and what went into them.
+#[derive(Debug, Default)]
+pub struct DebugSections {
+    pub sections: Vec<(&'static str, Vec<u8>)>,
+    pub units: usize,
+    /// Line-table rows written for rewritten code.
+    pub moved_rows: usize,
+}
+
+/// One fragment of a rewritten function: its new extent and what each piece stands for.
+#[derive(Debug)]
+struct MovedFragment {
+    start: u64,
+    end: u64,
+    /// (new address, old address), in new-address order, of the pieces that carry the
+    /// source position of their old address: copies and re-created branches (a jump added
+    /// after a block carries its successor's address, not its own).
+    pieces: Vec<(u64, u64)>,
+}
+
+/// Where the code of every rewritten function went, piece by piece.
+#[derive(Debug)]
+pub struct CodeMoves<'p> {
+    program: &'p Program,
+    map: &'p AddressMap,
+    /// Old extents of rewritten functions, sorted by start.
+    extents: Vec<(u64, u64, FuncId)>,
+    /// Per extent: (old address, new start, new end) of every piece, sorted by old address.
+    by_old: Vec<Vec<(u64, u64, u64)>>,
+    /// Per extent: its fragments in fragment order.
+    fragments: Vec<Vec<MovedFragment>>,
+    /// Per extent: the function whose compiler-split part it is (itself otherwise).
+    family: Vec<FuncId>,
+}
+
+impl<'p> CodeMoves<'p> {
+    pub fn new(
+        program: &'p Program,
+        map: &'p AddressMap,
+        placed: &[(FragmentPlan, Vaddr)],
+    ) -> CodeMoves<'p> {
+        let mut per_function: BTreeMap<(u64, FuncId), Vec<(u32, &FragmentPlan, Vaddr)>> =
+            BTreeMap::new();
+        for (plan, addr) in placed {
+            let f = program.function(plan.fragment.function);
+            per_function
+                .entry((f.range.start.get(), f.id))
+                .or_default()
+                .push((plan.fragment.fragment, plan, *addr));
+        }
+        let mut moves = CodeMoves {
+            program,
+            map,
+            extents: Vec::with_capacity(per_function.len()),
+            by_old: Vec::with_capacity(per_function.len()),
+            fragments: Vec::with_capacity(per_function.len()),
+            family: Vec::with_capacity(per_function.len()),
+        };
+        for ((_, fid), mut parts) in per_function {
+            let f = program.function(fid);
+            parts.sort_unstable_by_key(|p| p.0);
+            let mut by_old = Vec::new();
+            let mut fragments = Vec::with_capacity(parts.len());
+            for (_, plan, addr) in parts {
+                let base = addr.get();
+                let mut pieces = Vec::new();
+                for p in plan.pieces(f) {
+                    let new = base + p.offset;
+                    by_old.push((p.state_at.get(), new, new + p.size));
+                    if p.inst.is_some() || p.replaces.is_some() {
+                        pieces.push((new, p.state_at.get()));
+                    }
+                }
+                fragments.push(MovedFragment {
+                    start: base,
+                    end: base + plan.size,
+                    pieces,
+                });
+            }
+            by_old.sort_unstable();
+            moves
+                .extents
+                .push((f.range.start.get(), f.range.end.get(), fid));
+            moves.by_old.push(by_old);
+            moves.fragments.push(fragments);
+            moves.family.push(match f.parent {
+                Some(rivet_ir::Parent {
+                    function,
+                    kind: rivet_ir::PartKind::ColdFragment,
+                }) => function,
+                _ => fid,
+            });
+        }
+        moves
+    }
+
+    /// The rewritten function whose old extent contains `addr`.
+    fn extent_containing(&self, addr: u64) -> Option<usize> {
+        let k = self.extents.partition_point(|e| e.0 <= addr);
+        (k > 0 && addr < self.extents[k - 1].1).then(|| k - 1)
+    }
+
+    /// New address of the old address `p` used as a point: an instruction start follows
+    /// its instruction, the end of a call (a return address) follows the call; an address
+    /// outside rewritten code stays. `None` when `p` is inside rewritten code but neither.
+    pub fn translate_point(&self, p: u64) -> Option<u64> {
+        if let Some(i) = self.extent_containing(p) {
+            let fid = self.extents[i].2;
+            return self
+                .map
+                .in_function(fid, Vaddr(p))
+                .map(Vaddr::get)
+                .or_else(|| self.after_instruction(fid, p));
+        }
+        // The end of a rewritten function: a return address after a final call.
+        let k = self.extents.partition_point(|e| e.1 < p);
+        match self.extents.get(k) {
+            Some(&(_, end, fid)) if end == p => self.after_instruction(fid, p),
+            _ => Some(p),
+        }
+    }
+
+    /// The new end of the instruction of `fid` that ended at old address `p`, for
+    /// instructions copied unchanged (not branches, whose encoding may change).
+    fn after_instruction(&self, fid: FuncId, p: u64) -> Option<u64> {
+        let f = self.program.function(fid);
+        let k = f.insts.partition_point(|i| i.addr().get() < p);
+        let inst = f.insts.get(k.checked_sub(1)?)?;
+        let copied = matches!(
+            inst.flow(),
+            Flow::Next | Flow::Call { .. } | Flow::IndirectCall
+        );
+        (copied && inst.end().get() == p)
+            .then(|| self.map.in_function(fid, inst.addr()))
+            .flatten()
+            .map(|n| n.get() + u64::from(inst.len()))
+    }
+
+    /// Appends the new ranges covering the old range `[a, b)`: code outside rewritten
+    /// functions keeps its addresses, rewritten code maps piece by piece.
+    pub fn translate_range(&self, a: u64, b: u64, out: &mut Vec<(u64, u64)>) {
+        let mut cursor = a;
+        let first = self.extents.partition_point(|e| e.1 <= a);
+        for (i, &(start, end, _)) in self.extents.iter().enumerate().skip(first) {
+            if start >= b {
+                break;
+            }
+            if cursor < start {
+                out.push((cursor, start));
+            }
+            let (lo, hi) = (a.max(start), b.min(end));
+            let pieces = &self.by_old[i];
+            let from = pieces.partition_point(|p| p.0 < lo);
+            out.extend(
+                pieces[from..]
+                    .iter()
+                    .take_while(|p| p.0 < hi)
+                    .map(|p| (p.1, p.2)),
+            );
+            cursor = cursor.max(end);
+        }
+        if cursor < b {
+            out.push((cursor, b));
+        }
+    }
+
+    /// Sorted, merged new ranges of a set of old ranges.
+    fn translate_ranges(&self, old: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for &(a, b) in old {
+            if a < b {
+                self.translate_range(a, b, &mut out);
+            }
+        }
+        normalize(&mut out);
+        out
+    }
+}
+
+/// Sorts ranges and merges the ones that touch or overlap; drops empty ones.
+fn normalize(ranges: &mut Vec<(u64, u64)>) {
+    ranges.retain(|r| r.0 < r.1);
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for &(a, b) in ranges.iter() {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    *ranges = merged;
+}
+
+/// Loads the input's DWARF, or `None` when it has none.
+fn load<'d>(elf: &ElfFile<'d>) -> Result<Option<gimli::Dwarf<Reader<'d>>>, DebugError> {
+    let Some(info) = elf.section_by_name(".debug_info") else {
+        return Ok(None);
+    };
+    if info.data.is_empty() {
+        return Ok(None);
+    }
+    for s in elf.sections() {
+        if s.name.starts_with(".debug") && s.flags & u64::from(object::elf::SHF_COMPRESSED.0) != 0 {
+            return Err(DebugError::Unsupported(format!(
+                "compressed debug section {}",
+                s.name
+            )));
+        }
+    }
+    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'d>, gimli::Error> {
+        let data = elf.section_by_name(id.name()).map_or(&[][..], |s| s.data);
+        Ok(EndianSlice::new(data, LittleEndian))
+    })?;
+    Ok(Some(dwarf))
+}
+
+/// Converts the input's DWARF for the rewritten code. `Ok(None)` when the input has none.
+pub fn rewrite(
+    elf: &ElfFile<'_>,
+    moves: &CodeMoves<'_>,
+) -> Result<Option<DebugSections>, DebugError> {
+    let Some(read_dwarf) = load(elf)? else {
+        return Ok(None);
+    };
+    let mut out = DebugSections::default();
+    let mut sections = Sections::new(EndianVec::new(LittleEndian));
+    // (offset of the unit in the new .debug_info, its new ranges) for .debug_aranges.
+    let mut unit_ranges: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
+    let mut write_dwarf = gw::Dwarf::new();
+    let mut convert = write_dwarf.convert(&read_dwarf)?;
+    while let Some((mut unit, root)) = convert.read_unit()? {
+        if unit.read_unit.dwo_id.is_some() || unit.read_skeleton_unit.is_some() {
+            return Err(DebugError::Unsupported("split DWARF (a .dwo unit)".into()));
+        }
+        out.units += 1;
+        if let Some(read_program) = unit.read_unit.line_program.clone() {
+            let segments = lines::line_segments(&read_program)
+                .map_err(|e| DebugError::Unsupported(e.to_string()))?;
+            // The converter carries the header (directories, files) over; rows are ours.
+            let converter = unit
+                .read_line_program(None, None)?
+                .expect("the unit has a line program");
+            let (program, files) = converter.program();
+            let mut writer = LineWriter {
+                program,
+                files: &files,
+                start: 0,
+            };
+            let mut unit_scopes = UnitScopes {
+                unit: unit.read_unit,
+                scopes: None,
+            };
+            out.moved_rows +=
+                convert_line_program(&segments, &mut writer, moves, &mut unit_scopes)?;
+            let program = writer.program;
+            unit.set_line_program(program, files);
+        }
+        let root_id = unit.unit.root();
+        let root_ranges = convert_entry(&mut unit, root_id, &root, moves)?;
+        let mut entry = root;
+        while let Some(id) = unit.read_entry(&mut entry)? {
+            let id = unit.add_entry(id, &entry);
+            convert_entry(&mut unit, id, &entry, moves)?;
+        }
+        let offset = gw::Writer::len(&sections.debug_info.0) as u64;
+        unit.write(&mut sections)?;
+        if let Some(ranges) = root_ranges
+            && !ranges.is_empty()
+        {
+            unit_ranges.push((offset, ranges));
+        }
+    }
+    write_dwarf.write(&mut sections)?;
+    sections.for_each_mut(|id, data| -> Result<(), gw::Error> {
+        let bytes = data.take();
+        if !bytes.is_empty() {
+            out.sections.push((id.name(), bytes));
+        }
+        Ok(())
+    })?;
+    if elf.section_by_name(".debug_aranges").is_some() {
+        out.sections
+            .push((".debug_aranges", address_ranges(&unit_ranges)));
+    }
+    Ok(Some(out))
+}
+
+/// A `.debug_aranges` section (version 2, 64-bit addresses) listing each unit's ranges.
+/// gimli writes no aranges; the format is a header and (address, length) pairs per unit.
+fn address_ranges(units: &[(u64, Vec<(u64, u64)>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (offset, ranges) in units {
+        // Header: length (4), version (2), .debug_info offset (4), address size (1),
+        // segment selector size (1), then padding to a multiple of twice the address size.
+        let length = 2 + 4 + 1 + 1 + 4 + (ranges.len() + 1) * 16;
+        out.extend_from_slice(&(length as u32).to_le_bytes());
+        out.extend_from_slice(&2u16.to_le_bytes());
+        out.extend_from_slice(&(*offset as u32).to_le_bytes());
+        out.extend_from_slice(&[8, 0, 0, 0, 0, 0]);
+        for &(a, b) in ranges.iter().chain(std::iter::once(&(0, 0))) {
+            out.extend_from_slice(&a.to_le_bytes());
+            out.extend_from_slice(&(b - a).to_le_bytes());
+        }
+    }
+    out
+}
+
+/// What makes two rows describe the same source position.
+fn position(row: &lines::LineRow) -> (u64, u64, u64, u64) {
+    (row.file, row.line, row.column, row.discriminator)
+}
+
+/// Index range of the rows of `seg` at exactly `addr`, and the index of the row in effect.
+fn rows_at(seg: &LineSegment, addr: u64) -> (std::ops::Range<usize>, Option<usize>) {
+    let upto = seg.rows.partition_point(|r| r.address <= addr);
+    let from = seg.rows[..upto].partition_point(|r| r.address < addr);
+    (from..upto, upto.checked_sub(1))
+}
+
+/// Appends rows to a line program being rebuilt, converting file indices.
+struct LineWriter<'a> {
+    program: gw::LineProgram,
+    files: &'a [gw::FileId],
+    start: u64,
+}
+
+impl LineWriter<'_> {
+    fn begin(&mut self, start: u64) {
+        self.start = start;
+        self.program.begin_sequence(Some(Address::Constant(start)));
+    }
+
+    /// Writes `row` at `addr`; `continued` marks a row repeated where its statement does not
+    /// start (no statement or prologue flags).
+    fn row(&mut self, addr: u64, row: &lines::LineRow, continued: bool) -> Result<(), DebugError> {
+        let file = *self
+            .files
+            .get(row.file as usize)
+            .ok_or_else(|| DebugError::Unsupported(format!("line row file index {}", row.file)))?;
+        *self.program.row() = LineRow {
+            address_offset: addr - self.start,
+            op_index: 0,
+            file,
+            line: row.line,
+            column: row.column,
+            discriminator: row.discriminator,
+            is_statement: row.is_stmt && !continued,
+            basic_block: row.basic_block && !continued,
+            prologue_end: row.prologue_end && !continued,
+            epilogue_begin: row.epilogue_begin && !continued,
+            isa: row.isa,
+        };
+        self.program.generate_row();
+        Ok(())
+    }
+
+    fn end(&mut self, end: u64) {
+        self.program.end_sequence(end - self.start);
+    }
+}
+
+/// Rebuilds one unit's line program from its input rows: code that stays keeps its rows,
+/// each fragment of a rewritten function that starts in this unit gets a sequence. Returns
+/// the number of rows written for rewritten code.
+fn convert_line_program(
+    segments: &[LineSegment],
+    out: &mut LineWriter<'_>,
+    moves: &CodeMoves<'_>,
+    scopes: &mut UnitScopes<'_, '_>,
+) -> Result<usize, DebugError> {
+    // Code that stays: each segment minus the extents of rewritten functions.
+    let mut owned: Vec<usize> = Vec::new();
+    for seg in segments {
+        let mut kept = Vec::new();
+        let mut cursor = seg.start;
+        let first = moves.extents.partition_point(|e| e.1 <= seg.start);
+        for (i, &(start, end, _)) in moves.extents.iter().enumerate().skip(first) {
+            if start >= seg.end {
+                break;
+            }
+            if start >= seg.start {
+                owned.push(i);
+            }
+            if cursor < start {
+                kept.push((cursor, start));
+            }
+            cursor = cursor.max(end);
+        }
+        if cursor < seg.end {
+            kept.push((cursor, seg.end));
+        }
+        // A kept stretch starts at the end of a rewritten function (or of its segment): what
+        // lies before its first row is padding, and gets no line.
+        for (a, b) in kept {
+            let from = seg.rows.partition_point(|r| r.address < a);
+            let rows = &seg.rows[from..];
+            let n = rows.partition_point(|r| r.address < b);
+            let Some(first) = rows.first().filter(|_| n > 0) else {
+                continue;
+            };
+            out.begin(first.address);
+            for row in &rows[..n] {
+                out.row(row.address, row, false)?;
+            }
+            out.end(b);
+        }
+    }
+
+    // Rewritten functions that start in this unit's rows: a sequence per fragment.
+    owned.sort_unstable();
+    owned.dedup();
+    let find = |addr: u64| -> Option<&LineSegment> {
+        let k = segments.partition_point(|s| s.start <= addr);
+        let seg = &segments[k.checked_sub(1)?];
+        (addr < seg.end).then_some(seg)
+    };
+    let mut moved_rows = 0;
+    // A function and its compiler-split parts are one subprogram to a debugger: plan their
+    // rows together.
+    let mut families: BTreeMap<FuncId, Vec<usize>> = BTreeMap::new();
+    for i in owned {
+        families.entry(moves.family[i]).or_default().push(i);
+    }
+    for members in families.values() {
+        // (fragment, new address, row, continued) for the whole family.
+        let mut planned: Vec<(usize, u64, lines::LineRow, bool)> = Vec::new();
+        let mut fragments: Vec<&MovedFragment> = Vec::new();
+        let mut placed_exact: HashSet<u64> = HashSet::new();
+        for &i in members {
+            for fragment in &moves.fragments[i] {
+                let k = fragments.len();
+                fragments.push(fragment);
+                let mut last = None;
+                for &(new, old) in &fragment.pieces {
+                    let Some(seg) = find(old) else { continue };
+                    let (exact, in_effect) = rows_at(seg, old);
+                    if !exact.is_empty() && placed_exact.insert(old) {
+                        for idx in exact {
+                            let mut row = seg.rows[idx];
+                            // A statement row that continues the line of the row before it
+                            // is no line change to a debugger reading rows as changes
+                            // (gdb); placed after another line it would become one.
+                            let line = |r: &lines::LineRow| (r.file, r.line);
+                            let same_as_before = idx
+                                .checked_sub(1)
+                                .is_some_and(|p| line(&seg.rows[p]) == line(&row));
+                            if same_as_before
+                                && last.map(|l: (u64, u64, u64, u64)| (l.0, l.1))
+                                    != Some(line(&row))
+                            {
+                                row.is_stmt = false;
+                            }
+                            planned.push((k, new, row, false));
+                            last = Some(position(&row));
+                        }
+                    } else if let Some(r) = in_effect {
+                        let row = &seg.rows[r];
+                        if last != Some(position(row)) {
+                            planned.push((k, new, *row, true));
+                            last = Some(position(row));
+                        }
+                    }
+                }
+            }
+        }
+        demote_earlier_statements(&mut planned, scopes)?;
+        moved_rows += planned.len();
+        let mut rows = planned.iter().peekable();
+        for (k, fragment) in fragments.iter().enumerate() {
+            if fragment.end == fragment.start {
+                continue;
+            }
+            out.begin(fragment.start);
+            while let Some((_, new, row, continued)) = rows.next_if(|r| r.0 == k) {
+                out.row(*new, row, *continued)?;
+            }
+            out.end(fragment.end);
+        }
+    }
+    Ok(moved_rows)
+}
+
+/// A scope a debugger tells apart when it places a line breakpoint: a function, an inlined
+/// call or a lexical block, as (begin, end, depth, scope id) per address range.
+type Scope = (u64, u64, isize, usize);
+
+/// A unit's scopes, read the first time a line needs them.
+struct UnitScopes<'u, 'd> {
+    unit: gimli::UnitRef<'u, Reader<'d>>,
+    scopes: Option<Vec<Scope>>,
+}
+
+impl UnitScopes<'_, '_> {
+    fn get(&mut self) -> Result<&[Scope], DebugError> {
+        if self.scopes.is_none() {
+            self.scopes = Some(scopes(self.unit)?);
+        }
+        Ok(self.scopes.as_deref().unwrap_or_default())
+    }
+}
+
+fn scopes(unit: gimli::UnitRef<'_, Reader<'_>>) -> Result<Vec<Scope>, DebugError> {
+    let mut out = Vec::new();
+    let mut entries = unit.entries();
+    let mut id = 0;
+    while let Some(entry) = entries.next_dfs()? {
+        if matches!(
+            entry.tag(),
+            constants::DW_TAG_subprogram
+                | constants::DW_TAG_inlined_subroutine
+                | constants::DW_TAG_lexical_block
+        ) {
+            let mut ranges = unit.die_ranges(entry)?;
+            while let Some(r) = ranges.next()? {
+                if r.begin < r.end {
+                    out.push((r.begin, r.end, entry.depth(), id));
+                }
+            }
+            id += 1;
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The innermost scope holding `addr`, among `scopes` (sorted by begin).
+fn innermost(scopes: &[Scope], addr: u64) -> Option<usize> {
+    let upto = scopes.partition_point(|s| s.0 <= addr);
+    scopes[..upto]
+        .iter()
+        .filter(|s| addr < s.1)
+        .max_by_key(|s| s.2)
+        .map(|s| s.3)
+}
+
+/// A debugger breaks on a source line at the lowest-addressed statement row of that line in
+/// each scope (function, inlined call, lexical block). Reordering can put another statement
+/// row of the line (a `break`'s jump, a loop's latch) below the one that came first in the
+/// input, and the breakpoint would land there; such rows are demoted to non-statements so
+/// the input's choice still wins.
+fn demote_earlier_statements(
+    planned: &mut [(usize, u64, lines::LineRow, bool)],
+    scopes: &mut UnitScopes<'_, '_>,
+) -> Result<(), DebugError> {
+    let statement = |row: &lines::LineRow, continued: bool| row.is_stmt && !continued;
+    // Only lines with several statement rows can be affected.
+    let mut count: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+    for (_, _, row, continued) in planned.iter() {
+        if statement(row, *continued) {
+            *count.entry((row.file, row.line)).or_default() += 1;
+        }
+    }
+    count.retain(|_, n| *n > 1);
+    if count.is_empty() {
+        return Ok(());
+    }
+    let scopes = scopes.get()?;
+    let key = |row: &lines::LineRow| {
+        count
+            .contains_key(&(row.file, row.line))
+            .then(|| (row.file, row.line, innermost(&scopes, row.address)))
+    };
+    // Per (file, line, scope): (old address, new address) of the input's first statement.
+    let mut first: BTreeMap<(u64, u64, Option<usize>), (u64, u64)> = BTreeMap::new();
+    for (_, new, row, continued) in planned.iter() {
+        if let Some(k) = key(row).filter(|_| statement(row, *continued)) {
+            let e = first.entry(k).or_insert((row.address, *new));
+            if row.address < e.0 {
+                *e = (row.address, *new);
+            }
+        }
+    }
+    for (_, new, row, continued) in planned.iter_mut() {
+        if let Some(k) = key(row).filter(|_| statement(row, *continued))
+            && first.get(&k).is_some_and(|&(_, chosen)| *new < chosen)
+        {
+            row.is_stmt = false;
+        }
+    }
+    Ok(())
+}
+
+/// Converts the attributes of one DIE. Returns the DIE's new ranges when it has any.
+fn convert_entry<'d>(
+    unit: &mut ConvertUnit<'_, Reader<'d>>,
+    id: UnitEntryId,
+    entry: &ConvertUnitEntry<'_, Reader<'d>>,
+    moves: &CodeMoves<'_>,
+) -> Result<Option<Vec<(u64, u64)>>, DebugError> {
+    let read_unit = entry.read_unit;
+    let version = read_unit.encoding().version;
+    let point = |a: u64| moves.translate_point(a).map(Address::Constant);
+    let has = |name| entry.attrs.iter().any(|a| a.name() == name);
+    let ranged = has(constants::DW_AT_ranges)
+        || (has(constants::DW_AT_low_pc) && has(constants::DW_AT_high_pc));
+    let mut new_ranges = None;
+    if ranged {
+        let mut old = Vec::new();
+        let mut iter = read_unit.die_ranges(&entry.read_entry)?;
+        while let Some(r) = iter.next()? {
+            old.push((r.begin, r.end));
+        }
+        let mut ranges = moves.translate_ranges(&old);
+        // Debuggers take the start of the first range as the entry: keep the entry's first.
+        let old_entry = match entry.attr_value(constants::DW_AT_low_pc) {
+            Some(v) => read_unit.attr_address(v)?,
+            None => old.first().map(|r| r.0),
+        };
+        if let Some(e) = old_entry.and_then(|e| moves.translate_point(e))
+            && let Some(k) = ranges.iter().position(|r| r.0 <= e && e < r.1)
+        {
+            ranges[..=k].rotate_right(1);
+        }
+        let die = unit.unit.get_mut(id);
+        match ranges.as_slice() {
+            [] => {}
+            [(a, b)] => {
+                die.set(
+                    constants::DW_AT_low_pc,
+                    AttributeValue::Address(Address::Constant(*a)),
+                );
+                die.set(constants::DW_AT_high_pc, AttributeValue::Udata(b - a));
+            }
+            many => {
+                let list = range_list(many);
+                let list = unit.unit.ranges.add(list);
+                let die = unit.unit.get_mut(id);
+                if has(constants::DW_AT_low_pc) {
+                    // The unit's base address; every list written here sets its own base.
+                    die.set(
+                        constants::DW_AT_low_pc,
+                        AttributeValue::Address(Address::Constant(0)),
+                    );
+                }
+                die.set(constants::DW_AT_ranges, AttributeValue::RangeListRef(list));
+            }
+        }
+        new_ranges = Some(ranges);
+    }
+    for attr in &entry.attrs {
+        let name = attr.name();
+        let handled = ranged
+            && matches!(
+                name,
+                constants::DW_AT_low_pc | constants::DW_AT_high_pc | constants::DW_AT_ranges
+            );
+        // Views index the input's line table; macro offsets point into sections not kept.
+        let dropped = matches!(
+            name,
+            constants::DW_AT_GNU_locviews
+                | constants::DW_AT_GNU_entry_view
+                | constants::DW_AT_macros
+                | constants::DW_AT_GNU_macros
+                | constants::DW_AT_macro_info
+        );
+        if handled || dropped {
+            continue;
+        }
+        // gimli passes implicit constants through raw; file indices must be converted.
+        if attr.form() == constants::DW_FORM_implicit_const
+            && matches!(
+                name,
+                constants::DW_AT_decl_file | constants::DW_AT_call_file
+            )
+            && let gimli::AttributeValue::Sdata(index) = attr.raw_value()
+        {
+            let file = unit.convert_file_index(read_unit, index as u64)?;
+            unit.unit
+                .get_mut(id)
+                .set(name, AttributeValue::FileIndex(file));
+            continue;
+        }
+        let value = match attr.value() {
+            gimli::AttributeValue::Addr(_) | gimli::AttributeValue::DebugAddrIndex(_) => {
+                let old = read_unit.attr_address(attr.value())?;
+                match old.and_then(|a| moves.translate_point(a)) {
+                    Some(new) => AttributeValue::Address(Address::Constant(new)),
+                    // Not an instruction boundary any more: say nothing rather than lie.
+                    None => continue,
+                }
+            }
+            v @ (gimli::AttributeValue::LocationListsRef(_)
+            | gimli::AttributeValue::DebugLocListsIndex(_)) => {
+                let Some(mut iter) = read_unit.attr_locations(v)? else {
+                    continue;
+                };
+                let mut locations = Vec::new();
+                let mut spans = Vec::new();
+                while let Some(l) = iter.next()? {
+                    let data = unit.convert_expression(read_unit, l.data, &point)?;
+                    if l.range.begin == 0 && l.range.end == u64::MAX && version >= 5 {
+                        locations.push(Location::DefaultLocation { data });
+                        continue;
+                    }
+                    spans.clear();
+                    if l.range.begin < l.range.end {
+                        moves.translate_range(l.range.begin, l.range.end, &mut spans);
+                    }
+                    normalize(&mut spans);
+                    locations.extend(spans.iter().map(|&(a, b)| Location::OffsetPair {
+                        begin: a,
+                        end: b,
+                        data: data.clone(),
+                    }));
+                }
+                if locations
+                    .iter()
+                    .any(|l| matches!(l, Location::OffsetPair { .. }))
+                {
+                    locations.insert(
+                        0,
+                        Location::BaseAddress {
+                            address: Address::Constant(0),
+                        },
+                    );
+                }
+                AttributeValue::LocationListRef(unit.unit.locations.add(LocationList(locations)))
+            }
+            _ => unit.convert_attribute_value(read_unit, attr, &point)?,
+        };
+        unit.unit.get_mut(id).set(name, value);
+    }
+    Ok(new_ranges)
+}
+
+/// A range list with an explicit base of zero, valid in every DWARF version whatever the
+/// unit's own base address.
+fn range_list(ranges: &[(u64, u64)]) -> RangeList {
+    let mut list = Vec::with_capacity(ranges.len() + 1);
+    list.push(Range::BaseAddress {
+        address: Address::Constant(0),
+    });
+    list.extend(
+        ranges
+            .iter()
+            .map(|&(a, b)| Range::OffsetPair { begin: a, end: b }),
+    );
+    RangeList(list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_merges_touching_and_overlapping_ranges() {
+        let mut r = vec![(30, 40), (10, 20), (20, 25), (5, 5), (35, 50)];
+        normalize(&mut r);
+        assert_eq!(r, vec![(10, 25), (30, 50)]);
+    }
+
+    #[test]
+    fn address_ranges_layout() {
+        let bytes = address_ranges(&[(0x40, vec![(0x1000, 0x1010)])]);
+        // 12-byte header, 4 bytes of padding, one pair and the terminating pair.
+        assert_eq!(bytes.len(), 16 + 2 * 16);
+        assert_eq!(u32::from_le_bytes(bytes[0..4].try_into().unwrap()), 44);
+        assert_eq!(u32::from_le_bytes(bytes[6..10].try_into().unwrap()), 0x40);
+        assert_eq!(
+            u64::from_le_bytes(bytes[16..24].try_into().unwrap()),
+            0x1000
+        );
+        assert_eq!(u64::from_le_bytes(bytes[24..32].try_into().unwrap()), 0x10);
+        assert!(bytes[32..].iter().all(|&b| b == 0));
+    }
+}
