@@ -91,8 +91,9 @@ impl<'p> CodeMoves<'p> {
         map: &'p AddressMap,
         placed: &[(FragmentPlan, Vaddr)],
     ) -> CodeMoves<'p> {
-        let mut per_function: BTreeMap<(u64, FuncId), Vec<(u32, &FragmentPlan, Vaddr)>> =
-            BTreeMap::new();
+        // Fragments of each function, keyed by the function's old address.
+        type Parts<'a> = Vec<(u32, &'a FragmentPlan, Vaddr)>;
+        let mut per_function: BTreeMap<(u64, FuncId), Parts<'_>> = BTreeMap::new();
         for (plan, addr) in placed {
             let f = program.function(plan.fragment.function);
             per_function
@@ -252,7 +253,7 @@ fn load<'d>(elf: &ElfFile<'d>) -> Result<Option<gimli::Dwarf<Reader<'d>>>, Debug
         return Ok(None);
     }
     for s in elf.sections() {
-        if s.name.starts_with(".debug") && s.flags & u64::from(object::elf::SHF_COMPRESSED.0) != 0 {
+        if s.name.starts_with(".debug") && s.flags & object::elf::SHF_COMPRESSED.0 != 0 {
             return Err(DebugError::Unsupported(format!(
                 "compressed debug section {}",
                 s.name
@@ -610,7 +611,7 @@ fn demote_earlier_statements(
     let key = |row: &lines::LineRow| {
         count
             .contains_key(&(row.file, row.line))
-            .then(|| (row.file, row.line, innermost(&scopes, row.address)))
+            .then(|| (row.file, row.line, innermost(scopes, row.address)))
     };
     // Per (file, line, scope): (old address, new address) of the input's first statement.
     let mut first: BTreeMap<(u64, u64, Option<usize>), (u64, u64)> = BTreeMap::new();
