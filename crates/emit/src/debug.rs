@@ -490,33 +490,28 @@ fn convert_line_program(
                     if !exact.is_empty() && placed_exact.insert(old) {
                         for idx in exact {
                             let mut row = seg.rows[idx];
-                            // A statement row that continues the line of the row before it
-                            // is no line change to a debugger reading rows as changes
-                            // (gdb); placed after another line it would become one.
-                            let line = |r: &lines::LineRow| (r.file, r.line);
-                            let same_as_before = idx
-                                .checked_sub(1)
-                                .is_some_and(|p| line(&seg.rows[p]) == line(&row));
-                            if same_as_before
-                                && last.map(|l: (u64, u64, u64, u64)| (l.0, l.1))
-                                    != Some(line(&row))
-                            {
+                            if !statement_visible(seg, idx) {
                                 row.is_stmt = false;
                             }
+                            row.discriminator = 0;
                             planned.push((k, new, row, false));
                             last = Some(position(&row));
                         }
                     } else if let Some(r) = in_effect {
-                        let row = &seg.rows[r];
-                        if last != Some(position(row)) {
-                            planned.push((k, new, *row, true));
-                            last = Some(position(row));
+                        let row = lines::LineRow {
+                            discriminator: 0,
+                            ..seg.rows[r]
+                        };
+                        if last != Some(position(&row)) {
+                            planned.push((k, new, row, true));
+                            last = Some(position(&row));
                         }
                     }
                 }
             }
         }
         demote_earlier_statements(&mut planned, scopes)?;
+        drop_misleading_prologue_ends(&mut planned);
         moved_rows += planned.len();
         let mut rows = planned.iter().peekable();
         for (k, fragment) in fragments.iter().enumerate() {
@@ -531,6 +526,26 @@ fn convert_line_program(
         }
     }
     Ok(moved_rows)
+}
+
+/// Whether a debugger reading the input's rows saw row `idx` of `seg` as a line change
+/// (and so its statement flag as a breakpoint location). gdb records a row whose line equals
+/// the previous row's only while that line has had no discriminator; otherwise the row
+/// merges into the one before. Rewritten code drops discriminators (their blocks no longer
+/// sit together, and gdb would merge rows that reordering made adjacent), so rows the input
+/// hid are demoted instead: the statements a debugger sees stay the input's.
+fn statement_visible(seg: &LineSegment, idx: usize) -> bool {
+    let line = |r: &lines::LineRow| (r.file, r.line);
+    let row = &seg.rows[idx];
+    // The run of rows with this line that ends at `idx`.
+    let run_start = seg.rows[..idx]
+        .iter()
+        .rposition(|r| line(r) != line(row))
+        .map_or(0, |p| p + 1);
+    run_start == idx
+        || seg.rows[run_start..=idx]
+            .iter()
+            .all(|r| r.discriminator == 0)
 }
 
 /// A scope a debugger tells apart when it places a line breakpoint: a function, an inlined
@@ -631,6 +646,31 @@ fn demote_earlier_statements(
         }
     }
     Ok(())
+}
+
+/// A debugger takes everything from a function's entry up to its `prologue_end` row as
+/// prologue, and moves breakpoints out of it. When reordering puts body code (rows that came
+/// after the prologue end in the input) between the entry and that row, the marker would
+/// misplace those breakpoints, so it is dropped; debuggers then find the prologue by other
+/// means.
+fn drop_misleading_prologue_ends(planned: &mut [(usize, u64, lines::LineRow, bool)]) {
+    let ends: Vec<(usize, u64, u64)> = planned
+        .iter()
+        .filter(|r| r.2.prologue_end && !r.3)
+        .map(|r| (r.0, r.1, r.2.address))
+        .collect();
+    for (fragment, new_end, old_end) in ends {
+        let body_before = planned
+            .iter()
+            .any(|r| r.0 == fragment && r.1 < new_end && r.2.address > old_end);
+        if body_before {
+            for r in planned.iter_mut() {
+                if r.0 == fragment && r.1 == new_end && r.2.address == old_end {
+                    r.2.prologue_end = false;
+                }
+            }
+        }
+    }
 }
 
 /// Converts the attributes of one DIE. Returns the DIE's new ranges when it has any.
