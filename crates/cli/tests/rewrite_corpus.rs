@@ -5,6 +5,8 @@
 //!
 //! The corpus is built (and cached) by `scripts/build-corpus.sh`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -19,18 +21,7 @@ struct Entry {
 }
 
 fn corpus() -> (PathBuf, Vec<Entry>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new("bash")
-        .arg(root.join("scripts/build-corpus.sh"))
-        .output()
-        .expect("running scripts/build-corpus.sh");
-    assert!(
-        out.status.success(),
-        "scripts/build-corpus.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let dir = PathBuf::from(stdout.lines().last().expect("corpus directory").trim());
+    let dir = common::corpus_dir();
     let manifest = std::fs::read_to_string(dir.join("manifest.tsv")).unwrap();
     let mut lines = manifest.lines();
     let header: Vec<&str> = lines.next().unwrap().split('\t').collect();

@@ -2,6 +2,7 @@
 
 use std::process::Output;
 
+#[allow(dead_code)] // not every test binary checks errors
 /// Asserts the run failed with exactly one `rivet: error: ... (hint: ...)` line containing
 /// `expect`, and printed nothing on stdout.
 pub fn assert_one_error_line(out: &Output, expect: &str) {
@@ -16,4 +17,21 @@ pub fn assert_one_error_line(out: &Output, expect: &str) {
         "expected {expect:?} in: {stderr}"
     );
     assert!(out.stdout.is_empty());
+}
+
+/// Builds (or finds cached) the corpus with `scripts/build-corpus.sh`; returns its directory.
+#[allow(dead_code)] // not every test binary uses the corpus
+pub fn corpus_dir() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new("bash")
+        .arg(root.join("scripts/build-corpus.sh"))
+        .output()
+        .expect("running scripts/build-corpus.sh");
+    assert!(
+        out.status.success(),
+        "scripts/build-corpus.sh failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    std::path::PathBuf::from(stdout.lines().last().expect("corpus directory").trim())
 }
