@@ -131,9 +131,14 @@ impl<'p> CodeMoves<'p> {
                 });
             }
             by_old.sort_unstable();
-            moves
-                .extents
-                .push((f.range.start.get(), f.range.end.get(), fid));
+            // In place, a fragment may run into the padding after the function: that space
+            // is the function's now, and the input's rows there (padding) no longer apply.
+            let end = fragments
+                .iter()
+                .filter(|fr| fr.start == f.range.start.get())
+                .map(|fr| fr.end)
+                .fold(f.range.end.get(), u64::max);
+            moves.extents.push((f.range.start.get(), end, fid));
             moves.by_old.push(by_old);
             moves.fragments.push(fragments);
             moves.family.push(match f.parent {
