@@ -12,30 +12,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::{rewrite_shuffled, rivet, s, scratch};
+
+use std::path::Path;
 use std::process::Command;
 
 use rivet_elf::ElfFile;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("debug-info")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn rivet(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_rivet"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// Runs the gdb script on `binary` for `source`; `lines` None asks for the exact lines.
 fn gdb(binary: &Path, source: &str, lines: Option<&[u32]>) -> Vec<String> {
@@ -90,7 +72,7 @@ const CASES: &[(&str, &str)] = &[
 #[test]
 fn gdb_breaks_on_the_same_lines_and_shows_the_same_stacks() {
     let corpus = common::corpus_dir();
-    let dir = scratch("gdb");
+    let dir = scratch("debug-info", "gdb");
     let mut failures = Vec::new();
     let mut stops = 0;
     for (name, source) in CASES {
@@ -102,19 +84,9 @@ fn gdb_breaks_on_the_same_lines_and_shows_the_same_stacks() {
         assert!(exact.len() > 10, "{name}: gdb found only {exact:?}");
         let want = gdb(&input, source, Some(&exact));
         stops += want.iter().filter(|l| l.starts_with("stop ")).count();
-        for seed in ["1", "2"] {
+        for seed in [1, 2] {
             let out = dir.join(format!("{name}.{seed}"));
-            let r = rivet(&[
-                "rewrite",
-                s(&input),
-                "-o",
-                s(&out),
-                "--layout",
-                "shuffle",
-                "--seed",
-                seed,
-                "--verify",
-            ]);
+            let r = rewrite_shuffled(&input, &out, seed, &["--verify"]);
             assert!(
                 r.status.success(),
                 "{name}: {}",
@@ -151,19 +123,10 @@ fn gdb_breaks_on_the_same_lines_and_shows_the_same_stacks() {
 #[test]
 fn verify_compares_source_lines() {
     let corpus = common::corpus_dir();
-    let dir = scratch("verify-lines");
+    let dir = scratch("debug-info", "verify-lines");
     let input = corpus.join("exceptions.gcc.O2split.pie");
     let out = dir.join("out");
-    let r = rivet(&[
-        "rewrite",
-        s(&input),
-        "-o",
-        s(&out),
-        "--layout",
-        "shuffle",
-        "--seed",
-        "3",
-    ]);
+    let r = rewrite_shuffled(&input, &out, 3, &[]);
     assert!(r.status.success());
     let v = rivet(&["verify", s(&input), s(&out)]);
     let text = String::from_utf8_lossy(&v.stdout);
@@ -183,7 +146,7 @@ fn verify_compares_source_lines() {
 #[test]
 fn debug_info_that_cannot_be_carried_over_is_removed_with_a_warning() {
     let corpus = common::corpus_dir();
-    let dir = scratch("compressed");
+    let dir = scratch("debug-info", "compressed");
     let input = dir.join("in");
     let status = Command::new("objcopy")
         .arg("--compress-debug-sections=zlib")
@@ -193,16 +156,7 @@ fn debug_info_that_cannot_be_carried_over_is_removed_with_a_warning() {
         .expect("objcopy is required (apt-get install binutils)");
     assert!(status.success());
     let out = dir.join("out");
-    let r = rivet(&[
-        "rewrite",
-        s(&input),
-        "-o",
-        s(&out),
-        "--layout",
-        "shuffle",
-        "--seed",
-        "1",
-    ]);
+    let r = rewrite_shuffled(&input, &out, 1, &[]);
     assert!(r.status.success());
     let stderr = String::from_utf8_lossy(&r.stderr);
     assert!(

@@ -6,6 +6,9 @@
 //! comparisons are done by `scripts/check-lua.sh` and `scripts/check-sqlite.sh` against the
 //! original binaries.
 
+mod common;
+
+use common::scratch;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,15 +43,6 @@ fn build(name: &str) -> &'static Path {
     builds()
         .get(name)
         .unwrap_or_else(|| panic!("build-real-programs.sh did not build {name}"))
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("real-rewrite")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Rewrites `input` with `layout` (verified) into `dir`, returns the output path.
@@ -106,7 +100,7 @@ fn relocation_mode_layouts() -> Vec<Vec<&'static str>> {
 #[test]
 fn lua_rewritten_runs_every_script_identically() {
     for name in ["lua-gcc", "lua-clang"] {
-        let dir = scratch(name);
+        let dir = scratch("real-rewrite", name);
         let original = build(name);
         for layout in relocation_mode_layouts() {
             let out = rewrite(original, &dir, &layout);
@@ -117,7 +111,7 @@ fn lua_rewritten_runs_every_script_identically() {
 
 #[test]
 fn lua_without_relocations_rewritten_in_place_runs_identically() {
-    let dir = scratch("lua-norelocs");
+    let dir = scratch("real-rewrite", "lua-norelocs");
     let original = build("lua-gcc-norelocs");
     for layout in [
         &["--layout", "identity"][..],
@@ -131,7 +125,7 @@ fn lua_without_relocations_rewritten_in_place_runs_identically() {
 #[test]
 fn sqlite_shell_rewritten_gives_identical_results() {
     for name in ["sqlite3-gcc", "sqlite3-clang"] {
-        let dir = scratch(name);
+        let dir = scratch("real-rewrite", name);
         let original = build(name);
         for layout in relocation_mode_layouts() {
             let out = rewrite(original, &dir, &layout);
@@ -142,7 +136,7 @@ fn sqlite_shell_rewritten_gives_identical_results() {
             );
         }
     }
-    let dir = scratch("sqlite3-norelocs");
+    let dir = scratch("real-rewrite", "sqlite3-norelocs");
     let original = build("sqlite3-gcc-norelocs");
     for layout in [
         &["--layout", "identity"][..],
@@ -166,7 +160,7 @@ fn sqlite_test_suite_passes_on_shuffled_testfixture() {
         ("testfixture-gcc", &SHUFFLES[..]),
         ("testfixture-clang", &SHUFFLES[..2]),
     ] {
-        let dir = scratch(name);
+        let dir = scratch("real-rewrite", name);
         let original = build(name);
         for seed in seeds {
             let out = rewrite(original, &dir, &["--layout", "shuffle", "--seed", seed]);

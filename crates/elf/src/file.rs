@@ -328,6 +328,16 @@ impl<'data> ElfFile<'data> {
         seg.offset.0.checked_add(addr - seg.vaddr).map(FileOffset)
     }
 
+    /// The DWARF sections, borrowed from the file (missing sections read as empty).
+    pub fn dwarf(
+        &self,
+    ) -> gimli::Result<gimli::Dwarf<gimli::EndianSlice<'data, gimli::LittleEndian>>> {
+        gimli::Dwarf::load(|id| -> gimli::Result<_> {
+            let data = self.section_by_name(id.name()).map_or(&[][..], |s| s.data);
+            Ok(gimli::EndianSlice::new(data, gimli::LittleEndian))
+        })
+    }
+
     /// The GNU build-id note, if present.
     pub fn build_id(&self) -> Option<&'data [u8]> {
         for s in self

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use gimli::{EndianSlice, LineInstruction, LittleEndian, Reader};
+use gimli::{LineInstruction, Reader};
 
 use crate::ElfFile;
 
@@ -212,10 +212,7 @@ impl LineTable {
         if elf.section_by_name(".debug_line").is_none() {
             return Ok(None);
         }
-        let dwarf = gimli::Dwarf::load(|id| -> gimli::Result<_> {
-            let data = elf.section_by_name(id.name()).map_or(&[][..], |s| s.data);
-            Ok(EndianSlice::new(data, LittleEndian))
-        })?;
+        let dwarf = elf.dwarf()?;
         let mut table = LineTable::default();
         let mut file_ids: HashMap<String, u32> = HashMap::new();
         let mut units = dwarf.units();

@@ -265,11 +265,7 @@ fn load<'d>(elf: &ElfFile<'d>) -> Result<Option<gimli::Dwarf<Reader<'d>>>, Debug
             )));
         }
     }
-    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'d>, gimli::Error> {
-        let data = elf.section_by_name(id.name()).map_or(&[][..], |s| s.data);
-        Ok(EndianSlice::new(data, LittleEndian))
-    })?;
-    Ok(Some(dwarf))
+    Ok(Some(elf.dwarf()?))
 }
 
 /// Converts the input's DWARF for the rewritten code. `Ok(None)` when the input has none.
@@ -592,17 +588,19 @@ fn scopes(unit: gimli::UnitRef<'_, Reader<'_>>) -> Result<Vec<Scope>, DebugError
             id += 1;
         }
     }
-    out.sort_unstable();
+    out.sort_unstable_by_key(|s| (s.0, s.2));
     Ok(out)
 }
 
-/// The innermost scope holding `addr`, among `scopes` (sorted by begin).
+/// The innermost scope holding `addr`, among `scopes` sorted by (begin, depth). Scopes
+/// nest, so the holding scope that begins last (the deepest, among equal begins) is the
+/// innermost: scanning back from `addr` stops at the first that holds it.
 fn innermost(scopes: &[Scope], addr: u64) -> Option<usize> {
     let upto = scopes.partition_point(|s| s.0 <= addr);
     scopes[..upto]
         .iter()
-        .filter(|s| addr < s.1)
-        .max_by_key(|s| s.2)
+        .rev()
+        .find(|s| addr < s.1)
         .map(|s| s.3)
 }
 
@@ -628,24 +626,28 @@ fn demote_earlier_statements(
         return Ok(());
     }
     let scopes = scopes.get()?;
-    let key = |row: &lines::LineRow| {
-        count
-            .contains_key(&(row.file, row.line))
-            .then(|| (row.file, row.line, innermost(scopes, row.address)))
-    };
+    // The (file, line, scope) of each statement row that may compete, computed once.
+    let keys: Vec<Option<(u64, u64, Option<usize>)>> = planned
+        .iter()
+        .map(|(_, _, row, continued)| {
+            (statement(row, *continued) && count.contains_key(&(row.file, row.line)))
+                .then(|| (row.file, row.line, innermost(scopes, row.address)))
+        })
+        .collect();
     // Per (file, line, scope): (old address, new address) of the input's first statement.
     let mut first: BTreeMap<(u64, u64, Option<usize>), (u64, u64)> = BTreeMap::new();
-    for (_, new, row, continued) in planned.iter() {
-        if let Some(k) = key(row).filter(|_| statement(row, *continued)) {
-            let e = first.entry(k).or_insert((row.address, *new));
+    for ((_, new, row, _), key) in planned.iter().zip(&keys) {
+        if let Some(k) = key {
+            let e = first.entry(*k).or_insert((row.address, *new));
             if row.address < e.0 {
                 *e = (row.address, *new);
             }
         }
     }
-    for (_, new, row, continued) in planned.iter_mut() {
-        if let Some(k) = key(row).filter(|_| statement(row, *continued))
-            && first.get(&k).is_some_and(|&(_, chosen)| *new < chosen)
+    for ((_, new, row, _), key) in planned.iter_mut().zip(&keys) {
+        if key
+            .and_then(|k| first.get(&k))
+            .is_some_and(|&(_, chosen)| *new < chosen)
         {
             row.is_stmt = false;
         }

@@ -1,5 +1,6 @@
 //! Helpers shared by the CLI's integration tests.
 
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 #[allow(dead_code)] // not every test binary checks errors
@@ -34,4 +35,48 @@ pub fn corpus_dir() -> std::path::PathBuf {
     );
     let stdout = String::from_utf8(out.stdout).unwrap();
     std::path::PathBuf::from(stdout.lines().last().expect("corpus directory").trim())
+}
+
+/// Runs the `rivet` binary under test.
+#[allow(dead_code)]
+pub fn rivet(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rivet"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A fresh, empty scratch directory `group/name` under the target's test directory.
+#[allow(dead_code)]
+pub fn scratch(group: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(group)
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A path as a command-line argument.
+#[allow(dead_code)]
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `rivet rewrite INPUT -o OUT --layout shuffle --seed SEED` plus `extra` arguments.
+#[allow(dead_code)]
+pub fn rewrite_shuffled(input: &Path, out: &Path, seed: u64, extra: &[&str]) -> Output {
+    let seed = seed.to_string();
+    let mut args = vec![
+        "rewrite",
+        s(input),
+        "-o",
+        s(out),
+        "--layout",
+        "shuffle",
+        "--seed",
+        &seed,
+    ];
+    args.extend_from_slice(extra);
+    rivet(&args)
 }
