@@ -70,6 +70,16 @@ struct MovedFragment {
     pieces: Vec<(u64, u64)>,
 }
 
+/// A piece of a rewritten function as seen from the input: where it came from and went.
+#[derive(Debug, Clone, Copy)]
+struct OldPiece {
+    old: u64,
+    new: u64,
+    new_end: u64,
+    /// A copy of an input instruction: its bytes keep their offsets.
+    copied: bool,
+}
+
 /// Where the code of every rewritten function went, piece by piece.
 #[derive(Debug)]
 pub struct CodeMoves<'p> {
@@ -77,8 +87,8 @@ pub struct CodeMoves<'p> {
     map: &'p AddressMap,
     /// Old extents of rewritten functions, sorted by start.
     extents: Vec<(u64, u64, FuncId)>,
-    /// Per extent: (old address, new start, new end) of every piece, sorted by old address.
-    by_old: Vec<Vec<(u64, u64, u64)>>,
+    /// Per extent: every piece, sorted by old address.
+    by_old: Vec<Vec<OldPiece>>,
     /// Per extent: its fragments in fragment order.
     fragments: Vec<Vec<MovedFragment>>,
     /// Per extent: the function whose compiler-split part it is (itself otherwise).
@@ -119,7 +129,12 @@ impl<'p> CodeMoves<'p> {
                 let mut pieces = Vec::new();
                 for p in plan.pieces(f) {
                     let new = base + p.offset;
-                    by_old.push((p.state_at.get(), new, new + p.size));
+                    by_old.push(OldPiece {
+                        old: p.state_at.get(),
+                        new,
+                        new_end: new + p.size,
+                        copied: p.inst.is_some(),
+                    });
                     if p.inst.is_some() || p.replaces.is_some() {
                         pieces.push((new, p.state_at.get()));
                     }
@@ -130,7 +145,7 @@ impl<'p> CodeMoves<'p> {
                     pieces,
                 });
             }
-            by_old.sort_unstable();
+            by_old.sort_unstable_by_key(|p| (p.old, p.new));
             // In place, a fragment may run into the padding after the function: that space
             // is the function's now, and the input's rows there (padding) no longer apply.
             let end = fragments
@@ -178,6 +193,16 @@ impl<'p> CodeMoves<'p> {
         }
     }
 
+    /// New address of the old return address `p` of a call: the new end of the call that
+    /// ended at `p`. A return address is also the start of the instruction after the call,
+    /// but once blocks move that instruction may be anywhere; the call is what matters.
+    pub fn translate_return_address(&self, p: u64) -> Option<u64> {
+        let Some(i) = self.extent_containing(p.wrapping_sub(1)) else {
+            return self.translate_point(p);
+        };
+        self.after_instruction(self.extents[i].2, p)
+    }
+
     /// The new end of the instruction of `fid` that ended at old address `p`, for
     /// instructions copied unchanged (not branches, whose encoding may change).
     fn after_instruction(&self, fid: FuncId, p: u64) -> Option<u64> {
@@ -208,13 +233,29 @@ impl<'p> CodeMoves<'p> {
             }
             let (lo, hi) = (a.max(start), b.min(end));
             let pieces = &self.by_old[i];
-            let from = pieces.partition_point(|p| p.0 < lo);
-            out.extend(
-                pieces[from..]
-                    .iter()
-                    .take_while(|p| p.0 < hi)
-                    .map(|p| (p.1, p.2)),
-            );
+            // A copy that starts before `lo` may still contain it: start at the pieces of
+            // the last old address before `lo`.
+            let mut from = pieces.partition_point(|p| p.old < lo);
+            if let Some(before) = from.checked_sub(1).map(|k| pieces[k].old) {
+                while from > 0 && pieces[from - 1].old == before {
+                    from -= 1;
+                }
+            }
+            for p in pieces[from..].iter().take_while(|p| p.old < hi) {
+                if p.copied {
+                    // Bytes of a copy keep their offsets: a range may start or end inside
+                    // an instruction (gcc ends a location at a call's last byte, where a
+                    // debugger looks up a caller's variables).
+                    let len = p.new_end - p.new;
+                    let (from, to) = (lo.max(p.old), hi.min(p.old + len));
+                    if from < to {
+                        out.push((p.new + (from - p.old), p.new + (to - p.old)));
+                    }
+                } else if p.old >= lo {
+                    // A re-encoded or added branch goes wherever its old address goes.
+                    out.push((p.new, p.new_end));
+                }
+            }
             cursor = cursor.max(end);
         }
         if cursor < b {
@@ -489,6 +530,9 @@ fn convert_line_program(
                     let Some(seg) = find(old) else { continue };
                     let (exact, in_effect) = rows_at(seg, old);
                     if !exact.is_empty() && placed_exact.insert(old) {
+                        if let Some(real) = real_line_before(seg, exact.start, last) {
+                            planned.push((k, new, real, true));
+                        }
                         for idx in exact {
                             let mut row = seg.rows[idx];
                             if !statement_visible(seg, idx) {
@@ -504,6 +548,12 @@ fn convert_line_program(
                             ..seg.rows[r]
                         };
                         if last != Some(position(&row)) {
+                            // gdb ignores line-0 rows: where the input showed it the last
+                            // real line before one, repeat that line first (tools that take
+                            // the last row at an address still see the 0).
+                            if let Some(real) = real_line_before(seg, r, last) {
+                                planned.push((k, new, real, true));
+                            }
                             planned.push((k, new, row, true));
                             last = Some(position(&row));
                         }
@@ -527,6 +577,26 @@ fn convert_line_program(
         }
     }
     Ok(moved_rows)
+}
+
+/// The row a debugger showed at row `idx` of `seg` if that row is a line-0 row: gdb ignores
+/// line-0 rows, so the last real line before it went on. `None` when row `idx` has a real
+/// line, has no real line before it, or that line is already `last` (the position written
+/// just before in the new layout).
+fn real_line_before(
+    seg: &LineSegment,
+    idx: usize,
+    last: Option<(u64, u64, u64, u64)>,
+) -> Option<lines::LineRow> {
+    if seg.rows[idx].line != 0 {
+        return None;
+    }
+    let real = seg.rows[..idx].iter().rev().find(|p| p.line != 0)?;
+    let real = lines::LineRow {
+        discriminator: 0,
+        ..*real
+    };
+    (last != Some(position(&real))).then_some(real)
 }
 
 /// Whether a debugger reading the input's rows saw row `idx` of `seg` as a line change
@@ -773,7 +843,20 @@ fn convert_entry<'d>(
         let value = match attr.value() {
             gimli::AttributeValue::Addr(_) | gimli::AttributeValue::DebugAddrIndex(_) => {
                 let old = read_unit.attr_address(attr.value())?;
-                match old.and_then(|a| moves.translate_point(a)) {
+                // A call site's DW_AT_call_return_pc (DWARF 5) or DW_AT_low_pc (the GNU
+                // extension) is the address after the call; debuggers match it against
+                // return addresses on the stack to find entry values of the caller.
+                let return_address = name == constants::DW_AT_call_return_pc
+                    || (name == constants::DW_AT_low_pc
+                        && matches!(
+                            entry.tag(),
+                            constants::DW_TAG_call_site | constants::DW_TAG_GNU_call_site
+                        ));
+                let translated = old.and_then(|a| match return_address {
+                    true => moves.translate_return_address(a),
+                    false => moves.translate_point(a),
+                });
+                match translated {
                     Some(new) => AttributeValue::Address(Address::Constant(new)),
                     // Not an instruction boundary any more: say nothing rather than lie.
                     None => continue,
