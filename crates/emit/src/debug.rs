@@ -24,8 +24,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use gimli::write::{
-    self as gw, Address, AttributeValue, ConvertUnit, ConvertUnitEntry, EndianVec, LineRow,
-    Location, LocationList, Range, RangeList, Sections, UnitEntryId,
+    self as gw, Address, AttributeValue, ConvertUnit, ConvertUnitEntry, EndianVec, Expression,
+    LineRow, Location, LocationList, Range, RangeList, Sections, UnitEntryId,
 };
 use gimli::{EndianSlice, LittleEndian, constants};
 use rivet_arch::Flow;
@@ -249,11 +249,11 @@ impl<'p> CodeMoves<'p> {
                     let len = p.new_end - p.new;
                     let (from, to) = (lo.max(p.old), hi.min(p.old + len));
                     if from < to {
-                        out.push((p.new + (from - p.old), p.new + (to - p.old)));
+                        push_span(out, p.new + (from - p.old), p.new + (to - p.old));
                     }
                 } else if p.old >= lo {
                     // A re-encoded or added branch goes wherever its old address goes.
-                    out.push((p.new, p.new_end));
+                    push_span(out, p.new, p.new_end);
                 }
             }
             cursor = cursor.max(end);
@@ -276,10 +276,21 @@ impl<'p> CodeMoves<'p> {
     }
 }
 
+/// Appends `[a, b)`, extending the last range instead when it ends at `a`: the pieces of a
+/// block stay together, so most ranges collapse to one span per block here, before sorting.
+fn push_span(out: &mut Vec<(u64, u64)>, a: u64, b: u64) {
+    match out.last_mut() {
+        Some(last) if last.1 == a => last.1 = b,
+        _ => out.push((a, b)),
+    }
+}
+
 /// Sorts ranges and merges the ones that touch or overlap; drops empty ones.
 fn normalize(ranges: &mut Vec<(u64, u64)>) {
     ranges.retain(|r| r.0 < r.1);
-    ranges.sort_unstable();
+    if !ranges.is_sorted() {
+        ranges.sort_unstable();
+    }
     let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
     for &(a, b) in ranges.iter() {
         match merged.last_mut() {
@@ -351,12 +362,14 @@ pub fn rewrite(
             unit.set_line_program(program, files);
         }
         let root_id = unit.unit.root();
-        let root_ranges = convert_entry(&mut unit, root_id, &root, moves)?;
+        let mut raw_lists = RawLocationLists::new(unit.read_unit.encoding().version, &sections);
+        let root_ranges = convert_entry(&mut unit, root_id, &root, moves, &mut raw_lists)?;
         let mut entry = root;
         while let Some(id) = unit.read_entry(&mut entry)? {
             let id = unit.add_entry(id, &entry);
-            convert_entry(&mut unit, id, &entry, moves)?;
+            convert_entry(&mut unit, id, &entry, moves, &mut raw_lists)?;
         }
+        raw_lists.finish(&mut sections)?;
         let offset = gw::Writer::len(&sections.debug_info.0) as u64;
         unit.write(&mut sections)?;
         if let Some(ranges) = root_ranges
@@ -756,6 +769,7 @@ fn convert_entry<'d>(
     id: UnitEntryId,
     entry: &ConvertUnitEntry<'_, Reader<'d>>,
     moves: &CodeMoves<'_>,
+    raw_lists: &mut RawLocationLists,
 ) -> Result<Option<Vec<(u64, u64)>>, DebugError> {
     let read_unit = entry.read_unit;
     let version = read_unit.encoding().version;
@@ -867,43 +881,209 @@ fn convert_entry<'d>(
                 let Some(mut iter) = read_unit.attr_locations(v)? else {
                     continue;
                 };
-                let mut locations = Vec::new();
-                let mut spans = Vec::new();
+                let mut entries = Vec::new();
                 while let Some(l) = iter.next()? {
-                    let data = unit.convert_expression(read_unit, l.data, &point)?;
-                    if l.range.begin == 0 && l.range.end == u64::MAX && version >= 5 {
-                        locations.push(Location::DefaultLocation { data });
-                        continue;
-                    }
-                    spans.clear();
-                    if l.range.begin < l.range.end {
-                        moves.translate_range(l.range.begin, l.range.end, &mut spans);
-                    }
-                    normalize(&mut spans);
-                    locations.extend(spans.iter().map(|&(a, b)| Location::OffsetPair {
-                        begin: a,
-                        end: b,
-                        data: data.clone(),
-                    }));
+                    entries.push(l);
                 }
-                if locations
-                    .iter()
-                    .any(|l| matches!(l, Location::OffsetPair { .. }))
+                let encoding = read_unit.encoding();
+                if encoding.address_size == 8 && entries.iter().all(|l| copyable(&l.data, encoding))
                 {
-                    locations.insert(
-                        0,
-                        Location::BaseAddress {
-                            address: Address::Constant(0),
-                        },
-                    );
+                    raw_lists.write(&entries, moves)
+                } else {
+                    let mut locations = Vec::new();
+                    let mut spans = Vec::new();
+                    for l in entries {
+                        let data = unit.convert_expression(read_unit, l.data, &point)?;
+                        if l.range.begin == 0 && l.range.end == u64::MAX && version >= 5 {
+                            locations.push(Location::DefaultLocation { data });
+                            continue;
+                        }
+                        spans.clear();
+                        if l.range.begin < l.range.end {
+                            moves.translate_range(l.range.begin, l.range.end, &mut spans);
+                        }
+                        normalize(&mut spans);
+                        locations.extend(spans.iter().map(|&(a, b)| Location::OffsetPair {
+                            begin: a,
+                            end: b,
+                            data: data.clone(),
+                        }));
+                    }
+                    if locations
+                        .iter()
+                        .any(|l| matches!(l, Location::OffsetPair { .. }))
+                    {
+                        locations.insert(
+                            0,
+                            Location::BaseAddress {
+                                address: Address::Constant(0),
+                            },
+                        );
+                    }
+                    let list = unit.unit.locations.add(LocationList(locations));
+                    AttributeValue::LocationListRef(list)
                 }
-                AttributeValue::LocationListRef(unit.unit.locations.add(LocationList(locations)))
+            }
+            gimli::AttributeValue::Exprloc(e) if copyable(&e, read_unit.encoding()) => {
+                AttributeValue::Exprloc(Expression::raw(e.0.slice().to_vec()))
             }
             _ => unit.convert_attribute_value(read_unit, attr, &point)?,
         };
         unit.unit.get_mut(id).set(name, value);
     }
     Ok(new_ranges)
+}
+
+/// Location lists of one unit encoded straight into bytes, for lists whose expressions are
+/// all `copyable`. gimli's writer holds every list of a unit as decoded objects until the
+/// unit is written; for one very large unit that is most of the memory of a rewrite, while
+/// the encoded lists are a few bytes each. The bytes go into the location list section just
+/// before gimli writes the unit's own lists (those with expressions it must convert), so
+/// each list's section offset is known when its attribute is set.
+struct RawLocationLists {
+    version: u16,
+    /// Length of the location list section when this unit's lists started.
+    base: u64,
+    bytes: Vec<u8>,
+}
+
+impl RawLocationLists {
+    fn new(version: u16, sections: &Sections<EndianVec<LittleEndian>>) -> RawLocationLists {
+        let base = match version {
+            5.. => gw::Writer::len(&sections.debug_loclists.0),
+            _ => gw::Writer::len(&sections.debug_loc.0),
+        };
+        RawLocationLists {
+            version,
+            base: base as u64,
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Encodes one list with its ranges translated; returns the attribute that refers to it.
+    fn write(
+        &mut self,
+        entries: &[gimli::LocationListEntry<Reader<'_>>],
+        moves: &CodeMoves<'_>,
+    ) -> AttributeValue {
+        let v5 = self.version >= 5;
+        if v5 && self.bytes.is_empty() {
+            // A DWARF 5 contribution header: length (patched in `finish`), version, address
+            // size, segment selector size, no offset table (lists are referred to by offset).
+            self.bytes
+                .extend_from_slice(&[0, 0, 0, 0, 5, 0, 8, 0, 0, 0, 0, 0]);
+        }
+        let offset = self.base + self.bytes.len() as u64;
+        let out = &mut self.bytes;
+        if !v5 {
+            // A base address selection entry: every range below is absolute.
+            out.extend_from_slice(&u64::MAX.to_le_bytes());
+            out.extend_from_slice(&0u64.to_le_bytes());
+        }
+        let mut spans = Vec::new();
+        for l in entries {
+            let data = l.data.0.slice();
+            if v5 && l.range.begin == 0 && l.range.end == u64::MAX {
+                out.push(constants::DW_LLE_default_location.0);
+                uleb128(out, data.len() as u64);
+                out.extend_from_slice(data);
+                continue;
+            }
+            spans.clear();
+            if l.range.begin < l.range.end {
+                moves.translate_range(l.range.begin, l.range.end, &mut spans);
+            }
+            normalize(&mut spans);
+            for &(a, b) in &spans {
+                if v5 {
+                    out.push(constants::DW_LLE_start_length.0);
+                    out.extend_from_slice(&a.to_le_bytes());
+                    uleb128(out, b - a);
+                    uleb128(out, data.len() as u64);
+                } else {
+                    out.extend_from_slice(&a.to_le_bytes());
+                    out.extend_from_slice(&b.to_le_bytes());
+                    out.extend_from_slice(&(data.len() as u16).to_le_bytes());
+                }
+                out.extend_from_slice(data);
+            }
+        }
+        match v5 {
+            true => out.push(constants::DW_LLE_end_of_list.0),
+            false => out.extend_from_slice(&[0; 16]),
+        }
+        // gimli has no attribute value for "this offset in the location list section"; a
+        // macinfo reference is written the same way (DW_FORM_sec_offset from DWARF 4 on,
+        // data4 before, which is what a location list pointer is in those versions).
+        AttributeValue::DebugMacinfoRef(gimli::DebugMacinfoOffset(offset as usize))
+    }
+
+    /// Appends the unit's lists to their section; call just before the unit is written.
+    fn finish(mut self, sections: &mut Sections<EndianVec<LittleEndian>>) -> Result<(), gw::Error> {
+        if self.bytes.is_empty() {
+            return Ok(());
+        }
+        let section = match self.version {
+            5.. => {
+                let length = (self.bytes.len() - 4) as u32;
+                self.bytes[..4].copy_from_slice(&length.to_le_bytes());
+                &mut sections.debug_loclists.0
+            }
+            _ => &mut sections.debug_loc.0,
+        };
+        debug_assert_eq!(gw::Writer::len(section) as u64, self.base);
+        gw::Writer::write(section, &self.bytes)
+    }
+}
+
+fn uleb128(out: &mut Vec<u8>, mut value: u64) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// Whether an expression can be copied byte for byte: it names no address (which may need
+/// translating) and no DIE (whose offset changes in the new `.debug_info`). Most location
+/// expressions are like this, and a raw copy takes a fraction of the memory of gimli's
+/// decoded form, which matters for a large unit (SQLite's amalgamation is one unit with
+/// about a million location list entries).
+fn copyable(expression: &gimli::Expression<Reader<'_>>, encoding: gimli::Encoding) -> bool {
+    use gimli::Operation as Op;
+    let mut ops = expression.operations(encoding);
+    loop {
+        let op = match ops.next() {
+            Ok(Some(op)) => op,
+            Ok(None) => return true,
+            Err(_) => return false,
+        };
+        let plain = match op {
+            Op::Deref { base_type, .. } | Op::RegisterOffset { base_type, .. } => base_type.0 == 0,
+            Op::EntryValue { expression } => copyable(&gimli::Expression(expression), encoding),
+            Op::Call { .. }
+            | Op::VariableValue { .. }
+            | Op::ImplicitPointer { .. }
+            | Op::ParameterRef { .. }
+            | Op::Address { .. }
+            | Op::AddressIndex { .. }
+            | Op::ConstantIndex { .. }
+            | Op::TypedLiteral { .. }
+            | Op::Convert { .. }
+            | Op::Reinterpret { .. }
+            | Op::WasmLocal { .. }
+            | Op::WasmGlobal { .. }
+            | Op::WasmStack { .. } => false,
+            _ => true,
+        };
+        if !plain {
+            return false;
+        }
+    }
 }
 
 /// A range list with an explicit base of zero, valid in every DWARF version whatever the
