@@ -23,6 +23,7 @@
 #        `source` -> the unpacked tree, build.log, flags.txt, .complete
 #   R/<package>-<debian-version>-gcc-norelocs/         the same without --emit-relocs
 #   R/sqlite3-<debian-version>-testfixture-<cc>/     testfixture
+#   R/sqlite3-<debian-version>-testfixture-gcc-norelocs/  the same without --emit-relocs
 # Complete directories (.complete marker) are reused; builds happen in a temp
 # dir renamed into place; a flock on R/.lock serialises concurrent invocations.
 #
@@ -32,7 +33,7 @@
 # stdout: the last lines are "<name> <absolute path>":
 #   lua-src, sqlite3-src (source trees), then lua-gcc, lua-clang, sqlite3-gcc,
 #   sqlite3-clang, testfixture-gcc, testfixture-clang, lua-gcc-norelocs,
-#   sqlite3-gcc-norelocs (binaries). Everything else goes to stderr.
+#   sqlite3-gcc-norelocs, testfixture-gcc-norelocs (binaries). Everything else goes to stderr.
 set -euo pipefail
 
 exec 3>&1 1>&2 # real stdout only for the result lines
@@ -356,9 +357,11 @@ makefile_in_var() { # name
 # flags and the same SQLITE_DEFS feature set as the sqlite3 shell (so FTS3/4/5,
 # R-Tree, sessions, ... get tested), linked with -ltcl8.6 -lz. Each file is its
 # own make target (parallel), not one compiler call as upstream.
-prepare_testfixture() { # cc
-    local cc=$1 tool flags tclcfg tcl_inc tcl_lib srcs tfflags dups
-    add_sqlite_job "testfixture-$cc" "$R/sqlite3-$SQLITE_VER-testfixture-$cc" testfixture testfixture relocs || return 0
+prepare_testfixture() { # cc [relocs|norelocs]
+    local cc=$1 relocs=${2:-relocs} tool flags tclcfg tcl_inc tcl_lib srcs tfflags dups
+    local name="testfixture-$cc" ldflags=-Wl,--emit-relocs
+    if [[ $relocs == norelocs ]]; then name="$name-norelocs" ldflags=""; fi
+    add_sqlite_job "$name" "$R/sqlite3-$SQLITE_VER-$name" testfixture testfixture "$relocs" || return 0
     tool="$(cc_tool "$cc")"
     flags="$(cflags_for "$cc" | tr '\n' ' ')"
     tclcfg="$(find_tcl_config)"
@@ -381,14 +384,14 @@ prepare_testfixture() { # cc
         printf 'TF = -DSQLITE_NO_SYNC=1 -DSQLITE_TEMP_STORE=1 %s\n' "$tfflags"
         printf 'INC = -I$(A) -I$(S)/src -I$(S)/ext/rtree -I$(S)/ext/icu -I$(S)/ext/fts3 -I$(S)/ext/async'
         printf ' -I$(S)/ext/session -I$(S)/ext/userauth %s\n' "$tcl_inc"
-        printf 'LDFLAGS = -Wl,--emit-relocs\nLIBS = %s -lm -lz -ldl -lpthread\n' "$tcl_lib"
+        printf 'LDFLAGS = %s\nLIBS = %s -lm -lz -ldl -lpthread\n' "$ldflags" "$tcl_lib"
         printf 'SRCS = %s\n' "$(tr '\n' ' ' <<<"$srcs")"
         printf 'OBJS = $(addprefix obj/,$(notdir $(SRCS:.c=.o)))\n'
         printf 'vpath %%.c $(sort $(dir $(SRCS)))\n'
         printf 'testfixture: $(OBJS)\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(OBJS) $(LIBS)\n'
         printf 'obj/%%.o: %%.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) $(DEFS) $(TCC) $(TF) $(INC) -c -o $@ $<\n'
     } >"$NEW_TMP/Makefile"
-    log "building testfixture with $tool ($flags) in $NEW_TMP ..."
+    log "building testfixture with $tool ($flags $ldflags) in $NEW_TMP ..."
 }
 
 build_sqlites() {
@@ -431,6 +434,7 @@ make_amalgamation
 for cc in "${COMPILERS[@]}"; do prepare_sqlite "$cc"; done
 for cc in "${COMPILERS[@]}"; do prepare_testfixture "$cc"; done
 prepare_sqlite gcc norelocs
+prepare_testfixture gcc norelocs
 build_sqlites
 
 # Final checks (also on cached builds) and the result lines.
@@ -441,6 +445,7 @@ for cc in "${COMPILERS[@]}"; do
 done
 check_binary "$R/lua5.4-$LUA_VER-gcc-norelocs/lua" lua norelocs
 check_binary "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3" sqlite3 norelocs
+check_binary "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture" testfixture norelocs
 log "all done in $(elapsed "$start_all")"
 {
     printf 'lua-src %s\n' "$LUA_SRC"
@@ -452,4 +457,5 @@ log "all done in $(elapsed "$start_all")"
     done
     printf 'lua-gcc-norelocs %s\n' "$R/lua5.4-$LUA_VER-gcc-norelocs/lua"
     printf 'sqlite3-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3"
+    printf 'testfixture-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture"
 } >&3

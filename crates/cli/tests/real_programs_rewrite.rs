@@ -172,3 +172,22 @@ fn sqlite_test_suite_passes_on_shuffled_testfixture() {
         }
     }
 }
+
+/// The same suite against testfixture built without relocations and rewritten in place
+/// (original function order, blocks of each function reordered where the new image fits).
+#[test]
+fn sqlite_test_suite_passes_on_testfixture_rewritten_in_place() {
+    let dir = scratch("real-rewrite", "testfixture-norelocs");
+    let original = build("testfixture-gcc-norelocs");
+    for layout in [
+        &["--layout", "identity"][..],
+        &["--layout", "shuffle-blocks", "--seed", "1"],
+    ] {
+        let out = rewrite(original, &dir, layout);
+        check(
+            "check-sqlite.sh",
+            &[&out],
+            &["smoke", "--reference", original.to_str().unwrap()],
+        );
+    }
+}
