@@ -64,10 +64,12 @@ pub struct DebugSections {
 struct MovedFragment {
     start: u64,
     end: u64,
-    /// (new address, old address), in new-address order, of the pieces that carry the
-    /// source position of their old address: copies and re-created branches (a jump added
-    /// after a block carries its successor's address, not its own).
-    pieces: Vec<(u64, u64)>,
+    /// (new address, old address, vanished), in new-address order, of the pieces that carry
+    /// the source position of their old address: copies and re-created branches (a jump
+    /// added after a block carries its successor's address, not its own), and branches that
+    /// vanished (a jump to what now follows), at the address where they would have been:
+    /// their rows (a loop's line, say) start the code that follows instead.
+    pieces: Vec<(u64, u64, bool)>,
 }
 
 /// A piece of a rewritten function as seen from the input: where it came from and went.
@@ -78,6 +80,9 @@ struct OldPiece {
     new_end: u64,
     /// A copy of an input instruction: its bytes keep their offsets.
     copied: bool,
+    /// A copy or the re-encoding of the input's instruction at `old` (not a jump added to
+    /// reach a block that no longer follows, which carries that block's address).
+    original: bool,
 }
 
 /// Where the code of every rewritten function went, piece by piece.
@@ -134,11 +139,21 @@ impl<'p> CodeMoves<'p> {
                         new,
                         new_end: new + p.size,
                         copied: p.inst.is_some(),
+                        original: p.inst.is_some() || p.replaces.is_some(),
                     });
                     if p.inst.is_some() || p.replaces.is_some() {
-                        pieces.push((new, p.state_at.get()));
+                        pieces.push((new, p.state_at.get(), false));
                     }
                 }
+                let present: HashSet<u64> = pieces.iter().map(|p| p.1).collect();
+                for &(inst, offset) in &plan.inst_offsets {
+                    let old = f.insts[inst as usize].addr().get();
+                    if !present.contains(&old) {
+                        pieces.push((base + offset, old, true));
+                    }
+                }
+                // Stable: at one address, a vanished branch's rows come before the code's.
+                pieces.sort_by_key(|p| (p.0, !p.2));
                 fragments.push(MovedFragment {
                     start: base,
                     end: base + plan.size,
@@ -200,7 +215,25 @@ impl<'p> CodeMoves<'p> {
         let Some(i) = self.extent_containing(p.wrapping_sub(1)) else {
             return self.translate_point(p);
         };
-        self.after_instruction(self.extents[i].2, p)
+        let fid = self.extents[i].2;
+        self.after_instruction(fid, p).or_else(|| {
+            // A tail call's "return address" is the end of its jump, which is re-encoded:
+            // the end of the piece that stands for it (not a jump added before it).
+            let f = self.program.function(fid);
+            let k = f.insts.partition_point(|i| i.addr().get() < p);
+            let inst = f.insts.get(k.checked_sub(1)?)?;
+            if inst.end().get() != p {
+                return None;
+            }
+            let old = inst.addr().get();
+            let pieces = &self.by_old[i];
+            let from = pieces.partition_point(|q| q.old < old);
+            pieces[from..]
+                .iter()
+                .take_while(|q| q.old == old)
+                .find(|q| q.original)
+                .map(|q| q.new_end)
+        })
     }
 
     /// The new end of the instruction of `fid` that ended at old address `p`, for
@@ -534,14 +567,17 @@ fn convert_line_program(
         let mut planned: Vec<(usize, u64, lines::LineRow, bool)> = Vec::new();
         let mut fragments: Vec<&MovedFragment> = Vec::new();
         let mut placed_exact: HashSet<u64> = HashSet::new();
+        // Indices in `planned` of the rows of vanished branches, ascending.
+        let mut from_vanished: Vec<usize> = Vec::new();
         for &i in members {
             for fragment in &moves.fragments[i] {
                 let k = fragments.len();
                 fragments.push(fragment);
                 let mut last = None;
-                for &(new, old) in &fragment.pieces {
+                for &(new, old, vanished) in &fragment.pieces {
                     let Some(seg) = find(old) else { continue };
                     let (exact, in_effect) = rows_at(seg, old);
+                    let in_effect = in_effect.filter(|_| !vanished);
                     if !exact.is_empty() && placed_exact.insert(old) {
                         if let Some(real) = real_line_before(seg, exact.start, last) {
                             planned.push((k, new, real, true));
@@ -552,6 +588,9 @@ fn convert_line_program(
                                 row.is_stmt = false;
                             }
                             row.discriminator = 0;
+                            if vanished {
+                                from_vanished.push(planned.len());
+                            }
                             planned.push((k, new, row, false));
                             last = Some(position(&row));
                         }
@@ -572,6 +611,21 @@ fn convert_line_program(
                         }
                     }
                 }
+            }
+        }
+        // A vanished branch's statement now sits on code of another block, maybe of another
+        // scope, where a debugger would add a breakpoint location for its line: keep it a
+        // statement only when its line has no other.
+        let statement_lines: HashSet<(u64, u64)> = planned
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| p.2.is_stmt && !p.3 && from_vanished.binary_search(i).is_err())
+            .map(|(_, p)| (p.2.file, p.2.line))
+            .collect();
+        for &i in &from_vanished {
+            let row = &mut planned[i].2;
+            if statement_lines.contains(&(row.file, row.line)) {
+                row.is_stmt = false;
             }
         }
         demote_earlier_statements(&mut planned, scopes)?;
