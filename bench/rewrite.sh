@@ -33,6 +33,9 @@ set_cmd() {
         rivet) CMD=("$RIVET" rewrite "$2" -o "$3" --layout shuffle --seed "$4") ;;
         bolt) CMD=(llvm-bolt-19 "$2" -o "$3" -reorder-blocks=cluster-shuffle
             -reorder-functions=random -lite=0 -bolt-seed="$4") ;;
+        # Rivet always carries debug info over; BOLT only when asked.
+        bolt-debug) CMD=(llvm-bolt-19 "$2" -o "$3" -reorder-blocks=cluster-shuffle
+            -reorder-functions=random -lite=0 -bolt-seed="$4" -update-debug-sections) ;;
     esac
 }
 
@@ -59,32 +62,41 @@ echo "$(grep -m1 '^PRETTY_NAME=' /etc/os-release | cut -d'"' -f2), rivet $(git r
 echo "Reproduce: \`bench/rewrite.sh $PAIRS\`."
 echo
 echo "Rivet: \`rivet rewrite BIN -o OUT --layout shuffle --seed N\`;"
-echo "BOLT: \`llvm-bolt-19 BIN -o OUT -reorder-blocks=cluster-shuffle -reorder-functions=random -lite=0\`."
+echo "BOLT: \`llvm-bolt-19 BIN -o OUT -reorder-blocks=cluster-shuffle -reorder-functions=random -lite=0\`;"
+echo "BOLT+debug: the same with \`-update-debug-sections\` (Rivet always updates debug info)."
 echo
-echo "## Processing time and peak memory ($PAIRS interleaved pairs, medians)"
+echo "## Processing time and peak memory ($PAIRS interleaved triples, medians)"
 echo
-echo "| binary | size | Rivet time | BOLT time | time ratio (median of pairs) | Rivet peak RSS | BOLT peak RSS | memory ratio |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "Ratios are Rivet / BOLT, the median of the per-triple ratios."
+echo
+echo "| binary | size | Rivet time | BOLT time | BOLT+debug time | time ratio | time ratio, +debug | Rivet peak RSS | BOLT peak RSS | BOLT+debug peak RSS | memory ratio | memory ratio, +debug |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for name in lua-gcc lua-clang sqlite3-gcc sqlite3-clang; do
     bin="${REAL[$name]:-}"
     [[ -n $bin ]] || { log "error: build-real-programs.sh gave no $name"; exit 1; }
-    : >"$WORK/r" && : >"$WORK/b" && : >"$WORK/tr" && : >"$WORK/mr"
+    : >"$WORK/r" && : >"$WORK/b" && : >"$WORK/d"
+    : >"$WORK/tr" && : >"$WORK/mr" && : >"$WORK/tdr" && : >"$WORK/mdr"
     for seed in $(seq 1 "$PAIRS"); do
         read -r rt rm rs < <(measure rivet "$bin" "$WORK/out.rivet" "$seed")
         read -r bt bm bs < <(measure bolt "$bin" "$WORK/out.bolt" "$seed")
+        read -r dt dm ds < <(measure bolt-debug "$bin" "$WORK/out.bolt" "$seed")
         echo "$rt $rm $rs" >>"$WORK/r"
         echo "$bt $bm $bs" >>"$WORK/b"
+        echo "$dt $dm $ds" >>"$WORK/d"
         awk -v a="$rt" -v b="$bt" 'BEGIN { if (b > 0) printf "%.3f\n", a / b }' >>"$WORK/tr"
         awk -v a="$rm" -v b="$bm" 'BEGIN { if (b > 0) printf "%.3f\n", a / b }' >>"$WORK/mr"
+        awk -v a="$rt" -v b="$dt" 'BEGIN { if (b > 0) printf "%.3f\n", a / b }' >>"$WORK/tdr"
+        awk -v a="$rm" -v b="$dm" 'BEGIN { if (b > 0) printf "%.3f\n", a / b }' >>"$WORK/mdr"
     done
     size=$(stat -c %s "$bin")
-    printf '| %s | %.1f MB | %s s | %s s | %s | %.0f MB | %.0f MB | %s |\n' "$name" \
+    mb() { cut -d' ' -f2 "$1" | median | awk '{ print $1 / 1024 }'; }
+    printf '| %s | %.1f MB | %s s | %s s | %s s | %s | %s | %.0f MB | %.0f MB | %.0f MB | %s | %s |\n' "$name" \
         "$(awk -v s="$size" 'BEGIN { print s / 1e6 }')" \
         "$(cut -d' ' -f1 "$WORK/r" | median)" "$(cut -d' ' -f1 "$WORK/b" | median)" \
-        "$(median <"$WORK/tr")" \
-        "$(cut -d' ' -f2 "$WORK/r" | median | awk '{ print $1 / 1024 }')" \
-        "$(cut -d' ' -f2 "$WORK/b" | median | awk '{ print $1 / 1024 }')" \
-        "$(median <"$WORK/mr")"
+        "$(cut -d' ' -f1 "$WORK/d" | median)" \
+        "$(median <"$WORK/tr")" "$(median <"$WORK/tdr")" \
+        "$(mb "$WORK/r")" "$(mb "$WORK/b")" "$(mb "$WORK/d")" \
+        "$(median <"$WORK/mr")" "$(median <"$WORK/mdr")"
 done
 
 echo
