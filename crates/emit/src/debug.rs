@@ -568,13 +568,14 @@ fn convert_line_program(
         let mut fragments: Vec<&MovedFragment> = Vec::new();
         let mut placed_exact: HashSet<u64> = HashSet::new();
         // Indices in `planned` of the rows of vanished branches, ascending.
-        let mut from_vanished: Vec<usize> = Vec::new();
+        // With the old addresses of the branch and of the code now following it.
+        let mut from_vanished: Vec<(usize, u64, Option<u64>)> = Vec::new();
         for &i in members {
             for fragment in &moves.fragments[i] {
                 let k = fragments.len();
                 fragments.push(fragment);
                 let mut last = None;
-                for &(new, old, vanished) in &fragment.pieces {
+                for (j, &(new, old, vanished)) in fragment.pieces.iter().enumerate() {
                     let Some(seg) = find(old) else { continue };
                     let (exact, in_effect) = rows_at(seg, old);
                     let in_effect = in_effect.filter(|_| !vanished);
@@ -589,7 +590,12 @@ fn convert_line_program(
                             }
                             row.discriminator = 0;
                             if vanished {
-                                from_vanished.push(planned.len());
+                                let following = fragment.pieces[j + 1..]
+                                    .iter()
+                                    .find(|p| !p.2)
+                                    .filter(|p| p.0 == new)
+                                    .map(|p| p.1);
+                                from_vanished.push((planned.len(), old, following));
                             }
                             planned.push((k, new, row, false));
                             last = Some(position(&row));
@@ -613,19 +619,27 @@ fn convert_line_program(
                 }
             }
         }
-        // A vanished branch's statement now sits on code of another block, maybe of another
-        // scope, where a debugger would add a breakpoint location for its line: keep it a
-        // statement only when its line has no other.
-        let statement_lines: HashSet<(u64, u64)> = planned
-            .iter()
-            .enumerate()
-            .filter(|(i, p)| p.2.is_stmt && !p.3 && from_vanished.binary_search(i).is_err())
-            .map(|(_, p)| (p.2.file, p.2.line))
-            .collect();
-        for &i in &from_vanished {
-            let row = &mut planned[i].2;
-            if statement_lines.contains(&(row.file, row.line)) {
-                row.is_stmt = false;
+        // A vanished branch's statement now sits on the code that follows it. When that code
+        // is of another scope (an inlined call, a lexical block), a debugger would add a
+        // breakpoint location for the line there: keep it a statement only when its line
+        // has no other.
+        if !from_vanished.is_empty() {
+            let statement_lines: HashSet<(u64, u64)> = planned
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| {
+                    p.2.is_stmt && !p.3 && from_vanished.binary_search_by_key(i, |v| v.0).is_err()
+                })
+                .map(|(_, p)| (p.2.file, p.2.line))
+                .collect();
+            let all_scopes = scopes.get()?;
+            for &(i, old, following) in &from_vanished {
+                let row = &mut planned[i].2;
+                let same_scope = following
+                    .is_some_and(|f| innermost(all_scopes, old) == innermost(all_scopes, f));
+                if !same_scope && statement_lines.contains(&(row.file, row.line)) {
+                    row.is_stmt = false;
+                }
             }
         }
         demote_earlier_statements(&mut planned, scopes)?;
