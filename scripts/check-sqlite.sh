@@ -49,7 +49,9 @@
 #        is in the feature set (as in Debian's build) but the amalgamation's parser was
 #        generated without it, so UPDATE/DELETE ... LIMIT/ORDER BY are syntax errors
 #    quick adds mallocJ (2) and wherelfault (27), same UPDATE/DELETE ... LIMIT cause: 138.
-#    Known flaky: like.test like-14.1 times a LIKE pattern (fails on a busy machine).
+#    Known flaky: like.test like-14.1 times a LIKE pattern (fails on a busy machine);
+#    trans.test trans-9.N.1/9.N.2 (ROLLBACK signature, random data) fails about 1 run in 8
+#    with the unmodified testfixture too (measured: 2 of 8 original, 1 of 8 rewritten).
 #
 #    Reference baselines are cached (they are the slow half) in
 #    ${RIVET_CACHE:-$HOME/.cache/rivet}/sqlite-baseline/<sha256 of REF>-<hash of the file
