@@ -90,10 +90,13 @@ for name in lua-gcc lua-clang sqlite3-gcc sqlite3-clang; do
     done
     size=$(stat -c %s "$bin")
     mb() { cut -d' ' -f2 "$1" | median | awk '{ print $1 / 1024 }'; }
-    printf '| %s | %.1f MB | %s s | %s s | %s s | %s | %s | %.0f MB | %.0f MB | %.0f MB | %s | %s |\n' "$name" \
+    # A tool that failed on the binary gets its times marked: they are of a failed run.
+    failed() { if grep -q failed "$1"; then printf ' (failed)'; fi; }
+    printf '| %s | %.1f MB | %s s%s | %s s%s | %s s%s | %s | %s | %.0f MB | %.0f MB | %.0f MB | %s | %s |\n' "$name" \
         "$(awk -v s="$size" 'BEGIN { print s / 1e6 }')" \
-        "$(cut -d' ' -f1 "$WORK/r" | median)" "$(cut -d' ' -f1 "$WORK/b" | median)" \
-        "$(cut -d' ' -f1 "$WORK/d" | median)" \
+        "$(cut -d' ' -f1 "$WORK/r" | median)" "$(failed "$WORK/r")" \
+        "$(cut -d' ' -f1 "$WORK/b" | median)" "$(failed "$WORK/b")" \
+        "$(cut -d' ' -f1 "$WORK/d" | median)" "$(failed "$WORK/d")" \
         "$(median <"$WORK/tr")" "$(median <"$WORK/tdr")" \
         "$(mb "$WORK/r")" "$(mb "$WORK/b")" "$(mb "$WORK/d")" \
         "$(median <"$WORK/mr")" "$(median <"$WORK/mdr")"
