@@ -1,0 +1,16 @@
+//! Profiles: what Rivet knows about how a program ran, independent of the program model.
+//!
+//! Everything here is keyed by locations in the binary the profile describes (a symbol and an
+//! offset, as in BOLT's fdata), never by IR ids, so this crate depends on no other Rivet crate.
+//! `model` is the common in-memory profile; `fdata`, `yaml` and `native` read and write the
+//! file formats; `merge` sums profiles of one binary; `counters` reads the files the
+//! instrumentation runtime writes and turns raw counters into edge counts.
+
+pub mod counters;
+pub mod fdata;
+pub mod merge;
+pub mod model;
+pub mod native;
+pub mod yaml;
+
+pub use model::{BranchCount, LocKind, Location, Mode, Profile};

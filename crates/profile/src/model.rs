@@ -1,0 +1,120 @@
+//! The in-memory profile shared by every format: branch (edge) counts between locations, or
+//! IP samples at locations, plus what identifies the binary they were taken on.
+//!
+//! Maps are `BTreeMap`s so that iteration, and hence every writer, is deterministic.
+
+use std::collections::BTreeMap;
+
+/// How a location names its place (fdata's leading flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LocKind {
+    /// `0`: not a symbol of the binary (a shared object by path, or `[unknown]`).
+    External,
+    /// `1`: a symbol of the binary; local symbols carry a `/N` or `/file/N` suffix in the name.
+    Symbol,
+    /// `2`: a local symbol (accepted on input; written as `Symbol` by BOLT's tools).
+    Local,
+}
+
+/// A place in the profiled binary: a symbol (or shared object) and an offset from it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    pub kind: LocKind,
+    /// Symbol name (unescaped); `[unknown]` for an unknown external place.
+    pub name: String,
+    pub offset: u64,
+}
+
+impl Location {
+    pub fn symbol(name: impl Into<String>, offset: u64) -> Location {
+        Location {
+            kind: LocKind::Symbol,
+            name: name.into(),
+            offset,
+        }
+    }
+
+    /// The `[unknown]` external location (fdata's `0 [unknown] 0`).
+    pub fn unknown() -> Location {
+        Location {
+            kind: LocKind::External,
+            name: "[unknown]".into(),
+            offset: 0,
+        }
+    }
+}
+
+/// Counts of one branch or edge.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BranchCount {
+    pub count: u64,
+    pub mispreds: u64,
+}
+
+/// What kind of data a profile holds. Profiles of different modes cannot be merged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Branch and edge counts: LBR branch stacks or instrumentation.
+    Branches,
+    /// IP samples without branch stacks (fdata's `no_lbr`), with the event names if known.
+    Samples { events: Vec<String> },
+}
+
+/// Where a profile's counts came from (informational; not part of the merge key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Origin {
+    #[default]
+    Unknown,
+    /// Rivet's or BOLT's instrumentation: exact edge counts.
+    Instrumentation,
+    /// perf branch stacks.
+    Lbr,
+    /// perf IP samples.
+    Samples,
+}
+
+/// A profile of one binary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Profile {
+    /// GNU build-id (hex, lower case) of the binary the locations refer to, when known.
+    pub build_id: Option<String>,
+    /// File name of that binary, when known.
+    pub binary_name: Option<String>,
+    pub mode: Mode,
+    pub origin: Origin,
+    /// fdata `boltedcollection`: locations refer to the pre-BOLT binary through BAT.
+    pub bolted_collection: bool,
+    /// Branch and edge counts (mode `Branches`): (from, to) -> counts. A fall-through edge is
+    /// recorded from the last instruction of its block to the start of the next one; an entry
+    /// into a function from outside has from = `[unknown]` and to = offset 0.
+    pub branches: BTreeMap<(Location, Location), BranchCount>,
+    /// IP samples (mode `Samples`): location -> count.
+    pub samples: BTreeMap<Location, u64>,
+}
+
+impl Profile {
+    pub fn new(mode: Mode) -> Profile {
+        Profile {
+            build_id: None,
+            binary_name: None,
+            mode,
+            origin: Origin::Unknown,
+            bolted_collection: false,
+            branches: BTreeMap::new(),
+            samples: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a branch count (summing with what is there).
+    pub fn add_branch(&mut self, from: Location, to: Location, count: u64, mispreds: u64) {
+        let c = self.branches.entry((from, to)).or_default();
+        c.count = c.count.saturating_add(count);
+        c.mispreds = c.mispreds.saturating_add(mispreds);
+    }
+
+    /// Adds samples at a location.
+    pub fn add_sample(&mut self, at: Location, count: u64) {
+        let c = self.samples.entry(at).or_default();
+        *c = c.saturating_add(count);
+    }
+}
