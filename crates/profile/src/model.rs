@@ -90,6 +90,10 @@ pub struct Profile {
     pub branches: BTreeMap<(Location, Location), BranchCount>,
     /// IP samples (mode `Samples`): location -> count.
     pub samples: BTreeMap<Location, u64>,
+    /// Memory accesses (fdata lines with flags 3, 4, 5; either mode): (instruction, data
+    /// address) -> count. Nothing in Rivet uses them yet; they are kept so that reading and
+    /// writing a profile loses nothing.
+    pub memory: BTreeMap<(Location, Location), u64>,
 }
 
 impl Profile {
@@ -102,6 +106,7 @@ impl Profile {
             bolted_collection: false,
             branches: BTreeMap::new(),
             samples: BTreeMap::new(),
+            memory: BTreeMap::new(),
         }
     }
 
@@ -116,5 +121,71 @@ impl Profile {
     pub fn add_sample(&mut self, at: Location, count: u64) {
         let c = self.samples.entry(at).or_default();
         *c = c.saturating_add(count);
+    }
+
+    /// Adds memory accesses of the instruction at `pc` to the data at `data`.
+    pub fn add_memory(&mut self, pc: Location, data: Location, count: u64) {
+        let c = self.memory.entry((pc, data)).or_default();
+        *c = c.saturating_add(count);
+    }
+
+    /// True when the profile holds no counts at all.
+    pub fn is_empty(&self) -> bool {
+        self.branches.is_empty() && self.samples.is_empty() && self.memory.is_empty()
+    }
+}
+
+impl LocKind {
+    /// The fdata flag of a code location (`0`, `1`, `2`); memory locations add 3.
+    pub fn flag(self) -> u8 {
+        match self {
+            LocKind::External => 0,
+            LocKind::Symbol => 1,
+            LocKind::Local => 2,
+        }
+    }
+
+    /// The kind of a code-location flag `0`..=`2`.
+    pub fn from_flag(flag: u8) -> Option<LocKind> {
+        match flag {
+            0 => Some(LocKind::External),
+            1 => Some(LocKind::Symbol),
+            2 => Some(LocKind::Local),
+            _ => None,
+        }
+    }
+}
+
+impl Mode {
+    /// A short name for messages: `branches` or `samples`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Branches => "branches",
+            Mode::Samples { .. } => "samples",
+        }
+    }
+}
+
+impl Origin {
+    /// The keyword Rivet's native format writes for this origin.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Origin::Unknown => "unknown",
+            Origin::Instrumentation => "instrumentation",
+            Origin::Lbr => "lbr",
+            Origin::Samples => "samples",
+        }
+    }
+
+    /// The origin a native-format keyword names.
+    pub fn from_keyword(word: &str) -> Option<Origin> {
+        [
+            Origin::Unknown,
+            Origin::Instrumentation,
+            Origin::Lbr,
+            Origin::Samples,
+        ]
+        .into_iter()
+        .find(|o| o.keyword() == word)
     }
 }

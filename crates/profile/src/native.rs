@@ -1,1 +1,539 @@
-//! (in progress)
+//! Rivet's own profile format, and telling the profile formats apart.
+//!
+//! BOLT's fdata cannot say which binary a profile belongs to (no build-id) nor how it was
+//! taken (instrumentation and LBR look alike), and Rivet must refuse a profile of another
+//! build. So Rivet writes its own text format: a versioned header that says all of that,
+//! followed by the same records as fdata, so that a person can read it and `grep` it like
+//! one. It is strict, unlike the fdata reader: a file either is exactly what some Rivet wrote
+//! (or a careful person edited) or it is refused, and a file cut short is noticed.
+//!
+//! ```text
+//! file     := "rivet-profile 1" NL
+//!             [ "binary" SP name NL ]               the profiled file's name, escaped as in fdata
+//!             [ "build-id" SP hex NL ]              GNU build-id: lower-case hex, even length
+//!             "mode" SP ( "branches" | "samples" { SP event } ) NL
+//!             "origin" SP ( "unknown" | "instrumentation" | "lbr" | "samples" ) NL
+//!             [ "bolted-collection" NL ]            locations refer to the pre-BOLT binary
+//!             "records" NL
+//!             { record NL }                         fdata records (see `fdata`): branch lines
+//!                                                   in mode branches, sample lines in mode
+//!                                                   samples, memory lines in either
+//!             "end" NL                              nothing may follow
+//! SP       := exactly one space; no spaces at the ends of a line; lines end in "\n" only
+//! ```
+//!
+//! Header lines come in the order shown, each at most once. Records are written sorted
+//! (branches or samples, then memory, each in `BTreeMap` order) and may be read in any order,
+//! but a record may not appear twice: summing is what `merge` is for. A later, incompatible
+//! format gets a new version number on the first line; this reader refuses other versions.
+
+use std::collections::btree_map::Entry;
+use std::fmt::Write as _;
+
+use thiserror::Error;
+
+use crate::fdata::{self, FdataError, Record, Spacing, shown};
+use crate::model::{Mode, Origin, Profile};
+use crate::yaml::{self, YamlError, YamlProfile};
+
+/// The first line's words and the version this module reads and writes.
+const MAGIC: &str = "rivet-profile";
+const VERSION: u32 = 1;
+
+/// A native profile that cannot be read, or a profile that cannot be written.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NativeError {
+    /// The text does not follow the grammar; `line` counts from 1.
+    #[error("line {line}: {message}")]
+    Syntax { line: usize, message: String },
+    /// The profile holds something the format cannot write.
+    #[error("cannot write this profile: {0}")]
+    Unrepresentable(String),
+}
+
+/// Reads a profile in Rivet's native format.
+pub fn parse(text: &str) -> Result<Profile, NativeError> {
+    let mut lines = Lines::new(text);
+
+    let (line, first) = lines.next_line()?;
+    let version = first
+        .strip_prefix(MAGIC)
+        .and_then(|rest| rest.strip_prefix(' '))
+        .ok_or_else(|| {
+            syntax(
+                line,
+                format!("expected `{MAGIC} {VERSION}`, found {}", shown(first)),
+            )
+        })?;
+    match fdata::decimal(version) {
+        Some(v) if v == u64::from(VERSION) => {}
+        Some(v) => {
+            return Err(syntax(
+                line,
+                format!(
+                    "this is version {v} of Rivet's profile format; this Rivet reads version {VERSION}"
+                ),
+            ));
+        }
+        None => {
+            return Err(syntax(
+                line,
+                format!("expected a version number, found {}", shown(version)),
+            ));
+        }
+    }
+
+    let mut profile = Profile::new(Mode::Branches);
+    let (mut line, mut text_line) = lines.next_line()?;
+    if let Some(name) = text_line.strip_prefix("binary ") {
+        profile.binary_name = Some(one_name(name).map_err(|m| syntax(line, m))?);
+        (line, text_line) = lines.next_line()?;
+    }
+    if let Some(id) = text_line.strip_prefix("build-id ") {
+        check_build_id(id).map_err(|m| syntax(line, m))?;
+        profile.build_id = Some(id.to_owned());
+        (line, text_line) = lines.next_line()?;
+    }
+    profile.mode = match text_line.strip_prefix("mode ") {
+        Some("branches") => Mode::Branches,
+        Some(rest) if rest == "samples" || rest.starts_with("samples ") => {
+            let events: Vec<String> = rest.split(' ').skip(1).map(str::to_owned).collect();
+            for event in &events {
+                fdata::check_event(event).map_err(|m| syntax(line, m))?;
+            }
+            Mode::Samples { events }
+        }
+        Some(other) => {
+            return Err(syntax(
+                line,
+                format!(
+                    "expected `mode branches` or `mode samples [events]`, found mode {}",
+                    shown(other)
+                ),
+            ));
+        }
+        None => return Err(expected_header(line, text_line, "mode")),
+    };
+    (line, text_line) = lines.next_line()?;
+    profile.origin = match text_line.strip_prefix("origin ") {
+        Some(word) => Origin::from_keyword(word).ok_or_else(|| {
+            syntax(
+                line,
+                format!(
+                    "expected an origin (unknown, instrumentation, lbr or samples), found {}",
+                    shown(word)
+                ),
+            )
+        })?,
+        None => return Err(expected_header(line, text_line, "origin")),
+    };
+    (line, text_line) = lines.next_line()?;
+    if text_line == "bolted-collection" {
+        profile.bolted_collection = true;
+        (line, text_line) = lines.next_line()?;
+    }
+    if text_line != "records" {
+        return Err(expected_header(line, text_line, "records"));
+    }
+
+    let samples = matches!(profile.mode, Mode::Samples { .. });
+    loop {
+        let (line, text_line) = lines.next_line()?;
+        if text_line == "end" {
+            if lines.at_end() {
+                return Ok(profile);
+            }
+            return Err(syntax(line + 1, "nothing may follow the `end` line".into()));
+        }
+        let record = fdata::parse_record(text_line, Spacing::Strict, samples)
+            .map_err(|m| syntax(line, m))?;
+        let duplicate = match record {
+            Record::Branch {
+                from,
+                to,
+                mispreds,
+                count,
+            } => match profile.branches.entry((from, to)) {
+                Entry::Occupied(_) => true,
+                Entry::Vacant(v) => {
+                    v.insert(crate::model::BranchCount { count, mispreds });
+                    false
+                }
+            },
+            Record::Sample { at, count } => profile.samples.insert(at, count).is_some(),
+            Record::Memory { pc, data, count } => {
+                profile.memory.insert((pc, data), count).is_some()
+            }
+        };
+        if duplicate {
+            return Err(syntax(
+                line,
+                "this record appeared before (records are unique)".into(),
+            ));
+        }
+    }
+}
+
+/// Writes a profile in Rivet's native format.
+pub fn write(profile: &Profile) -> Result<String, NativeError> {
+    let unrepresentable = NativeError::Unrepresentable;
+    let mut out = format!("{MAGIC} {VERSION}\n");
+    if let Some(name) = &profile.binary_name {
+        let name =
+            fdata::escape_name(name).map_err(|m| unrepresentable(format!("binary name: {m}")))?;
+        let _ = writeln!(out, "binary {name}");
+    }
+    if let Some(id) = &profile.build_id {
+        check_build_id(id).map_err(unrepresentable)?;
+        let _ = writeln!(out, "build-id {id}");
+    }
+    match &profile.mode {
+        Mode::Branches => out.push_str("mode branches\n"),
+        Mode::Samples { events } => {
+            out.push_str("mode samples");
+            for event in events {
+                fdata::check_event(event).map_err(unrepresentable)?;
+                out.push(' ');
+                out.push_str(event);
+            }
+            out.push('\n');
+        }
+    }
+    let _ = writeln!(out, "origin {}", profile.origin.keyword());
+    if profile.bolted_collection {
+        out.push_str("bolted-collection\n");
+    }
+    out.push_str("records\n");
+    fdata::write_records(profile, &mut out).map_err(unrepresentable)?;
+    out.push_str("end\n");
+    Ok(out)
+}
+
+/// The kinds of profile file Rivet knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Rivet's own format (this module).
+    Native,
+    /// BOLT's fdata.
+    Fdata,
+    /// BOLT's YAML profile.
+    Yaml,
+    /// A `perf.data` file: raw samples that must be aggregated against the binary first.
+    PerfData,
+}
+
+/// Tells the format of a profile from its first bytes. As in BOLT, a file that starts with
+/// `---` is YAML and anything not recognised is taken for fdata (whose parser then says what
+/// is wrong with it).
+pub fn detect(bytes: &[u8]) -> Format {
+    if bytes.starts_with(format!("{MAGIC} ").as_bytes()) {
+        Format::Native
+    } else if bytes.starts_with(b"---") {
+        Format::Yaml
+    } else if bytes.starts_with(b"PERFILE") {
+        Format::PerfData
+    } else {
+        Format::Fdata
+    }
+}
+
+/// A profile read by `read_any`. YAML profiles are keyed by block index, not address, and
+/// need the binary's CFG to become a `Profile`, so they stay in their own type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AnyProfile {
+    /// Read from the native format or fdata (which one is `format`).
+    Located {
+        profile: Profile,
+        format: Format,
+    },
+    Yaml(YamlProfile),
+}
+
+/// Why `read_any` could not read a profile.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReadError {
+    #[error("line {line}: the profile is not UTF-8 text")]
+    NotUtf8 { line: usize },
+    #[error("perf.data holds raw samples: aggregate it against the binary first")]
+    PerfData,
+    #[error("Rivet profile: {0}")]
+    Native(#[from] NativeError),
+    #[error("fdata profile: {0}")]
+    Fdata(#[from] FdataError),
+    #[error("YAML profile: {0}")]
+    Yaml(#[from] YamlError),
+}
+
+/// Reads a profile in any format Rivet knows (see `detect`).
+pub fn read_any(bytes: &[u8]) -> Result<AnyProfile, ReadError> {
+    let format = detect(bytes);
+    if format == Format::PerfData {
+        return Err(ReadError::PerfData);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| ReadError::NotUtf8 {
+        line: 1 + bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count(),
+    })?;
+    match format {
+        Format::Native => Ok(AnyProfile::Located {
+            profile: parse(text)?,
+            format,
+        }),
+        Format::Yaml => Ok(AnyProfile::Yaml(yaml::parse(text)?)),
+        _ => Ok(AnyProfile::Located {
+            profile: fdata::parse(text)?,
+            format,
+        }),
+    }
+}
+
+fn syntax(line: usize, message: String) -> NativeError {
+    NativeError::Syntax { line, message }
+}
+
+fn expected_header(line: usize, found: &str, key: &str) -> NativeError {
+    syntax(
+        line,
+        format!("expected the `{key}` line, found {}", shown(found)),
+    )
+}
+
+/// A header value that must be one escaped name and nothing else.
+fn one_name(field: &str) -> Result<String, String> {
+    let mut fields = fdata::Fields::new(field, Spacing::Strict);
+    let name = fields.next_field()?.ok_or("expected a name")?;
+    if let Some(extra) = fields.next_field()? {
+        return Err(format!(
+            "expected the end of the line after the name, found {} (escape spaces as '\\ ')",
+            shown(extra)
+        ));
+    }
+    Ok(fdata::unescape_name(name))
+}
+
+fn check_build_id(id: &str) -> Result<(), String> {
+    let hex = id
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if id.is_empty() || !id.len().is_multiple_of(2) || !hex {
+        return Err(format!(
+            "a build-id is an even number of lower-case hex digits, found {}",
+            shown(id)
+        ));
+    }
+    Ok(())
+}
+
+/// The lines of the text, numbered from 1. Every line must end in a newline: a missing one
+/// means the file was cut short.
+struct Lines<'a> {
+    rest: &'a str,
+    number: usize,
+}
+
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Lines<'a> {
+        Lines {
+            rest: text,
+            number: 0,
+        }
+    }
+
+    fn next_line(&mut self) -> Result<(usize, &'a str), NativeError> {
+        self.number += 1;
+        match self.rest.split_once('\n') {
+            Some((line, rest)) => {
+                self.rest = rest;
+                Ok((self.number, line))
+            }
+            None if self.rest.is_empty() => Err(syntax(
+                self.number,
+                "the file ends before the `end` line (was it cut short?)".into(),
+            )),
+            None => Err(syntax(
+                self.number,
+                "the last line has no newline (was the file cut short?)".into(),
+            )),
+        }
+    }
+
+    fn at_end(&self) -> bool {
+        self.rest.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Location;
+
+    fn example() -> Profile {
+        let mut p = Profile::new(Mode::Branches);
+        p.binary_name = Some("my app".into());
+        p.build_id = Some("f157cb091eaa5062".into());
+        p.origin = Origin::Instrumentation;
+        p.add_branch(
+            Location::symbol("main", 0x40),
+            Location::symbol("main", 0x20),
+            19998,
+            0,
+        );
+        p.add_branch(Location::unknown(), Location::symbol("a\\b", 0), 1, 0);
+        p.add_memory(
+            Location::symbol("main", 0x1a),
+            Location::symbol("var", 8),
+            3,
+        );
+        p
+    }
+
+    const EXAMPLE: &str = "rivet-profile 1
+binary my\\ app
+build-id f157cb091eaa5062
+mode branches
+origin instrumentation
+records
+0 [unknown] 0 1 a\\\\b 0 0 1
+1 main 40 1 main 20 0 19998
+4 main 1a 4 var 8 3
+end
+";
+
+    #[test]
+    fn writes_the_documented_layout_and_reads_it_back() {
+        assert_eq!(write(&example()).unwrap(), EXAMPLE);
+        assert_eq!(parse(EXAMPLE).unwrap(), example());
+        let mut samples = Profile::new(Mode::Samples {
+            events: vec!["cpu-clock:u".into(), "x".into()],
+        });
+        samples.bolted_collection = true;
+        samples.add_sample(Location::symbol("f", 0x1f), 7);
+        let text = write(&samples).unwrap();
+        assert_eq!(
+            text,
+            "rivet-profile 1\nmode samples cpu-clock:u x\norigin unknown\nbolted-collection\n\
+             records\n1 f 1f 7\nend\n"
+        );
+        assert_eq!(parse(&text).unwrap(), samples);
+    }
+
+    #[test]
+    fn is_strict() {
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        assert_eq!(
+            err(&EXAMPLE.replace("rivet-profile 1", "rivet-profile 2")),
+            "line 1: this is version 2 of Rivet's profile format; this Rivet reads version 1"
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("end\n", "")),
+            "line 10: the file ends before the `end` line (was it cut short?)"
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("end\n", "end")),
+            "line 10: the last line has no newline (was the file cut short?)"
+        );
+        assert_eq!(
+            err(&EXAMPLE[..EXAMPLE.len() - 20]),
+            "line 9: the last line has no newline (was the file cut short?)"
+        );
+        assert_eq!(
+            err(&format!("{EXAMPLE}\n")),
+            "line 11: nothing may follow the `end` line"
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("records\n", "records\n4 main 1a 4 var 8 1\n")),
+            "line 10: this record appeared before (records are unique)"
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("0 19998", "0  19998")),
+            "line 8: fields are separated by exactly one space, with none at the ends of the line"
+        );
+        // Header lines in another order.
+        assert_eq!(
+            err(&EXAMPLE.replace(
+                "binary my\\ app\nbuild-id f157cb091eaa5062\n",
+                "build-id f157cb091eaa5062\nbinary my\\ app\n"
+            )),
+            "line 3: expected the `mode` line, found \"binary my\\\\ app\""
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("build-id f157cb091eaa5062", "build-id F157")),
+            "line 3: a build-id is an even number of lower-case hex digits, found \"F157\""
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("origin instrumentation", "origin magic")),
+            "line 5: expected an origin (unknown, instrumentation, lbr or samples), found \"magic\""
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("binary my\\ app", "binary my app")),
+            "line 2: expected the end of the line after the name, found \"app\" (escape spaces as '\\ ')"
+        );
+        let e = err(&EXAMPLE.replace("mode branches", "mode samples"));
+        assert!(
+            e.starts_with("line 7: expected the end of the line after the sample count, found"),
+            "{e}"
+        );
+        assert!(
+            e.ends_with(
+                "(a `no_lbr` profile has sample lines `flag name offset count`, not branches)"
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            err("rivet-profile 1\r\n"),
+            "line 1: expected a version number, found \"1\\r\""
+        );
+    }
+
+    #[test]
+    fn refuses_to_write_what_it_could_not_read() {
+        let mut p = example();
+        p.build_id = Some("xyz".into());
+        assert!(matches!(write(&p), Err(NativeError::Unrepresentable(_))));
+        let mut p = example();
+        p.binary_name = Some("two\nlines".into());
+        assert!(write(&p).is_err());
+    }
+
+    #[test]
+    fn detects_and_reads_any_format() {
+        assert_eq!(detect(EXAMPLE.as_bytes()), Format::Native);
+        assert_eq!(detect(b"---\nheader:\n"), Format::Yaml);
+        assert_eq!(detect(b"PERFILE2\0\0"), Format::PerfData);
+        assert_eq!(detect(b"1 main 0 1 f 0 0 1\n"), Format::Fdata);
+        assert_eq!(detect(b""), Format::Fdata);
+
+        let native = read_any(EXAMPLE.as_bytes()).unwrap();
+        assert_eq!(
+            native,
+            AnyProfile::Located {
+                profile: example(),
+                format: Format::Native
+            }
+        );
+        let fdata_text = fdata::write(&example()).unwrap();
+        let AnyProfile::Located {
+            profile,
+            format: Format::Fdata,
+        } = read_any(fdata_text.as_bytes()).unwrap()
+        else {
+            panic!("fdata not read as fdata");
+        };
+        assert_eq!(profile.branches, example().branches);
+        assert!(matches!(
+            read_any(b"---\nheader: {}\n"),
+            Err(ReadError::Yaml(_))
+        ));
+        assert_eq!(read_any(b"PERFILE2"), Err(ReadError::PerfData));
+        assert_eq!(
+            read_any(b"1 a 0 1 b 0 0 1\n1 \xff 0"),
+            Err(ReadError::NotUtf8 { line: 2 })
+        );
+        assert_eq!(
+            read_any(b"1 a 0 1 b 0 0 x\n").unwrap_err().to_string(),
+            "fdata profile: line 1: expected a decimal count after the mispredict count, found \"x\""
+        );
+    }
+}
