@@ -5,6 +5,8 @@
 //! and never exit; this crate is the only place that does.
 
 mod inspect;
+mod instrument;
+mod merge;
 mod rewrite;
 mod verify;
 
@@ -34,6 +36,14 @@ enum Command {
     ///
     /// Example: rivet rewrite ./app -o app.shuffled --layout shuffle --seed 7 --verify
     Rewrite(rewrite::RewriteArgs),
+    /// Write a copy of a binary that counts how it runs, into a profile file, as it runs.
+    ///
+    /// Example: rivet instrument ./app -o app.inst && ./app.inst <workload>   (counts in app.inst.counts)
+    Instrument(instrument::InstrumentArgs),
+    /// Sum profiles of one binary (counter files, Rivet profiles, BOLT fdata or YAML).
+    ///
+    /// Example: rivet merge run1.counts run2.counts -o app.fdata
+    Merge(merge::MergeArgs),
     /// Check a rewritten binary against the binary it was made from.
     ///
     /// Example: rivet verify ./app app.shuffled
@@ -86,6 +96,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Rewrite(args) => rewrite::run(&args),
+        Command::Instrument(args) => instrument::run(&args),
+        Command::Merge(args) => merge::run(&args),
         Command::Verify(args) => verify::run(&args),
     };
     match result {

@@ -55,14 +55,14 @@ pub struct RewriteArgs {
 }
 
 /// A temporary output file that disappears unless committed.
-struct PendingOutput {
+pub(crate) struct PendingOutput {
     temp: PathBuf,
     dest: PathBuf,
     committed: bool,
 }
 
 impl PendingOutput {
-    fn create(dest: &Path) -> Result<(PendingOutput, File), UserError> {
+    pub(crate) fn create(dest: &Path) -> Result<(PendingOutput, File), UserError> {
         let dir = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -94,7 +94,7 @@ impl PendingOutput {
         ))
     }
 
-    fn commit(mut self, mode: u32) -> Result<(), UserError> {
+    pub(crate) fn commit(mut self, mode: u32) -> Result<(), UserError> {
         let fail = |e: std::io::Error| {
             UserError::new(format!("cannot write {}: {e}", self.dest.display()))
         };
@@ -114,7 +114,7 @@ impl Drop for PendingOutput {
     }
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
@@ -130,7 +130,7 @@ fn strategy(args: &RewriteArgs) -> LayoutStrategy {
     }
 }
 
-fn rewrite_error(path: &Path, e: RewriteError) -> UserError {
+pub(crate) fn rewrite_error(path: &Path, e: RewriteError) -> UserError {
     let p = path.display();
     match e {
         RewriteError::AlreadyRewritten => UserError::new(format!("{p}: {e}"))
@@ -164,7 +164,8 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     let options = RewriteOptions {
         strategy: strategy(args),
     };
-    let output = rewrite(&elf, &program, &options).map_err(|e| rewrite_error(&args.binary, e))?;
+    let output =
+        rewrite(&elf, &program, &options, None).map_err(|e| rewrite_error(&args.binary, e))?;
     if args.verify {
         crate::verify::verify_output(&elf, &program, &output).map_err(|e| {
             UserError::new(format!(

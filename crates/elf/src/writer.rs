@@ -40,6 +40,16 @@ impl NewSegment {
     pub fn content_start(&self) -> Vaddr {
         self.vaddr + self.phdr_size
     }
+
+    /// Makes room, right below the new segment, for a zero-filled segment of `size` bytes
+    /// (`Rewrite::counters`), and returns its address.
+    pub fn reserve_counters(&mut self, size: u64) -> Vaddr {
+        let size = size.div_ceil(PAGE) * PAGE;
+        let at = self.vaddr;
+        self.vaddr = self.vaddr + size;
+        self.phdr_size += PHDR_SIZE;
+        at
+    }
 }
 
 /// How a new section names the section its `sh_link` points to.
@@ -113,6 +123,10 @@ pub struct Rewrite {
     pub eh_frame_hdr: Option<(Vaddr, u64)>,
     /// Replace the GNU build-id with a hash of the output and this salt.
     pub rebuild_id_salt: Option<Vec<u8>>,
+    /// A zero-filled, writable segment (address, size; both page multiples) placed between
+    /// the input's segments and the new one: instrumentation counters. It gets its own PT_LOAD
+    /// and a `.rivet.counters` SHT_NOBITS section.
+    pub counters: Option<(Vaddr, u64)>,
 }
 
 fn header<'data>(elf: &ElfFile<'data>) -> Result<&'data elf::FileHeader64<LE>> {
@@ -231,6 +245,26 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
         p_align: U64::new(LE, PAGE),
     };
     phdrs.insert(last_load + 1, load);
+    if let Some((addr, size)) = rewrite.counters {
+        if addr.get() % PAGE != 0 || size % PAGE != 0 || addr + size > segment.vaddr {
+            return Err(bad(
+                "counter segment",
+                format!("{addr}+{size:#x} is not page-aligned below the new segment"),
+            ));
+        }
+        // File offset congruent to the address; nothing is read from the file.
+        let counters = elf::ProgramHeader64::<LE> {
+            p_type: U32::new(LE, elf::PT_LOAD),
+            p_flags: U32::new(LE, elf::PF_R | elf::PF_W),
+            p_offset: U64::new(LE, segment.offset.0),
+            p_vaddr: U64::new(LE, addr.get()),
+            p_paddr: U64::new(LE, addr.get()),
+            p_filesz: U64::new(LE, 0),
+            p_memsz: U64::new(LE, size),
+            p_align: U64::new(LE, PAGE),
+        };
+        phdrs.insert(last_load + 1, counters);
+    }
     for p in &mut phdrs {
         match p.p_type(LE) {
             elf::PT_PHDR => {
@@ -337,6 +371,20 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
             sh_info: U32::new(LE, s.info),
             sh_addralign: U64::new(LE, s.align.max(1)),
             sh_entsize: U64::new(LE, s.entsize),
+        });
+    }
+    if let Some((addr, size)) = rewrite.counters {
+        shdrs.push(elf::SectionHeader64::<LE> {
+            sh_name: U32::new(LE, add_name(b".rivet.counters")),
+            sh_type: U32::new(LE, elf::SHT_NOBITS),
+            sh_flags: U64::new(LE, elf::SectionFlags(elf::SHF_ALLOC.0 | elf::SHF_WRITE.0)),
+            sh_addr: U64::new(LE, addr.get()),
+            sh_offset: U64::new(LE, segment.offset.0),
+            sh_size: U64::new(LE, size),
+            sh_link: U32::new(LE, 0),
+            sh_info: U32::new(LE, 0),
+            sh_addralign: U64::new(LE, PAGE),
+            sh_entsize: U64::new(LE, 0),
         });
     }
     let shstrtab_name = add_name(b".shstrtab");

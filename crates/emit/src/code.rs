@@ -11,9 +11,12 @@
 
 use std::collections::HashMap;
 
-use rivet_arch::{Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, relocate};
+use rivet_arch::{
+    Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, ProbeShape, encode_probe, relocate,
+};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::FragmentRef;
+use rivet_ir::probes::{EdgeTarget, FunctionProbes, ProbeAt};
 use rivet_ir::{BlockId, Function, Program, Terminator};
 
 /// Where a re-created branch goes.
@@ -23,12 +26,30 @@ pub enum Target {
     Block(BlockId),
     /// Any other address, translated through the address map.
     Address(Vaddr),
+    /// An edge probe's block at the end of the same fragment (instrumentation).
+    Trampoline(u32),
+}
+
+/// Where a label of a fragment is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum LabelId {
+    Block(BlockId),
+    Trampoline(u32),
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Item {
     /// Start of a block (no bytes).
     Label(BlockId),
+    /// Start of an edge probe's block (no bytes).
+    TrampolineLabel(u32),
+    /// A counter increment (instrumentation).
+    Probe {
+        counter: u32,
+        shape: ProbeShape,
+        /// The original address whose unwind state holds here.
+        state_at: Vaddr,
+    },
     /// An original instruction, copied (PC-relative field recomputed).
     Copy { inst: u32 },
     /// Where a block-ending branch was (no bytes): it was dropped or is re-created by the
@@ -49,7 +70,8 @@ enum Item {
 impl Item {
     fn size(&self, f: &Function) -> u64 {
         match *self {
-            Item::Label(_) | Item::Replaced { .. } => 0,
+            Item::Label(_) | Item::TrampolineLabel(_) | Item::Replaced { .. } => 0,
+            Item::Probe { shape, .. } => u64::from(shape.size()),
             Item::Copy { inst } => u64::from(f.insts[inst as usize].len()),
             Item::Branch {
                 form,
@@ -95,6 +117,8 @@ pub struct FragmentPlan {
     /// New offset of every instruction of the function placed in this fragment, as
     /// (instruction index, offset). A dropped jump gets the offset where it would have been.
     pub inst_offsets: Vec<(u32, u64)>,
+    /// Offset of each edge probe's block, by number.
+    trampolines: HashMap<u32, u64>,
 }
 
 /// A run of bytes of a fragment and the original code it stands for.
@@ -132,11 +156,12 @@ impl FragmentPlan {
                         None,
                         replaced.filter(|&i: &u32| f.insts[i as usize].addr() == state_at),
                     ),
+                    Item::Probe { state_at, .. } => (state_at, None, None),
                     Item::Replaced { inst } => {
                         replaced = Some(inst);
                         return None;
                     }
-                    Item::Label(_) => {
+                    Item::Label(_) | Item::TrampolineLabel(_) => {
                         replaced = None;
                         return None;
                     }
@@ -179,6 +204,7 @@ pub fn plan_fragment(
     fragment: FragmentRef,
     blocks: &[BlockId],
     encoder: &mut BranchEncoder,
+    probes: Option<&FunctionProbes>,
 ) -> Result<FragmentPlan, EmitError> {
     let mut items = Vec::with_capacity(f.insts.len() + blocks.len() * 2);
     let branch = |items: &mut Vec<Item>,
@@ -199,10 +225,55 @@ pub fn plan_fragment(
         });
         Ok(())
     };
+    let probe_items = |items: &mut Vec<Item>, at: ProbeAt, state_at: Vaddr| {
+        if let Some(probes) = probes {
+            items.extend(probes.at(at).map(|p| Item::Probe {
+                counter: p.counter,
+                shape: p.shape,
+                state_at,
+            }));
+        }
+    };
+    // Copies instructions `from..to`, with the probes that follow calls.
+    let copy = |items: &mut Vec<Item>, from: u32, to: u32| {
+        for inst in from..to {
+            items.push(Item::Copy { inst });
+            if probes.is_some()
+                && matches!(
+                    f.insts[inst as usize].flow(),
+                    Flow::Call { .. } | Flow::IndirectCall
+                )
+            {
+                probe_items(
+                    items,
+                    ProbeAt::AfterCall(inst),
+                    f.insts[inst as usize].addr(),
+                );
+            }
+        }
+    };
+    // Edge probes become blocks of their own at the end of the fragment.
+    let mut trampolines: Vec<(u32, Target, Vaddr, ProbeShape, u32)> = Vec::new();
+    let mut via_probe = |from: BlockId, to: Target, state_at: Vaddr| -> Target {
+        let edge = match to {
+            Target::Block(b) => EdgeTarget::Block(b),
+            Target::Address(a) => EdgeTarget::Address(a),
+            Target::Trampoline(_) => return to,
+        };
+        match probes.and_then(|p| p.on_edge(from, edge)) {
+            Some(p) => {
+                let k = trampolines.len() as u32;
+                trampolines.push((k, to, state_at, p.shape, p.counter));
+                Target::Trampoline(k)
+            }
+            None => to,
+        }
+    };
     for (pos, &b) in blocks.iter().enumerate() {
         let block = f.block(b);
         let next = blocks.get(pos + 1).copied().map(Target::Block);
         items.push(Item::Label(b));
+        probe_items(&mut items, ProbeAt::BlockStart(b), block.start);
         let first = block.insts.start;
         let insts = f.block_insts(block);
         let Some(last) = insts.last() else {
@@ -212,17 +283,19 @@ pub fn plan_fragment(
             });
         };
         let last_index = block.insts.end - 1;
-        let copy_all = |items: &mut Vec<Item>| {
-            items.extend((first..block.insts.end).map(|inst| Item::Copy { inst }));
+        let end_probes = |items: &mut Vec<Item>| {
+            probe_items(items, ProbeAt::BlockEnd(b), last.addr());
         };
         let copy_body = |items: &mut Vec<Item>| {
-            items.extend((first..last_index).map(|inst| Item::Copy { inst }));
+            copy(items, first, last_index);
+            end_probes(items);
             items.push(Item::Replaced { inst: last_index });
         };
         let fall = target_of(f, last.end());
         match &block.terminator {
             Terminator::FallThrough => {
-                copy_all(&mut items);
+                copy(&mut items, first, block.insts.end);
+                end_probes(&mut items);
                 if Some(fall) != next {
                     branch(&mut items, encoder, NewBranch::Jump, fall, last.end())?;
                 }
@@ -247,7 +320,8 @@ pub fn plan_fragment(
                         at: last.addr(),
                     });
                 }
-                let taken = target_of(f, target);
+                let taken = via_probe(b, target_of(f, target), last.addr());
+                let fall = via_probe(b, fall, last.addr());
                 copy_body(&mut items);
                 let cond = |inverted| NewBranch::Cond {
                     inst: last_index,
@@ -262,47 +336,69 @@ pub fn plan_fragment(
                     branch(&mut items, encoder, NewBranch::Jump, fall, last.end())?;
                 }
             }
-            _ => copy_all(&mut items),
+            _ => {
+                copy(&mut items, first, last_index);
+                end_probes(&mut items);
+                copy(&mut items, last_index, block.insts.end);
+            }
         }
+    }
+    for (k, to, state_at, shape, counter) in trampolines {
+        items.push(Item::TrampolineLabel(k));
+        items.push(Item::Probe {
+            counter,
+            shape,
+            state_at,
+        });
+        branch(&mut items, encoder, NewBranch::Jump, to, state_at)?;
     }
 
     // Which block each label is in, to know which branches may be short.
     let in_fragment: std::collections::HashSet<BlockId> = blocks.iter().copied().collect();
     for item in &mut items {
-        if let Item::Branch {
-            target: Target::Block(b),
-            form,
-            ..
-        } = item
-            && in_fragment.contains(b)
-        {
-            *form = BranchForm::Short;
+        if let Item::Branch { target, form, .. } = item {
+            match target {
+                Target::Block(b) if in_fragment.contains(b) => *form = BranchForm::Short,
+                Target::Trampoline(_) => *form = BranchForm::Short,
+                _ => {}
+            }
         }
     }
     // Relaxation: grow short branches that do not reach until nothing changes. Sizes only
     // grow, so this terminates.
     let mut offsets = vec![0u64; items.len()];
-    let mut label_offset: HashMap<BlockId, u64> = HashMap::with_capacity(blocks.len());
+    let mut label_offset: HashMap<LabelId, u64> = HashMap::with_capacity(blocks.len());
     loop {
         let mut at = 0u64;
         for (i, item) in items.iter().enumerate() {
             offsets[i] = at;
-            if let Item::Label(b) = item {
-                label_offset.insert(*b, at);
+            match item {
+                Item::Label(b) => {
+                    label_offset.insert(LabelId::Block(*b), at);
+                }
+                Item::TrampolineLabel(k) => {
+                    label_offset.insert(LabelId::Trampoline(*k), at);
+                }
+                _ => {}
             }
             at += item.size(f);
         }
         let mut changed = false;
         for (i, item) in items.iter_mut().enumerate() {
             if let Item::Branch {
-                target: Target::Block(b),
+                target,
                 form: form @ BranchForm::Short,
                 short_size,
                 ..
             } = item
             {
+                let label = match *target {
+                    Target::Block(b) => LabelId::Block(b),
+                    Target::Trampoline(k) => LabelId::Trampoline(k),
+                    Target::Address(_) => continue,
+                };
                 let end = offsets[i] + u64::from(*short_size);
-                let disp = label_offset[b] as i64 - end as i64;
+                let disp = label_offset[&label] as i64 - end as i64;
                 if i8::try_from(disp).is_err() {
                     *form = BranchForm::Near;
                     changed = true;
@@ -317,15 +413,19 @@ pub fn plan_fragment(
         .last()
         .map_or(0, |last| offsets[items.len() - 1] + last.size(f));
 
-    // New offsets of the original instructions, dropped jumps included.
-    let mut inst_offsets: Vec<(u32, u64)> = items
-        .iter()
-        .zip(&offsets)
-        .filter_map(|(item, &off)| match *item {
-            Item::Copy { inst } | Item::Replaced { inst } => Some((inst, off)),
-            _ => None,
-        })
-        .collect();
+    // New offsets of the original instructions, dropped jumps included. A block's first
+    // instruction is where its label is, so that arriving at the block runs its start probes.
+    let mut inst_offsets: Vec<(u32, u64)> = Vec::with_capacity(f.insts.len());
+    let mut label_at: Option<u64> = None;
+    for (item, &off) in items.iter().zip(&offsets) {
+        match *item {
+            Item::Label(_) => label_at = Some(off),
+            Item::Copy { inst } | Item::Replaced { inst } => {
+                inst_offsets.push((inst, label_at.take().unwrap_or(off)));
+            }
+            _ => {}
+        }
+    }
     inst_offsets.sort_unstable_by_key(|x| x.0);
     Ok(FragmentPlan {
         fragment,
@@ -333,6 +433,13 @@ pub fn plan_fragment(
         offsets,
         size,
         inst_offsets,
+        trampolines: label_offset
+            .iter()
+            .filter_map(|(l, off)| match l {
+                LabelId::Trampoline(k) => Some((*k, *off)),
+                LabelId::Block(_) => None,
+            })
+            .collect(),
     })
 }
 
@@ -483,6 +590,7 @@ pub fn encode_fragment(
     addr: Vaddr,
     map: &AddressMap,
     absolute_fields: &[AbsoluteField],
+    counters: Option<Vaddr>,
     encoder: &mut BranchEncoder,
 ) -> Result<Vec<u8>, EmitError> {
     let fid = plan.fragment.function;
@@ -496,7 +604,21 @@ pub fn encode_fragment(
         let at = addr + plan.offsets[i];
         debug_assert_eq!(out.len() as u64, plan.offsets[i]);
         match *item {
-            Item::Label(_) | Item::Replaced { .. } => {}
+            Item::Label(_) | Item::TrampolineLabel(_) | Item::Replaced { .. } => {}
+            Item::Probe { counter, shape, .. } => {
+                let counters = counters.ok_or(EmitError::Unsupported {
+                    what: "probe without a counter segment",
+                    at,
+                })?;
+                let counter = counters + u64::from(counter) * 8;
+                encode_probe(shape, at, counter, &mut out).ok_or(EmitError::Encode(
+                    EncodeError::OutOfRange {
+                        what: "counter",
+                        at,
+                        target: counter,
+                    },
+                ))?;
+            }
             Item::Copy { inst } => {
                 let inst = &f.insts[inst as usize];
                 let bytes = elf
@@ -539,6 +661,7 @@ pub fn encode_fragment(
                         },
                     )?,
                     Target::Address(t) => translate(at, t)?,
+                    Target::Trampoline(k) => addr + plan.trampolines[&k],
                 };
                 encoder.encode(branch.resolve(f), form, at, to, &mut out)?;
             }

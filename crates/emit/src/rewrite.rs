@@ -24,6 +24,7 @@ use crate::debug;
 use crate::frames::{self, FrameError};
 use crate::references;
 use crate::symbols::{self, PlacedFragment};
+use rivet_ir::probes::FunctionProbes;
 
 /// Name of the note section that marks Rivet's output and records the input's build-id.
 pub const RIVET_NOTE: &str = ".note.rivet";
@@ -35,6 +36,21 @@ pub const ORIGINAL_PREFIX: &str = ".rivet.orig";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RewriteOptions {
     pub strategy: LayoutStrategy,
+}
+
+/// Instrumentation to write into the output: probes per function, and what the runtime needs.
+#[allow(missing_debug_implementations)]
+pub struct Instrumentation<'a> {
+    /// Per `FuncId`: the probes of functions to instrument.
+    pub probes: &'a [Option<&'a FunctionProbes>],
+    pub counters: u32,
+    /// The counter file's header and map (padded to a page multiple), for the functions the
+    /// predicate accepts: the ones actually rewritten.
+    pub file_prefix: &'a (dyn Fn(&dyn Fn(FuncId) -> bool) -> Vec<u8> + Sync),
+    /// Profile path used when `RIVET_PROFILE` is not set at run time.
+    pub default_path: &'a str,
+    /// One file per process (`.PID` appended to the path).
+    pub per_process: bool,
 }
 
 /// Why the rewrite as a whole failed (per-function problems are not errors: the function
@@ -53,6 +69,8 @@ pub enum RewriteError {
     Frames(#[from] FrameError),
     #[error("invalid layout: {0}")]
     Layout(#[from] rivet_ir::layout::InvalidLayout),
+    #[error("instrumentation: {0}")]
+    Instrument(String),
 }
 
 /// What the rewrite did.
@@ -140,12 +158,13 @@ pub fn rewrite(
     elf: &ElfFile<'_>,
     program: &Program,
     options: &RewriteOptions,
+    instrumentation: Option<&Instrumentation<'_>>,
 ) -> Result<RewriteOutput, RewriteError> {
     if elf.section_by_name(RIVET_NOTE).is_some() {
         return Err(RewriteError::AlreadyRewritten);
     }
     let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
-    if !relocation_mode && options.strategy.reorders_functions() {
+    if !relocation_mode && (options.strategy.reorders_functions() || instrumentation.is_some()) {
         let reason = match &program.info.relocation_mode {
             RelocationMode::Unavailable { reason } => reason.clone(),
             RelocationMode::Available => unreachable!(),
@@ -200,7 +219,12 @@ pub fn rewrite(
         .par_iter()
         .map_init(BranchEncoder::default, |encoder, r| {
             let f = program.function(r.function);
-            (*r, plan_fragment(f, *r, layout.fragment(*r), encoder))
+            let probes = instrumentation
+                .and_then(|i| i.probes.get(r.function.0 as usize).copied().flatten());
+            (
+                *r,
+                plan_fragment(f, *r, layout.fragment(*r), encoder, probes),
+            )
         })
         .collect();
     let mut dropped: BTreeMap<FuncId, String> = BTreeMap::new();
@@ -254,8 +278,12 @@ pub fn rewrite(
         summary.moved = layout.rewritten_count();
     }
 
-    // 3. Addresses.
-    let segment = new_segment(elf)?;
+    // 3. Addresses. Instrumentation counters get a segment of their own below the new one.
+    let mut segment = new_segment(elf)?;
+    let counters = instrumentation.map(|i| {
+        let size = (u64::from(i.counters) * 8).max(1).div_ceil(4096) * 4096;
+        (segment.reserve_counters(size), size)
+    });
     let mut placed: Vec<(FragmentPlan, Vaddr)> = Vec::with_capacity(plans.len());
     let hot_start = align(segment.content_start(), 64);
     let mut cursor = hot_start;
@@ -294,6 +322,25 @@ pub fn rewrite(
     summary.fragments = placed.len();
     let map = AddressMap::new(program, &placed);
 
+    // The instrumentation runtime, after the cold text.
+    let runtime = match (instrumentation, counters) {
+        (Some(i), Some((counters, counters_size))) => Some(build_runtime(
+            elf,
+            program,
+            &map,
+            &layout,
+            i,
+            align(cold_end, 64),
+            counters,
+            counters_size,
+        )?),
+        _ => None,
+    };
+    let tables_start = match &runtime {
+        Some((addr, code)) => align(*addr + code.bytes.len() as u64, 8),
+        None => align(cold_end, 8),
+    };
+
     // 4. References and encoding.
     let symbols_list = elf.symbols()?;
     let statics = if relocation_mode {
@@ -314,6 +361,7 @@ pub fn rewrite(
                 *addr,
                 &map,
                 &refs.in_moved_code,
+                counters.map(|c| c.0),
                 encoder,
             )
             .map_err(|source| RewriteError::Encode {
@@ -376,10 +424,14 @@ pub fn rewrite(
         }
     }
 
-    // Entry point, DT_INIT / DT_FINI, exported symbols.
-    let entry = map
-        .translate(program, elf.entry)
-        .filter(|e| *e != elf.entry);
+    // Entry point, DT_INIT / DT_FINI, exported symbols. An instrumented binary starts in the
+    // runtime.
+    let runtime_entry = runtime.as_ref().and_then(|(_, code)| code.entry_stub);
+    let runtime_init = runtime.as_ref().and_then(|(_, code)| code.init_stub);
+    let entry = runtime_entry.or_else(|| {
+        map.translate(program, elf.entry)
+            .filter(|e| *e != elf.entry)
+    });
     if let Some(dynamic) = elf.section_by_name(".dynamic") {
         for (i, entry) in dynamic.data.chunks_exact(16).enumerate() {
             let tag = i64::from_le_bytes(entry[..8].try_into().unwrap());
@@ -388,8 +440,12 @@ pub fn rewrite(
                 break;
             }
             // DT_INIT = 12, DT_FINI = 13.
+            let new = match (tag, runtime_init) {
+                (12, Some(init)) => Some(init),
+                _ => map.translate(program, value).filter(|n| *n != value),
+            };
             if (tag == 12 || tag == 13)
-                && let Some(new) = map.translate(program, value).filter(|n| *n != value)
+                && let Some(new) = new
             {
                 patches.push((
                     dynamic.addr + (i * 16 + 8) as u64,
@@ -442,10 +498,21 @@ pub fn rewrite(
         &section_of,
     ));
 
+    if let Some((addr, code)) = runtime {
+        new_sections.push(NewSection::new(
+            ".rivet.runtime",
+            object::elf::SHT_PROGBITS.0,
+            exec,
+            addr,
+            code.bytes,
+            64,
+        ));
+    }
+
     // 5. Unwind and exception tables, and debug info (independent: built side by side).
     let moves = debug::CodeMoves::new(program, &map, &placed);
     let (tables, debug_sections) = rayon::join(
-        || frames::build(elf, program, &layout, &placed, &map, align(cold_end, 8)),
+        || frames::build(elf, program, &layout, &placed, &map, tables_start),
         || debug::rewrite(elf, &moves),
     );
     let tables = tables?;
@@ -546,15 +613,18 @@ pub fn rewrite(
         )),
     }
 
-    // The address translation table.
-    new_sections.push(NewSection::new(
-        crate::bat::SECTION,
-        object::elf::SHT_PROGBITS.0,
-        0,
-        Vaddr(0),
-        crate::bat::encode(&map.block_pairs(program)),
-        8,
-    ));
+    // The address translation table (not for instrumented code: probes sit inside blocks,
+    // which the table's block-start granularity cannot describe).
+    if instrumentation.is_none() {
+        new_sections.push(NewSection::new(
+            crate::bat::SECTION,
+            object::elf::SHT_PROGBITS.0,
+            0,
+            Vaddr(0),
+            crate::bat::encode(&map.block_pairs(program)),
+            8,
+        ));
+    }
 
     // The note recording the input.
     let mut note = Vec::new();
@@ -600,6 +670,9 @@ pub fn rewrite(
 
     let mut salt = input_id.to_vec();
     salt.extend_from_slice(format!("{:?}", options.strategy).as_bytes());
+    if instrumentation.is_some() {
+        salt.extend_from_slice(b"instrumented");
+    }
     let rewrite = Rewrite {
         patches,
         sections: new_sections,
@@ -608,6 +681,7 @@ pub fn rewrite(
         entry,
         eh_frame_hdr,
         rebuild_id_salt: Some(salt),
+        counters,
     };
     let image = write_output(elf, &segment, &rewrite)?;
     Ok(RewriteOutput {
@@ -616,6 +690,53 @@ pub fn rewrite(
         map,
         summary,
     })
+}
+
+/// Generates the runtime at `at`, hooked on the entry point (executables) or DT_INIT (shared
+/// libraries).
+#[allow(clippy::too_many_arguments)]
+fn build_runtime(
+    elf: &ElfFile<'_>,
+    program: &Program,
+    map: &AddressMap,
+    layout: &Layout,
+    i: &Instrumentation<'_>,
+    at: Vaddr,
+    counters: Vaddr,
+    counters_size: u64,
+) -> Result<(Vaddr, rivet_runtime::RuntimeCode), RewriteError> {
+    let prefix = (i.file_prefix)(&|f| layout.is_rewritten(f));
+    let translate = |v: Vaddr| map.translate(program, v).unwrap_or(v);
+    let (entry, init) = if program.info.kind == rivet_elf::ElfKind::SharedLibrary {
+        let init = elf
+            .section_by_name(".dynamic")
+            .and_then(|d| {
+                d.data.chunks_exact(16).find_map(|e| {
+                    let tag = i64::from_le_bytes(e[..8].try_into().unwrap());
+                    (tag == 12).then(|| Vaddr(u64::from_le_bytes(e[8..].try_into().unwrap())))
+                })
+            })
+            .ok_or_else(|| {
+                RewriteError::Instrument(
+                    "the shared library has no DT_INIT to start the runtime from".into(),
+                )
+            })?;
+        (None, Some(translate(init)))
+    } else {
+        (Some(translate(elf.entry)), None)
+    };
+    let code = rivet_runtime::generate(&rivet_runtime::RuntimeParams {
+        at,
+        counters,
+        counters_size,
+        file_prefix: &prefix,
+        default_path: i.default_path,
+        per_process: i.per_process,
+        entry,
+        init,
+    })
+    .map_err(|e| RewriteError::Instrument(e.to_string()))?;
+    Ok((at, code))
 }
 
 fn align(v: Vaddr, a: u64) -> Vaddr {

@@ -11,6 +11,7 @@
 
 pub mod dump;
 pub mod layout;
+pub mod probes;
 pub mod program;
 pub mod skip;
 

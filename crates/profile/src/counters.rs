@@ -1,1 +1,761 @@
-//! (in progress)
+//! The file an instrumented binary counts into, and how its raw counters become edge counts.
+//!
+//! `rivet instrument` describes, per instrumented function, a *counting graph*: its vertices
+//! are the pieces of the function's blocks between calls, plus one vertex standing for
+//! "outside the function" (vertex 0); its edges are the CFG edges, the returns of calls, and
+//! edges to and from the outside for entries, landing pads, returns, tail calls, indirect
+//! jumps, jumps between a function and its compiler-split part, and calls that never came
+//! back (an exception, `exit`, `longjmp`, or the process killed while inside). Every edge
+//! conserves flow at every vertex, so counting the edges off a spanning tree is enough: the
+//! others follow (Knuth's counter placement). Edges no probe can count (a call that did not
+//! return) are always tree edges; they all touch vertex 0, so they never close a cycle.
+//!
+//! The file (`RIVETCNT`, little-endian) is self-describing, so a profile needs neither the
+//! instrumented binary nor a side file:
+//!
+//! ```text
+//! 0   magic "RIVETCNT"      8   version u32      12  reserved u32
+//! 16  counters_offset u64 (page multiple)       24  counter_count u64
+//! 32  map_size u64                              40  map_hash u64 (FNV-1a of the map)
+//! 48  reserved [16]         64  map (map_size bytes), zero padding, then the counters (u64)
+//! ```
+//!
+//! The runtime writes the first `counters_offset` bytes when it creates the file and maps
+//! the counters over the binary's counter segment; a file whose header differs belongs to
+//! another instrumentation and is left alone. The map's encoding is `encode_map`'s.
+
+use std::collections::BTreeMap;
+
+use crate::model::{Location, Mode, Origin, Profile};
+
+pub const MAGIC: &[u8; 8] = b"RIVETCNT";
+pub const VERSION: u32 = 1;
+pub const HEADER_SIZE: usize = 64;
+/// Counter index of an edge without a counter (a spanning-tree edge, inferred).
+pub const INFERRED: u32 = u32::MAX;
+/// Vertex 0 of every counting graph: outside the function.
+pub const OUTSIDE: u32 = 0;
+const PAGE: u64 = 4096;
+
+/// What an edge of a counting graph stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum EdgeKind {
+    /// A CFG edge: `from_addr` is the last instruction of the source block, `to_addr` the
+    /// successor's start.
+    Flow = 0,
+    /// A call returned: `from_addr` is the call, `to_addr` the return address.
+    CallReturn = 1,
+    /// A call did not return (to the outside): `from_addr` is the call.
+    CallUnwound = 2,
+    /// From the outside to an entry point (`to_addr`).
+    Entry = 3,
+    /// From the outside to a landing pad (`to_addr`).
+    LandingPad = 4,
+    /// A return (`from_addr`) to the outside.
+    Return = 5,
+    /// A tail call at `from_addr` to `to_addr` (0 when indirect).
+    TailCall = 6,
+    /// An indirect jump (jump table, computed goto) at `from_addr`, leaving to the outside
+    /// vertex; its targets come back through `IndirectTarget` edges.
+    IndirectJump = 7,
+    /// From the outside to `to_addr`, a target of indirect jumps (all of them: which jump
+    /// went there is not counted; `FunctionMap::jumps` lists the possible pairs).
+    IndirectTarget = 8,
+    /// A jump at `from_addr` to `to_addr` in a compiler-split sibling (`foo` <-> `foo.cold`).
+    ToFragment = 9,
+    /// Entry at `to_addr` from a compiler-split sibling's jump at `from_addr`.
+    FromFragment = 10,
+    /// A noreturn call or trap at `from_addr` (to the outside).
+    NoReturn = 11,
+    /// Every arrival at the block at `to_addr`: a block entered both from the outside and from
+    /// inside the function is split in two vertices joined by this edge, so that its entries
+    /// from the outside can be inferred.
+    Enter = 12,
+}
+
+impl EdgeKind {
+    fn from_u8(v: u8) -> Option<EdgeKind> {
+        use EdgeKind::*;
+        Some(match v {
+            0 => Flow,
+            1 => CallReturn,
+            2 => CallUnwound,
+            3 => Entry,
+            4 => LandingPad,
+            5 => Return,
+            6 => TailCall,
+            7 => IndirectJump,
+            8 => IndirectTarget,
+            9 => ToFragment,
+            10 => FromFragment,
+            11 => NoReturn,
+            12 => Enter,
+            _ => return None,
+        })
+    }
+}
+
+/// One edge of a counting graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapEdge {
+    pub from: u32,
+    pub to: u32,
+    pub kind: EdgeKind,
+    pub from_addr: u64,
+    pub to_addr: u64,
+    /// Index of its counter, or `INFERRED`.
+    pub counter: u32,
+}
+
+/// A call site: executed as often as `vertex` (the piece of block that ends with it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapCall {
+    pub vertex: u32,
+    pub at: u64,
+    /// The callee's address in the input; 0 for an indirect call.
+    pub target: u64,
+}
+
+/// The counting graph of one instrumented function, in input addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionMap {
+    /// The name profiles use for it (fdata conventions: locals as `name/file/1`).
+    pub name: String,
+    pub start: u64,
+    /// Start address of each vertex's code; index 0 (outside) holds 0.
+    pub vertices: Vec<u64>,
+    pub edges: Vec<MapEdge>,
+    pub calls: Vec<MapCall>,
+    /// (indirect jump, target) pairs of jump tables and computed gotos.
+    pub jumps: Vec<(u64, u64)>,
+}
+
+/// Everything needed to turn an instrumented run's counters into a profile of the input.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CounterMap {
+    /// GNU build-id of the input binary (the one the profile describes).
+    pub input_build_id: Vec<u8>,
+    pub binary_name: String,
+    pub counter_count: u32,
+    pub functions: Vec<FunctionMap>,
+    /// Names of the input's functions by start address, sorted (call targets, tail calls).
+    pub symbols: Vec<(u64, String)>,
+}
+
+/// Why a counter file or map cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CountersError {
+    #[error("not a Rivet counter file (no RIVETCNT magic)")]
+    NotCounters,
+    #[error("counter file version {0} is not supported (this Rivet reads version {VERSION})")]
+    Version(u32),
+    #[error("counter file is truncated: {0}")]
+    Truncated(&'static str),
+    #[error("counter file is malformed: {0}")]
+    Malformed(String),
+    #[error("counter files come from different instrumentations (map hashes differ)")]
+    DifferentInstrumentation,
+}
+
+struct Writer(Vec<u8>);
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+    }
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CountersError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.data.len())
+            .ok_or(CountersError::Truncated("the map ends early"))?;
+        let s = &self.data[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, CountersError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, CountersError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, CountersError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], CountersError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn string(&mut self) -> Result<String, CountersError> {
+        String::from_utf8(self.bytes()?.to_vec())
+            .map_err(|_| CountersError::Malformed("a name is not UTF-8".into()))
+    }
+    /// A count of items each at least `min_size` bytes long, checked against what is left.
+    fn count(&mut self, min_size: usize) -> Result<usize, CountersError> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_size) > self.data.len() - self.pos {
+            return Err(CountersError::Truncated("a table is longer than the map"));
+        }
+        Ok(n)
+    }
+}
+
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl CounterMap {
+    /// The map's bytes (the part of the file after the header).
+    pub fn encode_map(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.bytes(&self.input_build_id);
+        w.bytes(self.binary_name.as_bytes());
+        w.u32(self.counter_count);
+        w.u32(self.symbols.len() as u32);
+        for (addr, name) in &self.symbols {
+            w.u64(*addr);
+            w.bytes(name.as_bytes());
+        }
+        w.u32(self.functions.len() as u32);
+        for f in &self.functions {
+            w.bytes(f.name.as_bytes());
+            w.u64(f.start);
+            w.u32(f.vertices.len() as u32);
+            for v in &f.vertices {
+                w.u64(*v);
+            }
+            w.u32(f.edges.len() as u32);
+            for e in &f.edges {
+                w.u32(e.from);
+                w.u32(e.to);
+                w.u8(e.kind as u8);
+                w.u64(e.from_addr);
+                w.u64(e.to_addr);
+                w.u32(e.counter);
+            }
+            w.u32(f.calls.len() as u32);
+            for c in &f.calls {
+                w.u32(c.vertex);
+                w.u64(c.at);
+                w.u64(c.target);
+            }
+            w.u32(f.jumps.len() as u32);
+            for (jump, target) in &f.jumps {
+                w.u64(*jump);
+                w.u64(*target);
+            }
+        }
+        w.0
+    }
+
+    /// Decodes `encode_map`'s bytes, checking every index.
+    pub fn decode_map(data: &[u8]) -> Result<CounterMap, CountersError> {
+        let mut r = Reader { data, pos: 0 };
+        let input_build_id = r.bytes()?.to_vec();
+        let binary_name = r.string()?;
+        let counter_count = r.u32()?;
+        let mut symbols = Vec::with_capacity(r.count(12)?.min(1 << 20));
+        for _ in 0..symbols.capacity() {
+            symbols.push((r.u64()?, r.string()?));
+        }
+        let nfunc = r.count(24)?;
+        let mut functions = Vec::with_capacity(nfunc);
+        for _ in 0..nfunc {
+            let name = r.string()?;
+            let start = r.u64()?;
+            let nv = r.count(8)?;
+            let vertices = (0..nv).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+            let ne = r.count(29)?;
+            let mut edges = Vec::with_capacity(ne);
+            for _ in 0..ne {
+                let from = r.u32()?;
+                let to = r.u32()?;
+                let kind = EdgeKind::from_u8(r.u8()?)
+                    .ok_or_else(|| CountersError::Malformed("unknown edge kind".into()))?;
+                let from_addr = r.u64()?;
+                let to_addr = r.u64()?;
+                let counter = r.u32()?;
+                if from as usize >= nv || to as usize >= nv {
+                    return Err(CountersError::Malformed(format!(
+                        "an edge of {name} names a vertex it does not have"
+                    )));
+                }
+                if counter != INFERRED && counter >= counter_count {
+                    return Err(CountersError::Malformed(format!(
+                        "an edge of {name} names counter {counter} of {counter_count}"
+                    )));
+                }
+                edges.push(MapEdge {
+                    from,
+                    to,
+                    kind,
+                    from_addr,
+                    to_addr,
+                    counter,
+                });
+            }
+            let nc = r.count(20)?;
+            let mut calls = Vec::with_capacity(nc);
+            for _ in 0..nc {
+                let vertex = r.u32()?;
+                if vertex as usize >= nv {
+                    return Err(CountersError::Malformed(format!(
+                        "a call of {name} names a vertex it does not have"
+                    )));
+                }
+                calls.push(MapCall {
+                    vertex,
+                    at: r.u64()?,
+                    target: r.u64()?,
+                });
+            }
+            let nj = r.count(16)?;
+            let jumps = (0..nj)
+                .map(|_| Ok((r.u64()?, r.u64()?)))
+                .collect::<Result<Vec<_>, CountersError>>()?;
+            functions.push(FunctionMap {
+                name,
+                start,
+                vertices,
+                edges,
+                calls,
+                jumps,
+            });
+        }
+        if r.pos != data.len() {
+            return Err(CountersError::Malformed("bytes after the map".into()));
+        }
+        Ok(CounterMap {
+            input_build_id,
+            binary_name,
+            counter_count,
+            functions,
+            symbols,
+        })
+    }
+
+    /// What the runtime writes when it creates the file: the header and the map, padded to
+    /// `counters_offset` (the returned offset, a page multiple).
+    pub fn file_prefix(&self) -> (Vec<u8>, u64) {
+        let map = self.encode_map();
+        let counters_offset = (HEADER_SIZE as u64 + map.len() as u64).div_ceil(PAGE) * PAGE;
+        let mut out = Vec::with_capacity(counters_offset as usize);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&counters_offset.to_le_bytes());
+        out.extend_from_slice(&u64::from(self.counter_count).to_le_bytes());
+        out.extend_from_slice(&(map.len() as u64).to_le_bytes());
+        out.extend_from_slice(&fnv1a(&map).to_le_bytes());
+        out.resize(HEADER_SIZE, 0);
+        out.extend_from_slice(&map);
+        out.resize(counters_offset as usize, 0);
+        (out, counters_offset)
+    }
+}
+
+/// A counter file read back: its map and counter values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterFile {
+    pub map: CounterMap,
+    pub map_hash: u64,
+    pub counters: Vec<u64>,
+}
+
+/// True when `data` starts like a counter file.
+pub fn is_counter_file(data: &[u8]) -> bool {
+    data.starts_with(MAGIC)
+}
+
+impl CounterFile {
+    pub fn parse(data: &[u8]) -> Result<CounterFile, CountersError> {
+        if !data.starts_with(MAGIC) {
+            return Err(CountersError::NotCounters);
+        }
+        if data.len() < HEADER_SIZE {
+            return Err(CountersError::Truncated("the header ends early"));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(data[o..o + 8].try_into().unwrap());
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(CountersError::Version(version));
+        }
+        let counters_offset = u64_at(16);
+        let counter_count = u64_at(24);
+        let map_size = u64_at(32);
+        let map_hash = u64_at(40);
+        let map_end = (HEADER_SIZE as u64)
+            .checked_add(map_size)
+            .filter(|&e| e <= counters_offset)
+            .ok_or_else(|| CountersError::Malformed("the map overlaps the counters".into()))?;
+        let counters_end = counter_count
+            .checked_mul(8)
+            .and_then(|n| n.checked_add(counters_offset))
+            .ok_or_else(|| CountersError::Malformed("counter count out of range".into()))?;
+        if (data.len() as u64) < counters_end {
+            return Err(CountersError::Truncated("the counters end early"));
+        }
+        let map_bytes = &data[HEADER_SIZE..map_end as usize];
+        if fnv1a(map_bytes) != map_hash {
+            return Err(CountersError::Malformed(
+                "the map does not match its hash".into(),
+            ));
+        }
+        let map = CounterMap::decode_map(map_bytes)?;
+        if u64::from(map.counter_count) != counter_count {
+            return Err(CountersError::Malformed(
+                "header and map disagree on the number of counters".into(),
+            ));
+        }
+        let counters = data[counters_offset as usize..counters_end as usize]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        Ok(CounterFile {
+            map,
+            map_hash,
+            counters,
+        })
+    }
+
+    /// Adds another run's counters (same instrumentation).
+    pub fn add(&mut self, other: &CounterFile) -> Result<(), CountersError> {
+        if other.map_hash != self.map_hash || other.counters.len() != self.counters.len() {
+            return Err(CountersError::DifferentInstrumentation);
+        }
+        for (a, b) in self.counters.iter_mut().zip(&other.counters) {
+            *a = a.saturating_add(*b);
+        }
+        Ok(())
+    }
+
+    /// Every edge's count, per function (same order as the map's edges).
+    pub fn edge_counts(&self) -> Vec<Vec<u64>> {
+        self.map
+            .functions
+            .iter()
+            .map(|f| solve_edges(f, &self.counters))
+            .collect()
+    }
+
+    /// The profile of the input binary these counters describe.
+    pub fn to_profile(&self) -> Profile {
+        to_profile(&self.map, &self.edge_counts())
+    }
+}
+
+/// Counts of every edge of `f`: measured ones read from `counters`, the others solved by flow
+/// conservation, peeling vertices with a single unknown edge. Inconsistent counts (a thread
+/// stopped in the middle of a block) are clamped at zero.
+pub fn solve_edges(f: &FunctionMap, counters: &[u64]) -> Vec<u64> {
+    let n = f.vertices.len();
+    let mut value: Vec<Option<i128>> = f
+        .edges
+        .iter()
+        .map(|e| {
+            (e.counter != INFERRED)
+                .then(|| i128::from(counters.get(e.counter as usize).copied().unwrap_or(0)))
+        })
+        .collect();
+    let mut incident: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, e) in f.edges.iter().enumerate() {
+        incident[e.from as usize].push(i);
+        if e.to != e.from {
+            incident[e.to as usize].push(i);
+        }
+    }
+    let unknown_at = |v: usize, value: &[Option<i128>]| {
+        incident[v].iter().filter(|&&i| value[i].is_none()).count()
+    };
+    let mut queue: Vec<usize> = (0..n).filter(|&v| unknown_at(v, &value) == 1).collect();
+    while let Some(v) = queue.pop() {
+        let unknown: Vec<usize> = incident[v]
+            .iter()
+            .copied()
+            .filter(|&i| value[i].is_none())
+            .collect();
+        let [edge] = unknown[..] else { continue };
+        // in - out = 0 at v; a self loop contributes to both sides and cancels.
+        let mut balance: i128 = 0;
+        for &i in &incident[v] {
+            let e = &f.edges[i];
+            if i == edge || e.from == e.to {
+                continue;
+            }
+            let c = value[i].unwrap_or(0);
+            if e.to as usize == v {
+                balance += c;
+            } else {
+                balance -= c;
+            }
+        }
+        let e = &f.edges[edge];
+        if e.from == e.to {
+            continue;
+        }
+        value[edge] = Some(if e.to as usize == v {
+            -balance
+        } else {
+            balance
+        });
+        for w in [e.from as usize, e.to as usize] {
+            if unknown_at(w, &value) == 1 {
+                queue.push(w);
+            }
+        }
+    }
+    value
+        .into_iter()
+        .map(|v| v.map_or(0, |c| c.clamp(0, i128::from(u64::MAX)) as u64))
+        .collect()
+}
+
+/// Count of each vertex: the sum of its incoming edges.
+pub fn vertex_counts(f: &FunctionMap, edge_counts: &[u64]) -> Vec<u64> {
+    let mut counts = vec![0u64; f.vertices.len()];
+    for (e, c) in f.edges.iter().zip(edge_counts) {
+        counts[e.to as usize] = counts[e.to as usize].saturating_add(*c);
+    }
+    counts
+}
+
+/// The branch-mode profile of the instrumented functions: CFG edges (taken and fall-through,
+/// from the last instruction of a block), calls and tail calls to their targets, jumps between
+/// split parts, and entries from code the profile does not see (`[unknown]` callers).
+pub fn to_profile(map: &CounterMap, edge_counts: &[Vec<u64>]) -> Profile {
+    let mut profile = Profile::new(Mode::Branches);
+    profile.origin = Origin::Instrumentation;
+    profile.build_id = (!map.input_build_id.is_empty()).then(|| hex(&map.input_build_id));
+    profile.binary_name = (!map.binary_name.is_empty()).then(|| map.binary_name.clone());
+    // Location of an address: inside an instrumented function, or at a known symbol.
+    let mut starts: Vec<(u64, &str)> = map
+        .symbols
+        .iter()
+        .map(|(a, n)| (*a, n.as_str()))
+        .chain(map.functions.iter().map(|f| (f.start, f.name.as_str())))
+        .collect();
+    starts.sort_unstable();
+    starts.dedup_by_key(|s| s.0);
+    let locate = |addr: u64| -> Location {
+        let pos = starts.partition_point(|s| s.0 <= addr);
+        match pos.checked_sub(1).map(|i| starts[i]) {
+            Some((start, name)) => Location::symbol(name, addr - start),
+            None => Location::unknown(),
+        }
+    };
+    // Entries into each function from its known callers (calls and tail calls).
+    let mut known_entries: BTreeMap<u64, u64> = BTreeMap::new();
+    for (f, counts) in map.functions.iter().zip(edge_counts) {
+        let vcounts = vertex_counts(f, counts);
+        let here = |addr: u64| Location::symbol(f.name.clone(), addr - f.start);
+        for (e, &c) in f.edges.iter().zip(counts) {
+            if c == 0 {
+                continue;
+            }
+            match e.kind {
+                EdgeKind::Flow => profile.add_branch(here(e.from_addr), here(e.to_addr), c, 0),
+                EdgeKind::TailCall | EdgeKind::ToFragment if e.to_addr != 0 => {
+                    if e.kind == EdgeKind::TailCall {
+                        *known_entries.entry(e.to_addr).or_default() += c;
+                    }
+                    profile.add_branch(here(e.from_addr), locate(e.to_addr), c, 0);
+                }
+                _ => {}
+            }
+        }
+        for call in &f.calls {
+            let c = vcounts[call.vertex as usize];
+            if c == 0 || call.target == 0 {
+                continue;
+            }
+            *known_entries.entry(call.target).or_default() += c;
+            profile.add_branch(here(call.at), locate(call.target), c, 0);
+        }
+        indirect_jumps(f, counts, &mut profile);
+    }
+    // Entries not explained by known callers come from `[unknown]`.
+    for (f, counts) in map.functions.iter().zip(edge_counts) {
+        let entries: u64 = f
+            .edges
+            .iter()
+            .zip(counts)
+            .filter(|(e, _)| e.kind == EdgeKind::Entry && e.to_addr == f.start)
+            .map(|(_, c)| *c)
+            .sum();
+        let known = known_entries.get(&f.start).copied().unwrap_or(0);
+        if entries > known {
+            profile.add_branch(
+                Location::unknown(),
+                Location::symbol(f.name.clone(), 0),
+                entries - known,
+                0,
+            );
+        }
+    }
+    profile
+}
+
+/// Edges of indirect jumps: each target's count split among the jumps that can reach it, in
+/// proportion to how often each jump ran (exact when a target has one jump, the usual switch).
+fn indirect_jumps(f: &FunctionMap, counts: &[u64], profile: &mut Profile) {
+    let jumps: BTreeMap<u64, u64> = f
+        .edges
+        .iter()
+        .zip(counts)
+        .filter(|(e, _)| e.kind == EdgeKind::IndirectJump)
+        .map(|(e, c)| (e.from_addr, *c))
+        .collect();
+    let mut sources: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for &(jump, target) in &f.jumps {
+        sources.entry(target).or_default().push(jump);
+    }
+    let here = |addr: u64| Location::symbol(f.name.clone(), addr - f.start);
+    for (e, &count) in f.edges.iter().zip(counts) {
+        if e.kind != EdgeKind::IndirectTarget || count == 0 {
+            continue;
+        }
+        let Some(from) = sources.get(&e.to_addr) else {
+            continue;
+        };
+        let weight = |s: &u64| u128::from(jumps.get(s).copied().unwrap_or(0));
+        let total: u128 = from.iter().map(weight).sum();
+        let mut left = count;
+        for (k, s) in from.iter().enumerate() {
+            let share = if k + 1 == from.len() {
+                left
+            } else if total == 0 {
+                0
+            } else {
+                (u128::from(count) * weight(s) / total) as u64
+            };
+            left -= share.min(left);
+            if share > 0 {
+                profile.add_branch(here(*s), here(e.to_addr), share, 0);
+            }
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// f: entry A (0x10) -> loop B (0x20) <-> back; B -> C (0x30) ret. A calls g at 0x15.
+    fn looping() -> FunctionMap {
+        let e = |from, to, kind, from_addr, to_addr, counter| MapEdge {
+            from,
+            to,
+            kind,
+            from_addr,
+            to_addr,
+            counter,
+        };
+        FunctionMap {
+            name: "f".into(),
+            start: 0x10,
+            // 0 outside, 1 = A before call, 2 = A after call, 3 = B, 4 = C
+            vertices: vec![0, 0x10, 0x1a, 0x20, 0x30],
+            edges: vec![
+                e(0, 1, EdgeKind::Entry, 0, 0x10, 2),
+                e(1, 2, EdgeKind::CallReturn, 0x15, 0x1a, INFERRED),
+                e(1, 0, EdgeKind::CallUnwound, 0x15, 0, INFERRED),
+                e(2, 3, EdgeKind::Flow, 0x1c, 0x20, INFERRED),
+                e(3, 3, EdgeKind::Flow, 0x2e, 0x20, 0),
+                e(3, 4, EdgeKind::Flow, 0x2e, 0x30, INFERRED),
+                e(4, 0, EdgeKind::Return, 0x30, 0, 1),
+            ],
+            calls: vec![MapCall {
+                vertex: 1,
+                at: 0x15,
+                target: 0x100,
+            }],
+            jumps: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn tree_edges_follow_from_measured_ones() {
+        let f = looping();
+        // 3 calls, loop taken 7 times in all.
+        let counts = solve_edges(&f, &[7, 3, 3]);
+        assert_eq!(counts, vec![3, 3, 0, 3, 7, 3, 3]);
+        assert_eq!(vertex_counts(&f, &counts), vec![3, 3, 3, 10, 3]);
+    }
+
+    #[test]
+    fn a_call_that_never_returned_is_attributed_to_its_call() {
+        let f = looping();
+        // Two complete runs, then one killed inside the call to g: the call that never
+        // returned takes the difference, every other edge is exact.
+        let counts = solve_edges(&f, &[5, 2, 3]);
+        assert_eq!(counts, vec![3, 2, 1, 2, 5, 2, 2]);
+    }
+
+    #[test]
+    fn map_and_file_round_trip() {
+        let map = CounterMap {
+            input_build_id: vec![0xab, 0xcd],
+            binary_name: "prog".into(),
+            counter_count: 3,
+            functions: vec![looping()],
+            symbols: vec![(0x10, "f".into()), (0x100, "g".into())],
+        };
+        let (mut file, offset) = map.file_prefix();
+        assert_eq!(offset % 4096, 0);
+        file.extend_from_slice(&7u64.to_le_bytes());
+        file.extend_from_slice(&3u64.to_le_bytes());
+        file.extend_from_slice(&3u64.to_le_bytes());
+        let parsed = CounterFile::parse(&file).unwrap();
+        assert_eq!(parsed.map, map);
+        assert_eq!(parsed.counters, vec![7, 3, 3]);
+        let profile = parsed.to_profile();
+        assert_eq!(profile.build_id.as_deref(), Some("abcd"));
+        let count =
+            |from: Location, to: Location| profile.branches.get(&(from, to)).map(|c| c.count);
+        assert_eq!(
+            count(Location::symbol("f", 0x1e), Location::symbol("f", 0x10)),
+            Some(7)
+        );
+        assert_eq!(
+            count(Location::symbol("f", 0x1e), Location::symbol("f", 0x20)),
+            Some(3)
+        );
+        assert_eq!(
+            count(Location::symbol("f", 0x5), Location::symbol("g", 0)),
+            Some(3)
+        );
+        // Entries of f: 3 from unknown callers.
+        assert_eq!(
+            count(Location::unknown(), Location::symbol("f", 0)),
+            Some(3)
+        );
+        // Every truncation is an error, never a panic.
+        for len in 0..file.len() {
+            assert!(CounterFile::parse(&file[..len]).is_err(), "len {len}");
+        }
+    }
+}

@@ -8,3 +8,4 @@
 pub mod encode;
 pub mod inst;
 pub mod jump_table;
+pub mod probe;

@@ -1,0 +1,190 @@
+//! `rivet instrument`: write a copy of a binary that counts how it runs.
+//!
+//! Every simple function gets counters on the edges off a spanning tree of its counting graph
+//! (`rivet_passes::instrument`); the runtime maps them onto the profile file at start-up, so
+//! counts reach the file while the program runs (`rivet_runtime`). The output is written like
+//! `rivet rewrite`'s: to a temporary file renamed into place, never over the input.
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_elf::{ElfFile, MappedFile};
+use rivet_emit::rewrite::{Instrumentation, RewriteOptions, rewrite};
+use rivet_ir::layout::LayoutStrategy;
+use rivet_ir::probes::{FunctionProbes, ProbeAt};
+use rivet_passes::instrument_program;
+
+use crate::UserError;
+use crate::inspect::elf_error;
+use crate::rewrite::{PendingOutput, rewrite_error, same_file};
+
+#[derive(clap::Args, Debug)]
+pub struct InstrumentArgs {
+    /// The ELF executable or shared library to instrument (never modified).
+    pub binary: PathBuf,
+    /// Where to write the instrumented binary.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    /// The file the instrumented binary counts into (default: the output's path + ".counts").
+    /// RIVET_PROFILE in the environment of the instrumented program overrides it.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// One file per process: the process id is appended to the path (PATH.PID). Forked
+    /// children that do not exec keep counting into their parent's file.
+    #[arg(long)]
+    pub per_process: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The default counter file: next to the output, absolute so that it does not depend on the
+/// directory the program runs in.
+fn default_profile(output: &Path) -> PathBuf {
+    let abs = std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf());
+    let mut name = abs.file_name().unwrap_or_default().to_os_string();
+    name.push(".counts");
+    abs.with_file_name(name)
+}
+
+pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
+    if same_file(&args.binary, &args.output) {
+        return Err(
+            UserError::new(format!("the output {} is the input", args.output.display()))
+                .hint("Rivet never modifies its input; give another -o path"),
+        );
+    }
+    let profile_path = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| default_profile(&args.output));
+    let profile_path = profile_path.to_str().map(str::to_string).ok_or_else(|| {
+        UserError::new(format!(
+            "the profile path {} is not UTF-8",
+            profile_path.display()
+        ))
+    })?;
+    if profile_path.is_empty() || profile_path.len() > rivet_runtime::MAX_PATH - 24 {
+        return Err(
+            UserError::new("the profile path is empty or too long").hint(format!(
+                "use a path of at most {} bytes",
+                rivet_runtime::MAX_PATH - 24
+            )),
+        );
+    }
+    let mapped = MappedFile::open(&args.binary).map_err(|e| {
+        UserError::new(format!("cannot read {}: {e}", args.binary.display()))
+            .hint("check the path and its permissions")
+    })?;
+    let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    let (pending, mut file) = PendingOutput::create(&args.output)?;
+    let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
+        DiscoverError::Elf(e) => elf_error(&args.binary, &e),
+    })?;
+    let plan = instrument_program(&program, &|_| true);
+    let probes: Vec<Option<&FunctionProbes>> = plan
+        .functions
+        .iter()
+        .map(|f| f.as_ref().map(|f| &f.probes))
+        .collect();
+    let build_id = elf.build_id().unwrap_or_default().to_vec();
+    let binary_name = args
+        .binary
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let file_prefix = |kept: &dyn Fn(rivet_ir::FuncId) -> bool| {
+        plan.counter_map(&program, kept, &build_id, &binary_name)
+            .file_prefix()
+            .0
+    };
+    let instrumentation = Instrumentation {
+        probes: &probes,
+        counters: plan.counters,
+        file_prefix: &file_prefix,
+        default_path: &profile_path,
+        per_process: args.per_process,
+    };
+    let options = RewriteOptions {
+        strategy: LayoutStrategy::Identity,
+    };
+    let output = rewrite(&elf, &program, &options, Some(&instrumentation))
+        .map_err(|e| rewrite_error(&args.binary, e))?;
+    file.write_all(&output.image)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;
+    drop(file);
+    let mode = std::fs::metadata(&args.binary)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o755);
+    pending.commit(mode)?;
+
+    // Summary: what is counted, and where the counts go.
+    let mut functions = 0;
+    let (mut counters, mut saving, mut edge_blocks, mut approximate) = (0, 0, 0, 0);
+    for (f, p) in plan.functions.iter().enumerate() {
+        let Some(p) = p else { continue };
+        if !output.layout.is_rewritten(rivet_ir::FuncId(f as u32)) {
+            continue;
+        }
+        functions += 1;
+        counters += p.probes.probes.len();
+        saving += p
+            .probes
+            .probes
+            .iter()
+            .filter(|p| p.shape == rivet_arch::ProbeShape::SavingFlags)
+            .count();
+        edge_blocks += p
+            .probes
+            .probes
+            .iter()
+            .filter(|p| matches!(p.at, ProbeAt::Edge { .. }))
+            .count();
+        approximate += usize::from(p.unknown_edges > 0);
+    }
+    let s = &output.summary;
+    if args.json {
+        let json = serde_json::json!({
+            "output": args.output.display().to_string(),
+            "profile": profile_path,
+            "per_process": args.per_process,
+            "functions": s.functions,
+            "instrumented": functions,
+            "counters": counters,
+            "flag_saving_probes": saving,
+            "edge_blocks": edge_blocks,
+            "approximate_functions": approximate,
+            "not_instrumented": s.not_rewritten,
+            "warnings": s.warnings,
+        });
+        println!("{json}");
+    } else {
+        println!(
+            "instrumented {}: {functions} of {} functions, {counters} counters ({saving} saving flags, {edge_blocks} on edge blocks)",
+            args.output.display(),
+            s.functions
+        );
+        println!(
+            "  counts go to {profile_path}{} while it runs (RIVET_PROFILE overrides)",
+            if args.per_process { ".PID" } else { "" }
+        );
+        if approximate > 0 {
+            println!(
+                "  {approximate} functions have edges that are neither counted nor inferable: their counts are approximate"
+            );
+        }
+        if !s.not_rewritten.is_empty() {
+            println!("  not instrumented:");
+            for (reason, n) in &s.not_rewritten {
+                println!("    {n:6}  {reason}");
+            }
+        }
+        for w in &s.warnings {
+            eprintln!("rivet: warning: {w}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! Passes over the program model. Each pass reads a `Program` (and a profile, for the
+//! optimizing ones) and produces what the emitter needs; none touches ELF bytes.
+//!
+//! - `instrument`: which edges get counters, where the increments go, and the counting graph
+//!   that turns raw counters back into edge counts.
+//! - `names`: the names profiles give functions (BOLT's conventions, so fdata interoperates).
+
+pub mod instrument;
+pub mod names;
+
+use std::collections::HashSet;
+
+use rivet_ir::{FuncId, Program};
+use rivet_profile::counters::CounterMap;
+
+pub use instrument::{FunctionInstrumentation, instrument_function};
+
+/// The instrumentation of a whole program.
+#[derive(Clone, Debug)]
+pub struct ProgramInstrumentation {
+    /// Per `FuncId`: the plan of instrumented functions.
+    pub functions: Vec<Option<FunctionInstrumentation>>,
+    pub counters: u32,
+}
+
+impl ProgramInstrumentation {
+    /// The counter map of the functions for which `kept` holds (the ones actually rewritten),
+    /// for a binary with `build_id` named `binary_name`.
+    pub fn counter_map(
+        &self,
+        program: &Program,
+        kept: &dyn Fn(FuncId) -> bool,
+        build_id: &[u8],
+        binary_name: &str,
+    ) -> CounterMap {
+        let functions = self
+            .functions
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| kept(FuncId(*i as u32)))
+            .filter_map(|(_, f)| f.as_ref().map(|f| f.map.clone()))
+            .collect();
+        CounterMap {
+            input_build_id: build_id.to_vec(),
+            binary_name: binary_name.to_string(),
+            counter_count: self.counters,
+            functions,
+            symbols: names::symbol_table(program),
+        }
+    }
+}
+
+/// Plans instrumentation for every function `eligible` accepts (they must be simple).
+pub fn instrument_program(
+    program: &Program,
+    eligible: &dyn Fn(FuncId) -> bool,
+) -> ProgramInstrumentation {
+    let fragment_targets: HashSet<rivet_elf::Vaddr> = program
+        .functions
+        .iter()
+        .flat_map(|f| f.blocks.iter().flat_map(|b| b.fragment_succs.iter()))
+        .map(|s| s.addr)
+        .collect();
+    let names = names::profile_names(program);
+    let mut counters = 0u32;
+    let functions = program
+        .functions
+        .iter()
+        .map(|f| {
+            if !f.is_simple() || f.blocks.is_empty() || !eligible(f.id) {
+                return None;
+            }
+            let plan = instrument_function(
+                f,
+                names[f.id.0 as usize].clone(),
+                counters,
+                &fragment_targets,
+            );
+            counters += plan.probes.probes.len() as u32;
+            Some(plan)
+        })
+        .collect();
+    ProgramInstrumentation {
+        functions,
+        counters,
+    }
+}

@@ -1,0 +1,531 @@
+//! The instrumentation runtime: the code an instrumented binary runs once at start-up so that
+//! its counters count straight into the profile file.
+//!
+//! Counters live in a zero-filled, page-aligned segment of the instrumented binary. At start-up
+//! (the entry point of an executable, `DT_INIT` of a shared library) the runtime opens the
+//! profile file (`RIVET_PROFILE` from the environment, else the path given at instrumentation
+//! time; with per-process files, `.PID` appended), creates it with mode 0600 and without
+//! following symlinks, writes the self-describing header and map when the file is new, and maps
+//! the file's counter area `MAP_SHARED | MAP_FIXED` over the counter segment. From then on every
+//! increment lands in the page cache of the file: a program killed with SIGKILL, crashing, or
+//! forking (children inherit the shared mapping and add to the same counts) leaves a complete
+//! profile, with no dump at exit, no thread and no watcher process. An existing file of the
+//! same instrumentation accumulates; one of another is left alone with a message on stderr,
+//! and the program then runs with private counters. Counts made before the mapping (IFUNC
+//! resolvers run before any entry point) are added into the file first.
+//!
+//! The runtime is generated as x86-64 machine code with iced's assembler rather than compiled
+//! from a freestanding source: it is a few hundred bytes of straight-line system calls, and
+//! generating it means there is no runtime library to build, ship, or find at run time. It
+//! uses raw Linux system calls only and touches nothing of the program but its own stack.
+
+use iced_x86::IcedError;
+use iced_x86::code_asm::*;
+use rivet_elf::Vaddr;
+
+/// What the runtime needs to know, all fixed at instrumentation time.
+#[derive(Clone, Debug)]
+pub struct RuntimeParams<'a> {
+    /// Address the runtime is placed at.
+    pub at: Vaddr,
+    /// The counter segment: page-aligned address and size (a page multiple).
+    pub counters: Vaddr,
+    pub counters_size: u64,
+    /// The file's header and map, padded to the counters' offset in the file (a page multiple).
+    pub file_prefix: &'a [u8],
+    /// The profile path used when `RIVET_PROFILE` is not set.
+    pub default_path: &'a str,
+    /// Append `.PID` to the path: one file per process.
+    pub per_process: bool,
+    /// The executable's entry point, for an executable (the runtime's entry stub jumps there).
+    pub entry: Option<Vaddr>,
+    /// The shared library's `DT_INIT` function, for a shared library.
+    pub init: Option<Vaddr>,
+}
+
+/// The generated runtime.
+#[derive(Clone, Debug)]
+pub struct RuntimeCode {
+    pub bytes: Vec<u8>,
+    /// The new entry point (executables).
+    pub entry_stub: Option<Vaddr>,
+    /// The new `DT_INIT` (shared libraries).
+    pub init_stub: Option<Vaddr>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("assembling the instrumentation runtime: {0}")]
+    Assemble(#[from] IcedError),
+    #[error("the default profile path is empty or too long (at most {MAX_PATH} bytes)")]
+    Path,
+}
+
+/// Longest profile path accepted, pid suffix included.
+pub const MAX_PATH: usize = 4000;
+/// Name of the environment variable that overrides the profile path.
+pub const ENV_PROFILE: &str = "RIVET_PROFILE";
+
+// Linux x86-64 system call numbers and flags.
+const SYS_WRITE: i32 = 1;
+const SYS_CLOSE: i32 = 3;
+const SYS_FSTAT: i32 = 5;
+const SYS_MMAP: i32 = 9;
+const SYS_MUNMAP: i32 = 11;
+const SYS_PREAD64: i32 = 17;
+const SYS_PWRITE64: i32 = 18;
+const SYS_GETPID: i32 = 39;
+const SYS_FLOCK: i32 = 73;
+const SYS_FTRUNCATE: i32 = 77;
+const SYS_OPENAT: i32 = 257;
+const AT_FDCWD: i32 = -100;
+const O_RDWR_CREAT_NOFOLLOW_CLOEXEC: i32 = 0o2 | 0o100 | 0o400000 | 0o2000000;
+const MODE_0600: i32 = 0o600;
+const LOCK_EX: i32 = 2;
+const LOCK_UN: i32 = 8;
+const PROT_READ_WRITE: i32 = 3;
+const MAP_SHARED: i32 = 1;
+const MAP_FIXED: i32 = 0x10;
+/// Offset of `st_size` in x86-64 `struct stat`.
+const STAT_SIZE_OFFSET: i32 = 48;
+
+// Stack frame of `start`: path buffer, stat buffer, header buffer, pid digits.
+const PATH_BUF: i32 = 0;
+const STAT_BUF: i32 = 4096;
+const HEADER_BUF: i32 = STAT_BUF + 144;
+const HEADER_CMP: usize = 64;
+const DIGITS_BUF: i32 = HEADER_BUF + 64;
+/// Frame size: with the six saved registers it keeps the stack 16-byte aligned.
+const FRAME: i32 = DIGITS_BUF + 32 + 8;
+
+/// Generates the runtime for `params`.
+pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError> {
+    if params.default_path.is_empty() || params.default_path.len() > MAX_PATH - 24 {
+        return Err(RuntimeError::Path);
+    }
+    let mut a = CodeAssembler::new(64)?;
+    let mut base = a.create_label();
+    let mut start = a.create_label();
+    let mut print = a.create_label();
+    let mut print_cstr = a.create_label();
+    let mut print_dec = a.create_label();
+    let mut default_path = a.create_label();
+    let mut env_name = a.create_label();
+    let mut prefix = a.create_label();
+    let mut msg_prefix = a.create_label();
+    let mut msg_open = a.create_label();
+    let mut msg_write = a.create_label();
+    let mut msg_map = a.create_label();
+    let mut msg_other = a.create_label();
+    let mut msg_long = a.create_label();
+    let mut msg_errno = a.create_label();
+    let mut msg_lost = a.create_label();
+    let mut msg_close = a.create_label();
+
+    // The runtime's first byte, where `params.at` is: a trap never executed, holding the label
+    // the counter segment's address is computed from.
+    a.set_label(&mut base)?;
+    a.int3()?;
+    // Entry stub of an executable: the stack holds argc, argv..., 0, envp...; rdx holds the
+    // dynamic linker's finalizer, which _start passes on.
+    let mut entry_label = None;
+    if let Some(entry) = params.entry {
+        let mut l = a.create_label();
+        a.set_label(&mut l)?;
+        a.mov(rax, qword_ptr(rsp))?;
+        a.lea(rdi, qword_ptr(rsp + rax * 8 + 16))?;
+        a.push(rdx)?;
+        a.push(rdx)?;
+        a.call(start)?;
+        a.pop(rdx)?;
+        a.pop(rdx)?;
+        a.jmp(entry.get())?;
+        entry_label = Some(l);
+    }
+    // DT_INIT stub of a shared library: glibc calls it with (argc, argv, envp).
+    let mut init_label = None;
+    if let Some(init) = params.init {
+        let mut l = a.create_label();
+        a.set_label(&mut l)?;
+        a.push(rdi)?;
+        a.push(rsi)?;
+        a.push(rdx)?;
+        a.mov(rdi, rdx)?;
+        a.call(start)?;
+        a.pop(rdx)?;
+        a.pop(rsi)?;
+        a.pop(rdi)?;
+        a.jmp(init.get())?;
+        init_label = Some(l);
+    }
+
+    // start(envp): callee-saved registers: r12 path, r13 fd, r14/r15 scratch, rbx errno-message.
+    a.set_label(&mut start)?;
+    a.push(rbp)?;
+    a.mov(rbp, rsp)?;
+    a.push(rbx)?;
+    a.push(r12)?;
+    a.push(r13)?;
+    a.push(r14)?;
+    a.push(r15)?;
+    a.sub(rsp, FRAME)?;
+    let mut done = a.create_label();
+    let mut fail_errno = a.create_label();
+    let mut fail_close = a.create_label();
+    let mut fail_plain = a.create_label();
+    let mut fail_other = a.create_label();
+
+    // 1. The path: RIVET_PROFILE=... (first one, non-empty), else the default.
+    a.lea(r12, ptr(default_path))?;
+    let mut scan = a.create_label();
+    let mut scan_next = a.create_label();
+    let mut scan_done = a.create_label();
+    let mut compare = a.create_label();
+    a.test(rdi, rdi)?;
+    a.jz(scan_done)?;
+    a.set_label(&mut scan)?;
+    a.mov(rsi, qword_ptr(rdi))?;
+    a.test(rsi, rsi)?;
+    a.jz(scan_done)?;
+    a.lea(rdx, ptr(env_name))?;
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut compare)?;
+    a.mov(al, byte_ptr(rsi + rcx))?;
+    a.cmp(al, byte_ptr(rdx + rcx))?;
+    a.jne(scan_next)?;
+    a.inc(ecx)?;
+    a.cmp(ecx, ENV_PROFILE.len() as i32 + 1)?;
+    a.jb(compare)?;
+    a.cmp(byte_ptr(rsi + rcx), 0)?;
+    a.je(scan_next)?;
+    a.lea(r12, qword_ptr(rsi + rcx))?;
+    a.jmp(scan_done)?;
+    a.set_label(&mut scan_next)?;
+    a.add(rdi, 8)?;
+    a.jmp(scan)?;
+    a.set_label(&mut scan_done)?;
+
+    // 2. Copy it to the stack (bounded), with `.PID` for per-process files.
+    let mut copy = a.create_label();
+    let mut copied = a.create_label();
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut copy)?;
+    a.mov(al, byte_ptr(r12 + rcx))?;
+    a.mov(byte_ptr(rsp + rcx + PATH_BUF), al)?;
+    a.test(al, al)?;
+    a.jz(copied)?;
+    a.inc(ecx)?;
+    a.cmp(ecx, (MAX_PATH - 24) as i32)?;
+    a.jb(copy)?;
+    a.lea(rbx, ptr(msg_long))?;
+    a.jmp(fail_plain)?;
+    a.set_label(&mut copied)?;
+    a.mov(r12, rsp)?;
+    if params.per_process {
+        // rcx = length; append '.', then the pid's digits (written backwards, then copied).
+        a.mov(byte_ptr(rsp + rcx + PATH_BUF), b'.' as i32)?;
+        a.inc(ecx)?;
+        a.mov(r14, rcx)?;
+        a.mov(eax, SYS_GETPID)?;
+        a.syscall()?;
+        a.lea(rsi, qword_ptr(rsp + DIGITS_BUF + 31))?;
+        a.mov(byte_ptr(rsi), 0)?;
+        a.mov(ecx, 10)?;
+        let mut digit = a.create_label();
+        a.set_label(&mut digit)?;
+        a.xor(edx, edx)?;
+        a.div(rcx)?;
+        a.add(dl, b'0' as i32)?;
+        a.dec(rsi)?;
+        a.mov(byte_ptr(rsi), dl)?;
+        a.test(rax, rax)?;
+        a.jnz(digit)?;
+        let mut append = a.create_label();
+        a.set_label(&mut append)?;
+        a.mov(al, byte_ptr(rsi))?;
+        a.mov(byte_ptr(rsp + r14 + PATH_BUF), al)?;
+        a.inc(rsi)?;
+        a.inc(r14)?;
+        a.test(al, al)?;
+        a.jnz(append)?;
+    }
+
+    // 3. Open: create 0600, never through a symlink.
+    a.mov(eax, SYS_OPENAT)?;
+    a.mov(edi, AT_FDCWD)?;
+    a.mov(rsi, r12)?;
+    a.mov(edx, O_RDWR_CREAT_NOFOLLOW_CLOEXEC)?;
+    a.mov(r10d, MODE_0600)?;
+    a.syscall()?;
+    a.lea(rbx, ptr(msg_open))?;
+    a.test(rax, rax)?;
+    a.js(fail_errno)?;
+    a.mov(r13, rax)?;
+    // 4. One process at a time sets the file up.
+    a.mov(eax, SYS_FLOCK)?;
+    a.mov(rdi, r13)?;
+    a.mov(esi, LOCK_EX)?;
+    a.syscall()?;
+    a.mov(eax, SYS_FSTAT)?;
+    a.mov(rdi, r13)?;
+    a.lea(rsi, qword_ptr(rsp + STAT_BUF))?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(fail_close)?;
+    let prefix_len = params.file_prefix.len() as u64;
+    let total = prefix_len + params.counters_size;
+    let mut existing = a.create_label();
+    let mut ready = a.create_label();
+    a.mov(rax, qword_ptr(rsp + STAT_BUF + STAT_SIZE_OFFSET))?;
+    a.test(rax, rax)?;
+    a.jnz(existing)?;
+    // 5a. A new file: write the header and map, then size it.
+    a.lea(rbx, ptr(msg_write))?;
+    a.xor(r14d, r14d)?;
+    let mut write_more = a.create_label();
+    a.set_label(&mut write_more)?;
+    a.mov(eax, SYS_PWRITE64)?;
+    a.mov(rdi, r13)?;
+    a.lea(rsi, ptr(prefix))?;
+    a.add(rsi, r14)?;
+    a.mov(rdx, prefix_len)?;
+    a.sub(rdx, r14)?;
+    a.mov(r10, r14)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jle(fail_close)?;
+    a.add(r14, rax)?;
+    a.mov(rax, prefix_len)?;
+    a.cmp(r14, rax)?;
+    a.jb(write_more)?;
+    a.mov(eax, SYS_FTRUNCATE)?;
+    a.mov(rdi, r13)?;
+    a.mov(rsi, total)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(fail_close)?;
+    a.jmp(ready)?;
+    // 5b. An existing file: the same size and header, or it is someone else's.
+    a.set_label(&mut existing)?;
+    a.lea(rbx, ptr(msg_other))?;
+    a.mov(rdx, total)?;
+    a.cmp(rax, rdx)?;
+    a.jne(fail_other)?;
+    a.mov(eax, SYS_PREAD64)?;
+    a.mov(rdi, r13)?;
+    a.lea(rsi, qword_ptr(rsp + HEADER_BUF))?;
+    a.mov(edx, HEADER_CMP as i32)?;
+    a.xor(r10d, r10d)?;
+    a.syscall()?;
+    a.cmp(rax, HEADER_CMP as i32)?;
+    a.jne(fail_other)?;
+    a.lea(rsi, qword_ptr(rsp + HEADER_BUF))?;
+    a.lea(rdi, ptr(prefix))?;
+    a.xor(ecx, ecx)?;
+    let mut cmp_loop = a.create_label();
+    a.set_label(&mut cmp_loop)?;
+    a.mov(rax, qword_ptr(rsi + rcx))?;
+    a.cmp(rax, qword_ptr(rdi + rcx))?;
+    a.jne(fail_other)?;
+    a.add(ecx, 8)?;
+    a.cmp(ecx, HEADER_CMP as i32)?;
+    a.jb(cmp_loop)?;
+
+    // 6. Map the file's counters somewhere, add what was counted so far, then map them over
+    //    the counter segment.
+    a.set_label(&mut ready)?;
+    a.lea(rbx, ptr(msg_map))?;
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(rsi, params.counters_size)?;
+    a.mov(edx, PROT_READ_WRITE)?;
+    a.mov(r10d, MAP_SHARED)?;
+    a.mov(r8, r13)?;
+    a.mov(r9, prefix_len)?;
+    a.syscall()?;
+    a.cmp(rax, -4095)?;
+    a.jae(fail_close)?;
+    a.mov(r15, rax)?;
+    // r14 = the counter segment's run-time address.
+    a.lea(r14, ptr(base))?;
+    a.mov(rax, params.counters.get().wrapping_sub(params.at.get()))?;
+    a.add(r14, rax)?;
+    a.xor(ecx, ecx)?;
+    let mut add_loop = a.create_label();
+    let mut add_skip = a.create_label();
+    let mut add_done = a.create_label();
+    a.set_label(&mut add_loop)?;
+    a.mov(rax, params.counters_size)?;
+    a.cmp(rcx, rax)?;
+    a.jae(add_done)?;
+    a.mov(rax, qword_ptr(r14 + rcx))?;
+    a.test(rax, rax)?;
+    a.jz(add_skip)?;
+    a.lock().add(qword_ptr(r15 + rcx), rax)?;
+    a.set_label(&mut add_skip)?;
+    a.add(rcx, 8)?;
+    a.jmp(add_loop)?;
+    a.set_label(&mut add_done)?;
+    a.mov(eax, SYS_MUNMAP)?;
+    a.mov(rdi, r15)?;
+    a.mov(rsi, params.counters_size)?;
+    a.syscall()?;
+    a.mov(eax, SYS_MMAP)?;
+    a.mov(rdi, r14)?;
+    a.mov(rsi, params.counters_size)?;
+    a.mov(edx, PROT_READ_WRITE)?;
+    a.mov(r10d, MAP_SHARED | MAP_FIXED)?;
+    a.mov(r8, r13)?;
+    a.mov(r9, prefix_len)?;
+    a.syscall()?;
+    a.cmp(rax, r14)?;
+    a.jne(fail_close)?;
+    // 7. Unlock and close: the mapping stays.
+    a.mov(eax, SYS_FLOCK)?;
+    a.mov(rdi, r13)?;
+    a.mov(esi, LOCK_UN)?;
+    a.syscall()?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.mov(rdi, r13)?;
+    a.syscall()?;
+    a.jmp(done)?;
+
+    // Failures: "rivet: <what> <path>[ (errno N)]; <consequence>" on stderr.
+    a.set_label(&mut fail_other)?;
+    a.xor(eax, eax)?;
+    a.set_label(&mut fail_close)?;
+    a.mov(r14, rax)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.mov(rdi, r13)?;
+    a.syscall()?;
+    a.mov(rax, r14)?;
+    a.set_label(&mut fail_errno)?;
+    a.mov(r14, rax)?;
+    a.lea(rsi, ptr(msg_prefix))?;
+    a.mov(edx, MSG_PREFIX.len() as i32)?;
+    a.call(print)?;
+    a.mov(rsi, rbx)?;
+    a.call(print_cstr)?;
+    a.mov(rsi, r12)?;
+    a.call(print_cstr)?;
+    let mut no_errno = a.create_label();
+    a.test(r14, r14)?;
+    a.jns(no_errno)?;
+    a.lea(rsi, ptr(msg_errno))?;
+    a.mov(edx, MSG_ERRNO.len() as i32)?;
+    a.call(print)?;
+    a.mov(rax, r14)?;
+    a.neg(rax)?;
+    a.call(print_dec)?;
+    a.lea(rsi, ptr(msg_close))?;
+    a.mov(edx, 1)?;
+    a.call(print)?;
+    a.set_label(&mut no_errno)?;
+    a.lea(rsi, ptr(msg_lost))?;
+    a.mov(edx, MSG_LOST.len() as i32)?;
+    a.call(print)?;
+    a.jmp(done)?;
+    a.set_label(&mut fail_plain)?;
+    a.lea(rsi, ptr(msg_prefix))?;
+    a.mov(edx, MSG_PREFIX.len() as i32)?;
+    a.call(print)?;
+    a.mov(rsi, rbx)?;
+    a.call(print_cstr)?;
+
+    a.set_label(&mut done)?;
+    a.add(rsp, FRAME)?;
+    a.pop(r15)?;
+    a.pop(r14)?;
+    a.pop(r13)?;
+    a.pop(r12)?;
+    a.pop(rbx)?;
+    a.pop(rbp)?;
+    a.ret()?;
+
+    // print(rsi, rdx): write to fd 2.
+    a.set_label(&mut print)?;
+    a.mov(eax, SYS_WRITE)?;
+    a.mov(edi, 2)?;
+    a.syscall()?;
+    a.ret()?;
+    // print_cstr(rsi).
+    a.set_label(&mut print_cstr)?;
+    a.xor(edx, edx)?;
+    let mut strlen = a.create_label();
+    let mut strlen_done = a.create_label();
+    a.set_label(&mut strlen)?;
+    a.cmp(byte_ptr(rsi + rdx), 0)?;
+    a.je(strlen_done)?;
+    a.inc(rdx)?;
+    a.jmp(strlen)?;
+    a.set_label(&mut strlen_done)?;
+    a.jmp(print)?;
+    // print_dec(rax): the decimal digits of rax (uses 24 bytes of its own stack).
+    a.set_label(&mut print_dec)?;
+    a.sub(rsp, 40)?;
+    a.lea(rsi, qword_ptr(rsp + 32))?;
+    a.mov(ecx, 10)?;
+    let mut dec = a.create_label();
+    a.set_label(&mut dec)?;
+    a.xor(edx, edx)?;
+    a.div(rcx)?;
+    a.add(dl, b'0' as i32)?;
+    a.dec(rsi)?;
+    a.mov(byte_ptr(rsi), dl)?;
+    a.test(rax, rax)?;
+    a.jnz(dec)?;
+    a.lea(rdx, qword_ptr(rsp + 32))?;
+    a.sub(rdx, rsi)?;
+    a.call(print)?;
+    a.add(rsp, 40)?;
+    a.ret()?;
+
+    // Data.
+    let cstr = |a: &mut CodeAssembler, label: &mut CodeLabel, s: &str| -> Result<(), IcedError> {
+        a.set_label(label)?;
+        let mut bytes = s.as_bytes().to_vec();
+        bytes.push(0);
+        a.db(&bytes)
+    };
+    cstr(&mut a, &mut default_path, params.default_path)?;
+    cstr(&mut a, &mut env_name, &format!("{ENV_PROFILE}="))?;
+    cstr(&mut a, &mut msg_prefix, MSG_PREFIX)?;
+    cstr(&mut a, &mut msg_open, "cannot open the profile ")?;
+    cstr(&mut a, &mut msg_write, "cannot write the profile ")?;
+    cstr(&mut a, &mut msg_map, "cannot map the profile ")?;
+    cstr(
+        &mut a,
+        &mut msg_other,
+        "the profile holds counts of another binary or instrumentation (remove it, or set RIVET_PROFILE): ",
+    )?;
+    cstr(
+        &mut a,
+        &mut msg_long,
+        "the profile path is too long; this run's counts are not saved\n",
+    )?;
+    cstr(&mut a, &mut msg_errno, MSG_ERRNO)?;
+    cstr(&mut a, &mut msg_lost, MSG_LOST)?;
+    cstr(&mut a, &mut msg_close, ")")?;
+    a.set_label(&mut prefix)?;
+    a.db(params.file_prefix)?;
+
+    let result = a.assemble_options(
+        params.at.get(),
+        iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )?;
+    let entry_stub = entry_label
+        .map(|l| result.label_ip(&l).map(Vaddr))
+        .transpose()?;
+    let init_stub = init_label
+        .map(|l| result.label_ip(&l).map(Vaddr))
+        .transpose()?;
+    Ok(RuntimeCode {
+        bytes: result.inner.code_buffer,
+        entry_stub,
+        init_stub,
+    })
+}
+
+const MSG_PREFIX: &str = "rivet: ";
+const MSG_ERRNO: &str = " (errno ";
+const MSG_LOST: &str = "; this run's counts are not saved\n";
