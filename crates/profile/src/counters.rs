@@ -585,7 +585,12 @@ pub fn to_profile(map: &CounterMap, edge_counts: &[Vec<u64>]) -> Profile {
         }
         for call in &f.calls {
             let c = vcounts[call.vertex as usize];
-            if c == 0 || call.target == 0 {
+            if c == 0 {
+                continue;
+            }
+            if call.target == 0 {
+                // An indirect call: counted, its targets not told apart.
+                profile.add_branch(here(call.at), Location::unknown(), c, 0);
                 continue;
             }
             *known_entries.entry(call.target).or_default() += c;

@@ -1,0 +1,101 @@
+/* Known dynamic behaviour for instrumentation tests: every mode runs a pattern whose edge and
+ * entry counts are known from its arguments (see crates/cli/tests/instrument_counts.rs).
+ *   loop N          tick() N times
+ *   switch N        dispatch(i % 11) for i < N: cases 0..7 call case_k(), 8..10 the default
+ *   recurse D       rec(D): D + 1 entries, tick() once at the bottom
+ *   threads T M     T threads, each tick() M times
+ *   fork A B        tick() A times, fork; the child tick()s B times; the parent waits
+ *   block N         tick() N times, say "ready", then wait to be killed */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+volatile long sink;
+
+NOINLINE void tick(void) { __atomic_fetch_add(&sink, 1, __ATOMIC_RELAXED); }
+NOINLINE void case0(void) { sink += 1; }
+NOINLINE void case1(void) { sink += 2; }
+NOINLINE void case2(void) { sink += 3; }
+NOINLINE void case3(void) { sink += 4; }
+NOINLINE void case4(void) { sink += 5; }
+NOINLINE void case5(void) { sink += 6; }
+NOINLINE void case6(void) { sink += 7; }
+NOINLINE void case7(void) { sink += 8; }
+NOINLINE void fallback(void) { sink -= 1; }
+
+NOINLINE void dispatch(int k) {
+    switch (k) {
+    case 0: case0(); break;
+    case 1: case1(); break;
+    case 2: case2(); break;
+    case 3: case3(); break;
+    case 4: case4(); break;
+    case 5: case5(); break;
+    case 6: case6(); break;
+    case 7: case7(); break;
+    default: fallback(); break;
+    }
+}
+
+NOINLINE long rec(long d) {
+    if (d == 0) {
+        tick();
+        return 0;
+    }
+    long r = rec(d - 1);
+    sink += r; /* keeps the call from becoming a loop */
+    return r + 1;
+}
+
+static long per_thread;
+NOINLINE void *worker(void *arg) {
+    (void)arg;
+    for (long i = 0; i < per_thread; i++) tick();
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s loop|switch|recurse|threads|fork|block N [M]\n", argv[0]);
+        return 2;
+    }
+    const char *mode = argv[1];
+    long n = atol(argv[2]);
+    long m = argc > 3 ? atol(argv[3]) : 0;
+    if (!strcmp(mode, "loop")) {
+        for (long i = 0; i < n; i++) tick();
+    } else if (!strcmp(mode, "switch")) {
+        for (long i = 0; i < n; i++) dispatch((int)(i % 11));
+    } else if (!strcmp(mode, "recurse")) {
+        printf("%ld\n", rec(n));
+    } else if (!strcmp(mode, "threads")) {
+        per_thread = m;
+        pthread_t t[64];
+        if (n > 64) n = 64;
+        for (long i = 0; i < n; i++) pthread_create(&t[i], NULL, worker, NULL);
+        for (long i = 0; i < n; i++) pthread_join(t[i], NULL);
+    } else if (!strcmp(mode, "fork")) {
+        for (long i = 0; i < n; i++) tick();
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (long i = 0; i < m; i++) tick();
+            _exit(0);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+    } else if (!strcmp(mode, "block")) {
+        for (long i = 0; i < n; i++) tick();
+        printf("ready\n");
+        fflush(stdout);
+        for (;;) pause();
+    } else {
+        return 2;
+    }
+    printf("sink %ld\n", (long)sink);
+    return 0;
+}
