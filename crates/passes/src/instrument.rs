@@ -340,7 +340,21 @@ pub fn instrument_function(
             g.edge(OUTSIDE, first_of[b.0 as usize], kind, 0, start);
         }
     };
-    enter(&mut g, entry, EdgeKind::Entry);
+    // A compiler-split cold part (`foo.cold`) is not called: its first block is reached by a
+    // jump from its parent or by the unwinder, which the loop below records.
+    let is_cold_part = matches!(
+        f.parent,
+        Some(rivet_ir::Parent {
+            kind: rivet_ir::PartKind::ColdFragment,
+            ..
+        })
+    );
+    let first_block = f.block(entry);
+    if !(is_cold_part
+        && (first_block.is_landing_pad || fragment_targets.contains(&first_block.start)))
+    {
+        enter(&mut g, entry, EdgeKind::Entry);
+    }
     for &addr in &f.secondary_entries {
         if let Some(b) = f.block_at(addr) {
             enter(&mut g, b, EdgeKind::Entry);
