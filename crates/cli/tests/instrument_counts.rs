@@ -273,3 +273,101 @@ fn the_counter_file_is_private_accumulates_and_is_never_misused() {
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
 }
+
+#[test]
+fn a_shared_library_and_its_user_each_keep_their_own_counts() {
+    let dir = scratch("instrument", "shared");
+    for (cc, flags) in [
+        ("gcc", &["-O2"][..]),
+        ("clang-19", &["-O2", "-fuse-ld=lld"][..]),
+    ] {
+        let sub = dir.join(cc);
+        std::fs::create_dir_all(sub.join("lib")).unwrap();
+        std::fs::create_dir_all(sub.join("inst")).unwrap();
+        let lib = sub.join("lib/libcount.so");
+        let status = Command::new(cc)
+            .args(["-g", "-Wl,--emit-relocs", "-shared", "-fPIC"])
+            .args(flags)
+            .arg(source("lib.c"))
+            .arg("-o")
+            .arg(&lib)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let user = sub.join("user");
+        let status = Command::new(cc)
+            .args(["-g", "-Wl,--emit-relocs"])
+            .args(flags)
+            .arg(source("libuser.c"))
+            .arg(format!("-L{}", s(&sub.join("lib"))))
+            .arg("-lcount")
+            .arg("-o")
+            .arg(&user)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        // Instrumented copies, the library under its own name in another directory.
+        let inst_lib = sub.join("inst/libcount.so");
+        let r = rivet(&["instrument", s(&lib), "-o", s(&inst_lib)]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let inst_user = sub.join("user.inst");
+        let r = rivet(&["instrument", s(&user), "-o", s(&inst_user)]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+
+        let expected = Command::new(&user)
+            .args(["20", "7"])
+            .env("LD_LIBRARY_PATH", sub.join("lib"))
+            .output()
+            .unwrap();
+        // RIVET_PROFILE as a directory: each object counts into its own file there.
+        let counts = sub.join("counts");
+        std::fs::create_dir_all(&counts).unwrap();
+        let got = Command::new(&inst_user)
+            .args(["20", "7"])
+            .env("LD_LIBRARY_PATH", sub.join("inst"))
+            .env("RIVET_PROFILE", format!("{}/", s(&counts)))
+            .output()
+            .unwrap();
+        assert_eq!(got.stdout, expected.stdout);
+        assert!(
+            got.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&got.stderr)
+        );
+        let lib_profile = profile(&counts.join("libcount.so.counts"));
+        assert_eq!(entries(&lib_profile, "lib_work"), 7, "{cc}");
+        assert_eq!(entries(&lib_profile, "lib_leaf"), 140, "{cc}");
+        let user_profile = profile(&counts.join("user.inst.counts"));
+        assert_eq!(entries(&user_profile, "user_leaf"), 7, "{cc}");
+        assert_eq!(entries(&user_profile, "main"), 1, "{cc}");
+        assert_eq!(
+            user_profile.build_id.as_deref(),
+            Some(
+                hex(rivet_elf::ElfFile::parse(&std::fs::read(&user).unwrap())
+                    .unwrap()
+                    .build_id()
+                    .unwrap())
+                .as_str()
+            )
+        );
+        // Without the override, each uses the path given at instrumentation time.
+        let got = Command::new(&inst_user)
+            .args(["20", "7"])
+            .env("LD_LIBRARY_PATH", sub.join("inst"))
+            .output()
+            .unwrap();
+        assert_eq!(got.stdout, expected.stdout);
+        assert_eq!(
+            entries(&profile(&sub.join("inst/libcount.so.counts")), "lib_leaf"),
+            140
+        );
+        assert_eq!(
+            entries(&profile(&sub.join("user.inst.counts")), "user_leaf"),
+            7
+        );
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

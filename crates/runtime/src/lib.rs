@@ -4,7 +4,9 @@
 //! Counters live in a zero-filled, page-aligned segment of the instrumented binary. At start-up
 //! (the entry point of an executable, `DT_INIT` of a shared library) the runtime opens the
 //! profile file (`RIVET_PROFILE` from the environment, else the path given at instrumentation
-//! time; with per-process files, `.PID` appended), creates it with mode 0600 and without
+//! time; a `RIVET_PROFILE` ending in `/` names a directory, where the file takes the default
+//! path's file name, so that several instrumented objects of one process keep their own
+//! files; with per-process files, `.PID` appended), creates it with mode 0600 and without
 //! following symlinks, writes the self-describing header and map when the file is new, and maps
 //! the file's counter area `MAP_SHARED | MAP_FIXED` over the counter segment. From then on every
 //! increment lands in the page cache of the file: a program killed with SIGKILL, crashing, or
@@ -111,6 +113,7 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     let mut print_dec = a.create_label();
     let mut default_path = a.create_label();
     let mut env_name = a.create_label();
+    let mut default_name = a.create_label();
     let mut prefix = a.create_label();
     let mut msg_prefix = a.create_label();
     let mut msg_open = a.create_label();
@@ -175,8 +178,10 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     let mut fail_plain = a.create_label();
     let mut fail_other = a.create_label();
 
-    // 1. The path: RIVET_PROFILE=... (first one, non-empty), else the default.
+    // 1. The path: RIVET_PROFILE=... (first one, non-empty), else the default. r15 says
+    //    which.
     a.lea(r12, ptr(default_path))?;
+    a.xor(r15d, r15d)?;
     let mut scan = a.create_label();
     let mut scan_next = a.create_label();
     let mut scan_done = a.create_label();
@@ -199,6 +204,7 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.cmp(byte_ptr(rsi + rcx), 0)?;
     a.je(scan_next)?;
     a.lea(r12, qword_ptr(rsi + rcx))?;
+    a.mov(r15d, 1)?;
     a.jmp(scan_done)?;
     a.set_label(&mut scan_next)?;
     a.add(rdi, 8)?;
@@ -221,6 +227,29 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.jmp(fail_plain)?;
     a.set_label(&mut copied)?;
     a.mov(r12, rsp)?;
+    // RIVET_PROFILE naming a directory (a trailing '/'): the file is the default's name in it,
+    // so that every instrumented object of a process keeps its own file.
+    let mut not_dir = a.create_label();
+    a.test(r15, r15)?;
+    a.jz(not_dir)?;
+    a.test(rcx, rcx)?;
+    a.jz(not_dir)?;
+    a.cmp(byte_ptr(rsp + rcx + (PATH_BUF - 1)), b'/' as i32)?;
+    a.jne(not_dir)?;
+    a.lea(rsi, ptr(default_name))?;
+    let mut name_copy = a.create_label();
+    a.set_label(&mut name_copy)?;
+    a.mov(al, byte_ptr(rsi))?;
+    a.mov(byte_ptr(rsp + rcx + PATH_BUF), al)?;
+    a.test(al, al)?;
+    a.jz(not_dir)?;
+    a.inc(rsi)?;
+    a.inc(ecx)?;
+    a.cmp(ecx, (MAX_PATH - 24) as i32)?;
+    a.jb(name_copy)?;
+    a.lea(rbx, ptr(msg_long))?;
+    a.jmp(fail_plain)?;
+    a.set_label(&mut not_dir)?;
     if params.per_process {
         // rcx = length; append '.', then the pid's digits (written backwards, then copied).
         a.mov(byte_ptr(rsp + rcx + PATH_BUF), b'.' as i32)?;
@@ -488,6 +517,12 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
         a.db(&bytes)
     };
     cstr(&mut a, &mut default_path, params.default_path)?;
+    let file_name = params
+        .default_path
+        .rsplit('/')
+        .next()
+        .unwrap_or(params.default_path);
+    cstr(&mut a, &mut default_name, file_name)?;
     cstr(&mut a, &mut env_name, &format!("{ENV_PROFILE}="))?;
     cstr(&mut a, &mut msg_prefix, MSG_PREFIX)?;
     cstr(&mut a, &mut msg_open, "cannot open the profile ")?;
