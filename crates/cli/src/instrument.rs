@@ -35,6 +35,10 @@ pub struct InstrumentArgs {
     /// children that do not exec keep counting into their parent's file.
     #[arg(long)]
     pub per_process: bool,
+    /// Functions to leave uninstrumented (comma-separated names; `name/N` profile names and
+    /// `name/file` for locals work too).
+    #[arg(long, value_delimiter = ',')]
+    pub skip_funcs: Vec<String>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -83,7 +87,16 @@ pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
-    let plan = instrument_program(&program, &|_| true);
+    let names = rivet_passes::names::profile_names(&program);
+    let skipped = |f: rivet_ir::FuncId| {
+        let func = program.function(f);
+        args.skip_funcs.iter().any(|s| {
+            func.names.iter().any(|n| n == s)
+                || func.qualified_name() == *s
+                || names[f.0 as usize] == *s
+        })
+    };
+    let plan = instrument_program(&program, &|f| !skipped(f));
     let probes: Vec<Option<&FunctionProbes>> = plan
         .functions
         .iter()
