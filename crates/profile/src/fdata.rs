@@ -73,7 +73,10 @@ pub fn parse(text: &str) -> Result<Profile, FdataError> {
                     return Err(syntax("a second `no_lbr` header".into()));
                 }
                 seen_no_lbr = true;
-                let events = words.map(str::to_owned).collect();
+                let events: Vec<String> = words.map(str::to_owned).collect();
+                for event in &events {
+                    check_event(event).map_err(syntax)?;
+                }
                 profile.mode = Mode::Samples { events };
                 profile.origin = Origin::Samples;
             }
@@ -92,7 +95,7 @@ pub fn parse(text: &str) -> Result<Profile, FdataError> {
             _ => {
                 seen_record = true;
                 let samples = matches!(profile.mode, Mode::Samples { .. });
-                match parse_record(content, Spacing::Lenient, samples).map_err(syntax)? {
+                match parse_record(content, Dialect::Fdata, samples).map_err(syntax)? {
                     Record::Branch {
                         from,
                         to,
@@ -129,13 +132,15 @@ pub fn write(profile: &Profile) -> Result<String, FdataError> {
 
 // ---- Shared with the native format, whose records are fdata records. ----
 
-/// How fields of a record line are separated.
+/// How strictly record lines are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Spacing {
-    /// fdata: any run of spaces, before, between and after fields.
-    Lenient,
-    /// Rivet's native format: exactly one space between fields, none around them.
-    Strict,
+pub(crate) enum Dialect {
+    /// fdata as BOLT reads it: any run of spaces around fields, any escaped character,
+    /// hex digits in either case, leading zeros.
+    Fdata,
+    /// Rivet's native format: one spelling per record. Exactly one space between fields and
+    /// none around them, only ' ' and '\' escaped, lower-case hex and no leading zeros.
+    Native,
 }
 
 /// One record line, parsed.
@@ -160,8 +165,8 @@ pub(crate) enum Record {
 
 /// Parses one record line (without its newline). `samples` selects the `no_lbr` shape for
 /// code locations. The error is the message only; the caller adds the line number.
-pub(crate) fn parse_record(line: &str, spacing: Spacing, samples: bool) -> Result<Record, String> {
-    let mut fields = Fields::new(line, spacing);
+pub(crate) fn parse_record(line: &str, dialect: Dialect, samples: bool) -> Result<Record, String> {
+    let mut fields = Fields::new(line, dialect);
     let flag_word = fields.next_field()?.ok_or("empty record")?;
     let flag = parse_flag(flag_word)?;
     if flag >= 3 {
@@ -179,13 +184,13 @@ pub(crate) fn parse_record(line: &str, spacing: Spacing, samples: bool) -> Resul
             None => return Err(after(&pc, "the data address's flag (3, 4 or 5)", None)),
         };
         let data = parse_location(&mut fields, data_flag)?;
-        let count = parse_decimal(&mut fields, &data, "a decimal count")?;
+        let count = parse_decimal(&mut fields, &data, "decimal count")?;
         fields.expect_end("the count")?;
         return Ok(Record::Memory { pc, data, count });
     }
     let from = parse_location(&mut fields, flag)?;
     if samples {
-        let count = parse_decimal(&mut fields, &from, "a decimal sample count")?;
+        let count = parse_decimal(&mut fields, &from, "decimal sample count")?;
         fields.expect_end_with_hint(
             "the sample count",
             "a `no_lbr` profile has sample lines `flag name offset count`, not branches",
@@ -195,7 +200,9 @@ pub(crate) fn parse_record(line: &str, spacing: Spacing, samples: bool) -> Resul
     const SAMPLE_HINT: &str =
         "a line `flag name offset count` is a sample: those need the `no_lbr` header";
     let to_flag = match fields.next_field()? {
-        Some(w) if decimal(w).is_some() && fields.clone().next_field() == Ok(None) => {
+        Some(w)
+            if decimal(w, Dialect::Fdata).is_some() && fields.clone().next_field() == Ok(None) =>
+        {
             return Err(format!(
                 "expected the branch target's flag after {} {:x}, found {} ({SAMPLE_HINT})",
                 shown(&from.name),
@@ -217,11 +224,12 @@ pub(crate) fn parse_record(line: &str, spacing: Spacing, samples: bool) -> Resul
         }
     };
     let to = parse_location(&mut fields, to_flag)?;
-    let mispreds = parse_decimal(&mut fields, &to, "a decimal mispredict count")?;
+    let mispreds = parse_decimal(&mut fields, &to, "decimal mispredict count")?;
     let count = match fields.next_field()? {
-        Some(w) => decimal(w).ok_or_else(|| {
+        Some(w) => decimal(w, fields.dialect).ok_or_else(|| {
             format!(
-                "expected a decimal count after the mispredict count, found {}",
+                "expected a {}decimal count after the mispredict count, found {}",
+                fields.dialect.number_style(),
                 shown(w)
             )
         })?,
@@ -308,27 +316,37 @@ pub(crate) fn escape_name(name: &str) -> Result<Cow<'_, str>, String> {
 }
 
 /// The name a field stands for: a '\' makes the character after it literal. The field never
-/// ends in a lone '\' (`Fields` refuses that).
-pub(crate) fn unescape_name(field: &str) -> String {
+/// ends in a lone '\' (`Fields` refuses that). The native dialect escapes nothing but ' ' and
+/// '\'.
+pub(crate) fn unescape_name(field: &str, dialect: Dialect) -> Result<String, String> {
     let mut name = String::with_capacity(field.len());
     let mut chars = field.chars();
     while let Some(c) = chars.next() {
         if c == '\\' {
             if let Some(next) = chars.next() {
+                if dialect == Dialect::Native && next != ' ' && next != '\\' {
+                    return Err(format!(
+                        "only ' ' and '\\' are escaped in a Rivet profile, found {} in {}",
+                        shown(&format!("\\{next}")),
+                        shown(field)
+                    ));
+                }
                 name.push(next);
             }
         } else {
             name.push(c);
         }
     }
-    name
+    Ok(name)
 }
 
-/// Event names go on the `no_lbr` line unescaped, separated by spaces (BOLT reads them so).
+/// Event names go on the `no_lbr` line unescaped, separated by spaces (BOLT reads them so);
+/// perf's event names (`cycles:u`, `mem-loads:ppp`) never hold spaces or control characters,
+/// and refusing those on input keeps every event we read writable.
 pub(crate) fn check_event(event: &str) -> Result<(), String> {
-    if event.is_empty() || event.contains([' ', '\n', '\r']) {
+    if event.is_empty() || event.chars().any(|c| c == ' ' || c.is_control()) {
         return Err(format!(
-            "the event name {} is empty or contains a space or a line break",
+            "the event name {} is empty or holds a space or a control character",
             shown(event)
         ));
     }
@@ -350,28 +368,28 @@ pub(crate) fn shown(word: &str) -> String {
 pub(crate) struct Fields<'a> {
     line: &'a str,
     pos: usize,
-    spacing: Spacing,
+    dialect: Dialect,
 }
 
 impl<'a> Fields<'a> {
-    pub(crate) fn new(line: &'a str, spacing: Spacing) -> Fields<'a> {
+    pub(crate) fn new(line: &'a str, dialect: Dialect) -> Fields<'a> {
         Fields {
             line,
             pos: 0,
-            spacing,
+            dialect,
         }
     }
 
     /// The next field, raw (escapes kept), or `None` at the end of the line.
     pub(crate) fn next_field(&mut self) -> Result<Option<&'a str>, String> {
         let bytes = self.line.as_bytes();
-        match self.spacing {
-            Spacing::Lenient => {
+        match self.dialect {
+            Dialect::Fdata => {
                 while bytes.get(self.pos) == Some(&b' ') {
                     self.pos += 1;
                 }
             }
-            Spacing::Strict => {
+            Dialect::Native => {
                 let at_separator = self.pos > 0 && self.pos < bytes.len();
                 if at_separator {
                     self.pos += 1; // the one space after the previous field
@@ -441,11 +459,12 @@ fn parse_location(fields: &mut Fields, flag: u8) -> Result<Location, String> {
     let raw_name = fields.next_field()?.ok_or_else(|| {
         format!("expected a name after the flag {flag}, found the end of the line")
     })?;
-    let name = unescape_name(raw_name);
+    let name = unescape_name(raw_name, fields.dialect)?;
     let offset = match fields.next_field()? {
-        Some(w) => hex(w).ok_or_else(|| {
+        Some(w) => hex(w, fields.dialect).ok_or_else(|| {
             format!(
-                "expected a hex offset after {}, found {}",
+                "expected a {}hex offset after {}, found {}",
+                fields.dialect.number_style(),
                 shown(&name),
                 shown(w)
             )
@@ -463,15 +482,16 @@ fn parse_location(fields: &mut Fields, flag: u8) -> Result<Location, String> {
 /// A decimal field following the location `loc`.
 fn parse_decimal(fields: &mut Fields, loc: &Location, what: &str) -> Result<u64, String> {
     match fields.next_field()? {
-        Some(w) => decimal(w).ok_or_else(|| {
+        Some(w) => decimal(w, fields.dialect).ok_or_else(|| {
             format!(
-                "expected {what} after {} {:x}, found {}",
+                "expected a {}{what} after {} {:x}, found {}",
+                fields.dialect.number_style(),
                 shown(&loc.name),
                 loc.offset,
                 shown(w)
             )
         }),
-        None => Err(after(loc, what, None)),
+        None => Err(after(loc, &format!("a {what}"), None)),
     }
 }
 
@@ -488,8 +508,16 @@ fn after(loc: &Location, what: &str, hint: Option<&str>) -> String {
 }
 
 /// Hex digits only (no sign, no `0x`: `from_str_radix` alone would take a leading `+`).
-fn hex(word: &str) -> Option<u64> {
-    if word.bytes().all(|b| b.is_ascii_hexdigit()) {
+fn hex(word: &str, dialect: Dialect) -> Option<u64> {
+    let digits_ok = match dialect {
+        Dialect::Fdata => word.bytes().all(|b| b.is_ascii_hexdigit()),
+        Dialect::Native => {
+            word.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                && no_leading_zero(word)
+        }
+    };
+    if digits_ok {
         u64::from_str_radix(word, 16).ok()
     } else {
         None
@@ -497,11 +525,24 @@ fn hex(word: &str) -> Option<u64> {
 }
 
 /// Decimal digits only, within `u64`.
-pub(crate) fn decimal(word: &str) -> Option<u64> {
-    if !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit()) {
-        word.parse().ok()
-    } else {
-        None
+pub(crate) fn decimal(word: &str, dialect: Dialect) -> Option<u64> {
+    let digits_ok = !word.is_empty()
+        && word.bytes().all(|b| b.is_ascii_digit())
+        && (dialect == Dialect::Fdata || no_leading_zero(word));
+    if digits_ok { word.parse().ok() } else { None }
+}
+
+fn no_leading_zero(word: &str) -> bool {
+    word == "0" || !word.starts_with('0')
+}
+
+impl Dialect {
+    /// How numbers must look, for messages: the native dialect has one spelling.
+    fn number_style(self) -> &'static str {
+        match self {
+            Dialect::Fdata => "",
+            Dialect::Native => "canonical (lower-case, no leading zeros) ",
+        }
     }
 }
 
@@ -667,6 +708,10 @@ mod tests {
             "line 2: the `no_lbr` header must come before the first record"
         );
         assert_eq!(
+            err("no_lbr cycles:u \x01\n"),
+            "line 1: the event name \"\\u{1}\" is empty or holds a space or a control character"
+        );
+        assert_eq!(
             err("boltedcollection\nboltedcollection\n"),
             "line 2: a second `boltedcollection` header"
         );
@@ -719,7 +764,7 @@ mod tests {
     #[test]
     fn strict_fields_refuse_extra_spaces() {
         let fields = |line| {
-            let mut f = Fields::new(line, Spacing::Strict);
+            let mut f = Fields::new(line, Dialect::Native);
             let mut out = vec![];
             loop {
                 match f.next_field() {

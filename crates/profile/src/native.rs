@@ -22,6 +22,10 @@
 //! SP       := exactly one space; no spaces at the ends of a line; lines end in "\n" only
 //! ```
 //!
+//! Every profile has exactly one spelling: besides the spacing, hex offsets are lower-case
+//! without leading zeros, counts have no leading zeros, and names escape ' ' and '\' and
+//! nothing else.
+//!
 //! Header lines come in the order shown, each at most once. Records are written sorted
 //! (branches or samples, then memory, each in `BTreeMap` order) and may be read in any order,
 //! but a record may not appear twice: summing is what `merge` is for. A later, incompatible
@@ -32,7 +36,7 @@ use std::fmt::Write as _;
 
 use thiserror::Error;
 
-use crate::fdata::{self, FdataError, Record, Spacing, shown};
+use crate::fdata::{self, Dialect, FdataError, Record, shown};
 use crate::model::{Mode, Origin, Profile};
 use crate::yaml::{self, YamlError, YamlProfile};
 
@@ -65,7 +69,7 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
                 format!("expected `{MAGIC} {VERSION}`, found {}", shown(first)),
             )
         })?;
-    match fdata::decimal(version) {
+    match fdata::decimal(version, Dialect::Native) {
         Some(v) if v == u64::from(VERSION) => {}
         Some(v) => {
             return Err(syntax(
@@ -145,7 +149,7 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
             }
             return Err(syntax(line + 1, "nothing may follow the `end` line".into()));
         }
-        let record = fdata::parse_record(text_line, Spacing::Strict, samples)
+        let record = fdata::parse_record(text_line, Dialect::Native, samples)
             .map_err(|m| syntax(line, m))?;
         let duplicate = match record {
             Record::Branch {
@@ -302,7 +306,7 @@ fn expected_header(line: usize, found: &str, key: &str) -> NativeError {
 
 /// A header value that must be one escaped name and nothing else.
 fn one_name(field: &str) -> Result<String, String> {
-    let mut fields = fdata::Fields::new(field, Spacing::Strict);
+    let mut fields = fdata::Fields::new(field, Dialect::Native);
     let name = fields.next_field()?.ok_or("expected a name")?;
     if let Some(extra) = fields.next_field()? {
         return Err(format!(
@@ -310,7 +314,7 @@ fn one_name(field: &str) -> Result<String, String> {
             shown(extra)
         ));
     }
-    Ok(fdata::unescape_name(name))
+    fdata::unescape_name(name, Dialect::Native)
 }
 
 fn check_build_id(id: &str) -> Result<(), String> {
