@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# fuzz.sh: build the `inspect` fuzz target (fuzz/) and fuzz it for a while.
+# fuzz.sh: build one fuzz target (fuzz/) and fuzz it for a while.
 #
-# The target parses its input as an ELF file and, when that succeeds, runs discovery and dumps
-# every function (fuzz/fuzz_targets/inspect.rs). The corpus grows in fuzz/corpus/inspect
-# (gitignored), starting from fuzz/seeds (built by fuzz/make-seeds.sh when missing); findings
-# land in fuzz/artifacts/inspect/. libFuzzer runs in fork mode with FUZZ_JOBS workers and keeps
+# Targets (fuzz/fuzz_targets/):
+#   inspect  (default) parses its input as an ELF file and, when that succeeds, runs discovery
+#            and dumps every function; seeds in fuzz/seeds (built by fuzz/make-seeds.sh when
+#            missing)
+#   fdata    reads BOLT fdata; what it accepts must write and read back unchanged
+#   yaml     reads a BOLT YAML profile; the same round trip, plus merging it with itself
+#   native   reads Rivet's own profile format (and goes through read_any); the same round trip
+# The profile targets start from fuzz/seeds-<target> and use fuzz/<target>.dict.
+# The corpus grows in fuzz/corpus/<target> (gitignored); findings land in
+# fuzz/artifacts/<target>/. libFuzzer runs in fork mode with FUZZ_JOBS workers and keeps
 # going after a crash, so one run can find several bugs. Inputs are capped at 64 KiB, one input
 # may take at most 10 s (else: a hang) and 2 GB. The build has overflow checks and debug
 # assertions on (-a): an arithmetic overflow on untrusted input is a bug even though release
 # builds would wrap silently.
 #
 # At the end it prints the executions done and, for every new finding, its kind, the panic
-# message (replayed through the target) and what the release `rivet inspect` does with it;
-# the whole libFuzzer log is kept in target/fuzz/.
+# message (replayed through the target) and, for `inspect`, what the release `rivet inspect`
+# does with it; the whole libFuzzer log is kept in target/fuzz/.
 #
-# Usage:  scripts/fuzz.sh [SECONDS]        (default 600)
+# Usage:  scripts/fuzz.sh [SECONDS [TARGET]]     (defaults: 600 inspect)
 # Env:    FUZZ_JOBS (default 2), FUZZ_SANITIZER (address|none, default address),
 #         FUZZ_TOOLCHAIN (default: nightly when rustup has one, else stable + RUSTC_BOOTSTRAP=1)
-# Needs:  cargo-fuzz (`cargo install cargo-fuzz`), gcc/g++ for the seeds.
+# Needs:  cargo-fuzz (`cargo install cargo-fuzz`), gcc/g++ for the inspect seeds.
 # Exit:   0 if nothing new was found, 1 if there are new findings, 2 on setup errors.
 set -euo pipefail
 
@@ -26,7 +32,12 @@ jobs=${FUZZ_JOBS:-2}
 sanitizer=${FUZZ_SANITIZER:-address}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 fuzz=$repo/fuzz
-target=inspect
+target=${2:-inspect}
+case $target in
+    inspect) seeds=$fuzz/seeds ;;
+    fdata | yaml | native) seeds=$fuzz/seeds-$target ;;
+    *) echo "fuzz.sh: unknown target '$target' (inspect, fdata, yaml or native)" >&2; exit 2 ;;
+esac
 
 command -v cargo-fuzz >/dev/null ||
     { echo "fuzz.sh: cargo-fuzz is missing (cargo install cargo-fuzz)" >&2; exit 2; }
@@ -40,7 +51,11 @@ fi
 cargo_fuzz=(cargo "+$toolchain" fuzz)
 [[ $toolchain == nightly* ]] || export RUSTC_BOOTSTRAP=1
 
-[[ -n $(find "$fuzz/seeds" -type f 2>/dev/null) ]] || "$fuzz/make-seeds.sh" >/dev/null
+if [[ $target == inspect ]]; then
+    [[ -n $(find "$seeds" -type f 2>/dev/null) ]] || "$fuzz/make-seeds.sh" >/dev/null
+fi
+[[ -n $(find "$seeds" -type f 2>/dev/null) ]] ||
+    { echo "fuzz.sh: no seeds in $seeds" >&2; exit 2; }
 corpus=$fuzz/corpus/$target
 artifacts=$fuzz/artifacts/$target
 mkdir -p "$corpus" "$artifacts"
@@ -61,9 +76,9 @@ echo "fuzz.sh: fuzzing $target for ${seconds}s with $jobs jobs; log in $log" >&2
 # One rayon thread per worker process: FUZZ_JOBS processes already use the cores, and
 # discovery's output does not depend on the thread count.
 status=0
-RAYON_NUM_THREADS=1 "${cargo_fuzz[@]}" run "${build_flags[@]}" "$target" "$corpus" "$fuzz/seeds" -- \
+RAYON_NUM_THREADS=1 "${cargo_fuzz[@]}" run "${build_flags[@]}" "$target" "$corpus" "$seeds" -- \
     -max_len=65536 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -dict="$fuzz/inspect.dict" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
+    -dict="$fuzz/$target.dict" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
     -ignore_ooms=1 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 |
     tee "$log" | grep --line-buffered -E '^#[0-9]+:|INFO: (fuzzed|exiting)|ERROR|panicked' >&2 ||
     status=$?
@@ -92,14 +107,18 @@ for name in "${new[@]}"; do
     # Replay once through the target to get the panic message (first "panicked" + payload).
     message=$(timeout 30 "$binary" "$artifact" 2>&1 | grep -m1 -A1 panicked | tr '\n' ' ' || true)
     cli='(no release build of rivet)'
-    if [[ -x $rivet ]]; then
+    if [[ $target == inspect && -x $rivet ]]; then
         rc=0
         cli_err=$(timeout 30 "$rivet" inspect "$artifact" 2>&1 >/dev/null) || rc=$?
         cli="exit $rc${cli_err:+: $(head -c 300 <<<"$cli_err" | tr '\n' ' ')}"
     fi
     echo "- \`$name\` ($(stat -c %s -- "$artifact") bytes)"
     echo "  - target: ${message:-no panic on replay (timeout, OOM or flaky?)}"
-    echo "  - release rivet inspect: $cli"
-    echo "  - repro: \`$binary $artifact\` or \`target/release/rivet inspect $artifact\`"
+    if [[ $target == inspect ]]; then
+        echo "  - release rivet inspect: $cli"
+        echo "  - repro: \`$binary $artifact\` or \`target/release/rivet inspect $artifact\`"
+    else
+        echo "  - repro: \`$binary $artifact\`"
+    fi
 done
 exit 1
