@@ -1,0 +1,1 @@
+//! Profile inference (in progress).
