@@ -13,6 +13,7 @@ pub mod inference;
 pub mod merge;
 pub mod model;
 pub mod native;
+pub mod perf;
 pub mod yaml;
 
 pub use model::{BranchCount, LocKind, Location, Mode, Profile};
