@@ -4,6 +4,7 @@
 //! turning errors into one `rivet: error: ...` line with a hint. Library crates never print
 //! and never exit; this crate is the only place that does.
 
+mod aggregate;
 mod inspect;
 mod instrument;
 mod merge;
@@ -44,6 +45,10 @@ enum Command {
     ///
     /// Example: rivet merge run1.counts run2.counts -o app.fdata
     Merge(merge::MergeArgs),
+    /// Turn perf samples of a binary (with or without branch stacks) into a profile.
+    ///
+    /// Example: perf record -e cpu-clock:u -o perf.data -- ./app ; rivet aggregate perf.data ./app -o app.prof
+    Aggregate(aggregate::AggregateArgs),
     /// Check a rewritten binary against the binary it was made from.
     ///
     /// Example: rivet verify ./app app.shuffled
@@ -98,6 +103,7 @@ fn main() -> ExitCode {
         Command::Rewrite(args) => rewrite::run(&args),
         Command::Instrument(args) => instrument::run(&args),
         Command::Merge(args) => merge::run(&args),
+        Command::Aggregate(args) => aggregate::run(&args),
         Command::Verify(args) => verify::run(&args),
     };
     match result {

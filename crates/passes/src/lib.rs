@@ -4,7 +4,9 @@
 //! - `instrument`: which edges get counters, where the increments go, and the counting graph
 //!   that turns raw counters back into edge counts.
 //! - `names`: the names profiles give functions (BOLT's conventions, so fdata interoperates).
+//! - `aggregate`: perf samples of the binary (branch stacks or plain IPs) into a profile.
 
+pub mod aggregate;
 pub mod instrument;
 pub mod names;
 
