@@ -251,6 +251,41 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
     let program = discover(&elf, &DiscoverOptions::default()).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
+    if let Some(path) = &args.profile {
+        let profile = crate::profile_use::load_profile(path, &args.binary, &elf, args.force)?;
+        let attached = crate::profile_use::attach_profile(&program, &profile);
+        if args.json {
+            let hot: Vec<serde_json::Value> =
+                crate::profile_use::hot_functions(&program, &attached)
+                    .into_iter()
+                    .take(args.top)
+                    .map(|(f, n)| {
+                        serde_json::json!({
+                            "name": program.function(f).qualified_name(),
+                            "executed_instructions": n,
+                        })
+                    })
+                    .collect();
+            let r = &attached.report;
+            let json = serde_json::json!({
+                "records": r.records,
+                "matched": r.matched,
+                "matched_share": r.matched_share(),
+                "profiled_functions": r.profiled_functions,
+                "unknown_functions": r.unknown_functions,
+                "stale_functions": r.stale_functions,
+                "inferred": attached.inferred,
+                "hot": hot,
+            });
+            println!("{json}");
+        } else {
+            print!(
+                "{}",
+                crate::profile_use::describe(&program, &attached, args.top)
+            );
+        }
+        return Ok(());
+    }
 
     if !args.function.is_empty() {
         let mut text = String::new();

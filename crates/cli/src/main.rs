@@ -8,6 +8,7 @@ mod aggregate;
 mod inspect;
 mod instrument;
 mod merge;
+mod profile_use;
 mod rewrite;
 mod verify;
 
@@ -74,6 +75,16 @@ pub struct InspectArgs {
     /// How many skipped functions to name in the summary.
     #[arg(long, default_value_t = 20)]
     pub show_skipped: usize,
+    /// Attach this profile (counter file, Rivet profile, fdata): report what matched and the
+    /// hottest functions.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// With --profile: how many hot functions to list.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// With --profile: accept a profile of another build.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// An error that reaches the user: the message, and a hint on what to do about it.

@@ -5,8 +5,11 @@
 //!   that turns raw counters back into edge counts.
 //! - `names`: the names profiles give functions (BOLT's conventions, so fdata interoperates).
 //! - `aggregate`: perf samples of the binary (branch stacks or plain IPs) into a profile.
+//! - `attach`: a profile onto the program: block, edge and entry counts, a call graph, and
+//!   what matched (flow inference for sample profiles).
 
 pub mod aggregate;
+pub mod attach;
 pub mod instrument;
 pub mod names;
 

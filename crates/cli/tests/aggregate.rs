@@ -1,0 +1,256 @@
+//! `rivet aggregate`: perf samples to profiles.
+//!
+//! - Branch stacks (LBR): this VM records none, so the test synthesizes them: it runs the CFG
+//!   of a small assembly loop with a known branch sequence, samples that sequence into 16-deep
+//!   branch stacks printed as `perf script` prints them (with the binary mapped where ASLR would
+//!   put it), and checks that every branch and every fall-through the aggregated profile holds
+//!   is exactly what the stacks contain.
+//! - Plain samples: `perf record -e cpu-clock:u` of a real run, aggregated, lands in the
+//!   program's functions; a recording of another build is refused; a file that is not a
+//!   recording gets one error line.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{assert_one_error_line, rivet, s, scratch};
+use rivet_profile::{Location, Mode, native};
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/instrument")
+        .join(name)
+}
+
+/// Addresses of the loop's instructions, from the binary (see lbr_loop.S).
+struct LoopAddrs {
+    start: u64,
+    call: u64,
+    after_call: u64,
+    jz: u64,
+    nop: u64,
+    skip: u64,
+    jnz: u64,
+    leaf: u64,
+}
+
+fn loop_addrs(binary: &Path) -> LoopAddrs {
+    let data = std::fs::read(binary).unwrap();
+    let elf = rivet_elf::ElfFile::parse(&data).unwrap();
+    let syms = elf.symbols().unwrap();
+    let addr = |name: &str| syms.iter().find(|s| s.name == name).unwrap().value;
+    let start = addr("_start");
+    let insts = rivet_arch::decode_all(elf.bytes_at(start, 0x22).unwrap(), start);
+    let at = |i: usize| insts[i].addr().get();
+    // mov, call, test, jz, nop, dec, jnz, ...
+    LoopAddrs {
+        start: start.get(),
+        call: at(1),
+        after_call: at(2),
+        jz: at(3),
+        nop: at(4),
+        skip: at(5),
+        jnz: at(6),
+        leaf: addr("leaf").get(),
+    }
+}
+
+/// The taken branches of the whole run, oldest first.
+fn branch_sequence(a: &LoopAddrs, n: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut ecx = n;
+    loop {
+        out.push((a.call, a.leaf));
+        out.push((a.leaf, a.after_call));
+        if ecx % 2 == 0 {
+            out.push((a.jz, a.skip));
+        }
+        ecx -= 1;
+        if ecx == 0 {
+            break;
+        }
+        out.push((a.jnz, a.after_call - (a.after_call - a.call)));
+    }
+    out
+}
+
+#[test]
+fn synthesized_branch_stacks_give_exact_branches_and_fall_throughs() {
+    let dir = scratch("aggregate", "lbr");
+    let binary = dir.join("lbr_loop");
+    let status = Command::new("gcc")
+        .args(["-nostdlib", "-static", "-Wl,--emit-relocs"])
+        .arg(source("lbr_loop.S"))
+        .arg("-o")
+        .arg(&binary)
+        .status()
+        .expect("gcc is required");
+    assert!(status.success());
+    let a = loop_addrs(&binary);
+    let seq = branch_sequence(&a, 1000);
+    let path = std::fs::canonicalize(&binary).unwrap();
+    // Mapped at a base of ASLR's kind: run-time = vaddr - 0x400000 + base.
+    for base in [0x400000u64, 0x5555_5555_4000] {
+        let rt = |v: u64| v - 0x400000 + base;
+        let mut text = String::new();
+        writeln!(
+            text,
+            "  4242 PERF_RECORD_MMAP2 4242/4242: [{:#x}({:#x}) @ 0 fe:01 12 0]: r-xp {}",
+            rt(0x400000),
+            0x2000,
+            path.display()
+        )
+        .unwrap();
+        writeln!(text, "  4242 PERF_RECORD_COMM: lbr_loop:4242/4242").unwrap();
+        let mut expected_branches: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+        let mut expected_fall_through = 0u64;
+        let mut samples = 0;
+        // A sample every 37 branches, holding the 16 most recent, newest first.
+        for end in (16..=seq.len()).step_by(37) {
+            let stack: Vec<(u64, u64)> = seq[end - 16..end].iter().rev().copied().collect();
+            let ip = stack[0].1;
+            write!(text, "  4242 cycles:u: {:x}", rt(ip)).unwrap();
+            for (from, to) in &stack {
+                write!(text, " {:#x}/{:#x}/P/-/-/1", rt(*from), rt(*to)).unwrap();
+                if *from != a.leaf {
+                    *expected_branches.entry((*from, *to)).or_default() += 1;
+                }
+            }
+            writeln!(text).unwrap();
+            for w in stack.windows(2) {
+                // (newer, older): a run from the return to the loop's end crosses the nop.
+                if w[1] == (a.leaf, a.after_call) && w[0].0 == a.jnz {
+                    expected_fall_through += 1;
+                }
+            }
+            samples += 1;
+        }
+        assert!(expected_fall_through > 0 && samples > 50);
+        let script = dir.join(format!("script-{base:x}.txt"));
+        std::fs::write(&script, &text).unwrap();
+        let out = dir.join(format!("lbr-{base:x}.rprof"));
+        let r = rivet(&[
+            "aggregate",
+            "--perf-script",
+            s(&script),
+            s(&binary),
+            "-o",
+            s(&out),
+        ]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let profile = native::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(profile.mode, Mode::Branches);
+        let loc = |addr: u64| {
+            if addr >= a.leaf {
+                Location::symbol("leaf", addr - a.leaf)
+            } else {
+                Location::symbol("_start", addr - a.start)
+            }
+        };
+        let mut expected: BTreeMap<(Location, Location), u64> = expected_branches
+            .iter()
+            .map(|((f, t), c)| ((loc(*f), loc(*t)), *c))
+            .collect();
+        expected.insert((loc(a.jz), loc(a.nop)), expected_fall_through);
+        expected.insert((loc(a.nop), loc(a.skip)), expected_fall_through);
+        let got: BTreeMap<(Location, Location), u64> = profile
+            .branches
+            .iter()
+            .map(|(k, c)| (k.clone(), c.count))
+            .collect();
+        assert_eq!(got, expected, "base {base:#x}");
+    }
+}
+
+#[test]
+fn plain_samples_of_a_real_run_land_in_its_functions() {
+    let dir = scratch("aggregate", "samples");
+    let binary = dir.join("prog");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-Wl,--emit-relocs"])
+        .arg(source("counts.c"))
+        .arg("-o")
+        .arg(&binary)
+        .arg("-lpthread")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let perf_data = dir.join("perf.data");
+    let out = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "5000", "-o"])
+        .arg(&perf_data)
+        .arg("--")
+        .arg(&binary)
+        .args(["switch", "30000000"])
+        .output()
+        .expect("perf is required (apt-get install linux-perf)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile_path = dir.join("prog.fdata");
+    let r = rivet(&[
+        "aggregate",
+        s(&perf_data),
+        s(&binary),
+        "-o",
+        s(&profile_path),
+        "--json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(summary["branch_stacks"], false);
+    let text = std::fs::read_to_string(&profile_path).unwrap();
+    assert!(
+        text.starts_with("no_lbr cpu-clock:u\n"),
+        "{}",
+        &text[..80.min(text.len())]
+    );
+    let profile = rivet_profile::fdata::parse(&text).unwrap();
+    let in_binary: u64 = profile.samples.values().sum();
+    assert!(in_binary > 100, "{in_binary} samples");
+    let in_hot: u64 = profile
+        .samples
+        .iter()
+        .filter(|(l, _)| {
+            ["dispatch", "main"].contains(&l.name.as_str()) || l.name.starts_with("case")
+        })
+        .map(|(_, c)| c)
+        .sum();
+    assert!(
+        in_hot * 10 >= in_binary * 8,
+        "{in_hot} of {in_binary} in the loop"
+    );
+
+    // Another build of the same path: refused, unless forced.
+    let status = Command::new("gcc")
+        .args(["-O1", "-g", "-Wl,--emit-relocs"])
+        .arg(source("counts.c"))
+        .arg("-o")
+        .arg(&binary)
+        .arg("-lpthread")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let again = dir.join("again.fdata");
+    let r = rivet(&["aggregate", s(&perf_data), s(&binary), "-o", s(&again)]);
+    assert_one_error_line(&r, "another build");
+    assert!(!again.exists());
+    let r = rivet(&[
+        "aggregate",
+        s(&perf_data),
+        s(&binary),
+        "-o",
+        s(&again),
+        "--force",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+
+    // Not a recording.
+    let r = rivet(&["aggregate", s(&binary), s(&binary), "-o", s(&again)]);
+    assert_one_error_line(&r, "is not a perf.data file");
+}

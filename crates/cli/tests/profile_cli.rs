@@ -1,0 +1,174 @@
+//! Profiles as a user handles them: `rivet merge` sums runs deterministically and refuses to
+//! mix kinds or builds; `rivet inspect --profile` reports what matched and refuses a profile of
+//! another build unless forced.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{assert_one_error_line, rivet, s, scratch};
+use rivet_profile::{Location, native};
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/instrument")
+        .join(name)
+}
+
+fn build(dir: &Path, flags: &[&str], name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let status = Command::new("gcc")
+        .args(["-g", "-Wl,--emit-relocs"])
+        .args(flags)
+        .arg(source("counts.c"))
+        .arg("-o")
+        .arg(&out)
+        .arg("-lpthread")
+        .status()
+        .expect("gcc is required");
+    assert!(status.success());
+    out
+}
+
+/// Instruments `binary`, runs it once per argument list, each into its own counter file.
+fn counts(binary: &Path, runs: &[&[&str]]) -> Vec<PathBuf> {
+    let inst = binary.with_extension("inst");
+    let r = rivet(&["instrument", s(binary), "-o", s(&inst)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    runs.iter()
+        .enumerate()
+        .map(|(i, args)| {
+            let file = binary.with_extension(format!("run{i}.counts"));
+            let _ = std::fs::remove_file(&file);
+            let out = Command::new(&inst)
+                .args(*args)
+                .env("RIVET_PROFILE", &file)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            file
+        })
+        .collect()
+}
+
+fn entries(text: &str, name: &str) -> u64 {
+    native::parse(text)
+        .unwrap()
+        .branches
+        .iter()
+        .filter(|((_, to), _)| to.name == name && to.offset == 0)
+        .map(|(_, c)| c.count)
+        .sum()
+}
+
+#[test]
+fn merge_sums_runs_deterministically_and_refuses_mixtures() {
+    let dir = scratch("profile-cli", "merge");
+    let binary = build(&dir, &["-O2"], "prog");
+    let files = counts(
+        &binary,
+        &[&["loop", "100"], &["loop", "23"], &["switch", "50"]],
+    );
+    let ab = dir.join("ab.rprof");
+    let r = rivet(&[
+        "merge",
+        s(&files[0]),
+        s(&files[1]),
+        s(&files[2]),
+        "-o",
+        s(&ab),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = std::fs::read_to_string(&ab).unwrap();
+    assert_eq!(entries(&text, "tick"), 123);
+    assert_eq!(entries(&text, "dispatch"), 50);
+    assert_eq!(entries(&text, "main"), 3);
+    // Any order, same bytes; merging merged profiles sums again.
+    let ba = dir.join("ba.rprof");
+    let r = rivet(&[
+        "merge",
+        s(&files[2]),
+        s(&files[1]),
+        s(&files[0]),
+        "-o",
+        s(&ba),
+    ]);
+    assert!(r.status.success());
+    assert_eq!(std::fs::read(&ab).unwrap(), std::fs::read(&ba).unwrap());
+    let twice = dir.join("twice.fdata");
+    let r = rivet(&["merge", s(&ab), s(&ba), "-o", s(&twice)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let fdata = rivet_profile::fdata::parse(&std::fs::read_to_string(&twice).unwrap()).unwrap();
+    let tick: u64 = fdata
+        .branches
+        .iter()
+        .filter(|((_, to), _)| *to == Location::symbol("tick", 0))
+        .map(|(_, c)| c.count)
+        .sum();
+    assert_eq!(tick, 246);
+
+    // A sample profile does not mix with branch counts.
+    let samples = dir.join("samples.fdata");
+    std::fs::write(&samples, "no_lbr cpu-clock:u\n1 main 10 5\n").unwrap();
+    let out = dir.join("mixed.rprof");
+    let r = rivet(&["merge", s(&ab), s(&samples), "-o", s(&out)]);
+    assert_one_error_line(&r, s(&samples));
+    assert!(!out.exists());
+
+    // Nor does a profile of another build.
+    let other = build(&dir, &["-O1"], "other");
+    let other_counts = counts(&other, &[&["loop", "5"]]);
+    let r = rivet(&["merge", s(&files[0]), s(&other_counts[0]), "-o", s(&out)]);
+    assert_one_error_line(&r, "build");
+    assert!(!out.exists());
+
+    // Garbage in: one line, nothing out.
+    let junk = dir.join("junk.counts");
+    std::fs::write(&junk, b"RIVETCNT\x01\x00\x00\x00truncated").unwrap();
+    let r = rivet(&["merge", s(&junk), "-o", s(&out)]);
+    assert_one_error_line(&r, "junk.counts");
+    assert!(!out.exists());
+}
+
+#[test]
+fn inspect_reports_matches_and_refuses_other_builds() {
+    let dir = scratch("profile-cli", "inspect");
+    let binary = build(&dir, &["-O2"], "prog");
+    let files = counts(&binary, &[&["switch", "1100"]]);
+    let r = rivet(&["inspect", s(&binary), "--profile", s(&files[0]), "--json"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(report["matched"], report["records"], "{report}");
+    assert!(report["unknown_functions"].as_array().unwrap().is_empty());
+    assert!(report["stale_functions"].as_array().unwrap().is_empty());
+    let hot: Vec<&str> = report["hot"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
+    // main's loop and the dispatch it calls 1100 times, then the cases.
+    assert_eq!(hot[..2], ["main", "dispatch"], "{hot:?}");
+    assert_eq!(hot[2], "fallback", "{hot:?}");
+
+    // The same source built otherwise is another build.
+    let other = build(&dir, &["-O1"], "other");
+    let r = rivet(&["inspect", s(&other), "--profile", s(&files[0])]);
+    assert_one_error_line(&r, "another build");
+    let r = rivet(&[
+        "inspect",
+        s(&other),
+        "--profile",
+        s(&files[0]),
+        "--force",
+        "--json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert!(
+        report["matched"].as_u64().unwrap() < report["records"].as_u64().unwrap(),
+        "a profile of -O2 code cannot match -O1 code everywhere: {report}"
+    );
+    assert!(!report["stale_functions"].as_array().unwrap().is_empty());
+}

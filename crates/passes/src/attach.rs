@@ -1,0 +1,431 @@
+//! Attaching a profile to the program: counts on blocks and edges, entry counts, and a call
+//! graph, plus a report of how much of the profile matched.
+//!
+//! A branch profile (instrumentation, or perf branch stacks after aggregation) names edges by
+//! function and offset: an edge inside a function must leave from the last instruction of a
+//! block and land on a block start along a CFG edge; a branch to offset 0 of a function is a
+//! call or tail call; a branch from `[unknown]` to offset 0 is an entry from code the profile
+//! does not see. Records that fit nothing are *stale* (the profile describes another build, or
+//! another disassembly); records naming functions the binary does not have are *unknown*.
+//!
+//! A sample profile (no branch stacks) gives samples per address; the samples of a block,
+//! divided by its instruction count, estimate how often it ran (a sample lands on an
+//! instruction in proportion to the time spent there, about the same per instruction), and
+//! flow inference (`rivet_profile::inference`) turns these estimates into counts that are
+//! consistent along the CFG.
+
+use std::collections::HashMap;
+
+use rivet_elf::Vaddr;
+use rivet_ir::{BlockId, FuncId, Function, Program};
+use rivet_profile::{LocKind, Mode, Profile};
+
+/// The counts of one function.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FunctionCounts {
+    /// Per block.
+    pub blocks: Vec<u64>,
+    /// Per block, aligned with `Block::succs`.
+    pub edges: Vec<Vec<u64>>,
+    /// Times the function was entered at its start.
+    pub entries: u64,
+}
+
+impl FunctionCounts {
+    /// Instructions executed in the function: block counts times block lengths.
+    pub fn executed_instructions(&self, f: &Function) -> u64 {
+        f.blocks
+            .iter()
+            .zip(&self.blocks)
+            .map(|(b, c)| c.saturating_mul(u64::from(b.insts.end - b.insts.start)))
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// How well a profile matched the binary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MatchReport {
+    /// Records (branches or sample addresses) and their total count.
+    pub records: u64,
+    pub records_count: u64,
+    pub matched: u64,
+    pub matched_count: u64,
+    /// Names of the profile absent from the binary, with the count they carry.
+    pub unknown_functions: Vec<(String, u64)>,
+    /// Functions with records that fit no instruction, block or edge, with the count lost.
+    pub stale_functions: Vec<(String, u64)>,
+    /// Functions with a nonzero count.
+    pub profiled_functions: usize,
+}
+
+impl MatchReport {
+    /// Share of the profile's counts that matched (1.0 for an empty profile).
+    pub fn matched_share(&self) -> f64 {
+        if self.records_count == 0 {
+            1.0
+        } else {
+            self.matched_count as f64 / self.records_count as f64
+        }
+    }
+}
+
+/// A profile attached to a program.
+#[derive(Clone, Debug, Default)]
+pub struct AttachedProfile {
+    /// Per `FuncId`; `None` for functions without any count (or not simple).
+    pub functions: Vec<Option<FunctionCounts>>,
+    /// Call graph: (caller, callee) -> calls (tail calls included).
+    pub calls: HashMap<(FuncId, FuncId), u64>,
+    pub report: MatchReport,
+    /// The counts were inferred from samples.
+    pub inferred: bool,
+}
+
+/// Functions by the names profiles use: profile names, then plain and qualified names.
+struct NameIndex<'a> {
+    by_name: HashMap<&'a str, FuncId>,
+}
+
+impl<'a> NameIndex<'a> {
+    fn new(program: &'a Program, names: &'a [String]) -> Self {
+        let mut by_name = HashMap::new();
+        for f in &program.functions {
+            for n in &f.names {
+                by_name.entry(n.as_str()).or_insert(f.id);
+            }
+        }
+        // Profile names win over plain names.
+        for (i, n) in names.iter().enumerate() {
+            by_name.insert(n.as_str(), FuncId(i as u32));
+        }
+        NameIndex { by_name }
+    }
+
+    fn get(&self, name: &str) -> Option<FuncId> {
+        self.by_name.get(name).copied()
+    }
+}
+
+fn block_ending_at(f: &Function, addr: Vaddr) -> Option<BlockId> {
+    let pos = f.blocks.partition_point(|b| b.start <= addr);
+    let i = pos.checked_sub(1)?;
+    let last = f.block_insts(&f.blocks[i]).last()?;
+    (last.addr() == addr).then_some(BlockId(i as u32))
+}
+
+fn block_holding(f: &Function, addr: Vaddr) -> Option<BlockId> {
+    let pos = f.blocks.partition_point(|b| b.start <= addr);
+    let i = pos.checked_sub(1)?;
+    let last = f.block_insts(&f.blocks[i]).last()?;
+    (addr < last.end()).then_some(BlockId(i as u32))
+}
+
+/// Attaches `profile` to `program` (`names`: the profile names of its functions).
+pub fn attach(program: &Program, names: &[String], profile: &Profile) -> AttachedProfile {
+    match profile.mode {
+        Mode::Branches => attach_branches(program, names, profile),
+        Mode::Samples { .. } => attach_samples(program, names, profile),
+    }
+}
+
+fn empty_counts(f: &Function) -> FunctionCounts {
+    FunctionCounts {
+        blocks: vec![0; f.blocks.len()],
+        edges: f.blocks.iter().map(|b| vec![0; b.succs.len()]).collect(),
+        entries: 0,
+    }
+}
+
+fn attach_branches(program: &Program, names: &[String], profile: &Profile) -> AttachedProfile {
+    let index = NameIndex::new(program, names);
+    let mut counts: Vec<Option<FunctionCounts>> = vec![None; program.functions.len()];
+    let mut calls: HashMap<(FuncId, FuncId), u64> = HashMap::new();
+    let mut report = MatchReport::default();
+    let mut unknown: HashMap<String, u64> = HashMap::new();
+    let mut stale: HashMap<FuncId, u64> = HashMap::new();
+    // Counts of edges leaving each block that are not CFG edges of the function (calls and
+    // jumps to other functions): they count the block too.
+    let mut leaving: HashMap<(FuncId, BlockId), u64> = HashMap::new();
+    for ((from, to), c) in &profile.branches {
+        report.records += 1;
+        report.records_count += c.count;
+        let lookup = |name: &str| index.get(name);
+        // Calls to imported functions through the PLT: matched, nothing to count here.
+        if to.kind != LocKind::External
+            && to.offset == 0
+            && let Some(import) = to.name.strip_suffix("@PLT")
+            && program.plt.iter().any(|p| p.name == import)
+        {
+            if let Some(f) = lookup(&from.name) {
+                let caller = program.function(f);
+                if let Some(b) = block_holding(caller, caller.range.start + from.offset) {
+                    *leaving.entry((f, b)).or_default() += c.count;
+                }
+            }
+            report.matched += 1;
+            report.matched_count += c.count;
+            continue;
+        }
+        let target = if to.kind == LocKind::External {
+            None
+        } else {
+            match lookup(&to.name) {
+                Some(g) => Some(g),
+                None => {
+                    *unknown.entry(to.name.clone()).or_default() += c.count;
+                    continue;
+                }
+            }
+        };
+        let source = if from.kind == LocKind::External {
+            None
+        } else {
+            match lookup(&from.name) {
+                Some(f) => Some(f),
+                None => {
+                    *unknown.entry(from.name.clone()).or_default() += c.count;
+                    continue;
+                }
+            }
+        };
+        // An edge inside a function: from a block's last instruction along a CFG edge (a
+        // branch back to the function's start included: it is not an entry).
+        if let (Some(f), Some(g)) = (source, target)
+            && f == g
+        {
+            let func = program.function(f);
+            let edge = func.is_simple().then_some(()).and_then(|()| {
+                let b = block_ending_at(func, func.range.start + from.offset)?;
+                let t = func.block_at(func.range.start + to.offset)?;
+                let k = func.block(b).succs.iter().position(|s| s.to == t)?;
+                Some((b, k))
+            });
+            if let Some((b, k)) = edge {
+                let fc = counts[f.0 as usize].get_or_insert_with(|| empty_counts(func));
+                fc.edges[b.0 as usize][k] += c.count;
+                report.matched += 1;
+                report.matched_count += c.count;
+                continue;
+            }
+        }
+        let mut matched = false;
+        // Entries, calls and tail calls.
+        if let Some(g) = target
+            && to.offset == 0
+        {
+            let callee = program.function(g);
+            if callee.is_simple() {
+                counts[g.0 as usize]
+                    .get_or_insert_with(|| empty_counts(callee))
+                    .entries += c.count;
+            }
+            if let Some(f) = source
+                && f != g
+            {
+                *calls.entry((f, g)).or_default() += c.count;
+            }
+            matched = true;
+        } else if let Some(g) = target {
+            // A jump into another function's interior: a compiler-split part.
+            let callee = program.function(g);
+            matched = callee.block_at(callee.range.start + to.offset).is_some();
+        } else if let Some(f) = source {
+            // To code the profile does not see (an indirect call or jump): matched when it
+            // leaves from an instruction of the function.
+            let caller = program.function(f);
+            matched = block_holding(caller, caller.range.start + from.offset).is_some();
+        }
+        if let Some(f) = source
+            && source != target
+        {
+            let caller = program.function(f);
+            if let Some(b) = block_holding(caller, caller.range.start + from.offset) {
+                *leaving.entry((f, b)).or_default() += c.count;
+            }
+        }
+        if !matched {
+            if let Some(f) = source.or(target) {
+                *stale.entry(f).or_default() += c.count;
+            }
+            continue;
+        }
+        if matched {
+            report.matched += 1;
+            report.matched_count += c.count;
+        }
+    }
+    // Block counts: the larger of what flows in and what flows out.
+    for (i, fc) in counts.iter_mut().enumerate() {
+        let Some(fc) = fc else { continue };
+        let f = &program.functions[i];
+        let mut inflow = vec![0u64; f.blocks.len()];
+        for (b, block) in f.blocks.iter().enumerate() {
+            for (k, s) in block.succs.iter().enumerate() {
+                inflow[s.to.0 as usize] += fc.edges[b][k];
+            }
+        }
+        if let Some(entry) = f.block_at(f.range.start) {
+            inflow[entry.0 as usize] += fc.entries;
+        }
+        for (b, block_count) in fc.blocks.iter_mut().enumerate() {
+            let out: u64 = fc.edges[b].iter().sum::<u64>()
+                + leaving
+                    .get(&(f.id, BlockId(b as u32)))
+                    .copied()
+                    .unwrap_or(0);
+            *block_count = inflow[b].max(out);
+        }
+    }
+    finish(program, counts, calls, report, unknown, stale, false)
+}
+
+fn finish(
+    program: &Program,
+    mut counts: Vec<Option<FunctionCounts>>,
+    calls: HashMap<(FuncId, FuncId), u64>,
+    mut report: MatchReport,
+    unknown: HashMap<String, u64>,
+    stale: HashMap<FuncId, u64>,
+    inferred: bool,
+) -> AttachedProfile {
+    for fc in &mut counts {
+        if fc
+            .as_ref()
+            .is_some_and(|c| c.entries == 0 && c.blocks.iter().all(|&b| b == 0))
+        {
+            *fc = None;
+        }
+    }
+    report.profiled_functions = counts.iter().flatten().count();
+    report.unknown_functions = unknown.into_iter().collect();
+    report
+        .unknown_functions
+        .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    report.stale_functions = stale
+        .into_iter()
+        .map(|(f, c)| (program.function(f).qualified_name(), c))
+        .collect();
+    report
+        .stale_functions
+        .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    AttachedProfile {
+        functions: counts,
+        calls,
+        report,
+        inferred,
+    }
+}
+
+fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> AttachedProfile {
+    let index = NameIndex::new(program, names);
+    let mut samples: Vec<Option<Vec<u64>>> = vec![None; program.functions.len()];
+    let mut report = MatchReport::default();
+    let mut unknown: HashMap<String, u64> = HashMap::new();
+    let mut stale: HashMap<FuncId, u64> = HashMap::new();
+    for (at, &count) in &profile.samples {
+        report.records += 1;
+        report.records_count += count;
+        let Some(f) = index.get(&at.name) else {
+            *unknown.entry(at.name.clone()).or_default() += count;
+            continue;
+        };
+        let func = program.function(f);
+        if !func.is_simple() {
+            // Counted as matched: the function exists, Rivet just does not model its CFG.
+            report.matched += 1;
+            report.matched_count += count;
+            continue;
+        }
+        match block_holding(func, func.range.start + at.offset) {
+            Some(b) => {
+                samples[f.0 as usize].get_or_insert_with(|| vec![0; func.blocks.len()])
+                    [b.0 as usize] += count;
+                report.matched += 1;
+                report.matched_count += count;
+            }
+            None => *stale.entry(f).or_default() += count,
+        }
+    }
+    let counts: Vec<Option<FunctionCounts>> = program
+        .functions
+        .iter()
+        .zip(&samples)
+        .map(|(f, s)| s.as_ref().map(|s| infer_function(f, s)))
+        .collect();
+    let mut calls: HashMap<(FuncId, FuncId), u64> = HashMap::new();
+    for (f, fc) in program.functions.iter().zip(&counts) {
+        let Some(fc) = fc else { continue };
+        for call in &f.calls {
+            if let rivet_ir::CallTarget::Function { function, .. } = call.target
+                && let Some(b) = block_holding(f, call.at)
+            {
+                let c = fc.blocks[b.0 as usize];
+                if c > 0 {
+                    *calls.entry((f.id, function)).or_default() += c;
+                }
+            }
+        }
+    }
+    finish(program, counts, calls, report, unknown, stale, true)
+}
+
+/// Block and edge counts of `f` from its samples per block. Counts are scaled by the number of
+/// instructions so that a block's estimate is its executions (in sample units).
+fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
+    // Samples are sparse: scale them up so that per-instruction division keeps resolution.
+    const SCALE: u64 = 64;
+    let weights: Vec<Option<u64>> = f
+        .blocks
+        .iter()
+        .zip(samples)
+        .map(|(b, &s)| Some(s * SCALE / u64::from((b.insts.end - b.insts.start).max(1))))
+        .collect();
+    let mut edges = Vec::new();
+    let mut edge_index = Vec::new();
+    for (b, block) in f.blocks.iter().enumerate() {
+        for (k, s) in block.succs.iter().enumerate() {
+            edges.push((b as u32, s.to.0));
+            edge_index.push((b, k));
+        }
+    }
+    let entries: Vec<u32> = f
+        .blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.is_entry || b.is_landing_pad || b.is_address_taken)
+        .map(|(i, _)| i as u32)
+        .collect();
+    let graph = rivet_profile::inference::FlowGraph {
+        blocks: f.blocks.len(),
+        edges,
+        weights,
+        entries,
+        exits: Vec::new(),
+    };
+    let mut counts = empty_counts(f);
+    // The graph is built from the function's own CFG: its indices are always valid.
+    if let Ok(inferred) = rivet_profile::inference::infer(&graph) {
+        counts.blocks = inferred.block_counts;
+        for ((b, k), c) in edge_index.into_iter().zip(inferred.edge_counts) {
+            counts.edges[b][k] = c;
+        }
+    }
+    if let Some(entry) = f.block_at(f.range.start) {
+        let internal: u64 = f
+            .blocks
+            .iter()
+            .enumerate()
+            .flat_map(|(b, block)| {
+                block
+                    .succs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.to == entry)
+                    .map(move |(k, _)| (b, k))
+            })
+            .map(|(b, k)| counts.edges[b][k])
+            .sum();
+        counts.entries = counts.blocks[entry.0 as usize].saturating_sub(internal);
+    }
+    counts
+}
