@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 use rivet_elf::Vaddr;
-use rivet_ir::{BlockId, FuncId, Function, Program};
+use rivet_ir::{BlockId, FuncId, Function, Program, Terminator};
 use rivet_profile::{LocKind, Mode, Profile};
 
 /// The counts of one function.
@@ -113,6 +113,18 @@ fn block_ending_at(f: &Function, addr: Vaddr) -> Option<BlockId> {
     (last.addr() == addr).then_some(BlockId(i as u32))
 }
 
+/// The block whose last instruction, at `addr`, leaves the function for good: a tail call, a
+/// noreturn call, a jump into a compiler-split part.
+fn exit_block(f: &Function, addr: Vaddr) -> Option<BlockId> {
+    let b = block_ending_at(f, addr)?;
+    let block = f.block(b);
+    (matches!(
+        block.terminator,
+        Terminator::TailCall { .. } | Terminator::CondTailCall { .. } | Terminator::NoReturnCall
+    ) || !block.fragment_succs.is_empty())
+    .then_some(b)
+}
+
 fn block_holding(f: &Function, addr: Vaddr) -> Option<BlockId> {
     let pos = f.blocks.partition_point(|b| b.start <= addr);
     let i = pos.checked_sub(1)?;
@@ -143,8 +155,9 @@ fn attach_branches(program: &Program, names: &[String], profile: &Profile) -> At
     let mut report = MatchReport::default();
     let mut unknown: HashMap<String, u64> = HashMap::new();
     let mut stale: HashMap<FuncId, u64> = HashMap::new();
-    // Counts of edges leaving each block that are not CFG edges of the function (calls and
-    // jumps to other functions): they count the block too.
+    // Counts of the ways out of each block that are not CFG edges of the function (tail calls,
+    // noreturn calls, jumps into a split part): they count the block too. Calls inside a block
+    // return into it and do not.
     let mut leaving: HashMap<(FuncId, BlockId), u64> = HashMap::new();
     for ((from, to), c) in &profile.branches {
         report.records += 1;
@@ -158,7 +171,7 @@ fn attach_branches(program: &Program, names: &[String], profile: &Profile) -> At
         {
             if let Some(f) = lookup(&from.name) {
                 let caller = program.function(f);
-                if let Some(b) = block_holding(caller, caller.range.start + from.offset) {
+                if let Some(b) = exit_block(caller, caller.range.start + from.offset) {
                     *leaving.entry((f, b)).or_default() += c.count;
                 }
             }
@@ -239,7 +252,7 @@ fn attach_branches(program: &Program, names: &[String], profile: &Profile) -> At
             && source != target
         {
             let caller = program.function(f);
-            if let Some(b) = block_holding(caller, caller.range.start + from.offset) {
+            if let Some(b) = exit_block(caller, caller.range.start + from.offset) {
                 *leaving.entry((f, b)).or_default() += c.count;
             }
         }
@@ -336,10 +349,12 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
             report.matched_count += count;
             continue;
         }
-        match block_holding(func, func.range.start + at.offset) {
-            Some(b) => {
-                samples[f.0 as usize].get_or_insert_with(|| vec![0; func.blocks.len()])
-                    [b.0 as usize] += count;
+        let addr = func.range.start + at.offset;
+        match block_holding(func, addr) {
+            Some(_) => {
+                // The instruction holding the address (a sample is at an instruction start).
+                let i = func.insts.partition_point(|i| i.addr() <= addr) - 1;
+                samples[f.0 as usize].get_or_insert_with(|| vec![0; func.insts.len()])[i] += count;
                 report.matched += 1;
                 report.matched_count += count;
             }
@@ -369,16 +384,25 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
     finish(program, counts, calls, report, unknown, stale, true)
 }
 
-/// Block and edge counts of `f` from its samples per block. Counts are scaled by the number of
-/// instructions so that a block's estimate is its executions (in sample units).
-fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
+/// How often a block ran, in sample units: the mean of its instructions' samples. (Robust
+/// variants, leaving out an instruction that collects samples out of proportion, a cache miss or
+/// a mispredicted call, were measured on Lua and matched instrumentation worse.)
+fn block_estimate(samples: &[u64]) -> u64 {
     // Samples are sparse: scale them up so that per-instruction division keeps resolution.
     const SCALE: u64 = 64;
+    samples.iter().sum::<u64>() * SCALE / samples.len().max(1) as u64
+}
+
+/// Block and edge counts of `f` from the samples of its instructions.
+fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
     let weights: Vec<Option<u64>> = f
         .blocks
         .iter()
-        .zip(samples)
-        .map(|(b, &s)| Some(s * SCALE / u64::from((b.insts.end - b.insts.start).max(1))))
+        .map(|b| {
+            Some(block_estimate(
+                &samples[b.insts.start as usize..b.insts.end as usize],
+            ))
+        })
         .collect();
     let mut edges = Vec::new();
     let mut edge_index = Vec::new();
