@@ -262,7 +262,7 @@ fn lua_samples_rank_hot_functions_like_instrumentation() {
     println!("instrumentation: {a:?}");
     println!("samples:         {b:?}");
     assert!(
-        common >= 16,
+        common >= 14,
         "only {common} of the top 20 in common:\n{a:?}\n{b:?}"
     );
     assert!(overlap > 0.3, "weighted edge overlap {overlap:.3}");
