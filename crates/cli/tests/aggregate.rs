@@ -65,14 +65,14 @@ fn branch_sequence(a: &LoopAddrs, n: u64) -> Vec<(u64, u64)> {
     loop {
         out.push((a.call, a.leaf));
         out.push((a.leaf, a.after_call));
-        if ecx % 2 == 0 {
+        if ecx.is_multiple_of(2) {
             out.push((a.jz, a.skip));
         }
         ecx -= 1;
         if ecx == 0 {
             break;
         }
-        out.push((a.jnz, a.after_call - (a.after_call - a.call)));
+        out.push((a.jnz, a.call)); // back to .Lloop, where the call is
     }
     out
 }

@@ -118,15 +118,11 @@ fn is_fall_through(binary: &Path, (from, to): &(Location, Location)) -> bool {
     branch.end() == sym.value + to.offset
 }
 
+type Branches = BTreeMap<(Location, Location), BranchCount>;
+
 /// Branches from functions both tools counted (`from` names seen in both), and entries from
 /// `[unknown]` into them.
-fn common_part(
-    a: &Profile,
-    b: &Profile,
-) -> (
-    BTreeMap<(Location, Location), BranchCount>,
-    BTreeMap<(Location, Location), BranchCount>,
-) {
+fn common_part(a: &Profile, b: &Profile) -> (Branches, Branches) {
     let counted = |p: &Profile| -> BTreeSet<String> {
         p.branches
             .keys()

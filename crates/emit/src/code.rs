@@ -582,6 +582,15 @@ pub struct AbsoluteField {
     pub value: Vaddr,
 }
 
+/// What pass two fills in besides branch targets.
+#[derive(Clone, Copy, Debug)]
+pub struct Fixups<'a> {
+    /// Absolute code addresses inside copied instructions, sorted by site.
+    pub absolute_fields: &'a [AbsoluteField],
+    /// The counter segment, when the code carries instrumentation probes.
+    pub counters: Option<Vaddr>,
+}
+
 /// Pass two: the final bytes of a fragment placed at `addr`.
 pub fn encode_fragment(
     elf: &ElfFile<'_>,
@@ -589,10 +598,11 @@ pub fn encode_fragment(
     plan: &FragmentPlan,
     addr: Vaddr,
     map: &AddressMap,
-    absolute_fields: &[AbsoluteField],
-    counters: Option<Vaddr>,
+    fixups: &Fixups<'_>,
     encoder: &mut BranchEncoder,
 ) -> Result<Vec<u8>, EmitError> {
+    let absolute_fields = fixups.absolute_fields;
+    let counters = fixups.counters;
     let fid = plan.fragment.function;
     let f = program.function(fid);
     let mut out = Vec::with_capacity(plan.size as usize);

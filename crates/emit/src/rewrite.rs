@@ -38,6 +38,9 @@ pub struct RewriteOptions {
     pub strategy: LayoutStrategy,
 }
 
+/// Builds the counter file's header and map for the functions a predicate accepts.
+pub type FilePrefixFn<'a> = dyn Fn(&dyn Fn(FuncId) -> bool) -> Vec<u8> + Sync + 'a;
+
 /// Instrumentation to write into the output: probes per function, and what the runtime needs.
 #[allow(missing_debug_implementations)]
 pub struct Instrumentation<'a> {
@@ -46,7 +49,7 @@ pub struct Instrumentation<'a> {
     pub counters: u32,
     /// The counter file's header and map (padded to a page multiple), for the functions the
     /// predicate accepts: the ones actually rewritten.
-    pub file_prefix: &'a (dyn Fn(&dyn Fn(FuncId) -> bool) -> Vec<u8> + Sync),
+    pub file_prefix: &'a FilePrefixFn<'a>,
     /// Profile path used when `RIVET_PROFILE` is not set at run time.
     pub default_path: &'a str,
     /// One file per process (`.PID` appended to the path).
@@ -360,8 +363,10 @@ pub fn rewrite(
                 plan,
                 *addr,
                 &map,
-                &refs.in_moved_code,
-                counters.map(|c| c.0),
+                &crate::code::Fixups {
+                    absolute_fields: &refs.in_moved_code,
+                    counters: counters.map(|c| c.0),
+                },
                 encoder,
             )
             .map_err(|source| RewriteError::Encode {

@@ -648,10 +648,10 @@ fn indirect_jumps(f: &FunctionMap, counts: &[u64], profile: &mut Profile) {
         for (k, s) in from.iter().enumerate() {
             let share = if k + 1 == from.len() {
                 left
-            } else if total == 0 {
-                0
             } else {
-                (u128::from(count) * weight(s) / total) as u64
+                (u128::from(count) * weight(s))
+                    .checked_div(total)
+                    .unwrap_or(0) as u64
             };
             left -= share.min(left);
             if share > 0 {

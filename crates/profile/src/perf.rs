@@ -202,7 +202,7 @@ impl Aggregator {
     pub fn feed(&mut self, line: &str) {
         match parse_line(line) {
             Some(Line::Mmap(m)) => {
-                let ours = self.paths.iter().any(|p| *p == m.path);
+                let ours = self.paths.contains(&m.path);
                 let maps = self.maps.entry(m.pid).or_default();
                 // A new mapping over an old one hides it; only the binary's are kept.
                 maps.retain(|(s, e, _)| *e <= m.start || *s >= m.start.saturating_add(m.len));
