@@ -287,13 +287,11 @@ pub fn infer(graph: &FlowGraph) -> Result<InferredFlow, InferenceError> {
     let increase_zero = COST_INCREASE_ZERO as i64 * s;
     let decrease = COST_DECREASE as i64 * s;
 
-    // Vertices: outside, the super source and sink, then `in` and `out` of every block.
+    // Vertices: outside, then `in` and `out` of every block.
     const OUTSIDE: u32 = 0;
-    const SOURCE: u32 = 1;
-    const SINK: u32 = 2;
-    let block_in = |b: usize| 3 + 2 * b as u32;
-    let block_out = |b: usize| 4 + 2 * b as u32;
-    let mut net = NetworkBuilder::new(3 + 2 * n);
+    let block_in = |b: usize| 1 + 2 * b as u32;
+    let block_out = |b: usize| 2 + 2 * b as u32;
+    let mut net = NetworkBuilder::new(1 + 2 * n);
 
     let mut has_successor = vec![false; n];
     for &(from, _) in &graph.edges {
@@ -326,8 +324,8 @@ pub fn infer(graph: &FlowGraph) -> Result<InferredFlow, InferenceError> {
                 let w = w / factor;
                 net.arc(bin, bout, UNBOUNDED, increase);
                 net.arc(bout, bin, w, decrease);
-                net.arc(SOURCE, bout, w, 0);
-                net.arc(bin, SINK, w, 0);
+                net.excess[bout as usize] += w as i64;
+                net.excess[bin as usize] -= w as i64;
             }
         }
         if is_entry[b] {
@@ -355,7 +353,7 @@ pub fn infer(graph: &FlowGraph) -> Result<InferredFlow, InferenceError> {
         .collect();
 
     let mut net = net.finish();
-    if !net.min_cost_flow(SOURCE, SINK) {
+    if !net.min_cost_flow() {
         // Cannot happen: every supply can go back through its block's give-back arc. Should
         // it anyway, an empty flow is still consistent.
         debug_assert!(false, "inference: supplies not all routed");
@@ -397,12 +395,14 @@ struct NetworkBuilder {
     head: Vec<u32>,
     cap: Vec<u64>,
     cost: Vec<i64>,
+    excess: Vec<i64>,
 }
 
 impl NetworkBuilder {
     fn new(vertices: usize) -> Self {
         NetworkBuilder {
             vertices,
+            excess: vec![0; vertices],
             tail: Vec::new(),
             head: Vec::new(),
             cap: Vec::new(),
@@ -442,6 +442,7 @@ impl NetworkBuilder {
             first,
             out,
             potential: vec![0; v],
+            excess: self.excess,
         }
     }
 }
@@ -458,6 +459,8 @@ struct Network {
     /// Johnson potentials: reduced costs `cost + potential[tail] - potential[head]` of arcs
     /// with residual capacity stay non-negative.
     potential: Vec<i64>,
+    /// Flow a vertex still has to send (positive) or to receive (negative).
+    excess: Vec<i64>,
 }
 
 impl Network {
@@ -471,40 +474,55 @@ impl Network {
             - self.potential[self.head[arc] as usize]
     }
 
-    /// Sends as much flow as `source`'s arcs carry to `sink` at minimum cost (primal-dual).
-    /// Every cost is non-negative at the start, so zero potentials are valid. Returns false
-    /// if some supply could not reach `sink`.
-    fn min_cost_flow(&mut self, source: u32, sink: u32) -> bool {
+    /// Routes every excess to the deficits at minimum cost (primal-dual).
+    ///
+    /// The invariant is the optimality condition of min-cost flow: every arc with residual
+    /// capacity has a non-negative reduced cost. It holds at the start (all costs are
+    /// non-negative, potentials zero) and survives pushing flow along arcs of zero reduced
+    /// cost, whichever excess the flow comes from and whichever deficit it reaches. So a
+    /// phase computes distances from all excesses at once (Dijkstra, stopped when every
+    /// deficit is settled), lifts the potentials by them so that shortest paths become
+    /// zero-cost, and pushes a maximum flow over the zero-cost arcs from all excesses to all
+    /// deficits. When no excess is left the flow is feasible and, by the invariant, optimal.
+    /// Returns false if an excess could reach no deficit (impossible for `infer`'s networks).
+    fn min_cost_flow(&mut self) -> bool {
         let v = self.first.len() - 1;
         let mut dist = vec![i64::MAX; v];
         let mut done = vec![false; v];
         let mut heap: BinaryHeap<Reverse<(i64, u32)>> = BinaryHeap::new();
         let mut dinic = Dinic::new(v);
         loop {
-            let s = source as usize;
-            let remaining = self.out[self.first[s] as usize..self.first[s + 1] as usize]
-                .iter()
-                .any(|&a| self.cap[a as usize] > 0);
-            if !remaining {
+            let deficits = self.excess.iter().filter(|&&e| e < 0).count();
+            if deficits == 0 {
+                debug_assert!(
+                    (0..self.cap.len()).all(|a| self.cap[a] == 0 || self.reduced_cost(a) >= 0),
+                    "inference: optimality invariant broken"
+                );
                 return true;
             }
-            // Dijkstra on reduced costs, stopped when the sink is settled: the cheapest
-            // augmenting cost is then known, and that is all a phase needs.
             dist.fill(i64::MAX);
             done.fill(false);
             heap.clear();
-            dist[s] = 0;
-            heap.push(Reverse((0, source)));
-            let mut cheapest = None;
+            for (u, &e) in self.excess.iter().enumerate() {
+                if e > 0 {
+                    dist[u] = 0;
+                    heap.push(Reverse((0, u as u32)));
+                }
+            }
+            let mut left = deficits;
+            let mut radius = 0;
             while let Some(Reverse((d, u))) = heap.pop() {
                 let u = u as usize;
                 if done[u] {
                     continue;
                 }
                 done[u] = true;
-                if u == sink as usize {
-                    cheapest = Some(d);
-                    break;
+                radius = d;
+                if self.excess[u] < 0 {
+                    left -= 1;
+                    if left == 0 {
+                        break;
+                    }
                 }
                 for &arc in &self.out[self.first[u] as usize..self.first[u + 1] as usize] {
                     let arc = arc as usize;
@@ -519,23 +537,24 @@ impl Network {
                     }
                 }
             }
-            let Some(cheapest) = cheapest else {
+            if left == deficits {
                 return false;
-            };
-            // Vertices not settled move by the sink's distance: reduced costs stay
-            // non-negative, and those on cheapest paths to the sink become zero.
-            for (p, &d) in self.potential.iter_mut().zip(&dist) {
-                *p += d.min(cheapest);
             }
-            if dinic.max_flow(self, source, sink) == 0 {
-                debug_assert!(false, "inference: a cheapest path carried no flow");
+            // Vertices not settled are at least `radius` away: lifting them by `radius` keeps
+            // every reduced cost non-negative, and makes the settled shortest paths zero.
+            for (p, &d) in self.potential.iter_mut().zip(&dist) {
+                *p += d.min(radius);
+            }
+            if dinic.max_flow(self) == 0 {
+                debug_assert!(false, "inference: a shortest path carried no flow");
                 return false;
             }
         }
     }
 }
 
-/// Dinic's max-flow over the arcs of zero reduced cost, with its scratch space.
+/// Dinic's max-flow from the excesses to the deficits over the arcs of zero reduced cost,
+/// with its scratch space.
 struct Dinic {
     level: Vec<u32>,
     next: Vec<u32>,
@@ -557,21 +576,31 @@ impl Dinic {
         net.cap[arc] > 0 && net.reduced_cost(arc) == 0
     }
 
-    /// Pushes a maximum flow from `source` to `sink` over zero-reduced-cost arcs; returns
-    /// how much. Iterative, since augmenting paths can be as long as the function.
-    fn max_flow(&mut self, net: &mut Network, source: u32, sink: u32) -> u64 {
+    /// Pushes a maximum flow; returns how much. Iterative, since augmenting paths can be as
+    /// long as the function.
+    fn max_flow(&mut self, net: &mut Network) -> u64 {
         let mut total = 0u64;
         loop {
-            // Levels by breadth-first search: they make the usable arcs acyclic, so
-            // zero-cost cycles cannot trap the search below.
+            // Levels by breadth-first search from every excess: they make the usable arcs
+            // acyclic, so zero-cost cycles cannot trap the search below. A path ends at the
+            // first deficit, so deficits are not expanded.
             self.level.fill(NONE);
             self.queue.clear();
-            self.level[source as usize] = 0;
-            self.queue.push(source);
+            for (u, &e) in net.excess.iter().enumerate() {
+                if e > 0 {
+                    self.level[u] = 0;
+                    self.queue.push(u as u32);
+                }
+            }
+            let mut reached = false;
             let mut i = 0;
             while i < self.queue.len() {
                 let u = self.queue[i] as usize;
                 i += 1;
+                if net.excess[u] < 0 {
+                    reached = true;
+                    continue;
+                }
                 for &arc in &net.out[net.first[u] as usize..net.first[u + 1] as usize] {
                     let h = net.head[arc as usize] as usize;
                     if self.level[h] == NONE && Self::usable(net, arc as usize) {
@@ -580,64 +609,68 @@ impl Dinic {
                     }
                 }
             }
-            if self.level[sink as usize] == NONE {
+            if !reached {
                 return total;
             }
             let vertices = self.next.len();
             self.next.copy_from_slice(&net.first[..vertices]);
-            self.path.clear();
-            let mut u = source as usize;
-            loop {
-                if u == sink as usize {
-                    let push = self
-                        .path
-                        .iter()
-                        .map(|&a| net.cap[a as usize])
-                        .min()
-                        .unwrap_or(0);
-                    for &a in &self.path {
-                        net.cap[a as usize] -= push;
-                        net.cap[a as usize ^ 1] += push;
-                    }
-                    total += push;
-                    // Resume from the tail of the first arc the push saturated.
-                    let k = self
-                        .path
-                        .iter()
-                        .position(|&a| net.cap[a as usize] == 0)
-                        .unwrap_or(0);
-                    u = match self.path.get(k) {
-                        Some(&a) => net.tail[a as usize] as usize,
-                        None => source as usize,
-                    };
-                    self.path.truncate(k);
+            for source in 0..vertices {
+                if net.excess[source] <= 0 || self.level[source] != 0 {
                     continue;
                 }
-                let end = net.first[u + 1];
-                let mut advanced = false;
-                while self.next[u] < end {
-                    let arc = net.out[self.next[u] as usize] as usize;
-                    let h = net.head[arc] as usize;
-                    if self.level[h] == self.level[u] + 1 && Self::usable(net, arc) {
-                        self.path.push(arc as u32);
-                        u = h;
-                        advanced = true;
-                        break;
-                    }
-                    self.next[u] += 1;
-                }
-                if !advanced {
-                    if u == source as usize {
-                        break;
-                    }
-                    // Dead end: nothing more goes through `u` in this round.
-                    self.level[u] = NONE;
-                    let Some(arc) = self.path.pop() else { break };
-                    u = net.tail[arc as usize] as usize;
-                    self.next[u] += 1;
-                }
+                total += self.push_from(net, source);
             }
         }
+    }
+
+    /// Pushes what `source`'s excess can along level-increasing usable arcs to deficits.
+    fn push_from(&mut self, net: &mut Network, source: usize) -> u64 {
+        let mut total = 0u64;
+        self.path.clear();
+        let mut u = source;
+        while net.excess[source] > 0 {
+            if net.excess[u] < 0 {
+                let mut push = net.excess[source].min(-net.excess[u]) as u64;
+                for &a in &self.path {
+                    push = push.min(net.cap[a as usize]);
+                }
+                for &a in &self.path {
+                    net.cap[a as usize] -= push;
+                    net.cap[a as usize ^ 1] += push;
+                }
+                net.excess[source] -= push as i64;
+                net.excess[u] += push as i64;
+                total += push;
+                // Resume from the tail of the first arc the push saturated, or go on from
+                // here if the deficit was what ran out.
+                if let Some(k) = self.path.iter().position(|&a| net.cap[a as usize] == 0) {
+                    u = net.tail[self.path[k] as usize] as usize;
+                    self.path.truncate(k);
+                }
+                continue;
+            }
+            let end = net.first[u + 1];
+            let mut advanced = false;
+            while self.next[u] < end {
+                let arc = net.out[self.next[u] as usize] as usize;
+                let h = net.head[arc] as usize;
+                if self.level[h] == self.level[u].wrapping_add(1) && Self::usable(net, arc) {
+                    self.path.push(arc as u32);
+                    u = h;
+                    advanced = true;
+                    break;
+                }
+                self.next[u] += 1;
+            }
+            if !advanced {
+                // Dead end: nothing more goes through `u` in this round.
+                self.level[u] = NONE;
+                let Some(arc) = self.path.pop() else { break };
+                u = net.tail[arc as usize] as usize;
+                self.next[u] += 1;
+            }
+        }
+        total
     }
 }
 
@@ -1212,6 +1245,221 @@ mod tests {
                 prop_assert_eq!(got, best);
             }
         }
+    }
+
+    /// Builds a structured function the way compilers lay them out: sequences, if/else
+    /// diamonds, loops with a latch, switches, early returns and cold error paths, with the
+    /// true count of every block and edge computed from branch probabilities and trip counts.
+    struct Structured {
+        rng: Rng,
+        edges: Vec<(u32, u32)>,
+        edge_counts: Vec<u64>,
+        counts: Vec<u64>,
+    }
+
+    impl Structured {
+        fn block(&mut self, count: u64) -> u32 {
+            self.counts.push(count);
+            self.counts.len() as u32 - 1
+        }
+        fn edge(&mut self, from: u32, to: u32, count: u64) {
+            self.edges.push((from, to));
+            self.edge_counts.push(count);
+        }
+        /// A single-entry, single-exit region run `count` times: (entry, exit) blocks.
+        fn region(&mut self, count: u64, depth: u32) -> (u32, u32) {
+            let kind = if depth == 0 { 0 } else { self.rng.below(7) };
+            match kind {
+                1 | 2 => {
+                    let (e1, x1) = self.region(count, depth - 1);
+                    let (e2, x2) = self.region(count, depth - 1);
+                    self.edge(x1, e2, count);
+                    (e1, x2)
+                }
+                3 => {
+                    let cond = self.block(count);
+                    let taken = count * self.rng.below(101) / 100;
+                    let (e1, x1) = self.region(taken, depth - 1);
+                    let join = if self.rng.chance(50) {
+                        let (e2, x2) = self.region(count - taken, depth - 1);
+                        let join = self.block(count);
+                        self.edge(cond, e2, count - taken);
+                        self.edge(x2, join, count - taken);
+                        join
+                    } else {
+                        let join = self.block(count);
+                        self.edge(cond, join, count - taken);
+                        join
+                    };
+                    self.edge(cond, e1, taken);
+                    self.edge(x1, join, taken);
+                    (cond, join)
+                }
+                4 => {
+                    // do { body } while (latch): body runs `trips` times per entry.
+                    let trips = if count > 1_000_000 {
+                        1
+                    } else {
+                        1 + self.rng.below(30)
+                    };
+                    let (e, x) = self.region(count * trips, depth - 1);
+                    let latch = self.block(count * trips);
+                    self.edge(x, latch, count * trips);
+                    self.edge(latch, e, count * (trips - 1));
+                    (e, latch)
+                }
+                5 => {
+                    let switch = self.block(count);
+                    let join_cases = 2 + self.rng.below(6);
+                    let mut left = count;
+                    let mut case_ends = Vec::new();
+                    for i in 0..join_cases {
+                        let c = if i + 1 == join_cases {
+                            left
+                        } else {
+                            self.rng.below(left + 1)
+                        };
+                        left -= c;
+                        let (e, x) = self.region(c, depth - 1);
+                        self.edge(switch, e, c);
+                        case_ends.push((x, c));
+                    }
+                    let join = self.block(count);
+                    for (x, c) in case_ends {
+                        self.edge(x, join, c);
+                    }
+                    (switch, join)
+                }
+                6 => {
+                    // A check whose failure path is cold and rejoins.
+                    let check = self.block(count);
+                    let failed = if self.rng.chance(50) { 0 } else { count / 50 };
+                    let error = self.block(failed);
+                    let next = self.block(count);
+                    self.edge(check, error, failed);
+                    self.edge(error, next, failed);
+                    self.edge(check, next, count - failed);
+                    (check, next)
+                }
+                _ => {
+                    let b = self.block(count);
+                    (b, b)
+                }
+            }
+        }
+    }
+
+    /// A function of at least `blocks` blocks with its true flow (one entry, block 0).
+    fn structured_case(seed: u64, blocks: usize, calls: u64) -> (FlowGraph, InferredFlow) {
+        let mut s = Structured {
+            rng: Rng(seed),
+            edges: Vec::new(),
+            edge_counts: Vec::new(),
+            counts: Vec::new(),
+        };
+        let entry = s.block(calls);
+        let mut last = entry;
+        let mut live = calls;
+        while s.counts.len() < blocks {
+            let (e, x) = s.region(live, 5);
+            s.edge(last, e, live);
+            last = x;
+            if s.rng.chance(10) {
+                // An early return.
+                let returned = live * s.rng.below(20) / 100;
+                let ret = s.block(returned);
+                s.edge(last, ret, returned);
+                let next = s.block(live - returned);
+                s.edge(last, next, live - returned);
+                live -= returned;
+                last = next;
+            }
+        }
+        let ret = s.block(live);
+        s.edge(last, ret, live);
+        let n = s.counts.len();
+        let mut entry_counts = vec![0; n];
+        entry_counts[0] = calls;
+        let mut exit_counts = vec![0; n];
+        let mut outflow = vec![0u64; n];
+        for (&(from, _), &c) in s.edges.iter().zip(&s.edge_counts) {
+            outflow[from as usize] += c;
+        }
+        for b in 0..n {
+            exit_counts[b] = s.counts[b] - outflow[b];
+        }
+        let g = FlowGraph {
+            blocks: n,
+            edges: s.edges,
+            weights: s.counts.iter().map(|&c| Some(c)).collect(),
+            entries: vec![0],
+            exits: Vec::new(),
+        };
+        let truth = InferredFlow {
+            block_counts: s.counts,
+            edge_counts: s.edge_counts,
+            entry_counts,
+            exit_counts,
+        };
+        (g, truth)
+    }
+
+    #[test]
+    fn structured_functions_reproduced() {
+        for seed in 1..40 {
+            let (g, truth) = structured_case(seed, 60, 1 + seed * 7);
+            let f = consistent(&g);
+            assert_eq!(f.block_counts, truth.block_counts, "seed {seed}");
+            let g = forget(&mut Rng(seed), &g, 25);
+            let f = consistent(&g);
+            for (b, w) in g.weights.iter().enumerate() {
+                if let Some(w) = *w {
+                    assert_eq!(f.block_counts[b], w, "seed {seed} block {b}");
+                }
+            }
+        }
+    }
+
+    /// The size of the largest functions Rivet meets (SQLite's sqlite3VdbeExec, Lua's
+    /// luaV_execute): checks the result and reports the time, with no threshold (timings
+    /// belong in benchmarks). `cargo test --release -p rivet-profile large_function --
+    /// --nocapture` shows it.
+    #[test]
+    fn large_function_reports_time() {
+        let (g, truth) = structured_case(42, 20_000, 1000);
+        // Cold edges to the shared error exit bring the edge count to 1.5 per block, as in
+        // real code.
+        let mut g = g;
+        let cold = g.blocks as u32;
+        g.blocks += 1;
+        g.weights.push(Some(0));
+        let mut rng = Rng(9);
+        while g.edges.len() < 3 * (g.blocks - 1) / 2 {
+            g.edges.push((rng.below(u64::from(cold)) as u32, cold));
+        }
+        let g_exact = g.clone();
+        let g_noisy = noisy(&mut rng, &g, 20, 5);
+        for (name, g) in [
+            ("consistent", &g_exact),
+            ("20% noise, 5% unknown", &g_noisy),
+        ] {
+            let start = std::time::Instant::now();
+            let f = infer(g).unwrap();
+            let elapsed = start.elapsed();
+            eprintln!(
+                "inference of {} blocks, {} edges ({name}): {:.1} ms",
+                g.blocks,
+                g.edges.len(),
+                elapsed.as_secs_f64() * 1e3
+            );
+            let f2 = consistent(g);
+            assert_eq!(f, f2);
+        }
+        let f = infer(&g_exact).unwrap();
+        assert_eq!(
+            f.block_counts[..truth.block_counts.len()],
+            truth.block_counts
+        );
     }
 
     /// The least objective over flows whose edge counts are all below `limit`, found by
