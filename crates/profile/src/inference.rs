@@ -388,7 +388,7 @@ pub fn infer(graph: &FlowGraph) -> Result<InferredFlow, InferenceError> {
 }
 
 /// Arcs collected before they are grouped by tail. Arc `2k` is a real arc, `2k + 1` its
-/// residual reverse, so an arc's partner is `arc ^ 1`.
+/// residual reverse.
 struct NetworkBuilder {
     vertices: usize,
     tail: Vec<u32>,
@@ -419,6 +419,7 @@ impl NetworkBuilder {
         index
     }
 
+    /// Lays the arcs out contiguously by tail, for locality in the searches.
     fn finish(self) -> Network {
         let v = self.vertices;
         let mut first = vec![0u32; v + 1];
@@ -429,33 +430,47 @@ impl NetworkBuilder {
             first[i + 1] += first[i];
         }
         let mut fill = first.clone();
-        let mut out = vec![0u32; self.tail.len()];
+        let mut position = vec![0u32; self.tail.len()];
         for (arc, &t) in self.tail.iter().enumerate() {
-            out[fill[t as usize] as usize] = arc as u32;
+            position[arc] = fill[t as usize];
             fill[t as usize] += 1;
         }
-        Network {
-            tail: self.tail,
-            head: self.head,
-            cap: self.cap,
-            cost: self.cost,
+        let arcs = self.tail.len();
+        let mut net = Network {
+            tail: vec![0; arcs],
+            head: vec![0; arcs],
+            cap: vec![0; arcs],
+            cost: vec![0; arcs],
+            partner: vec![0; arcs],
             first,
-            out,
+            position,
             potential: vec![0; v],
             excess: self.excess,
+        };
+        for arc in 0..arcs {
+            let p = net.position[arc] as usize;
+            net.tail[p] = self.tail[arc];
+            net.head[p] = self.head[arc];
+            net.cap[p] = self.cap[arc];
+            net.cost[p] = self.cost[arc];
+            net.partner[p] = net.position[arc ^ 1];
         }
+        net
     }
 }
 
-/// A residual network with its arcs grouped by tail (`out[first[v]..first[v + 1]]`).
+/// A residual network with the arcs leaving `v` at `first[v]..first[v + 1]`.
 struct Network {
     tail: Vec<u32>,
     head: Vec<u32>,
     /// Residual capacity.
     cap: Vec<u64>,
     cost: Vec<i64>,
+    /// The residual reverse of each arc.
+    partner: Vec<u32>,
     first: Vec<u32>,
-    out: Vec<u32>,
+    /// Where the builder's arc `i` went.
+    position: Vec<u32>,
     /// Johnson potentials: reduced costs `cost + potential[tail] - potential[head]` of arcs
     /// with residual capacity stay non-negative.
     potential: Vec<i64>,
@@ -464,9 +479,9 @@ struct Network {
 }
 
 impl Network {
-    /// Flow on a real arc: what its reverse can give back.
+    /// Flow on one of the builder's real arcs: what its reverse can give back.
     fn flow(&self, arc: u32) -> u64 {
-        self.cap[arc as usize ^ 1]
+        self.cap[self.partner[self.position[arc as usize] as usize] as usize]
     }
 
     fn reduced_cost(&self, arc: usize) -> i64 {
@@ -490,6 +505,7 @@ impl Network {
         let mut dist = vec![i64::MAX; v];
         let mut done = vec![false; v];
         let mut heap: BinaryHeap<Reverse<(i64, u32)>> = BinaryHeap::new();
+        let mut same: Vec<u32> = Vec::new();
         let mut dinic = Dinic::new(v);
         loop {
             let deficits = self.excess.iter().filter(|&&e| e < 0).count();
@@ -511,29 +527,41 @@ impl Network {
             }
             let mut left = deficits;
             let mut radius = 0;
-            while let Some(Reverse((d, u))) = heap.pop() {
-                let u = u as usize;
-                if done[u] {
-                    continue;
-                }
-                done[u] = true;
-                radius = d;
-                if self.excess[u] < 0 {
-                    left -= 1;
-                    if left == 0 {
-                        break;
-                    }
-                }
-                for &arc in &self.out[self.first[u] as usize..self.first[u + 1] as usize] {
-                    let arc = arc as usize;
-                    if self.cap[arc] == 0 {
+            // Arcs that carry flow have zero reduced cost both ways, so most vertices are
+            // reached at the distance of the vertex that reaches them: those go on a stack
+            // and skip the heap.
+            same.clear();
+            'search: while let Some(Reverse((d, u))) = heap.pop() {
+                same.push(u);
+                while let Some(u) = same.pop() {
+                    let u = u as usize;
+                    if done[u] || dist[u] != d {
                         continue;
                     }
-                    let h = self.head[arc] as usize;
-                    let nd = d + self.reduced_cost(arc);
-                    if nd < dist[h] {
-                        dist[h] = nd;
-                        heap.push(Reverse((nd, h as u32)));
+                    done[u] = true;
+                    radius = d;
+                    if self.excess[u] < 0 {
+                        left -= 1;
+                        if left == 0 {
+                            break 'search;
+                        }
+                    }
+                    let pu = self.potential[u];
+                    for arc in self.first[u] as usize..self.first[u + 1] as usize {
+                        if self.cap[arc] == 0 {
+                            continue;
+                        }
+                        let h = self.head[arc] as usize;
+                        let rc = self.cost[arc] + pu - self.potential[h];
+                        let nd = d + rc;
+                        if nd < dist[h] {
+                            dist[h] = nd;
+                            if rc == 0 {
+                                same.push(h as u32);
+                            } else {
+                                heap.push(Reverse((nd, h as u32)));
+                            }
+                        }
                     }
                 }
             }
@@ -601,9 +629,9 @@ impl Dinic {
                     reached = true;
                     continue;
                 }
-                for &arc in &net.out[net.first[u] as usize..net.first[u + 1] as usize] {
-                    let h = net.head[arc as usize] as usize;
-                    if self.level[h] == NONE && Self::usable(net, arc as usize) {
+                for arc in net.first[u] as usize..net.first[u + 1] as usize {
+                    let h = net.head[arc] as usize;
+                    if self.level[h] == NONE && Self::usable(net, arc) {
                         self.level[h] = self.level[u] + 1;
                         self.queue.push(h as u32);
                     }
@@ -636,7 +664,7 @@ impl Dinic {
                 }
                 for &a in &self.path {
                     net.cap[a as usize] -= push;
-                    net.cap[a as usize ^ 1] += push;
+                    net.cap[net.partner[a as usize] as usize] += push;
                 }
                 net.excess[source] -= push as i64;
                 net.excess[u] += push as i64;
@@ -652,7 +680,7 @@ impl Dinic {
             let end = net.first[u + 1];
             let mut advanced = false;
             while self.next[u] < end {
-                let arc = net.out[self.next[u] as usize] as usize;
+                let arc = self.next[u] as usize;
                 let h = net.head[arc] as usize;
                 if self.level[h] == self.level[u].wrapping_add(1) && Self::usable(net, arc) {
                     self.path.push(arc as u32);
