@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, MappedFile};
-use rivet_emit::rewrite::{Instrumentation, RewriteOptions, rewrite};
+use rivet_emit::rewrite::{Instrumentation, RewriteError, RewriteOptions, rewrite};
 use rivet_ir::layout::LayoutStrategy;
 use rivet_ir::probes::{FunctionProbes, ProbeAt};
 use rivet_passes::instrument_program;
@@ -123,8 +123,15 @@ pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
     let options = RewriteOptions {
         strategy: LayoutStrategy::Identity,
     };
-    let output = rewrite(&elf, &program, &options, Some(&instrumentation))
-        .map_err(|e| rewrite_error(&args.binary, e))?;
+    let output =
+        rewrite(&elf, &program, &options, Some(&instrumentation)).map_err(|e| match e {
+            RewriteError::NeedsRelocations { reason } => UserError::new(format!(
+                "{}: instrumentation needs relocations: {reason}",
+                args.binary.display()
+            ))
+            .hint("or profile with perf and `rivet aggregate`, which needs no relocations"),
+            other => rewrite_error(&args.binary, other),
+        })?;
     file.write_all(&output.image)
         .and_then(|_| file.sync_all())
         .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;

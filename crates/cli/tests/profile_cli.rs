@@ -172,3 +172,36 @@ fn inspect_reports_matches_and_refuses_other_builds() {
     );
     assert!(!report["stale_functions"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn instrument_refuses_what_it_cannot_do_with_one_line() {
+    let dir = scratch("profile-cli", "refuse");
+    // No relocations.
+    let plain = dir.join("plain");
+    let status = Command::new("gcc")
+        .args(["-O2"])
+        .arg(source("counts.c"))
+        .arg("-o")
+        .arg(&plain)
+        .arg("-lpthread")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = dir.join("plain.inst");
+    let r = rivet(&["instrument", s(&plain), "-o", s(&out)]);
+    assert_one_error_line(&r, "instrumentation needs relocations");
+    assert!(!out.exists());
+    // Output over the input, an unwritable directory, an instrumented binary again.
+    let binary = build(&dir, &["-O2"], "prog");
+    let r = rivet(&["instrument", s(&binary), "-o", s(&binary)]);
+    assert_one_error_line(&r, "is the input");
+    let r = rivet(&["instrument", s(&binary), "-o", "/proc/nonexistent/x"]);
+    assert_one_error_line(&r, "cannot write");
+    let inst = dir.join("prog.inst");
+    let r = rivet(&["instrument", s(&binary), "-o", s(&inst)]);
+    assert!(r.status.success());
+    let again = dir.join("prog.inst2");
+    let r = rivet(&["instrument", s(&inst), "-o", s(&again)]);
+    assert_one_error_line(&r, "already rewritten");
+    assert!(!again.exists());
+}
