@@ -65,8 +65,10 @@
 //!   steeper to raise and cheaper to lower): with IP samples the entry block's count is one
 //!   more sampled count, with no separate measurement of calls behind it.
 //!
-//! Ties (two equally cheap ways) go to the first option in edge order; flow is not spread
-//! evenly among equally likely alternatives (profi's "even distribution" is not done).
+//! Ties (two equally cheap ways) are broken deterministically, usually toward the edge
+//! listed first, so a caller that lists a block's fall-through edge first favours it. Flow
+//! is not spread evenly among equally likely alternatives (profi's "even distribution" is
+//! not done): two unknown arms of a diamond get all and nothing, not half each.
 //!
 //! # Algorithm and complexity
 //!
