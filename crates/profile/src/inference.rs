@@ -379,9 +379,9 @@ pub fn infer(graph: &FlowGraph) -> Result<InferredFlow, InferenceError> {
 
     let mut net = net.finish();
     if !net.min_cost_flow() {
-        // Cannot happen: every supply can go back through its block's give-back arc. Should
-        // it anyway, an empty flow is still consistent.
-        debug_assert!(false, "inference: supplies not all routed");
+        // Cannot happen: a block's excess can always go back to its own deficit through the
+        // give-back arc. Should it anyway, an empty flow is still consistent.
+        debug_assert!(false, "inference: excesses not all routed");
         return Ok(InferredFlow {
             block_counts: vec![0; n],
             edge_counts: vec![0; graph.edges.len()],
