@@ -91,10 +91,10 @@
 //! skip the heap) plus a Dinic max-flow over the zero arcs; both are iterative, with no
 //! recursion however long the paths. Consistent weights take one phase; noisy ones take
 //! one per distinct cost the remaining corrections need, tens in practice. Measured in a
-//! release build on this project's 2-core machine while other builds ran: a
-//! 20,000-block, 30,000-edge structured function (loops, switches, diamonds, cold paths)
-//! takes about 8 ms with exact weights and about 0.25 s with every block moved by up to
-//! 20% and 5% of them unknown (69 phases); see the `large_function_reports_time` test.
+//! release build on this project's 2-core machine while other builds ran (load about 3.4):
+//! a 20,000-block, 30,000-edge structured function (loops, switches, diamonds, cold paths)
+//! takes 9-19 ms with exact weights and 0.22-0.37 s with every block moved by up to 20%
+//! and 5% of them unknown (69 phases); see the `large_function_reports_time` test.
 //!
 //! All arithmetic is integer. Weights are exact while their sum over reachable blocks stays
 //! below 2^60; above that they are divided by a common factor and the result multiplied
