@@ -5,7 +5,8 @@
  *   recurse D       rec(D): D + 1 entries, tick() once at the bottom
  *   threads T M     T threads, each tick() M times
  *   fork A B        tick() A times, fork; the child tick()s B times; the parent waits
- *   block N         tick() N times, say "ready", then wait to be killed */
+ *   block N         tick() N times, say "ready", then wait to be killed
+ *   fptr N          calls through a table of nine functions, target i % 9 for i < N */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,12 @@ NOINLINE long rec(long d) {
     return r + 1;
 }
 
+#define TARGET(k) NOINLINE void target##k(void) { sink += k; }
+TARGET(0) TARGET(1) TARGET(2) TARGET(3) TARGET(4) TARGET(5) TARGET(6) TARGET(7) TARGET(8)
+void (*volatile targets[9])(void) = {target0, target1, target2, target3, target4,
+                                     target5, target6, target7, target8};
+NOINLINE void call_through(long i) { targets[i % 9](); }
+
 static long per_thread;
 NOINLINE void *worker(void *arg) {
     (void)arg;
@@ -88,6 +95,8 @@ int main(int argc, char **argv) {
         }
         int status;
         waitpid(pid, &status, 0);
+    } else if (!strcmp(mode, "fptr")) {
+        for (long i = 0; i < n; i++) call_through(i);
     } else if (!strcmp(mode, "block")) {
         for (long i = 0; i < n; i++) tick();
         printf("ready\n");

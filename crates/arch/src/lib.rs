@@ -13,4 +13,6 @@ pub use x86_64::jump_table::{
     IndexBound, IndirectJump, RegisterId, analyze_indirect_jump, analyze_indirect_jump_path,
     analyze_indirect_jump_with, register_constants, window_live_in,
 };
-pub use x86_64::probe::{Flags, ProbeShape, encode_probe};
+pub use x86_64::probe::{
+    Flags, IndirectProbeError, ProbeShape, encode_indirect_probe, encode_probe, indirect_probe_size,
+};

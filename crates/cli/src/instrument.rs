@@ -108,8 +108,8 @@ pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let file_prefix = |kept: &dyn Fn(rivet_ir::FuncId) -> bool| {
-        plan.counter_map(&program, kept, &build_id, &binary_name)
+    let file_prefix = |kept: &dyn Fn(rivet_ir::FuncId) -> bool, moved: &[(u64, u64)]| {
+        plan.counter_map(&program, kept, &build_id, &binary_name, moved)
             .file_prefix()
             .0
     };

@@ -149,6 +149,27 @@ fn loops_switches_recursion_threads_and_fork_count_exactly() {
         assert_eq!(entries(&p, "worker"), 4, "{what} threads");
         assert_eq!(entries(&p, "tick"), 400_000, "{what} threads");
 
+        // Indirect calls: the first seven targets a site sees are told apart, the others are
+        // counted together as `[unknown]`; entries are exact for all.
+        let p = counted(&original, &inst, &["fptr", "900"]);
+        for k in 0..9 {
+            assert_eq!(entries(&p, &format!("target{k}")), 100, "{what} target{k}");
+        }
+        for k in 0..7 {
+            assert_eq!(
+                calls(&p, "call_through", &format!("target{k}")),
+                100,
+                "{what} site target{k}"
+            );
+        }
+        let unknown: u64 = p
+            .branches
+            .iter()
+            .filter(|((from, to), _)| from.name == "call_through" && to.kind == LocKind::External)
+            .map(|(_, c)| c.count)
+            .sum();
+        assert_eq!(unknown, 200, "{what} overflow");
+
         let p = counted(&original, &inst, &["fork", "300", "200"]);
         assert_eq!(entries(&p, "tick"), 500, "{what} fork");
         assert_eq!(entries(&p, "main"), 1, "{what} fork");
@@ -370,4 +391,13 @@ fn a_shared_library_and_its_user_each_keep_their_own_counts() {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The runtime fills the site tables the profile reader reads: same layout.
+#[test]
+fn site_table_layouts_agree() {
+    assert_eq!(
+        rivet_runtime::SITE_TARGETS,
+        rivet_profile::counters::SITE_TARGETS
+    );
 }

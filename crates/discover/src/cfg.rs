@@ -959,7 +959,12 @@ fn resolve_table(
     };
     let is_other_entry =
         |t: Vaddr| !b.range.contains(t) && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some());
-    if kind == JumpTableKind::Absolute && read_entry(0).is_some_and(is_other_entry) {
+    // A table of other functions' entries is a table of function pointers: a tail call. In
+    // PIE code its bytes are zero in the file and the dynamic relocations hold the values.
+    if kind == JumpTableKind::Absolute
+        && (read_entry(0).is_some_and(is_other_entry)
+            || ctx.stored_code_at(table).is_some_and(is_other_entry))
+    {
         return TableResult::FunctionPointers;
     }
     // The run of relocations at consecutive entries.

@@ -43,6 +43,8 @@ enum Item {
     Label(BlockId),
     /// Start of an edge probe's block (no bytes).
     TrampolineLabel(u32),
+    /// Records the target of the indirect call or jump `inst`, which follows (instrumentation).
+    IndirectProbe { inst: u32, table: u32, size: u8 },
     /// A counter increment (instrumentation).
     Probe {
         counter: u32,
@@ -72,6 +74,7 @@ impl Item {
         match *self {
             Item::Label(_) | Item::TrampolineLabel(_) | Item::Replaced { .. } => 0,
             Item::Probe { shape, .. } => u64::from(shape.size()),
+            Item::IndirectProbe { size, .. } => u64::from(size),
             Item::Copy { inst } => u64::from(f.insts[inst as usize].len()),
             Item::Branch {
                 form,
@@ -157,6 +160,7 @@ impl FragmentPlan {
                         replaced.filter(|&i: &u32| f.insts[i as usize].addr() == state_at),
                     ),
                     Item::Probe { state_at, .. } => (state_at, None, None),
+                    Item::IndirectProbe { inst, .. } => (f.insts[inst as usize].addr(), None, None),
                     Item::Replaced { inst } => {
                         replaced = Some(inst);
                         return None;
@@ -234,9 +238,15 @@ pub fn plan_fragment(
             }));
         }
     };
-    // Copies instructions `from..to`, with the probes that follow calls.
+    // Copies instructions `from..to`, with the probes that follow calls and the recorders
+    // of indirect call targets that precede them.
     let copy = |items: &mut Vec<Item>, from: u32, to: u32| {
         for inst in from..to {
+            if let Some(table) = probes.and_then(|p| p.indirect_table(inst))
+                && let Ok(size) = rivet_arch::indirect_probe_size(&f.insts[inst as usize])
+            {
+                items.push(Item::IndirectProbe { inst, table, size });
+            }
             items.push(Item::Copy { inst });
             if probes.is_some()
                 && matches!(
@@ -589,6 +599,8 @@ pub struct Fixups<'a> {
     pub absolute_fields: &'a [AbsoluteField],
     /// The counter segment, when the code carries instrumentation probes.
     pub counters: Option<Vaddr>,
+    /// The runtime's recorder of indirect call targets.
+    pub recorder: Option<Vaddr>,
 }
 
 /// Pass two: the final bytes of a fragment placed at `addr`.
@@ -628,6 +640,28 @@ pub fn encode_fragment(
                         target: counter,
                     },
                 ))?;
+            }
+            Item::IndirectProbe { inst, table, .. } => {
+                let (Some(counters), Some(recorder)) = (fixups.counters, fixups.recorder) else {
+                    return Err(EmitError::Unsupported {
+                        what: "indirect call probe without a runtime",
+                        at,
+                    });
+                };
+                let branch = &f.insts[inst as usize];
+                rivet_arch::encode_indirect_probe(
+                    branch,
+                    at,
+                    counters + u64::from(table) * 8,
+                    recorder,
+                    &mut out,
+                )
+                .map_err(|e| {
+                    EmitError::Encode(EncodeError::Unsupported {
+                        at: e.at,
+                        reason: e.reason.to_string(),
+                    })
+                })?;
             }
             Item::Copy { inst } => {
                 let inst = &f.insts[inst as usize];

@@ -38,8 +38,9 @@ pub struct RewriteOptions {
     pub strategy: LayoutStrategy,
 }
 
-/// Builds the counter file's header and map for the functions a predicate accepts.
-pub type FilePrefixFn<'a> = dyn Fn(&dyn Fn(FuncId) -> bool) -> Vec<u8> + Sync + 'a;
+/// Builds the counter file's header and map for the functions a predicate accepts (the ones
+/// rewritten), given the (new, input) entry address of every moved function.
+pub type FilePrefixFn<'a> = dyn Fn(&dyn Fn(FuncId) -> bool, &[(u64, u64)]) -> Vec<u8> + Sync + 'a;
 
 /// Instrumentation to write into the output: probes per function, and what the runtime needs.
 #[allow(missing_debug_implementations)]
@@ -366,6 +367,7 @@ pub fn rewrite(
                 &crate::code::Fixups {
                     absolute_fields: &refs.in_moved_code,
                     counters: counters.map(|c| c.0),
+                    recorder: runtime.as_ref().map(|(_, code)| code.recorder),
                 },
                 encoder,
             )
@@ -710,7 +712,17 @@ fn build_runtime(
     counters: Vaddr,
     counters_size: u64,
 ) -> Result<(Vaddr, rivet_runtime::RuntimeCode), RewriteError> {
-    let prefix = (i.file_prefix)(&|f| layout.is_rewritten(f));
+    let mut moved: Vec<(u64, u64)> = program
+        .functions
+        .iter()
+        .filter(|f| layout.is_rewritten(f.id))
+        .filter_map(|f| {
+            let new = *map.fragment_addrs(f.id).first()?;
+            (new != f.range.start).then_some((new.get(), f.range.start.get()))
+        })
+        .collect();
+    moved.sort_unstable();
+    let prefix = (i.file_prefix)(&|f| layout.is_rewritten(f), &moved);
     let translate = |v: Vaddr| map.translate(program, v).unwrap_or(v);
     let (entry, init) = if program.info.kind == rivet_elf::ElfKind::SharedLibrary {
         let init = elf

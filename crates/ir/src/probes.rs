@@ -45,6 +45,9 @@ pub struct Probe {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FunctionProbes {
     pub probes: Vec<Probe>,
+    /// Indirect calls and jumps whose targets are recorded: (instruction index, index of the
+    /// first 64-bit word of the site's table in the counter segment), sorted.
+    pub indirect: Vec<(u32, u32)>,
 }
 
 impl FunctionProbes {
@@ -60,6 +63,14 @@ impl FunctionProbes {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.probes.is_empty()
+        self.probes.is_empty() && self.indirect.is_empty()
+    }
+
+    /// The target table of the indirect branch with instruction index `inst`, if recorded.
+    pub fn indirect_table(&self, inst: u32) -> Option<u32> {
+        self.indirect
+            .binary_search_by_key(&inst, |x| x.0)
+            .ok()
+            .map(|k| self.indirect[k].1)
     }
 }

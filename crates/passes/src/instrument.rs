@@ -528,8 +528,30 @@ pub fn instrument_function(
         }
     }
     probes.sort_by_key(|p| (p.at, p.counter));
+    // Indirect calls whose targets can be recorded (tables are numbered by the caller, after
+    // every function's edge counters).
+    let indirect: Vec<(u32, u32)> = f
+        .insts
+        .iter()
+        .enumerate()
+        .filter(|(k, i)| {
+            let tail_call = i.flow() == Flow::IndirectJump
+                && f.blocks.iter().any(|b| {
+                    b.insts.end == *k as u32 + 1
+                        && matches!(
+                            b.terminator,
+                            Terminator::TailCall {
+                                target: CallTarget::Indirect
+                            }
+                        )
+                });
+            (i.flow() == Flow::IndirectCall || tail_call)
+                && rivet_arch::indirect_probe_size(i).is_ok()
+        })
+        .map(|(k, _)| (k as u32, 0))
+        .collect();
     FunctionInstrumentation {
-        probes: FunctionProbes { probes },
+        probes: FunctionProbes { probes, indirect },
         map: FunctionMap {
             name,
             start: f.range.start.get(),
@@ -537,6 +559,7 @@ pub fn instrument_function(
             edges: g.edges,
             calls,
             jumps,
+            indirect: Vec::new(),
         },
         unknown_edges,
     }

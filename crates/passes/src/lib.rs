@@ -37,6 +37,7 @@ impl ProgramInstrumentation {
         kept: &dyn Fn(FuncId) -> bool,
         build_id: &[u8],
         binary_name: &str,
+        moved_entries: &[(u64, u64)],
     ) -> CounterMap {
         let functions = self
             .functions
@@ -51,6 +52,7 @@ impl ProgramInstrumentation {
             counter_count: self.counters,
             functions,
             symbols: names::symbol_table(program),
+            moved_entries: moved_entries.to_vec(),
         }
     }
 }
@@ -68,7 +70,7 @@ pub fn instrument_program(
         .collect();
     let names = names::profile_names(program);
     let mut counters = 0u32;
-    let functions = program
+    let functions: Vec<Option<FunctionInstrumentation>> = program
         .functions
         .iter()
         .map(|f| {
@@ -85,6 +87,18 @@ pub fn instrument_program(
             Some(plan)
         })
         .collect();
+    // Target tables of indirect calls, after all edge counters.
+    let mut functions: Vec<Option<FunctionInstrumentation>> = functions;
+    for (f, plan) in program.functions.iter().zip(functions.iter_mut()) {
+        let Some(plan) = plan else { continue };
+        for (inst, table) in &mut plan.probes.indirect {
+            *table = counters;
+            counters += rivet_profile::counters::SITE_WORDS;
+            plan.map
+                .indirect
+                .push((f.insts[*inst as usize].addr().get(), *table));
+        }
+    }
     ProgramInstrumentation {
         functions,
         counters,

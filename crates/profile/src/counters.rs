@@ -35,6 +35,13 @@ pub const HEADER_SIZE: usize = 64;
 pub const INFERRED: u32 = u32::MAX;
 /// Vertex 0 of every counting graph: outside the function.
 pub const OUTSIDE: u32 = 0;
+/// The table of an indirect call site: `SITE_TARGETS` (target, count) pairs filled in first
+/// come first served, then one (0, count) pair for the targets that found no free pair. A
+/// target is its address in the binary's link-time addresses (outside the binary: whatever
+/// the run-time address minus the load bias gives, which lies outside it).
+pub const SITE_TARGETS: u32 = 7;
+/// 64-bit words of a site table.
+pub const SITE_WORDS: u32 = 2 * (SITE_TARGETS + 1);
 const PAGE: u64 = 4096;
 
 /// What an edge of a counting graph stands for.
@@ -129,6 +136,9 @@ pub struct FunctionMap {
     pub calls: Vec<MapCall>,
     /// (indirect jump, target) pairs of jump tables and computed gotos.
     pub jumps: Vec<(u64, u64)>,
+    /// Indirect calls and tail calls whose targets were recorded: (site, first word of its
+    /// table in the counters).
+    pub indirect: Vec<(u64, u32)>,
 }
 
 /// Everything needed to turn an instrumented run's counters into a profile of the input.
@@ -141,6 +151,9 @@ pub struct CounterMap {
     pub functions: Vec<FunctionMap>,
     /// Names of the input's functions by start address, sorted (call targets, tail calls).
     pub symbols: Vec<(u64, String)>,
+    /// (new entry, input entry) of every function the instrumented binary moved, sorted: the
+    /// targets recorded at indirect calls are where the moved code runs.
+    pub moved_entries: Vec<(u64, u64)>,
 }
 
 /// Why a counter file or map cannot be read.
@@ -235,6 +248,11 @@ impl CounterMap {
             w.u64(*addr);
             w.bytes(name.as_bytes());
         }
+        w.u32(self.moved_entries.len() as u32);
+        for (new, old) in &self.moved_entries {
+            w.u64(*new);
+            w.u64(*old);
+        }
         w.u32(self.functions.len() as u32);
         for f in &self.functions {
             w.bytes(f.name.as_bytes());
@@ -263,6 +281,11 @@ impl CounterMap {
                 w.u64(*jump);
                 w.u64(*target);
             }
+            w.u32(f.indirect.len() as u32);
+            for (site, table) in &f.indirect {
+                w.u64(*site);
+                w.u32(*table);
+            }
         }
         w.0
     }
@@ -277,6 +300,10 @@ impl CounterMap {
         for _ in 0..symbols.capacity() {
             symbols.push((r.u64()?, r.string()?));
         }
+        let nmoved = r.count(16)?;
+        let moved_entries = (0..nmoved)
+            .map(|_| Ok((r.u64()?, r.u64()?)))
+            .collect::<Result<Vec<_>, CountersError>>()?;
         let nfunc = r.count(24)?;
         let mut functions = Vec::with_capacity(nfunc);
         for _ in 0..nfunc {
@@ -332,6 +359,21 @@ impl CounterMap {
             let jumps = (0..nj)
                 .map(|_| Ok((r.u64()?, r.u64()?)))
                 .collect::<Result<Vec<_>, CountersError>>()?;
+            let ni = r.count(12)?;
+            let mut indirect = Vec::with_capacity(ni);
+            for _ in 0..ni {
+                let site = r.u64()?;
+                let table = r.u32()?;
+                if table
+                    .checked_add(SITE_WORDS)
+                    .is_none_or(|end| end > counter_count)
+                {
+                    return Err(CountersError::Malformed(format!(
+                        "an indirect call table of {name} lies outside the counters"
+                    )));
+                }
+                indirect.push((site, table));
+            }
             functions.push(FunctionMap {
                 name,
                 start,
@@ -339,6 +381,7 @@ impl CounterMap {
                 edges,
                 calls,
                 jumps,
+                indirect,
             });
         }
         if r.pos != data.len() {
@@ -350,6 +393,7 @@ impl CounterMap {
             counter_count,
             functions,
             symbols,
+            moved_entries,
         })
     }
 
@@ -460,7 +504,7 @@ impl CounterFile {
 
     /// The profile of the input binary these counters describe.
     pub fn to_profile(&self) -> Profile {
-        to_profile(&self.map, &self.edge_counts())
+        to_profile(&self.map, &self.counters, &self.edge_counts())
     }
 }
 
@@ -542,7 +586,7 @@ pub fn vertex_counts(f: &FunctionMap, edge_counts: &[u64]) -> Vec<u64> {
 /// The branch-mode profile of the instrumented functions: CFG edges (taken and fall-through,
 /// from the last instruction of a block), calls and tail calls to their targets, jumps between
 /// split parts, and entries from code the profile does not see (`[unknown]` callers).
-pub fn to_profile(map: &CounterMap, edge_counts: &[Vec<u64>]) -> Profile {
+pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) -> Profile {
     let mut profile = Profile::new(Mode::Branches);
     profile.origin = Origin::Instrumentation;
     profile.build_id = (!map.input_build_id.is_empty()).then(|| hex(&map.input_build_id));
@@ -563,6 +607,19 @@ pub fn to_profile(map: &CounterMap, edge_counts: &[Vec<u64>]) -> Profile {
             None => Location::unknown(),
         }
     };
+    // A function starting exactly at an address (recorded indirect call targets), an address
+    // of the instrumented binary: moved functions are translated back.
+    let function_at = |addr: u64| -> Option<(u64, Location)> {
+        let addr = match map.moved_entries.binary_search_by_key(&addr, |m| m.0) {
+            Ok(k) => map.moved_entries[k].1,
+            Err(_) => addr,
+        };
+        let pos = starts.partition_point(|s| s.0 < addr);
+        starts
+            .get(pos)
+            .filter(|s| s.0 == addr)
+            .map(|s| (addr, Location::symbol(s.1, 0)))
+    };
     // Entries into each function from its known callers (calls and tail calls).
     let mut known_entries: BTreeMap<u64, u64> = BTreeMap::new();
     for (f, counts) in map.functions.iter().zip(edge_counts) {
@@ -574,6 +631,22 @@ pub fn to_profile(map: &CounterMap, edge_counts: &[Vec<u64>]) -> Profile {
             }
             match e.kind {
                 EdgeKind::Flow => profile.add_branch(here(e.from_addr), here(e.to_addr), c, 0),
+                EdgeKind::TailCall if e.to_addr == 0 => {
+                    // An indirect tail call: its recorded targets, the rest to `[unknown]`.
+                    let mut known = 0u64;
+                    if let Ok(k) = f.indirect.binary_search_by_key(&e.from_addr, |x| x.0) {
+                        for (target, n) in site_targets(counters, f.indirect[k].1) {
+                            if let Some((target, to)) = function_at(target) {
+                                *known_entries.entry(target).or_default() += n;
+                                profile.add_branch(here(e.from_addr), to, n, 0);
+                                known += n;
+                            }
+                        }
+                    }
+                    if c > known {
+                        profile.add_branch(here(e.from_addr), Location::unknown(), c - known, 0);
+                    }
+                }
                 EdgeKind::TailCall | EdgeKind::ToFragment if e.to_addr != 0 => {
                     if e.kind == EdgeKind::TailCall {
                         *known_entries.entry(e.to_addr).or_default() += c;
@@ -589,8 +662,20 @@ pub fn to_profile(map: &CounterMap, edge_counts: &[Vec<u64>]) -> Profile {
                 continue;
             }
             if call.target == 0 {
-                // An indirect call: counted, its targets not told apart.
-                profile.add_branch(here(call.at), Location::unknown(), c, 0);
+                // An indirect call: its recorded targets, the rest to `[unknown]`.
+                let mut known = 0u64;
+                if let Ok(k) = f.indirect.binary_search_by_key(&call.at, |x| x.0) {
+                    for (target, n) in site_targets(counters, f.indirect[k].1) {
+                        if let Some((target, to)) = function_at(target) {
+                            *known_entries.entry(target).or_default() += n;
+                            profile.add_branch(here(call.at), to, n, 0);
+                            known += n;
+                        }
+                    }
+                }
+                if c > known {
+                    profile.add_branch(here(call.at), Location::unknown(), c - known, 0);
+                }
                 continue;
             }
             *known_entries.entry(call.target).or_default() += c;
@@ -618,6 +703,20 @@ pub fn to_profile(map: &CounterMap, edge_counts: &[Vec<u64>]) -> Profile {
         }
     }
     profile
+}
+
+/// The (target, count) pairs recorded in the site table at word `table`; targets that found
+/// no free pair are left out (they stay with `[unknown]`).
+fn site_targets(counters: &[u64], table: u32) -> Vec<(u64, u64)> {
+    let start = table as usize;
+    let Some(words) = counters.get(start..start + SITE_WORDS as usize) else {
+        return Vec::new();
+    };
+    words[..2 * SITE_TARGETS as usize]
+        .chunks_exact(2)
+        .filter(|p| p[0] != 0 && p[1] != 0)
+        .map(|p| (p[0], p[1]))
+        .collect()
 }
 
 /// Edges of indirect jumps: each target's count split among the jumps that can reach it, in
@@ -699,6 +798,7 @@ mod tests {
                 target: 0x100,
             }],
             jumps: Vec::new(),
+            indirect: Vec::new(),
         }
     }
 
@@ -728,6 +828,7 @@ mod tests {
             counter_count: 3,
             functions: vec![looping()],
             symbols: vec![(0x10, "f".into()), (0x100, "g".into())],
+            moved_entries: vec![(0x9010, 0x10)],
         };
         let (mut file, offset) = map.file_prefix();
         assert_eq!(offset % 4096, 0);

@@ -53,6 +53,9 @@ pub struct RuntimeCode {
     pub entry_stub: Option<Vaddr>,
     /// The new `DT_INIT` (shared libraries).
     pub init_stub: Option<Vaddr>,
+    /// The recorder of indirect call targets: called with the target in rax and the site's
+    /// table in r11, it keeps every register and flag.
+    pub recorder: Vaddr,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +65,10 @@ pub enum RuntimeError {
     #[error("the default profile path is empty or too long (at most {MAX_PATH} bytes)")]
     Path,
 }
+
+/// Target pairs of an indirect call site's table (`rivet_profile::counters::SITE_TARGETS`; the
+/// runtime cannot depend on the profile crate, a test keeps the two equal).
+pub const SITE_TARGETS: u32 = 7;
 
 /// Longest profile path accepted, pid suffix included.
 pub const MAX_PATH: usize = 4000;
@@ -509,6 +516,58 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.add(rsp, 40)?;
     a.ret()?;
 
+    // record(rax = target, r11 = site table): count the target in the first pair holding it
+    // or claimed for it, else in the overflow pair. Targets are stored as link-time addresses
+    // (run-time minus the load bias), so the profile names them in the binary.
+    let mut recorder = a.create_label();
+    a.set_label(&mut recorder)?;
+    a.pushfq()?;
+    a.push(rcx)?;
+    a.push(rdx)?;
+    a.push(rax)?;
+    a.lea(rcx, ptr(base))?;
+    a.mov(rdx, params.at.get())?;
+    a.sub(rcx, rdx)?;
+    a.sub(rax, rcx)?;
+    a.xor(ecx, ecx)?;
+    let mut slot = a.create_label();
+    let mut next_slot = a.create_label();
+    let mut hit = a.create_label();
+    let mut overflow = a.create_label();
+    let mut recorded = a.create_label();
+    a.set_label(&mut slot)?;
+    a.cmp(ecx, (SITE_TARGETS * 16) as i32)?;
+    a.jae(overflow)?;
+    a.mov(rdx, qword_ptr(r11 + rcx))?;
+    a.cmp(rdx, rax)?;
+    a.je(hit)?;
+    a.test(rdx, rdx)?;
+    a.jnz(next_slot)?;
+    // A free pair: claim it (another thread may be claiming it too).
+    a.mov(rdx, rax)?;
+    a.push(rax)?;
+    a.xor(eax, eax)?;
+    a.lock().cmpxchg(qword_ptr(r11 + rcx), rdx)?;
+    a.pop(rax)?;
+    a.je(hit)?;
+    a.cmp(qword_ptr(r11 + rcx), rax)?;
+    a.je(hit)?;
+    a.set_label(&mut next_slot)?;
+    a.add(ecx, 16)?;
+    a.jmp(slot)?;
+    a.set_label(&mut hit)?;
+    a.lock().inc(qword_ptr(r11 + rcx + 8))?;
+    a.jmp(recorded)?;
+    a.set_label(&mut overflow)?;
+    a.lock()
+        .inc(qword_ptr(r11 + (SITE_TARGETS * 16 + 8) as i32))?;
+    a.set_label(&mut recorded)?;
+    a.pop(rax)?;
+    a.pop(rdx)?;
+    a.pop(rcx)?;
+    a.popfq()?;
+    a.ret()?;
+
     // Data.
     let cstr = |a: &mut CodeAssembler, label: &mut CodeLabel, s: &str| -> Result<(), IcedError> {
         a.set_label(label)?;
@@ -554,10 +613,12 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     let init_stub = init_label
         .map(|l| result.label_ip(&l).map(Vaddr))
         .transpose()?;
+    let recorder = Vaddr(result.label_ip(&recorder)?);
     Ok(RuntimeCode {
         bytes: result.inner.code_buffer,
         entry_stub,
         init_stub,
+        recorder,
     })
 }
 

@@ -197,3 +197,171 @@ mod tests {
         assert!(encode_probe(ProbeShape::Plain, Vaddr(0), Vaddr(1 << 40), &mut out).is_none());
     }
 }
+
+/// Why an indirect call's target cannot be captured.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot profile the indirect branch at {at}: {reason}")]
+pub struct IndirectProbeError {
+    pub at: Vaddr,
+    pub reason: &'static str,
+}
+
+/// `mov <the branch's operand>, %rax`, placed at `at`, for a stack pointer lowered by
+/// `rsp_delta` bytes since the branch's operand was computed.
+fn operand_to_rax(branch: &Inst, at: Vaddr, rsp_delta: i64) -> Result<Vec<u8>, IndirectProbeError> {
+    use iced_x86::{Code, Encoder, Instruction, MemoryOperand, OpKind, Register};
+    let raw = &branch.raw;
+    let fail = |reason| IndirectProbeError {
+        at: branch.addr(),
+        reason,
+    };
+    let mov = match raw.op0_kind() {
+        OpKind::Register => {
+            let reg = raw.op0_register();
+            if reg.size() != 8 || reg == Register::RSP {
+                return Err(fail("not a 64-bit register target"));
+            }
+            Instruction::with2(Code::Mov_r64_rm64, Register::RAX, reg)
+        }
+        OpKind::Memory => {
+            let base = raw.memory_base();
+            let index = raw.memory_index();
+            if index == Register::RSP || raw.memory_size().size() != 8 {
+                return Err(fail("an unusual memory operand"));
+            }
+            let mut displ = raw.memory_displacement64() as i64;
+            if base == Register::RSP {
+                displ += rsp_delta;
+            }
+            let mem = MemoryOperand::new(
+                base,
+                index,
+                raw.memory_index_scale(),
+                displ,
+                if base == Register::RIP || base == Register::None {
+                    8
+                } else {
+                    1
+                },
+                false,
+                raw.segment_prefix(),
+            );
+            Instruction::with2(Code::Mov_r64_rm64, Register::RAX, mem)
+        }
+        _ => return Err(fail("not an indirect branch")),
+    }
+    .map_err(|_| fail("iced refused the operand"))?;
+    let mut encoder = Encoder::new(64);
+    encoder
+        .encode(&mov, at.get())
+        .map_err(|_| fail("the operand cannot be re-encoded"))?;
+    Ok(encoder.take_buffer())
+}
+
+// The sequence before an indirect branch: step over the red zone, save rax and r11, load the
+// target into rax and the site's table into r11, call the runtime's recorder, restore.
+const IND_HEAD: [u8; 8] = [0x48, 0x8d, 0x64, 0x24, 0x80, 0x50, 0x41, 0x53];
+const IND_TAIL: [u8; 11] = [
+    0x41, 0x5b, 0x58, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00,
+];
+/// rsp moved by the head: the red zone and two pushes.
+const IND_RSP_DELTA: i64 = 128 + 16;
+
+/// Size of the sequence that records the target of indirect `branch` (`call`/`jmp` through a
+/// register or memory), or why it cannot be recorded.
+pub fn indirect_probe_size(branch: &Inst) -> Result<u8, IndirectProbeError> {
+    let mov = operand_to_rax(branch, branch.addr(), IND_RSP_DELTA)?;
+    Ok((IND_HEAD.len() + mov.len() + 7 + 5 + IND_TAIL.len()) as u8)
+}
+
+/// Appends, at `at`, the sequence recording the target of `branch` into the site table at
+/// `table` through the runtime's recorder at `recorder` (which keeps every register and flag).
+pub fn encode_indirect_probe(
+    branch: &Inst,
+    at: Vaddr,
+    table: Vaddr,
+    recorder: Vaddr,
+    out: &mut Vec<u8>,
+) -> Result<(), IndirectProbeError> {
+    let fail = |reason| IndirectProbeError {
+        at: branch.addr(),
+        reason,
+    };
+    let start = out.len();
+    out.extend_from_slice(&IND_HEAD);
+    let mov_at = at + IND_HEAD.len() as u64;
+    let mov = operand_to_rax(branch, mov_at, IND_RSP_DELTA)?;
+    out.extend_from_slice(&mov);
+    // lea table(%rip),%r11
+    let lea_end = mov_at + mov.len() as u64 + 7;
+    let disp = i32::try_from(table.get() as i64 - lea_end.get() as i64)
+        .map_err(|_| fail("site table out of reach"))?;
+    out.extend_from_slice(&[0x4c, 0x8d, 0x1d]);
+    out.extend_from_slice(&disp.to_le_bytes());
+    // call recorder
+    let call_end = lea_end + 5;
+    let rel = i32::try_from(recorder.get() as i64 - call_end.get() as i64)
+        .map_err(|_| fail("recorder out of reach"))?;
+    out.push(0xe8);
+    out.extend_from_slice(&rel.to_le_bytes());
+    out.extend_from_slice(&IND_TAIL);
+    debug_assert_eq!(
+        out.len() - start,
+        usize::from(indirect_probe_size(branch).unwrap_or(0))
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod indirect_tests {
+    use super::*;
+    use crate::x86_64::inst::decode_all;
+
+    fn att(bytes: &[u8], at: u64) -> Vec<String> {
+        decode_all(bytes, Vaddr(at))
+            .iter()
+            .map(|i| i.to_att())
+            .collect()
+    }
+
+    #[test]
+    fn register_memory_stack_and_rip_relative_operands() {
+        // call *%rdx ; call *0x10(%rax) ; call *0x8(%rsp) ; jmp *0x2000(%rip)
+        let cases: [(&[u8], &str); 4] = [
+            (&[0xff, 0xd2], "%rdx,%rax"),
+            (&[0xff, 0x50, 0x10], "0x10(%rax),%rax"),
+            (&[0xff, 0x54, 0x24, 0x08], "0x98(%rsp),%rax"),
+            (&[0xff, 0x25, 0x00, 0x20, 0x00, 0x00], "# 0x3006"),
+        ];
+        for (bytes, operand) in cases {
+            let branch = decode_all(bytes, Vaddr(0x1000))[0];
+            let mut out = Vec::new();
+            encode_indirect_probe(
+                &branch,
+                Vaddr(0x1000),
+                Vaddr(0x9000),
+                Vaddr(0x5000),
+                &mut out,
+            )
+            .unwrap();
+            assert_eq!(
+                out.len(),
+                usize::from(indirect_probe_size(&branch).unwrap())
+            );
+            let text = att(&out, 0x1000);
+            assert_eq!(text.len(), 9, "{text:?}");
+            assert!(
+                text[3].starts_with("mov") && text[3].contains(operand),
+                "{text:?}"
+            );
+            assert!(
+                text[4].contains("lea") && text[4].contains("%r11"),
+                "{text:?}"
+            );
+            assert!(
+                text[5].contains("call") && text[5].contains("0x5000"),
+                "{text:?}"
+            );
+        }
+    }
+}
