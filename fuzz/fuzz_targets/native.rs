@@ -18,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(profile) = native::parse(text) else {
         return;
     };
-    let written = native::write(&profile).expect("a profile read from the native format has a native form");
+    let written =
+        native::write(&profile).expect("a profile read from the native format has a native form");
     let again = native::parse(&written).expect("a native profile we wrote reads back");
     assert_eq!(again, profile);
     // Records may come in any order and no record twice: sorting is the only change allowed.
