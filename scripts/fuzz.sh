@@ -35,8 +35,8 @@ fuzz=$repo/fuzz
 target=${2:-inspect}
 case $target in
     inspect) seeds=$fuzz/seeds ;;
-    fdata | yaml | native) seeds=$fuzz/seeds-$target ;;
-    *) echo "fuzz.sh: unknown target '$target' (inspect, fdata, yaml or native)" >&2; exit 2 ;;
+    fdata | yaml | native | perf | counters) seeds=$fuzz/seeds-$target ;;
+    *) echo "fuzz.sh: unknown target '$target' (inspect, fdata, yaml, native, perf or counters)" >&2; exit 2 ;;
 esac
 
 command -v cargo-fuzz >/dev/null ||
