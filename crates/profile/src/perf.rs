@@ -112,7 +112,7 @@ fn parse_mmap(text: &str) -> Option<Mapping> {
     let after = text.split_once(' ')?.1.trim_start();
     let pid: u32 = after.split(['/', ':']).next()?.trim().parse().ok()?;
     let open = after.find('[')?;
-    let close = after.find("]:")?;
+    let close = open + after[open..].find("]:")?;
     let inner = &after[open + 1..close];
     let (range, rest) = inner.split_once('@')?;
     let (start, len) = range.trim().split_once('(')?;
@@ -317,6 +317,11 @@ mod tests {
             ]
         );
         assert_eq!(parse_line("garbage here"), None);
+        // Found by fuzzing: a "]:" before the "[".
+        assert_eq!(
+            parse_line("  1 PERF_RECORD_MMAP2 1/1]: r-xp 42: [0x400000(0x2000) @ 0 fe:01 1 0]"),
+            None
+        );
         assert_eq!(parse_line(""), None);
         assert_eq!(parse_line("  12 PERF_RECORD_COMM exec: lua:12/12"), None);
     }
