@@ -141,6 +141,28 @@ pub struct FunctionMap {
     pub indirect: Vec<(u64, u32)>,
 }
 
+impl FunctionMap {
+    /// Whether every address the map places in this function is at or after its start (a
+    /// map from a corrupt file may say otherwise).
+    fn addresses_inside(&self) -> bool {
+        use EdgeKind::*;
+        let inside = |a: u64| a >= self.start;
+        self.vertices.iter().skip(1).all(|&v| inside(v))
+            && self.calls.iter().all(|c| inside(c.at))
+            && self.jumps.iter().all(|&(j, t)| inside(j) && inside(t))
+            && self.indirect.iter().all(|&(site, _)| inside(site))
+            && self.edges.iter().all(|e| {
+                let from_inside =
+                    !matches!(e.kind, Entry | LandingPad | IndirectTarget | FromFragment);
+                let to_inside = matches!(
+                    e.kind,
+                    Flow | CallReturn | Entry | LandingPad | IndirectTarget | FromFragment | Enter
+                );
+                (!from_inside || inside(e.from_addr)) && (!to_inside || inside(e.to_addr))
+            })
+    }
+}
+
 /// Everything needed to turn an instrumented run's counters into a profile of the input.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct CounterMap {
@@ -374,7 +396,7 @@ impl CounterMap {
                 }
                 indirect.push((site, table));
             }
-            functions.push(FunctionMap {
+            let f = FunctionMap {
                 name,
                 start,
                 vertices,
@@ -382,7 +404,14 @@ impl CounterMap {
                 calls,
                 jumps,
                 indirect,
-            });
+            };
+            if !f.addresses_inside() {
+                return Err(CountersError::Malformed(format!(
+                    "{} names code before its start",
+                    f.name
+                )));
+            }
+            functions.push(f);
         }
         if r.pos != data.len() {
             return Err(CountersError::Malformed("bytes after the map".into()));
@@ -624,7 +653,7 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
     let mut known_entries: BTreeMap<u64, u64> = BTreeMap::new();
     for (f, counts) in map.functions.iter().zip(edge_counts) {
         let vcounts = vertex_counts(f, counts);
-        let here = |addr: u64| Location::symbol(f.name.clone(), addr - f.start);
+        let here = |addr: u64| Location::symbol(f.name.clone(), addr.wrapping_sub(f.start));
         for (e, &c) in f.edges.iter().zip(counts) {
             if c == 0 {
                 continue;
@@ -733,7 +762,7 @@ fn indirect_jumps(f: &FunctionMap, counts: &[u64], profile: &mut Profile) {
     for &(jump, target) in &f.jumps {
         sources.entry(target).or_default().push(jump);
     }
-    let here = |addr: u64| Location::symbol(f.name.clone(), addr - f.start);
+    let here = |addr: u64| Location::symbol(f.name.clone(), addr.wrapping_sub(f.start));
     for (e, &count) in f.edges.iter().zip(counts) {
         if e.kind != EdgeKind::IndirectTarget || count == 0 {
             continue;
