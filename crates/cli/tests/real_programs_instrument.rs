@@ -222,8 +222,9 @@ fn weighted_overlap(
 /// two measure different things: instrumentation counts executed instructions, samples count
 /// time, and where instructions are slow (the garbage collector's sweeps wait on memory,
 /// `sqrtsd`, the first instruction after a mispredicted indirect call) a function ranks higher
-/// in samples. Measured here: 15 of the top 20 in common (16 in one run of five), weighted edge
-/// overlap 0.71. The test holds the line at 14 and prints both figures.
+/// in samples. Measured here: 14 to 16 of the top 20 in common, usually 15, weighted edge
+/// overlap 0.70-0.73. The test holds the line at 13 (a broken mapping or inference gives far
+/// less) and prints both figures.
 #[test]
 fn lua_samples_rank_hot_functions_like_instrumentation() {
     let dir = scratch("real-instrument", "sampling");
@@ -237,7 +238,7 @@ fn lua_samples_rank_hot_functions_like_instrumentation() {
     assert!(run.success());
     let perf_data = dir.join("perf.data");
     let out = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "10000", "-o"])
+        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "20000", "-o"])
         .arg(&perf_data)
         .args(["--", "bash", "-c"])
         .arg(lua_workload_script(original))
@@ -262,7 +263,7 @@ fn lua_samples_rank_hot_functions_like_instrumentation() {
     println!("instrumentation: {a:?}");
     println!("samples:         {b:?}");
     assert!(
-        common >= 14,
+        common >= 13,
         "only {common} of the top 20 in common:\n{a:?}\n{b:?}"
     );
     assert!(overlap > 0.3, "weighted edge overlap {overlap:.3}");
