@@ -408,9 +408,13 @@ fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
         .collect();
     let mut edges = Vec::new();
     let mut edge_index = Vec::new();
+    // Fall-through edges first: inference breaks ties toward the edge listed first, and the
+    // compiler made the likely successor the fall-through.
     for (b, block) in f.blocks.iter().enumerate() {
-        for (k, s) in block.succs.iter().enumerate() {
-            edges.push((b as u32, s.to.0));
+        let mut order: Vec<usize> = (0..block.succs.len()).collect();
+        order.sort_by_key(|&k| block.succs[k].kind != rivet_ir::EdgeKind::FallThrough);
+        for k in order {
+            edges.push((b as u32, block.succs[k].to.0));
             edge_index.push((b, k));
         }
     }
