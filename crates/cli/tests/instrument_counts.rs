@@ -1,7 +1,7 @@
 //! `rivet instrument` counts exactly: programs with known dynamic behaviour (a loop of N
 //! iterations, a switch hit in a known pattern, a recursion of known depth, exceptions thrown
 //! K times, threads, fork, a process killed with SIGKILL) give exactly the expected entry and
-//! call counts, for gcc and clang, PIE and not. The instrumented program prints what the
+//! call counts, for gcc and clang, PIE and not, and statically linked. The instrumented program prints what the
 //! original prints. The counter file is the runtime's: created 0600, never through a symlink,
 //! accumulated across runs, left alone when it belongs to another binary.
 
@@ -93,12 +93,17 @@ fn builds(dir: &Path, src: &str) -> Vec<PathBuf> {
     } else {
         ("gcc", "clang-19")
     };
-    vec![
+    let mut v = vec![
         build(dir, src, gcc, &["-O2"], "gcc-O2-pie"),
         build(dir, src, gcc, &["-O0", "-no-pie"], "gcc-O0-nopie"),
         build(dir, src, clang, &["-O2", "-fuse-ld=lld"], "clang-O2-pie"),
         build(dir, src, clang, &["-O3", "-no-pie"], "clang-O3-nopie"),
-    ]
+    ];
+    if !cxx {
+        // Statically linked: no dynamic loader, the C library instrumented too.
+        v.push(build(dir, src, gcc, &["-O2", "-static"], "gcc-O2-static"));
+    }
+    v
 }
 
 /// Runs `args` on the original and the instrumented build; same stdout and exit; the profile.
