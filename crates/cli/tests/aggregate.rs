@@ -254,3 +254,67 @@ fn plain_samples_of_a_real_run_land_in_its_functions() {
     let r = rivet(&["aggregate", s(&binary), s(&binary), "-o", s(&again)]);
     assert_one_error_line(&r, "is not a perf.data file");
 }
+
+/// Samples of a shared library, mapped wherever the loader put it, land in its functions.
+#[test]
+fn samples_of_a_shared_library_land_in_its_functions() {
+    let dir = scratch("aggregate", "shared");
+    let lib = dir.join("libcount.so");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-Wl,--emit-relocs", "-shared", "-fPIC"])
+        .arg(source("lib.c"))
+        .arg("-o")
+        .arg(&lib)
+        .status()
+        .expect("gcc is required");
+    assert!(status.success());
+    let user = dir.join("user");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g"])
+        .arg(source("libuser.c"))
+        .arg(format!("-L{}", s(&dir)))
+        .arg("-lcount")
+        .arg("-o")
+        .arg(&user)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let perf_data = dir.join("perf.data");
+    let out = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "5000", "-o"])
+        .arg(&perf_data)
+        .arg("--")
+        .arg(&user)
+        .args(["3000000", "20"])
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .expect("perf is required (apt-get install linux-perf)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile_path = dir.join("lib.rprof");
+    let r = rivet(&[
+        "aggregate",
+        s(&perf_data),
+        s(&lib),
+        "-o",
+        s(&profile_path),
+        "--json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let profile = native::parse(&std::fs::read_to_string(&profile_path).unwrap()).unwrap();
+    let total: u64 = profile.samples.values().sum();
+    let in_lib: u64 = profile
+        .samples
+        .iter()
+        .filter(|(l, _)| l.name.starts_with("lib_leaf") || l.name.starts_with("lib_work"))
+        .map(|(_, c)| c)
+        .sum();
+    assert!(total > 100, "{total} samples in the library");
+    assert_eq!(
+        in_lib, total,
+        "every sample of the library is in its two functions"
+    );
+}
