@@ -29,7 +29,7 @@ fn sources(krate: &str) -> Vec<(PathBuf, String)> {
 }
 
 const CRATES: &[&str] = &[
-    "elf", "arch", "ir", "discover", "profile", "passes", "runtime", "emit", "cli",
+    "elf", "arch", "ir", "discover", "profile", "layout", "passes", "runtime", "emit", "cli",
 ];
 
 #[test]
@@ -40,6 +40,7 @@ fn dependencies_point_one_way() {
         ("ir", &["rivet-elf", "rivet-arch"]),
         ("discover", &["rivet-elf", "rivet-arch", "rivet-ir"]),
         ("profile", &[]),
+        ("layout", &[]),
         (
             "passes",
             &["rivet-elf", "rivet-arch", "rivet-ir", "rivet-profile"],

@@ -1,0 +1,490 @@
+//! Ext-TSP basic-block ordering (Newell & Pupyrev, "Improved Basic Block Reordering", IEEE TC
+//! 2020), the algorithm behind BOLT's `-reorder-blocks=ext-tsp` and LLVM's `CodeLayout.cpp`.
+//!
+//! **Model.** Blocks have sizes in bytes; a jump `(s, t, w)` taken `w` times scores, for a given
+//! order, by the distance `d` from the end of `s` to the start of `t`: `w * 1.0` when `t`
+//! directly follows `s` (a fall-through), `w * 0.1 * (1 - d/1024)` for a forward jump with
+//! `d <= 1024`, `w * 0.1 * (1 - d/640)` for a backward jump with `d <= 640`, else nothing. These
+//! are LLVM's `ForwardWeight`/`BackwardWeight` 0.1, `ForwardDistance` 1024 and
+//! `BackwardDistance` 640; LLVM gives unconditional fall-throughs 1.05, but our input does not
+//! say which jumps are conditional, so every fall-through weighs 1.0. Self-loops score the same
+//! in every order and are ignored by the search.
+//!
+//! **Algorithm.** Greedy chain merging: every block starts as a chain; the pair of chains with
+//! the best score gain is merged, trying the paper's concatenations `X·Y`, `Y·X` and, when `X`
+//! has at most [`CHAIN_SPLIT_THRESHOLD`] blocks, the split variants `X1·Y·X2`, `Y·X2·X1`,
+//! `X2·X1·Y` (never splitting a fall-through that has a count); the entry block 0 always stays
+//! first in its chain. Merging stops when no merge gains. Chains of cold blocks that were
+//! adjacent in the input order are then joined, so code without a profile keeps its order, and
+//! the chains are concatenated: the entry chain first, the others by decreasing density
+//! (count per byte), ties by their first block.
+//!
+//! **Complexity.** Pending merges live in a max-heap with lazy invalidation (a chain's version
+//! changes when it merges), so each merge costs the gain evaluations of the merged chain's
+//! neighbours: `O(J)` for plain concatenations (`J` = jumps between the two chains) and
+//! `O(S * (J + I))` for split variants (`S` <= 128 split points, `I` jumps inside the split
+//! chain). Rebuilding block positions after a merge is linear in the merged chain.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+
+/// Weight of a fall-through (the target starts where the source ends).
+pub const FALLTHROUGH_WEIGHT: f64 = 1.0;
+/// Weight of a forward jump of distance 0.
+pub const FORWARD_WEIGHT: f64 = 0.1;
+/// Weight of a backward jump of distance 0.
+pub const BACKWARD_WEIGHT: f64 = 0.1;
+/// Longest forward jump, in bytes, that still scores.
+pub const FORWARD_DISTANCE: u64 = 1024;
+/// Longest backward jump, in bytes, that still scores.
+pub const BACKWARD_DISTANCE: u64 = 640;
+/// Chains with at most this many blocks are tried split at every position; longer ones only
+/// at the ends of jumps into the other chain (LLVM's `ChainSplitThreshold`).
+pub const CHAIN_SPLIT_THRESHOLD: usize = 128;
+/// No merge creates a chain of more blocks than this (LLVM's `MaxChainSize`).
+pub const MAX_CHAIN_SIZE: usize = 4096;
+
+/// Merges whose gain does not exceed this are not worth making.
+const EPSILON: f64 = 1e-9;
+
+/// Score of one jump taken `count` times from a block ending at `src_end` to a block starting
+/// at `dst_start`.
+pub fn jump_score(src_end: u64, dst_start: u64, count: u64) -> f64 {
+    let count = count as f64;
+    if src_end == dst_start {
+        return FALLTHROUGH_WEIGHT * count;
+    }
+    if src_end < dst_start {
+        let distance = dst_start - src_end;
+        if distance <= FORWARD_DISTANCE {
+            return FORWARD_WEIGHT * (1.0 - distance as f64 / FORWARD_DISTANCE as f64) * count;
+        }
+    } else {
+        let distance = src_end - dst_start;
+        if distance <= BACKWARD_DISTANCE {
+            return BACKWARD_WEIGHT * (1.0 - distance as f64 / BACKWARD_DISTANCE as f64) * count;
+        }
+    }
+    0.0
+}
+
+/// Ext-TSP score of `order` (block ids, each at most once) for blocks of `sizes` bytes and jumps
+/// `(source, target, count)`. Jumps touching a block missing from `order` score nothing.
+///
+/// # Panics
+/// When a block id in `order` or `edges` is out of range of `sizes`.
+pub fn ext_tsp_score(order: &[u32], sizes: &[u64], edges: &[(u32, u32, u64)]) -> f64 {
+    let mut start = vec![None; sizes.len()];
+    let mut address = 0;
+    for &block in order {
+        start[block as usize] = Some(address);
+        address += sizes[block as usize];
+    }
+    edges
+        .iter()
+        .map(
+            |&(s, t, count)| match (start[s as usize], start[t as usize]) {
+                (Some(src), Some(dst)) => jump_score(src + sizes[s as usize], dst, count),
+                _ => 0.0,
+            },
+        )
+        .sum()
+}
+
+/// Ext-TSP block order: a permutation of `0..sizes.len()` with block 0 first.
+///
+/// `sizes[b]` is block `b`'s size in bytes, `counts[b]` its execution count, `edges` the jumps
+/// `(source, target, count)` (fall-throughs of the original layout included).
+///
+/// # Panics
+/// When `counts` and `sizes` differ in length or an edge names a block out of range.
+pub fn ext_tsp_order(sizes: &[u64], counts: &[u64], edges: &[(u32, u32, u64)]) -> Vec<u32> {
+    assert_eq!(sizes.len(), counts.len(), "one count per block");
+    let n = sizes.len();
+    for &(s, t, _) in edges {
+        assert!(
+            (s as usize) < n && (t as usize) < n,
+            "jump {s}->{t} names a block out of range (have {n})"
+        );
+    }
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut merger = Merger::new(sizes, counts, edges);
+    merger.merge_hot_chains();
+    merger.merge_cold_chains();
+    merger.concatenate()
+}
+
+/// How two chains `X` (possibly split into `X1·X2` at an index) and `Y` are concatenated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MergeKind {
+    XY,
+    X1YX2,
+    YX2X1,
+    X2X1Y,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Merge {
+    gain: f64,
+    /// The chain that may be split.
+    x: u32,
+    y: u32,
+    /// Index in `x` where `X2` starts (`x`'s length for `XY`).
+    split: usize,
+    kind: MergeKind,
+}
+
+/// A candidate merge in the heap, valid while both chains keep the versions it was made with.
+#[derive(Debug)]
+struct Candidate {
+    merge: Merge,
+    versions: (u32, u32),
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Candidate {
+    /// Best gain first; among equal gains the pair with the smaller chain ids, for determinism.
+    fn cmp(&self, other: &Self) -> Ordering {
+        let key = |c: &Candidate| {
+            let (a, b) = (c.merge.x.min(c.merge.y), c.merge.x.max(c.merge.y));
+            (a, b)
+        };
+        self.merge
+            .gain
+            .total_cmp(&other.merge.gain)
+            .then_with(|| key(other).cmp(&key(self)))
+    }
+}
+
+#[derive(Debug, Default)]
+struct Chain {
+    blocks: Vec<u32>,
+    size: u64,
+    count: u64,
+    /// Score of the jumps inside the chain.
+    score: f64,
+    /// Jumps (indices into `Merger::jumps`) with both ends in the chain.
+    inner: Vec<u32>,
+    /// Chains this one has jumps to or from.
+    neighbours: BTreeSet<u32>,
+    version: u32,
+    alive: bool,
+}
+
+#[derive(Debug)]
+struct Merger<'a> {
+    sizes: &'a [u64],
+    /// Jumps with a count, self-loops left out.
+    jumps: Vec<(u32, u32, u64)>,
+    /// Pairs `(source, target)` of `jumps`: splitting between them would break a fall-through.
+    successors: HashSet<(u32, u32)>,
+    chains: Vec<Chain>,
+    chain_of: Vec<u32>,
+    index_in_chain: Vec<u32>,
+    offset_in_chain: Vec<u64>,
+    /// Jumps between two chains, keyed by (smaller id, larger id).
+    between: HashMap<(u32, u32), Vec<u32>>,
+    heap: BinaryHeap<Candidate>,
+}
+
+fn pair(a: u32, b: u32) -> (u32, u32) {
+    (a.min(b), a.max(b))
+}
+
+impl<'a> Merger<'a> {
+    fn new(sizes: &'a [u64], counts: &[u64], edges: &[(u32, u32, u64)]) -> Self {
+        let n = sizes.len();
+        let jumps: Vec<_> = edges
+            .iter()
+            .copied()
+            .filter(|&(s, t, count)| s != t && count > 0)
+            .collect();
+        let mut chains: Vec<Chain> = (0..n)
+            .map(|b| Chain {
+                blocks: vec![b as u32],
+                size: sizes[b],
+                count: counts[b],
+                alive: true,
+                ..Chain::default()
+            })
+            .collect();
+        let mut between: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
+        for (i, &(s, t, _)) in jumps.iter().enumerate() {
+            between.entry(pair(s, t)).or_default().push(i as u32);
+            chains[s as usize].neighbours.insert(t);
+            chains[t as usize].neighbours.insert(s);
+        }
+        Merger {
+            sizes,
+            successors: jumps.iter().map(|&(s, t, _)| (s, t)).collect(),
+            jumps,
+            chains,
+            chain_of: (0..n as u32).collect(),
+            index_in_chain: vec![0; n],
+            offset_in_chain: vec![0; n],
+            between,
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    fn is_entry(&self, chain: u32) -> bool {
+        self.chains[chain as usize].blocks[0] == 0
+    }
+
+    /// Start of `block` in the chain `merge` would create.
+    fn merged_address(&self, block: u32, merge: &Merge) -> u64 {
+        let x = &self.chains[merge.x as usize];
+        let y_size = self.chains[merge.y as usize].size;
+        let offset = self.offset_in_chain[block as usize];
+        let x1_size = x
+            .blocks
+            .get(merge.split)
+            .map_or(x.size, |&b| self.offset_in_chain[b as usize]);
+        let x2_size = x.size - x1_size;
+        if self.chain_of[block as usize] == merge.y {
+            return match merge.kind {
+                MergeKind::XY | MergeKind::X2X1Y => x.size + offset,
+                MergeKind::X1YX2 => x1_size + offset,
+                MergeKind::YX2X1 => offset,
+            };
+        }
+        let in_x1 = (self.index_in_chain[block as usize] as usize) < merge.split;
+        match (merge.kind, in_x1) {
+            (MergeKind::XY, _) | (MergeKind::X1YX2, true) => offset,
+            (MergeKind::X1YX2, false) => offset + y_size,
+            (MergeKind::YX2X1, true) => y_size + x2_size + offset,
+            (MergeKind::YX2X1, false) => y_size + offset - x1_size,
+            (MergeKind::X2X1Y, true) => x2_size + offset,
+            (MergeKind::X2X1Y, false) => offset - x1_size,
+        }
+    }
+
+    fn score_under(&self, jumps: &[u32], merge: &Merge) -> f64 {
+        jumps
+            .iter()
+            .map(|&j| {
+                let (s, t, count) = self.jumps[j as usize];
+                let src_end = self.merged_address(s, merge) + self.sizes[s as usize];
+                jump_score(src_end, self.merged_address(t, merge), count)
+            })
+            .sum()
+    }
+
+    /// Gain of `merge` given the jumps between its two chains.
+    fn gain(&self, merge: &mut Merge, cross: &[u32]) -> f64 {
+        let mut gain = self.score_under(cross, merge);
+        if merge.kind != MergeKind::XY {
+            let x = &self.chains[merge.x as usize];
+            gain += self.score_under(&x.inner, merge) - x.score;
+        }
+        merge.gain = gain;
+        gain
+    }
+
+    /// Best way to merge chains `a` and `b`, if any merge is allowed.
+    fn best_merge(&self, a: u32, b: u32) -> Option<Merge> {
+        let (ca, cb) = (&self.chains[a as usize], &self.chains[b as usize]);
+        if ca.blocks.len() + cb.blocks.len() > MAX_CHAIN_SIZE {
+            return None;
+        }
+        let cross = self.between.get(&pair(a, b)).map_or(&[][..], Vec::as_slice);
+        let mut best: Option<Merge> = None;
+        let mut consider = |merge: &mut Merge| {
+            let gain = self.gain(merge, cross);
+            if best.is_none_or(|b| gain > b.gain) {
+                best = Some(*merge);
+            }
+        };
+        for (x, y) in [(a, b), (b, a)] {
+            let x_chain = &self.chains[x as usize];
+            let len = x_chain.blocks.len();
+            if !self.is_entry(y) {
+                consider(&mut Merge {
+                    gain: 0.0,
+                    x,
+                    y,
+                    split: len,
+                    kind: MergeKind::XY,
+                });
+            }
+            let kinds: &[MergeKind] = if self.is_entry(x) {
+                &[MergeKind::X1YX2]
+            } else if self.is_entry(y) {
+                &[MergeKind::YX2X1]
+            } else {
+                &[MergeKind::X1YX2, MergeKind::YX2X1, MergeKind::X2X1Y]
+            };
+            let mut splits: Vec<usize> = if len <= CHAIN_SPLIT_THRESHOLD {
+                (1..len).collect()
+            } else {
+                // Along the jumps into `y`: where a new fall-through could appear.
+                let mut at = Vec::new();
+                for &j in cross {
+                    let (s, t, _) = self.jumps[j as usize];
+                    if self.chain_of[s as usize] == x {
+                        at.push(self.index_in_chain[s as usize] as usize + 1);
+                    }
+                    if self.chain_of[t as usize] == x {
+                        at.push(self.index_in_chain[t as usize] as usize);
+                    }
+                }
+                at.sort_unstable();
+                at.dedup();
+                at.retain(|&i| i > 0 && i < len);
+                at
+            };
+            splits.retain(|&i| {
+                !self
+                    .successors
+                    .contains(&(x_chain.blocks[i - 1], x_chain.blocks[i]))
+            });
+            for split in splits {
+                for &kind in kinds {
+                    consider(&mut Merge {
+                        gain: 0.0,
+                        x,
+                        y,
+                        split,
+                        kind,
+                    });
+                }
+            }
+        }
+        best
+    }
+
+    fn push_best(&mut self, a: u32, b: u32) {
+        if let Some(merge) = self.best_merge(a, b)
+            && merge.gain > EPSILON
+        {
+            let versions = (
+                self.chains[merge.x as usize].version,
+                self.chains[merge.y as usize].version,
+            );
+            self.heap.push(Candidate { merge, versions });
+        }
+    }
+
+    fn merge_hot_chains(&mut self) {
+        let mut pairs: Vec<(u32, u32)> = self.between.keys().copied().collect();
+        pairs.sort_unstable();
+        for (a, b) in pairs {
+            self.push_best(a, b);
+        }
+        while let Some(Candidate { merge, versions }) = self.heap.pop() {
+            let (x, y) = (
+                &self.chains[merge.x as usize],
+                &self.chains[merge.y as usize],
+            );
+            if !x.alive || !y.alive || (x.version, y.version) != versions {
+                continue;
+            }
+            self.apply(&merge);
+            let neighbours: Vec<u32> = self.chains[merge.x as usize]
+                .neighbours
+                .iter()
+                .copied()
+                .collect();
+            for z in neighbours {
+                self.push_best(merge.x, z);
+            }
+        }
+    }
+
+    /// Makes `merge` (its gain computed for the current chains): `x` takes over `y`.
+    fn apply(&mut self, merge: &Merge) {
+        let (xi, yi) = (merge.x, merge.y);
+        let x_blocks = std::mem::take(&mut self.chains[xi as usize].blocks);
+        let y_blocks = std::mem::take(&mut self.chains[yi as usize].blocks);
+        let (x1, x2) = x_blocks.split_at(merge.split);
+        let blocks: Vec<u32> = match merge.kind {
+            MergeKind::XY | MergeKind::X1YX2 => [x1, &y_blocks, x2].concat(),
+            MergeKind::YX2X1 => [&y_blocks, x2, x1].concat(),
+            MergeKind::X2X1Y => [x2, x1, &y_blocks].concat(),
+        };
+        let mut offset = 0;
+        for (i, &b) in blocks.iter().enumerate() {
+            self.chain_of[b as usize] = xi;
+            self.index_in_chain[b as usize] = i as u32;
+            self.offset_in_chain[b as usize] = offset;
+            offset += self.sizes[b as usize];
+        }
+        let cross = self.between.remove(&pair(xi, yi)).unwrap_or_default();
+        let y = std::mem::take(&mut self.chains[yi as usize]);
+        for &z in &y.neighbours {
+            if z == xi {
+                continue;
+            }
+            let moved = self.between.remove(&pair(yi, z)).unwrap_or_default();
+            self.between.entry(pair(xi, z)).or_default().extend(moved);
+            let zc = &mut self.chains[z as usize];
+            zc.neighbours.remove(&yi);
+            zc.neighbours.insert(xi);
+            self.chains[xi as usize].neighbours.insert(z);
+        }
+        let x = &mut self.chains[xi as usize];
+        x.neighbours.remove(&yi);
+        x.blocks = blocks;
+        x.size += y.size;
+        x.count += y.count;
+        x.score += y.score + merge.gain;
+        x.inner.extend(y.inner);
+        x.inner.extend(cross);
+        x.version += 1;
+        // `y` was taken: its `alive` is now false.
+    }
+
+    /// Joins cold chains that were adjacent in the input order, so that blocks without a
+    /// profile keep their original order.
+    fn merge_cold_chains(&mut self) {
+        for block in 1..self.chain_of.len() {
+            let (prev, next) = (block as u32 - 1, block as u32);
+            let (xi, yi) = (self.chain_of[prev as usize], self.chain_of[next as usize]);
+            let (x, y) = (&self.chains[xi as usize], &self.chains[yi as usize]);
+            if xi == yi
+                || x.count != 0
+                || y.count != 0
+                || x.blocks.last() != Some(&prev)
+                || y.blocks[0] != next
+                || self.is_entry(yi)
+                || x.blocks.len() + y.blocks.len() > MAX_CHAIN_SIZE
+            {
+                continue;
+            }
+            let mut merge = Merge {
+                gain: 0.0,
+                x: xi,
+                y: yi,
+                split: x.blocks.len(),
+                kind: MergeKind::XY,
+            };
+            let cross = self.between.get(&pair(xi, yi)).cloned().unwrap_or_default();
+            self.gain(&mut merge, &cross);
+            self.apply(&merge);
+        }
+    }
+
+    fn concatenate(&self) -> Vec<u32> {
+        let mut live: Vec<&Chain> = self.chains.iter().filter(|c| c.alive).collect();
+        let density = |c: &Chain| c.count as f64 / c.size.max(1) as f64;
+        live.sort_by(|a, b| {
+            (b.blocks[0] == 0)
+                .cmp(&(a.blocks[0] == 0))
+                .then_with(|| density(b).total_cmp(&density(a)))
+                .then_with(|| a.blocks[0].cmp(&b.blocks[0]))
+        });
+        live.iter().flat_map(|c| c.blocks.iter().copied()).collect()
+    }
+}
