@@ -7,5 +7,7 @@
 //! can compare with brute force.
 
 pub mod ext_tsp;
+pub mod function_order;
 
 pub use ext_tsp::{ext_tsp_order, ext_tsp_score};
+pub use function_order::{c3_order, cdsort_order, exec_count_order};
