@@ -13,8 +13,10 @@
 //! **Algorithm.** Greedy chain merging: every block starts as a chain; the pair of chains with
 //! the best score gain is merged, trying the paper's concatenations `X·Y`, `Y·X` and, when `X`
 //! has at most [`CHAIN_SPLIT_THRESHOLD`] blocks, the split variants `X1·Y·X2`, `Y·X2·X1`,
-//! `X2·X1·Y` (never splitting a fall-through that has a count); the entry block 0 always stays
-//! first in its chain. Merging stops when no merge gains. Chains of cold blocks that were
+//! `X2·X1·Y` at every point but inside a fall-through that has a count; chains of any length
+//! are also split next to the ends of the jumps between `X` and `Y`, where a new fall-through
+//! may appear (LLVM's splitting "along jumps"). The entry block 0 always stays first in its
+//! chain. Merging stops when no merge gains. Chains of cold blocks that were
 //! adjacent in the input order are then joined, so code without a profile keeps its order, and
 //! the chains are concatenated: the entry chain first, the others by decreasing density
 //! (count per byte), ties by their first block.
@@ -326,30 +328,29 @@ impl<'a> Merger<'a> {
             } else {
                 &[MergeKind::X1YX2, MergeKind::YX2X1, MergeKind::X2X1Y]
             };
-            let mut splits: Vec<usize> = if len <= CHAIN_SPLIT_THRESHOLD {
-                (1..len).collect()
-            } else {
-                // Along the jumps into `y`: where a new fall-through could appear.
-                let mut at = Vec::new();
-                for &j in cross {
-                    let (s, t, _) = self.jumps[j as usize];
-                    if self.chain_of[s as usize] == x {
-                        at.push(self.index_in_chain[s as usize] as usize + 1);
-                    }
-                    if self.chain_of[t as usize] == x {
-                        at.push(self.index_in_chain[t as usize] as usize);
-                    }
+            // Along the jumps into `y`, where a new fall-through may appear, even if that
+            // breaks one inside `x`.
+            let mut splits = Vec::new();
+            for &j in cross {
+                let (s, t, _) = self.jumps[j as usize];
+                if self.chain_of[s as usize] == x {
+                    splits.push(self.index_in_chain[s as usize] as usize + 1);
                 }
-                at.sort_unstable();
-                at.dedup();
-                at.retain(|&i| i > 0 && i < len);
-                at
-            };
-            splits.retain(|&i| {
-                !self
-                    .successors
-                    .contains(&(x_chain.blocks[i - 1], x_chain.blocks[i]))
-            });
+                if self.chain_of[t as usize] == x {
+                    splits.push(self.index_in_chain[t as usize] as usize);
+                }
+            }
+            // Short chains anywhere, except through a fall-through with a count.
+            if len <= CHAIN_SPLIT_THRESHOLD {
+                splits.extend((1..len).filter(|&i| {
+                    !self
+                        .successors
+                        .contains(&(x_chain.blocks[i - 1], x_chain.blocks[i]))
+                }));
+            }
+            splits.sort_unstable();
+            splits.dedup();
+            splits.retain(|&i| i > 0 && i < len);
             for split in splits {
                 for &kind in kinds {
                     consider(&mut Merge {
