@@ -31,6 +31,16 @@ fn main() {
         };
         edges.push((s, t, hot * next(3)));
     }
+    if std::env::args().nth(2).as_deref() == Some("switch") {
+        // An interpreter loop: block 1 dispatches to every other block, each jumps back.
+        edges.clear();
+        edges.push((0, 1, 1));
+        for t in 2..n as u32 {
+            let count = 1 + next(1000);
+            edges.push((1, t, count));
+            edges.push((t, 1, count));
+        }
+    }
     let mut counts = vec![0; n];
     for &(_, t, c) in &edges {
         counts[t as usize] += c;

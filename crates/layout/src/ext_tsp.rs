@@ -27,6 +27,7 @@
 //! `O(S * (J + I))` for split variants (`S` <= 128 split points, `I` jumps inside the split
 //! chain). Rebuilding block positions after a merge is linear in the merged chain.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 
@@ -181,6 +182,9 @@ struct Chain {
     inner: Vec<u32>,
     /// Chains this one has jumps to or from.
     neighbours: BTreeSet<u32>,
+    /// Score change of the inner jumps when the chain is split at an index and its second
+    /// part pushed by a number of bytes (`u64::MAX` for the swaps `X2·X1`).
+    split_gains: RefCell<HashMap<(usize, u64), f64>>,
     version: u32,
     alive: bool,
 }
@@ -288,8 +292,20 @@ impl<'a> Merger<'a> {
     fn gain(&self, merge: &mut Merge, cross: &[u32]) -> f64 {
         let mut gain = self.score_under(cross, merge);
         if merge.kind != MergeKind::XY {
+            // Inside `x` only the split point matters and, for `X1·Y·X2`, how far `Y` pushes
+            // `X2`; a chain with many neighbours is asked the same question again and again.
             let x = &self.chains[merge.x as usize];
-            gain += self.score_under(&x.inner, merge) - x.score;
+            let pushed_by = match merge.kind {
+                MergeKind::X1YX2 => self.chains[merge.y as usize].size,
+                _ => u64::MAX,
+            };
+            let key = (merge.split, pushed_by);
+            let cached = x.split_gains.borrow().get(&key).copied();
+            gain += cached.unwrap_or_else(|| {
+                let inner_gain = self.score_under(&x.inner, merge) - x.score;
+                x.split_gains.borrow_mut().insert(key, inner_gain);
+                inner_gain
+            });
         }
         merge.gain = gain;
         gain
@@ -444,6 +460,7 @@ impl<'a> Merger<'a> {
         x.inner.extend(y.inner);
         x.inner.extend(cross);
         x.version += 1;
+        x.split_gains.get_mut().clear();
         // `y` was taken: its `alive` is now false.
     }
 
