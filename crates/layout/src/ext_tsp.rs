@@ -417,6 +417,15 @@ impl<'a> Merger<'a> {
             for z in neighbours {
                 self.push_best(merge.x, z);
             }
+            // Stale candidates pile up around chains with many neighbours; at most one per
+            // pair of chains is current, and pairs are at most the jumps.
+            if self.heap.len() > 2 * self.jumps.len() + 1024 {
+                let chains = &self.chains;
+                self.heap.retain(|c| {
+                    let (x, y) = (&chains[c.merge.x as usize], &chains[c.merge.y as usize]);
+                    x.alive && y.alive && (x.version, y.version) == c.versions
+                });
+            }
         }
     }
 
