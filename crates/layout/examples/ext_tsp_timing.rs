@@ -1,6 +1,7 @@
 //! Times ext-TSP on a large synthetic function: `cargo run --release -p rivet-layout --example
-//! ext_tsp_timing [blocks]` (default 10,000). Prints the time and the score against the input
-//! order.
+//! ext_tsp_timing [blocks] [switch]` (default 10,000 blocks of a CFG-like graph; `switch` makes
+//! one dispatch block jump to every other block and back, the quadratic worst case). Prints the
+//! time and the score against the input order.
 
 use rivet_layout::ext_tsp::{ext_tsp_order, ext_tsp_score};
 use std::time::Instant;
