@@ -18,6 +18,7 @@ use rivet_profile::{fdata, native};
 use crate::UserError;
 use crate::inspect::elf_error;
 use crate::merge::FormatArg;
+use crate::profile_use::hex;
 use crate::rewrite::PendingOutput;
 
 #[derive(clap::Args, Debug)]
@@ -43,10 +44,6 @@ pub struct AggregateArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Paths under which the recording names the binary: the build-ids perf stored, else the path.

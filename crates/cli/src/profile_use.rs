@@ -11,7 +11,8 @@ use rivet_profile::Profile;
 use crate::UserError;
 use crate::merge::{Input, read_profile};
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex, as profiles write build-ids.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

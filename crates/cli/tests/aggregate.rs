@@ -13,17 +13,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{assert_one_error_line, rivet, s, scratch};
+use common::{assert_one_error_line, instrument_source, rivet, s, scratch};
 use rivet_profile::{Location, Mode, native};
-
-fn source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/instrument")
-        .join(name)
-}
 
 /// Addresses of the loop's instructions, from the binary (see lbr_loop.S).
 struct LoopAddrs {
@@ -83,7 +77,7 @@ fn synthesized_branch_stacks_give_exact_branches_and_fall_throughs() {
     let binary = dir.join("lbr_loop");
     let status = Command::new("gcc")
         .args(["-nostdlib", "-static", "-Wl,--emit-relocs"])
-        .arg(source("lbr_loop.S"))
+        .arg(instrument_source("lbr_loop.S"))
         .arg("-o")
         .arg(&binary)
         .status()
@@ -171,7 +165,7 @@ fn plain_samples_of_a_real_run_land_in_its_functions() {
     let binary = dir.join("prog");
     let status = Command::new("gcc")
         .args(["-O2", "-g", "-Wl,--emit-relocs"])
-        .arg(source("counts.c"))
+        .arg(instrument_source("counts.c"))
         .arg("-o")
         .arg(&binary)
         .arg("-lpthread")
@@ -229,7 +223,7 @@ fn plain_samples_of_a_real_run_land_in_its_functions() {
     // Another build of the same path: refused, unless forced.
     let status = Command::new("gcc")
         .args(["-O1", "-g", "-Wl,--emit-relocs"])
-        .arg(source("counts.c"))
+        .arg(instrument_source("counts.c"))
         .arg("-o")
         .arg(&binary)
         .arg("-lpthread")
@@ -262,7 +256,7 @@ fn samples_of_a_shared_library_land_in_its_functions() {
     let lib = dir.join("libcount.so");
     let status = Command::new("gcc")
         .args(["-O2", "-g", "-Wl,--emit-relocs", "-shared", "-fPIC"])
-        .arg(source("lib.c"))
+        .arg(instrument_source("lib.c"))
         .arg("-o")
         .arg(&lib)
         .status()
@@ -271,7 +265,7 @@ fn samples_of_a_shared_library_land_in_its_functions() {
     let user = dir.join("user");
     let status = Command::new("gcc")
         .args(["-O2", "-g"])
-        .arg(source("libuser.c"))
+        .arg(instrument_source("libuser.c"))
         .arg(format!("-L{}", s(&dir)))
         .arg("-lcount")
         .arg("-o")

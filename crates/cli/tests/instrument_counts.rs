@@ -13,31 +13,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{rivet, s, scratch};
+use common::{build_instrument_program, instrument_source, rivet, s, scratch};
 use rivet_profile::counters::CounterFile;
 use rivet_profile::{LocKind, Profile};
-
-fn source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/instrument")
-        .join(name)
-}
-
-/// Builds `src` with `compiler` and `flags` (always -g -Wl,--emit-relocs).
-fn build(dir: &Path, src: &str, compiler: &str, flags: &[&str], name: &str) -> PathBuf {
-    let out = dir.join(name);
-    let status = Command::new(compiler)
-        .args(["-g", "-Wl,--emit-relocs"])
-        .args(flags)
-        .arg(source(src))
-        .arg("-o")
-        .arg(&out)
-        .arg("-lpthread")
-        .status()
-        .unwrap_or_else(|e| panic!("{compiler} is required (scripts/test.sh installs it): {e}"));
-    assert!(status.success(), "{compiler} {flags:?} {src}");
-    out
-}
 
 fn instrument(input: &Path, extra: &[&str]) -> PathBuf {
     let out = input.with_extension("inst");
@@ -94,14 +72,20 @@ fn builds(dir: &Path, src: &str) -> Vec<PathBuf> {
         ("gcc", "clang-19")
     };
     let mut v = vec![
-        build(dir, src, gcc, &["-O2"], "gcc-O2-pie"),
-        build(dir, src, gcc, &["-O0", "-no-pie"], "gcc-O0-nopie"),
-        build(dir, src, clang, &["-O2", "-fuse-ld=lld"], "clang-O2-pie"),
-        build(dir, src, clang, &["-O3", "-no-pie"], "clang-O3-nopie"),
+        build_instrument_program(dir, src, gcc, &["-O2"], "gcc-O2-pie"),
+        build_instrument_program(dir, src, gcc, &["-O0", "-no-pie"], "gcc-O0-nopie"),
+        build_instrument_program(dir, src, clang, &["-O2", "-fuse-ld=lld"], "clang-O2-pie"),
+        build_instrument_program(dir, src, clang, &["-O3", "-no-pie"], "clang-O3-nopie"),
     ];
     if !cxx {
         // Statically linked: no dynamic loader, the C library instrumented too.
-        v.push(build(dir, src, gcc, &["-O2", "-static"], "gcc-O2-static"));
+        v.push(build_instrument_program(
+            dir,
+            src,
+            gcc,
+            &["-O2", "-static"],
+            "gcc-O2-static",
+        ));
     }
     v
 }
@@ -199,7 +183,7 @@ fn exceptions_count_exactly() {
 #[test]
 fn a_process_killed_with_sigkill_leaves_its_counts() {
     let dir = scratch("instrument", "sigkill");
-    let original = build(&dir, "counts.c", "gcc", &["-O2"], "gcc-O2-pie");
+    let original = build_instrument_program(&dir, "counts.c", "gcc", &["-O2"], "gcc-O2-pie");
     let inst = instrument(&original, &[]);
     let counts = dir.join("killed.counts");
     let mut child = Command::new(&inst)
@@ -227,7 +211,7 @@ fn a_process_killed_with_sigkill_leaves_its_counts() {
 #[test]
 fn the_counter_file_is_private_accumulates_and_is_never_misused() {
     let dir = scratch("instrument", "file");
-    let original = build(&dir, "counts.c", "gcc", &["-O2"], "prog");
+    let original = build_instrument_program(&dir, "counts.c", "gcc", &["-O2"], "prog");
     let inst = instrument(&original, &[]);
     // The default path: next to the output, created 0600.
     let default = dir.join("prog.inst.counts");
@@ -241,7 +225,7 @@ fn the_counter_file_is_private_accumulates_and_is_never_misused() {
     assert_eq!(entries(&profile(&default), "tick"), 25);
 
     // A file of another instrumentation is left alone; the program still runs.
-    let other = build(&dir, "throws.cpp", "g++", &["-O2"], "other");
+    let other = build_instrument_program(&dir, "throws.cpp", "g++", &["-O2"], "other");
     let other_inst = instrument(&other, &[]);
     let before = std::fs::read(&default).unwrap();
     let out = run(&other_inst, &["4"], &default);
@@ -314,7 +298,7 @@ fn a_shared_library_and_its_user_each_keep_their_own_counts() {
         let status = Command::new(cc)
             .args(["-g", "-Wl,--emit-relocs", "-shared", "-fPIC"])
             .args(flags)
-            .arg(source("lib.c"))
+            .arg(instrument_source("lib.c"))
             .arg("-o")
             .arg(&lib)
             .status()
@@ -324,7 +308,7 @@ fn a_shared_library_and_its_user_each_keep_their_own_counts() {
         let status = Command::new(cc)
             .args(["-g", "-Wl,--emit-relocs"])
             .args(flags)
-            .arg(source("libuser.c"))
+            .arg(instrument_source("libuser.c"))
             .arg(format!("-L{}", s(&sub.join("lib"))))
             .arg("-lcount")
             .arg("-o")

@@ -6,35 +6,14 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{rivet, s, scratch};
+use common::{build_instrument_program, rivet, s, scratch};
 use rivet_profile::{BranchCount, LocKind, Location, Profile, fdata};
 
 /// BOLT's instrumenting driver: `/usr/bin/llvm-bolt-19` does not find its runtime library.
 const BOLT_INSTRUMENT: &str = "/usr/lib/llvm-19/bin/llvm-bolt";
-
-fn source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/instrument")
-        .join(name)
-}
-
-fn build(dir: &Path, src: &str, compiler: &str, flags: &[&str], name: &str) -> PathBuf {
-    let out = dir.join(name);
-    let status = Command::new(compiler)
-        .args(["-g", "-Wl,--emit-relocs"])
-        .args(flags)
-        .arg(source(src))
-        .arg("-o")
-        .arg(&out)
-        .arg("-lpthread")
-        .status()
-        .unwrap_or_else(|e| panic!("{compiler} is required (scripts/test.sh installs it): {e}"));
-    assert!(status.success());
-    out
-}
 
 fn check(out: std::process::Output, what: &str) -> String {
     assert!(
@@ -102,13 +81,11 @@ fn both_profiles(dir: &Path, original: &Path, args: &[&str]) -> (Profile, Profil
     (read(&bolt_fdata), read(&ours_fdata))
 }
 
-/// True for a fall-through edge: from a branch to the instruction right after it.
-fn is_fall_through(binary: &Path, (from, to): &(Location, Location)) -> bool {
+/// True for a fall-through edge of `elf`: from a branch to the instruction right after it.
+fn is_fall_through(elf: &rivet_elf::ElfFile<'_>, (from, to): &(Location, Location)) -> bool {
     if from.name != to.name || from.kind == LocKind::External {
         return false;
     }
-    let data = std::fs::read(binary).unwrap();
-    let elf = rivet_elf::ElfFile::parse(&data).unwrap();
     let name = to.name.split('/').next().unwrap();
     let Some(sym) = elf.symbols().unwrap().into_iter().find(|s| s.name == name) else {
         return false;
@@ -150,7 +127,7 @@ fn bolt_instrumentation_and_ours_count_the_same_edges() {
     let builds = [
         (
             "counts.c",
-            build(
+            build_instrument_program(
                 &dir,
                 "counts.c",
                 "gcc",
@@ -160,11 +137,11 @@ fn bolt_instrumentation_and_ours_count_the_same_edges() {
         ),
         (
             "counts.c",
-            build(&dir, "counts.c", "clang-19", &["-O2"], "counts-clang"),
+            build_instrument_program(&dir, "counts.c", "clang-19", &["-O2"], "counts-clang"),
         ),
         (
             "throws.cpp",
-            build(
+            build_instrument_program(
                 &dir,
                 "throws.cpp",
                 "g++",
@@ -187,7 +164,9 @@ fn bolt_instrumentation_and_ours_count_the_same_edges() {
             // out of a block ending in a conditional tail call): its spanning-tree inference
             // gives them 0. Rivet counts them (exactly: instrument_counts.rs checks the
             // counts they lead to). Such fall-throughs are the only edges allowed to differ.
-            ours.retain(|k, _| bolt.contains_key(k) || !is_fall_through(original, k));
+            let data = std::fs::read(original).unwrap();
+            let elf = rivet_elf::ElfFile::parse(&data).unwrap();
+            ours.retain(|k, _| bolt.contains_key(k) || !is_fall_through(&elf, k));
             assert_eq!(ours, bolt, "{} {args:?}", original.display());
         }
     }
@@ -196,7 +175,7 @@ fn bolt_instrumentation_and_ours_count_the_same_edges() {
 #[test]
 fn bolt_and_merge_fdata_accept_our_fdata() {
     let dir = scratch("instrument", "accepted");
-    let original = build(
+    let original = build_instrument_program(
         &dir,
         "counts.c",
         "gcc",

@@ -7,28 +7,13 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_one_error_line, rivet, s, scratch};
+use common::{
+    assert_one_error_line, build_instrument_program, instrument_source, rivet, s, scratch,
+};
 use rivet_profile::{Location, native};
 
-fn source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/instrument")
-        .join(name)
-}
-
 fn build(dir: &Path, flags: &[&str], name: &str) -> PathBuf {
-    let out = dir.join(name);
-    let status = Command::new("gcc")
-        .args(["-g", "-Wl,--emit-relocs"])
-        .args(flags)
-        .arg(source("counts.c"))
-        .arg("-o")
-        .arg(&out)
-        .arg("-lpthread")
-        .status()
-        .expect("gcc is required");
-    assert!(status.success());
-    out
+    build_instrument_program(dir, "counts.c", "gcc", flags, name)
 }
 
 /// Instruments `binary`, runs it once per argument list, each into its own counter file.
@@ -180,7 +165,7 @@ fn instrument_refuses_what_it_cannot_do_with_one_line() {
     let plain = dir.join("plain");
     let status = Command::new("gcc")
         .args(["-O2"])
-        .arg(source("counts.c"))
+        .arg(instrument_source("counts.c"))
         .arg("-o")
         .arg(&plain)
         .arg("-lpthread")

@@ -6,43 +6,20 @@
 
 mod common;
 
+use common::{real_program, repo_root};
 use common::{rivet, s, scratch};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use rivet_profile::counters::CounterFile;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn builds() -> &'static HashMap<String, PathBuf> {
-    static BUILDS: OnceLock<HashMap<String, PathBuf>> = OnceLock::new();
-    BUILDS.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(root().join("scripts/build-real-programs.sh"))
-            .output()
-            .expect("running scripts/build-real-programs.sh");
-        assert!(
-            out.status.success(),
-            "scripts/build-real-programs.sh failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
-            .collect()
-    })
+    repo_root()
 }
 
 fn build(name: &str) -> &'static Path {
-    builds()
-        .get(name)
-        .unwrap_or_else(|| panic!("build-real-programs.sh did not build {name}"))
+    real_program(name)
 }
 
 /// Instruments `input` into `dir`; the output and its counter file.

@@ -98,13 +98,9 @@ fn liveness(f: &Function) -> Liveness {
         changed = false;
         for b in (0..n).rev() {
             let block = &f.blocks[b];
-            let mut out = match block.terminator {
-                Terminator::Return
-                | Terminator::TailCall { .. }
-                | Terminator::NoReturnCall
-                | Terminator::Trap => Flags::NONE,
-                _ => Flags::NONE,
-            };
+            // Returns, tail calls and noreturn calls have no successors: nothing is live after
+            // them (the ABI keeps no arithmetic flag across them).
+            let mut out = Flags::NONE;
             for s in &block.succs {
                 out = out.union(live_in[s.to.0 as usize]);
             }

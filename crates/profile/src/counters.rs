@@ -318,8 +318,9 @@ impl CounterMap {
         let input_build_id = r.bytes()?.to_vec();
         let binary_name = r.string()?;
         let counter_count = r.u32()?;
-        let mut symbols = Vec::with_capacity(r.count(12)?.min(1 << 20));
-        for _ in 0..symbols.capacity() {
+        let nsym = r.count(12)?;
+        let mut symbols = Vec::with_capacity(nsym);
+        for _ in 0..nsym {
             symbols.push((r.u64()?, r.string()?));
         }
         let nmoved = r.count(16)?;
@@ -654,28 +655,40 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
     for (f, counts) in map.functions.iter().zip(edge_counts) {
         let vcounts = vertex_counts(f, counts);
         let here = |addr: u64| Location::symbol(f.name.clone(), addr.wrapping_sub(f.start));
+        // An indirect call or tail call at `site`, run `count` times: its recorded targets,
+        // the rest to `[unknown]`.
+        let indirect_site = |profile: &mut Profile,
+                             known_entries: &mut BTreeMap<u64, u64>,
+                             from: Location,
+                             site: u64,
+                             count: u64| {
+            let mut known = 0u64;
+            if let Ok(k) = f.indirect.binary_search_by_key(&site, |x| x.0) {
+                for (target, n) in site_targets(counters, f.indirect[k].1) {
+                    if let Some((target, to)) = function_at(target) {
+                        *known_entries.entry(target).or_default() += n;
+                        profile.add_branch(from.clone(), to, n, 0);
+                        known += n;
+                    }
+                }
+            }
+            if count > known {
+                profile.add_branch(from, Location::unknown(), count - known, 0);
+            }
+        };
         for (e, &c) in f.edges.iter().zip(counts) {
             if c == 0 {
                 continue;
             }
             match e.kind {
                 EdgeKind::Flow => profile.add_branch(here(e.from_addr), here(e.to_addr), c, 0),
-                EdgeKind::TailCall if e.to_addr == 0 => {
-                    // An indirect tail call: its recorded targets, the rest to `[unknown]`.
-                    let mut known = 0u64;
-                    if let Ok(k) = f.indirect.binary_search_by_key(&e.from_addr, |x| x.0) {
-                        for (target, n) in site_targets(counters, f.indirect[k].1) {
-                            if let Some((target, to)) = function_at(target) {
-                                *known_entries.entry(target).or_default() += n;
-                                profile.add_branch(here(e.from_addr), to, n, 0);
-                                known += n;
-                            }
-                        }
-                    }
-                    if c > known {
-                        profile.add_branch(here(e.from_addr), Location::unknown(), c - known, 0);
-                    }
-                }
+                EdgeKind::TailCall if e.to_addr == 0 => indirect_site(
+                    &mut profile,
+                    &mut known_entries,
+                    here(e.from_addr),
+                    e.from_addr,
+                    c,
+                ),
                 EdgeKind::TailCall | EdgeKind::ToFragment if e.to_addr != 0 => {
                     if e.kind == EdgeKind::TailCall {
                         *known_entries.entry(e.to_addr).or_default() += c;
@@ -691,20 +704,7 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
                 continue;
             }
             if call.target == 0 {
-                // An indirect call: its recorded targets, the rest to `[unknown]`.
-                let mut known = 0u64;
-                if let Ok(k) = f.indirect.binary_search_by_key(&call.at, |x| x.0) {
-                    for (target, n) in site_targets(counters, f.indirect[k].1) {
-                        if let Some((target, to)) = function_at(target) {
-                            *known_entries.entry(target).or_default() += n;
-                            profile.add_branch(here(call.at), to, n, 0);
-                            known += n;
-                        }
-                    }
-                }
-                if c > known {
-                    profile.add_branch(here(call.at), Location::unknown(), c - known, 0);
-                }
+                indirect_site(&mut profile, &mut known_entries, here(call.at), call.at, c);
                 continue;
             }
             *known_entries.entry(call.target).or_default() += c;

@@ -80,3 +80,69 @@ pub fn rewrite_shuffled(input: &Path, out: &Path, seed: u64, extra: &[&str]) -> 
     args.extend_from_slice(extra);
     rivet(&args)
 }
+
+/// A program of `tests/instrument` (known dynamic behaviour, for the profiling tests).
+#[allow(dead_code)]
+pub fn instrument_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/instrument")
+        .join(name)
+}
+
+/// Builds `tests/instrument/SRC` into `dir/name` with `compiler` and `flags` (always
+/// `-g -Wl,--emit-relocs`, linked with -lpthread).
+#[allow(dead_code)]
+pub fn build_instrument_program(
+    dir: &Path,
+    src: &str,
+    compiler: &str,
+    flags: &[&str],
+    name: &str,
+) -> PathBuf {
+    let out = dir.join(name);
+    let status = std::process::Command::new(compiler)
+        .args(["-g", "-Wl,--emit-relocs"])
+        .args(flags)
+        .arg(instrument_source(src))
+        .arg("-o")
+        .arg(&out)
+        .arg("-lpthread")
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} is required (scripts/test.sh installs it): {e}"));
+    assert!(status.success(), "{compiler} {flags:?} {src}");
+    out
+}
+
+/// The real programs `scripts/build-real-programs.sh` builds (cached), by name.
+#[allow(dead_code)]
+pub fn real_program(name: &str) -> &'static Path {
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+    static BUILDS: OnceLock<HashMap<String, PathBuf>> = OnceLock::new();
+    let builds = BUILDS.get_or_init(|| {
+        let out = std::process::Command::new("bash")
+            .arg(repo_root().join("scripts/build-real-programs.sh"))
+            .output()
+            .expect("running scripts/build-real-programs.sh");
+        assert!(
+            out.status.success(),
+            "scripts/build-real-programs.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+            .collect()
+    });
+    builds
+        .get(name)
+        .unwrap_or_else(|| panic!("build-real-programs.sh did not build {name}"))
+}
+
+/// The repository's root.
+#[allow(dead_code)]
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
