@@ -120,9 +120,7 @@ pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
         default_path: &profile_path,
         per_process: args.per_process,
     };
-    let options = RewriteOptions {
-        strategy: LayoutStrategy::Identity,
-    };
+    let options = RewriteOptions::strategy(LayoutStrategy::Identity);
     let output =
         rewrite(&elf, &program, &options, Some(&instrumentation)).map_err(|e| match e {
             RewriteError::NeedsRelocations { reason } => UserError::new(format!(

@@ -8,6 +8,7 @@ mod aggregate;
 mod inspect;
 mod instrument;
 mod merge;
+mod optimize;
 mod profile_use;
 mod rewrite;
 mod verify;
@@ -50,6 +51,11 @@ enum Command {
     ///
     /// Example: perf record -e cpu-clock:u -o perf.data -- ./app ; rivet aggregate perf.data ./app -o app.prof
     Aggregate(aggregate::AggregateArgs),
+    /// Make a binary faster with its profile: hot paths fall through, hot code packed
+    /// together, cold code out of the way. llvm-bolt's option spellings work too.
+    ///
+    /// Example: rivet optimize ./app --profile app.inst.counts -o app.fast --dyno-stats
+    Optimize(optimize::OptimizeArgs),
     /// Check a rewritten binary against the binary it was made from.
     ///
     /// Example: rivet verify ./app app.shuffled
@@ -108,13 +114,23 @@ impl UserError {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `rivet optimize` also takes llvm-bolt's single-dash spellings.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut warnings = Vec::new();
+    if args.get(1).is_some_and(|a| a == "optimize") {
+        let rest = args.split_off(2);
+        let (translated, w) = optimize::translate_bolt_args(rest);
+        args.extend(translated);
+        warnings = w;
+    }
+    let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Rewrite(args) => rewrite::run(&args),
         Command::Instrument(args) => instrument::run(&args),
         Command::Merge(args) => merge::run(&args),
         Command::Aggregate(args) => aggregate::run(&args),
+        Command::Optimize(args) => optimize::run(&args, warnings),
         Command::Verify(args) => verify::run(&args),
     };
     match result {

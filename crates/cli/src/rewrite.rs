@@ -161,9 +161,7 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
-    let options = RewriteOptions {
-        strategy: strategy(args),
-    };
+    let options = RewriteOptions::strategy(strategy(args));
     let output =
         rewrite(&elf, &program, &options, None).map_err(|e| rewrite_error(&args.binary, e))?;
     if args.verify {

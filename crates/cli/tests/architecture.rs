@@ -43,7 +43,13 @@ fn dependencies_point_one_way() {
         ("layout", &[]),
         (
             "passes",
-            &["rivet-elf", "rivet-arch", "rivet-ir", "rivet-profile"],
+            &[
+                "rivet-elf",
+                "rivet-arch",
+                "rivet-ir",
+                "rivet-profile",
+                "rivet-layout",
+            ],
         ),
         ("runtime", &["rivet-elf"]),
         (

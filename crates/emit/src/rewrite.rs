@@ -33,10 +33,73 @@ pub const NT_RIVET_INPUT_BUILD_ID: u32 = 1;
 /// Prefix given to input sections whose contents the output replaces.
 pub const ORIGINAL_PREFIX: &str = ".rivet.orig";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RewriteOptions {
-    pub strategy: LayoutStrategy,
+/// Builds a layout from the functions that may be rewritten (`movable`, by `FuncId`) and
+/// whether first fragments stay in place (no relocations). It must leave every function
+/// `movable` rejects untouched; it may leave others untouched too.
+pub type LayoutFn<'a> = dyn Fn(&[bool], bool) -> Layout + Sync + 'a;
+
+/// Where the layout comes from.
+#[derive(Clone, Copy)]
+pub enum LayoutSource<'a> {
+    /// One of the fixed strategies (identity, reverse, random).
+    Strategy(LayoutStrategy),
+    /// A layout computed by the caller (the optimizer). `reorders_functions` says whether it
+    /// changes function order, which needs relocations.
+    Custom {
+        build: &'a LayoutFn<'a>,
+        reorders_functions: bool,
+        /// Distinguishes outputs of different layouts in the new build-id.
+        name: &'a str,
+    },
 }
+
+impl std::fmt::Debug for LayoutSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LayoutSource::Strategy(s) => write!(f, "{s:?}"),
+            LayoutSource::Custom { name, .. } => write!(f, "Custom({name})"),
+        }
+    }
+}
+
+/// Alignment of the new text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TextAlignment {
+    /// Each hot (first) fragment starts at a multiple of this (a power of two, at least 1).
+    pub functions: u64,
+    /// The hot text starts and ends at a multiple of this (1: no constraint; 2 MiB lets a
+    /// runtime map it with huge pages).
+    pub hot_text: u64,
+}
+
+impl Default for TextAlignment {
+    fn default() -> Self {
+        TextAlignment {
+            functions: 16,
+            hot_text: 64,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct RewriteOptions<'a> {
+    pub layout: LayoutSource<'a>,
+    pub alignment: TextAlignment,
+}
+
+impl RewriteOptions<'_> {
+    /// A fixed strategy with default alignment.
+    pub fn strategy(strategy: LayoutStrategy) -> RewriteOptions<'static> {
+        RewriteOptions {
+            layout: LayoutSource::Strategy(strategy),
+            alignment: TextAlignment::default(),
+        }
+    }
+}
+
+/// Names of the symbols that bracket the hot text (the names BOLT and its hugify runtime use).
+pub const HOT_START: &str = "__hot_start";
+pub const HOT_END: &str = "__hot_end";
 
 /// Builds the counter file's header and map for the functions a predicate accepts (the ones
 /// rewritten), given the (new, input) entry address of every moved function.
@@ -161,14 +224,20 @@ fn family_root(program: &Program, f: FuncId) -> FuncId {
 pub fn rewrite(
     elf: &ElfFile<'_>,
     program: &Program,
-    options: &RewriteOptions,
+    options: &RewriteOptions<'_>,
     instrumentation: Option<&Instrumentation<'_>>,
 ) -> Result<RewriteOutput, RewriteError> {
     if elf.section_by_name(RIVET_NOTE).is_some() {
         return Err(RewriteError::AlreadyRewritten);
     }
     let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
-    if !relocation_mode && (options.strategy.reorders_functions() || instrumentation.is_some()) {
+    let reorders_functions = match options.layout {
+        LayoutSource::Strategy(s) => s.reorders_functions(),
+        LayoutSource::Custom {
+            reorders_functions, ..
+        } => reorders_functions,
+    };
+    if !relocation_mode && (reorders_functions || instrumentation.is_some()) {
         let reason = match &program.info.relocation_mode {
             RelocationMode::Unavailable { reason } => reason.clone(),
             RelocationMode::Available => unreachable!(),
@@ -204,7 +273,24 @@ pub fn rewrite(
             summary.reasons[f.id.0 as usize] = Some("part of a split function that stays".into());
         }
     }
-    let mut layout = build_layout(program, &movable, options.strategy, in_place);
+    let mut layout = match options.layout {
+        LayoutSource::Strategy(s) => build_layout(program, &movable, s, in_place),
+        LayoutSource::Custom { build, .. } => {
+            let layout = build(&movable, in_place);
+            if let Some(f) = layout.functions.iter().enumerate().find_map(|(i, fl)| {
+                (fl.is_some() && !movable.get(i).copied().unwrap_or(false)).then_some(i)
+            }) {
+                return Err(RewriteError::Layout(rivet_ir::layout::InvalidLayout(
+                    format!(
+                        "{} cannot be rewritten: {}",
+                        program.function(FuncId(f as u32)).name(),
+                        summary.reasons[f].as_deref().unwrap_or("not movable")
+                    ),
+                )));
+            }
+            layout
+        }
+    };
 
     // 2. Plan fragments; drop functions that cannot be planned or do not fit.
     let refs: Vec<FragmentRef> = layout
@@ -289,7 +375,8 @@ pub fn rewrite(
         (segment.reserve_counters(size), size)
     });
     let mut placed: Vec<(FragmentPlan, Vaddr)> = Vec::with_capacity(plans.len());
-    let hot_start = align(segment.content_start(), 64);
+    let alignment = options.alignment;
+    let hot_start = align(segment.content_start(), alignment.hot_text.max(64));
     let mut cursor = hot_start;
     // Plans move into `placed` (they are the largest structure of the run).
     let firsts: Vec<FragmentRef> = plans
@@ -305,14 +392,15 @@ pub fn rewrite(
         }
     }
     for r in &layout.hot_order {
-        cursor = align(cursor, 16);
+        cursor = align(cursor, alignment.functions.max(1));
         let plan = take(r);
         let size = plan.size;
         placed.push((plan, cursor));
         cursor = cursor + size;
     }
     let hot_end = cursor;
-    let cold_start = align(cursor, 64);
+    // Padding up to an aligned hot text end belongs to no section; the cold text follows.
+    let cold_start = align(cursor, alignment.hot_text.max(64));
     cursor = cold_start;
     for r in &layout.cold_order {
         let plan = take(r);
@@ -573,7 +661,23 @@ pub fn rewrite(
         .collect();
     let mut renames: Vec<(u32, String)> = Vec::new();
     let mut retype: Vec<u32> = Vec::new();
-    if let Some(table) = symbols::build(elf, program, &layout, &map, &fragments, &section_of) {
+    // The hot text's bounds, for huge-page runtimes and for users to see it.
+    let markers: Vec<(&str, Vaddr, u16)> = match hot_index {
+        Some(index) if hot_end > hot_start => vec![
+            (HOT_START, hot_start, index),
+            (HOT_END, align(hot_end, alignment.hot_text.max(1)), index),
+        ],
+        _ => Vec::new(),
+    };
+    if let Some(table) = symbols::build(
+        elf,
+        program,
+        &layout,
+        &map,
+        &fragments,
+        &section_of,
+        &markers,
+    ) {
         let strtab_position = new_sections.len() as u32 + 1;
         new_sections.push(NewSection {
             entsize: 24,
@@ -676,7 +780,15 @@ pub fn rewrite(
     }
 
     let mut salt = input_id.to_vec();
-    salt.extend_from_slice(format!("{:?}", options.strategy).as_bytes());
+    salt.extend_from_slice(format!("{:?}", options.layout).as_bytes());
+    if let LayoutSource::Custom { .. } = options.layout {
+        // Two profiles give two layouts: the build-id must tell their outputs apart.
+        salt.extend_from_slice(format!("{:?}{:?}", layout.hot_order, layout.cold_order).as_bytes());
+        for fl in layout.functions.iter().flatten() {
+            salt.extend_from_slice(format!("{:?}", fl.fragments).as_bytes());
+        }
+    }
+    salt.extend_from_slice(format!("{:?}", options.alignment).as_bytes());
     if instrumentation.is_some() {
         salt.extend_from_slice(b"instrumented");
     }

@@ -6,6 +6,10 @@
 //! the first global); new locals go after the original locals, which renumbers globals. The
 //! input's static relocation sections refer to symbols by index, so the rewriter marks them
 //! stale rather than leaving them to describe the new file wrongly.
+//!
+//! Marker symbols (`__hot_start`/`__hot_end` around the hot text) are global: a symbol of that
+//! name the input already defines (a program linked with a huge-page runtime) is moved to the
+//! new address, otherwise one is appended.
 
 use object::LittleEndian as LE;
 use object::elf;
@@ -48,6 +52,7 @@ pub fn build(
     map: &AddressMap,
     fragments: &[PlacedFragment],
     section_of: &dyn Fn(Vaddr) -> Option<u16>,
+    markers: &[(&str, Vaddr, u16)],
 ) -> Option<SymbolTable> {
     let symtab = elf
         .sections()
@@ -128,6 +133,37 @@ pub fn build(
     }
     let new_first_global = out.len() as u32;
     out.extend(syms[first_global..].iter().map(update));
+    let name_of = |sym: &elf::Sym64<LE>| {
+        let start = sym.st_name.get(LE) as usize;
+        strtab
+            .data
+            .get(start..)
+            .and_then(|rest| rest.split(|&b| b == 0).next())
+    };
+    for &(name, addr, section) in markers {
+        let existing = out[new_first_global as usize..]
+            .iter_mut()
+            .find(|sym| name_of(sym) == Some(name.as_bytes()));
+        let sym = match existing {
+            Some(sym) => sym,
+            None => {
+                let st_name = strings.len() as u32;
+                strings.extend_from_slice(name.as_bytes());
+                strings.push(0);
+                out.push(elf::Sym64::<LE> {
+                    st_name: U32::new(LE, st_name),
+                    st_info: elf::SymbolInfo((elf::STB_GLOBAL.0 << 4) | elf::STT_NOTYPE.0),
+                    st_other: elf::SymbolOther(0),
+                    st_shndx: U16::new(LE, elf::SymbolSection(0)),
+                    st_value: U64::new(LE, 0),
+                    st_size: U64::new(LE, 0),
+                });
+                out.last_mut().expect("just pushed")
+            }
+        };
+        sym.st_value = U64::new(LE, addr.get());
+        sym.st_shndx = U16::new(LE, elf::SymbolSection(section));
+    }
     Some(SymbolTable {
         symtab: out
             .iter()

@@ -7,11 +7,14 @@
 //! - `aggregate`: perf samples of the binary (branch stacks or plain IPs) into a profile.
 //! - `attach`: a profile onto the program: block, edge and entry counts, a call graph, and
 //!   what matched (flow inference for sample profiles).
+//! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
+//!   attached profile.
 
 pub mod aggregate;
 pub mod attach;
 pub mod instrument;
 pub mod names;
+pub mod optimize;
 
 use std::collections::HashSet;
 

@@ -1,0 +1,552 @@
+//! `rivet optimize`: the product. Reads a binary and its profile, lays the profiled code out
+//! anew (block order, hot/cold split, function order; `rivet_passes::optimize`) and writes the
+//! faster binary, like `rivet rewrite` writes its outputs: to a temporary file renamed into
+//! place, never over the input.
+//!
+//! llvm-bolt's spellings are accepted as well (`-data=P -reorder-blocks=ext-tsp ...`), so an
+//! existing recipe works by changing the program's name: [`translate_bolt_args`] turns BOLT's
+//! single-dash options into ours before parsing, and drops the BOLT options Rivet does not
+//! implement with a warning instead of failing.
+
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_elf::{ElfFile, MappedFile};
+use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
+use rivet_ir::{FuncId, Program};
+use rivet_layout::LandingPads;
+use rivet_passes::optimize::{
+    BlockOrder, FunctionOrder, OptimizeOptions, Splitting, optimized_layout,
+};
+
+use crate::UserError;
+use crate::inspect::elf_error;
+use crate::profile_use::{attach_profile, load_profile};
+use crate::rewrite::{PendingOutput, rewrite_error, same_file};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockOrderArg {
+    /// Extended TSP (Newell & Pupyrev): hot paths fall through, taken jumps stay short.
+    #[value(name = "ext-tsp", alias = "cache+")]
+    ExtTsp,
+    /// Keep the input's block order (functions can still be split and reordered).
+    None,
+    /// Entry block first, the others reversed (for testing).
+    Reverse,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FunctionOrderArg {
+    /// Cache-directed sort (lld's and BOLT's cdsort).
+    Cdsort,
+    /// Call-chain clustering (C3, BOLT's hfsort).
+    #[value(alias = "c3")]
+    Hfsort,
+    /// Most often entered functions first.
+    ExecCount,
+    /// Keep the input's order.
+    None,
+    /// The order of the file given with --function-order (one function name per line).
+    User,
+}
+
+/// A `bool` option that also takes `=true`/`=false` (`=1`/`=0`), as BOLT's do.
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "true" | "1" | "on" | "yes" => Ok(true),
+        "false" | "0" | "off" | "no" => Ok(false),
+        _ => Err(format!("expected true or false, got {s:?}")),
+    }
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "llvm-bolt's spellings work too: rivet optimize app -o app.bolt \
+    -data=app.fdata -reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions \
+    -split-all-cold -split-eh -dyno-stats"
+)]
+pub struct OptimizeArgs {
+    /// The ELF executable or shared library to optimize (never modified).
+    pub binary: PathBuf,
+    /// Where to write the optimized binary.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    /// The profile: a counter file of `rivet instrument`, a Rivet profile, or BOLT fdata.
+    #[arg(long, visible_alias = "data")]
+    pub profile: PathBuf,
+    /// Block order inside each function.
+    #[arg(long, value_enum, default_value_t = BlockOrderArg::ExtTsp)]
+    pub reorder_blocks: BlockOrderArg,
+    /// Function order in the hot text.
+    #[arg(long, value_enum, default_value_t = FunctionOrderArg::Cdsort)]
+    pub reorder_functions: FunctionOrderArg,
+    /// With --reorder-functions=user: the file listing functions in order (BOLT's format: one
+    /// name per line, `name/N` profile names accepted).
+    #[arg(long)]
+    pub function_order: Option<PathBuf>,
+    /// Move cold blocks out of functions, to after all hot code.
+    #[arg(long, default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub split_functions: bool,
+    /// Move every cold block out, not only the cold blocks at the end of the order.
+    #[arg(long, default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub split_all_cold: bool,
+    /// Landing pads (C++ exception handlers) that never ran go cold too.
+    #[arg(long, default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = parse_bool)]
+    pub split_eh: bool,
+    /// Every landing pad goes cold, whatever its count.
+    #[arg(long)]
+    pub cold_landing_pads: bool,
+    /// Blocks executed fewer times than this are cold; functions none of whose blocks ran
+    /// this often are left where they are.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_hot_count: u64,
+    /// Alignment of each hot function in the new text (a power of two).
+    #[arg(long, default_value_t = 16)]
+    pub align_functions: u64,
+    /// Align the hot text to 2 MiB at both ends, for huge pages (`__hot_start`/`__hot_end`
+    /// mark it in any case).
+    #[arg(long)]
+    pub hot_text: bool,
+    /// Only optimize these functions (comma-separated names or regular expressions, matched
+    /// against whole names; `name/N` profile names work too).
+    #[arg(long, value_delimiter = ',')]
+    pub funcs: Vec<String>,
+    /// Leave these functions alone (names or regular expressions, like --funcs).
+    #[arg(long, value_delimiter = ',')]
+    pub skip_funcs: Vec<String>,
+    /// Print execution statistics (instructions, branches, calls...) before and after.
+    #[arg(long)]
+    pub dyno_stats: bool,
+    /// Use a profile of another build of the binary.
+    #[arg(long)]
+    pub force: bool,
+    /// Re-read the output and check every rewritten function against the input.
+    #[arg(long)]
+    pub verify: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// BOLT options Rivet understands, with whether they take a value.
+const BOLT_OPTIONS: &[(&str, bool)] = &[
+    ("data", true),
+    ("reorder-blocks", true),
+    ("reorder-functions", true),
+    ("function-order", true),
+    ("split-functions", false),
+    ("split-all-cold", false),
+    ("split-eh", false),
+    ("dyno-stats", false),
+    ("funcs", true),
+    ("skip-funcs", true),
+    ("align-functions", true),
+    ("hot-text", false),
+];
+
+/// BOLT options that Rivet honours by design, silently: DWARF is always updated.
+const BOLT_IMPLIED: &[&str] = &["update-debug-sections"];
+
+/// Turns llvm-bolt's single-dash options (`-data=P`, `-split-functions`) into Rivet's
+/// (`--data=P`, `--split-functions`). BOLT options Rivet does not implement are dropped, each
+/// with a warning (returned); values BOLT names differently are mapped (also with a warning).
+/// Arguments after `--` and Rivet's own options pass unchanged.
+pub fn translate_bolt_args(args: Vec<OsString>) -> (Vec<OsString>, Vec<String>) {
+    let mut out = Vec::with_capacity(args.len());
+    let mut warnings = Vec::new();
+    let mut iter = args.into_iter();
+    while let Some(arg) = iter.next() {
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
+            out.push(arg);
+            out.extend(iter.by_ref());
+            break;
+        }
+        // Single dash, then a name of two or more characters: BOLT's (LLVM's) style.
+        let Some(rest) = text.strip_prefix('-').filter(|r| {
+            !r.starts_with('-') && r.len() >= 2 && r.as_bytes()[0].is_ascii_alphabetic()
+        }) else {
+            out.push(arg);
+            continue;
+        };
+        let (name, value) = match rest.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (rest, None),
+        };
+        if BOLT_IMPLIED.contains(&name) {
+            continue;
+        }
+        match BOLT_OPTIONS.iter().find(|(n, _)| *n == name) {
+            Some(&(_, takes_value)) => {
+                let value = match value {
+                    Some(v) => Some(v.to_string()),
+                    None if takes_value => iter.next().and_then(|v| v.into_string().ok()),
+                    None => None,
+                };
+                let value = value.map(|v| map_bolt_value(name, &v, &mut warnings));
+                out.push(OsString::from(match value {
+                    Some(v) => format!("--{name}={v}"),
+                    None => format!("--{name}"),
+                }));
+            }
+            None => warnings.push(format!(
+                "ignoring llvm-bolt option -{rest}: Rivet does not implement it"
+            )),
+        }
+    }
+    (out, warnings)
+}
+
+/// BOLT values Rivet names differently or does not have.
+fn map_bolt_value(name: &str, value: &str, warnings: &mut Vec<String>) -> String {
+    let mapped = match (name, value) {
+        ("reorder-blocks", "normal" | "branch-predictor" | "cache" | "cluster-size") => {
+            Some("ext-tsp")
+        }
+        ("reorder-blocks", "reverse") => Some("reverse"),
+        ("reorder-functions", "hfsort+" | "pettis-hansen") => Some("hfsort"),
+        ("reorder-functions", "random") => Some("none"),
+        _ => None,
+    };
+    match mapped {
+        Some(m) => {
+            warnings.push(format!(
+                "-{name}={value} is not implemented by Rivet; using {m}"
+            ));
+            m.to_string()
+        }
+        None => value.to_string(),
+    }
+}
+
+/// Resolves --funcs / --skip-funcs patterns: an exact name (symbol, qualified `name/file`, or
+/// profile name `name/N`), else a regular expression matched against the whole name.
+struct FunctionFilter {
+    exact: Vec<String>,
+    regexes: Vec<regex::Regex>,
+}
+
+impl FunctionFilter {
+    fn new(patterns: &[String], option: &str) -> Result<Self, UserError> {
+        let mut regexes = Vec::new();
+        for p in patterns {
+            // Anchored: BOLT matches -funcs/-skip-funcs against the whole name.
+            match regex::Regex::new(&format!("^(?:{p})$")) {
+                Ok(r) => regexes.push(r),
+                Err(e) => {
+                    return Err(UserError::new(format!(
+                        "--{option}: {p:?} is neither a function name nor a valid regular expression: {}",
+                        e.to_string().lines().last().unwrap_or_default()
+                    ))
+                    .hint("escape special characters with a backslash"));
+                }
+            }
+        }
+        Ok(FunctionFilter {
+            exact: patterns.to_vec(),
+            regexes,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty()
+    }
+
+    fn matches(&self, program: &Program, names: &[String], f: FuncId) -> bool {
+        let func = program.function(f);
+        let qualified = func.qualified_name();
+        let candidates = func
+            .names
+            .iter()
+            .map(String::as_str)
+            .chain([qualified.as_str(), names[f.0 as usize].as_str()]);
+        candidates
+            .clone()
+            .any(|n| self.exact.iter().any(|e| e == n))
+            || candidates
+                .into_iter()
+                .any(|n| self.regexes.iter().any(|r| r.is_match(n)))
+    }
+}
+
+/// Reads BOLT's function order file: one name per line; blank lines and `#` comments ignored.
+fn read_function_order(
+    path: &Path,
+    program: &Program,
+    names: &[String],
+) -> Result<(Vec<FuncId>, usize), UserError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        UserError::new(format!("cannot read {}: {e}", path.display()))
+            .hint("--function-order takes a text file with one function name per line")
+    })?;
+    let mut by_name = std::collections::HashMap::new();
+    for f in &program.functions {
+        for n in &f.names {
+            by_name.entry(n.clone()).or_insert(f.id);
+        }
+        by_name.entry(f.qualified_name()).or_insert(f.id);
+        by_name.insert(names[f.id.0 as usize].clone(), f.id);
+    }
+    let mut order = Vec::new();
+    let mut unknown = 0;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match by_name.get(line) {
+            Some(f) => order.push(*f),
+            None => unknown += 1,
+        }
+    }
+    Ok((order, unknown))
+}
+
+fn options_from(
+    args: &OptimizeArgs,
+    program: &Program,
+    names: &[String],
+    warnings: &mut Vec<String>,
+) -> Result<OptimizeOptions, UserError> {
+    let function_order = match (args.reorder_functions, &args.function_order) {
+        (FunctionOrderArg::User, None) => {
+            return Err(
+                UserError::new("--reorder-functions=user needs a function list")
+                    .hint("give it with --function-order FILE (one function name per line)"),
+            );
+        }
+        (FunctionOrderArg::User, Some(path)) => {
+            let (order, unknown) = read_function_order(path, program, names)?;
+            if unknown > 0 {
+                warnings.push(format!(
+                    "{}: {unknown} names are not functions of {}",
+                    path.display(),
+                    args.binary.display()
+                ));
+            }
+            FunctionOrder::User(order)
+        }
+        (other, Some(path)) => {
+            warnings.push(format!(
+                "--function-order {} is ignored: the function order is {other:?}, not user",
+                path.display()
+            ));
+            function_order_of(other)
+        }
+        (other, None) => function_order_of(other),
+    };
+    if !args.align_functions.is_power_of_two() || args.align_functions > 4096 {
+        return Err(UserError::new(format!(
+            "--align-functions {} is not a power of two up to 4096",
+            args.align_functions
+        ))
+        .hint("use 1, 16, 32 or 64"));
+    }
+    Ok(OptimizeOptions {
+        block_order: match args.reorder_blocks {
+            BlockOrderArg::ExtTsp => BlockOrder::ExtTsp,
+            BlockOrderArg::None => BlockOrder::None,
+            BlockOrderArg::Reverse => BlockOrder::Reverse,
+        },
+        function_order,
+        splitting: match (args.split_functions, args.split_all_cold) {
+            (false, _) => Splitting::Off,
+            (true, false) => Splitting::HotCold,
+            (true, true) => Splitting::AllCold,
+        },
+        landing_pads: if args.cold_landing_pads {
+            LandingPads::AllCold
+        } else if args.split_eh {
+            LandingPads::ByCount
+        } else {
+            LandingPads::StayHot
+        },
+        min_hot_count: args.min_hot_count,
+    })
+}
+
+fn function_order_of(arg: FunctionOrderArg) -> FunctionOrder {
+    match arg {
+        FunctionOrderArg::Cdsort => FunctionOrder::CdSort,
+        FunctionOrderArg::Hfsort => FunctionOrder::C3,
+        FunctionOrderArg::ExecCount => FunctionOrder::ExecCount,
+        FunctionOrderArg::None | FunctionOrderArg::User => FunctionOrder::None,
+    }
+}
+
+pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserError> {
+    if same_file(&args.binary, &args.output) {
+        return Err(
+            UserError::new(format!("the output {} is the input", args.output.display()))
+                .hint("Rivet never modifies its input; give another -o path"),
+        );
+    }
+    let mapped = MappedFile::open(&args.binary).map_err(|e| {
+        UserError::new(format!("cannot read {}: {e}", args.binary.display()))
+            .hint("check the path and its permissions")
+    })?;
+    let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
+    let (pending, mut file) = PendingOutput::create(&args.output)?;
+    let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
+        DiscoverError::Elf(e) => elf_error(&args.binary, &e),
+    })?;
+    let names = rivet_passes::names::profile_names(&program);
+    let attached = attach_profile(&program, &profile);
+    if attached.report.records_count > 0 && attached.report.matched_count == 0 {
+        return Err(UserError::new(format!(
+            "{} matches nothing in {}",
+            args.profile.display(),
+            args.binary.display()
+        ))
+        .hint("the profile describes another program; `rivet inspect BINARY --profile P` shows what it names"));
+    }
+    let options = options_from(args, &program, &names, &mut warnings)?;
+    let only = FunctionFilter::new(&args.funcs, "funcs")?;
+    let skip = FunctionFilter::new(&args.skip_funcs, "skip-funcs")?;
+    let selected = |f: FuncId| {
+        (only.is_empty() || only.matches(&program, &names, f))
+            && !(!skip.is_empty() && skip.matches(&program, &names, f))
+    };
+    let build = |movable: &[bool], in_place: bool| {
+        optimized_layout(&program, &attached, &options, movable, &selected, in_place)
+    };
+    let rewrite_options = RewriteOptions {
+        layout: LayoutSource::Custom {
+            build: &build,
+            reorders_functions: options.function_order != FunctionOrder::None,
+            name: "optimize",
+        },
+        alignment: TextAlignment {
+            functions: args.align_functions,
+            hot_text: if args.hot_text { 2 << 20 } else { 64 },
+        },
+    };
+    let relocation_mode = program.info.relocation_mode == rivet_ir::RelocationMode::Available;
+    let rewrite_options = if relocation_mode {
+        rewrite_options
+    } else {
+        // Without relocations functions keep their places: only blocks move (and cold ones
+        // out). Say what that costs.
+        warnings.push(format!(
+            "{} has no relocations: functions stay in place, only their blocks are reordered and split (relink with -Wl,--emit-relocs to reorder functions too)",
+            args.binary.display()
+        ));
+        RewriteOptions {
+            layout: LayoutSource::Custom {
+                build: &build,
+                reorders_functions: false,
+                name: "optimize",
+            },
+            ..rewrite_options
+        }
+    };
+    let output = rewrite(&elf, &program, &rewrite_options, None)
+        .map_err(|e| rewrite_error(&args.binary, e))?;
+    if args.verify {
+        crate::verify::verify_output(&elf, &program, &output).map_err(|e| {
+            UserError::new(format!(
+                "verification of {} failed: {e}",
+                args.output.display()
+            ))
+            .hint("the output was not written; please report this with the binary")
+        })?;
+    }
+    file.write_all(&output.image)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;
+    drop(file);
+    let mode = std::fs::metadata(&args.binary)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o755);
+    pending.commit(mode)?;
+
+    let s = &output.summary;
+    let profiled_rewritten = attached
+        .functions
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| c.is_some() && output.layout.is_rewritten(FuncId(*i as u32)))
+        .count();
+    let split = output
+        .layout
+        .functions
+        .iter()
+        .flatten()
+        .filter(|fl| fl.fragments.len() > 1)
+        .count();
+    warnings.extend(s.warnings.iter().cloned());
+    let r = &attached.report;
+    if args.json {
+        let json = serde_json::json!({
+            "output": args.output.display().to_string(),
+            "relocation_mode": s.relocation_mode,
+            "functions": s.functions,
+            "rewritten": s.moved + s.in_place,
+            "rewritten_with_profile": profiled_rewritten,
+            "split": split,
+            "hot_bytes": s.hot_bytes,
+            "cold_bytes": s.cold_bytes,
+            "profile": {
+                "records": r.records,
+                "matched": r.matched,
+                "matched_share": r.matched_share(),
+                "profiled_functions": r.profiled_functions,
+                "inferred": attached.inferred,
+            },
+            "not_rewritten": s.not_rewritten,
+            "warnings": warnings,
+        });
+        println!("{json}");
+    } else {
+        println!(
+            "optimized {}: {} of {} functions {} ({} split), {} hot + {} cold bytes",
+            args.output.display(),
+            s.moved + s.in_place,
+            s.functions,
+            if s.relocation_mode {
+                "moved to the hot text"
+            } else {
+                "rewritten in place"
+            },
+            split,
+            s.hot_bytes,
+            s.cold_bytes
+        );
+        println!(
+            "  profile: {:.1}% of the counts matched, {} functions with counts{}",
+            100.0 * r.matched_share(),
+            r.profiled_functions,
+            if attached.inferred {
+                " (edge counts inferred from samples)"
+            } else {
+                ""
+            }
+        );
+        let hot_not_rewritten = attached
+            .functions
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| {
+                c.as_ref()
+                    .is_some_and(|c| c.entries > 0 || c.blocks.iter().any(|&n| n > 0))
+                    && !output.layout.is_rewritten(FuncId(*i as u32))
+                    && s.reasons[*i].is_some()
+            })
+            .count();
+        if hot_not_rewritten > 0 {
+            println!(
+                "  {hot_not_rewritten} profiled functions could not be rewritten (`rivet rewrite --list` says why)"
+            );
+        }
+    }
+    for w in &warnings {
+        eprintln!("rivet: warning: {w}");
+    }
+    Ok(())
+}

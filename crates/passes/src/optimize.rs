@@ -1,0 +1,319 @@
+//! The optimizing layout: from a program and its attached profile to a `Layout` (block order
+//! inside each function, hot/cold split, function order), using the pure algorithms of
+//! `rivet_layout`.
+//!
+//! Only functions the profile saw are rewritten (the others keep their code where it is, as
+//! BOLT's default "lite" mode does): moving code that never runs costs time and file size and
+//! gains nothing. A function and its compiler-split parts (`foo`, `foo.cold`) jump into each
+//! other's interiors, so when one of them is rewritten all of them are. Each rewritten
+//! function's blocks are ordered (ext-TSP by default), the order is split into a hot fragment
+//! and a cold one, and the hot fragments are ordered by the call graph (cdsort by default);
+//! cold fragments follow in the same function order, after all hot code.
+
+use std::collections::HashMap;
+
+use rivet_ir::layout::{FragmentRef, FunctionLayout, Layout};
+use rivet_ir::{BlockId, FuncId, Function, PartKind, Program};
+use rivet_layout::{LandingPads, SplitOptions, split_blocks};
+
+use crate::attach::{AttachedProfile, FunctionCounts};
+
+/// Order of the blocks inside a function.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BlockOrder {
+    /// Newell & Pupyrev's extended TSP (BOLT's `ext-tsp`, formerly `cache+`).
+    #[default]
+    ExtTsp,
+    /// The input order.
+    None,
+    /// The entry block, then the others in reverse input order (a test of the machinery).
+    Reverse,
+}
+
+/// Order of the functions in the hot text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum FunctionOrder {
+    /// Cache-directed sort (BOLT's and lld's `cdsort`).
+    #[default]
+    CdSort,
+    /// Call-chain clustering (C3, BOLT's `hfsort`).
+    C3,
+    /// Most often entered first.
+    ExecCount,
+    /// The input order.
+    None,
+    /// The listed functions first, in the list's order; the others after, in input order.
+    User(Vec<FuncId>),
+}
+
+/// Which blocks leave the hot fragment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Splitting {
+    /// Every function stays in one piece.
+    Off,
+    /// Only the trailing run of cold blocks of the order moves out.
+    HotCold,
+    /// Every cold block moves out (BOLT's `-split-all-cold`).
+    AllCold,
+}
+
+/// Everything the optimizing layout can be asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OptimizeOptions {
+    pub block_order: BlockOrder,
+    pub function_order: FunctionOrder,
+    pub splitting: Splitting,
+    pub landing_pads: LandingPads,
+    /// Blocks that ran fewer times than this are cold; functions none of whose blocks ran this
+    /// often are not rewritten. At least 1.
+    pub min_hot_count: u64,
+}
+
+impl Default for OptimizeOptions {
+    /// BOLT's recommended recipe: ext-TSP, cdsort, all cold blocks split, landing pads split by
+    /// their counts.
+    fn default() -> Self {
+        OptimizeOptions {
+            block_order: BlockOrder::ExtTsp,
+            function_order: FunctionOrder::CdSort,
+            splitting: Splitting::AllCold,
+            landing_pads: LandingPads::ByCount,
+            min_hot_count: 1,
+        }
+    }
+}
+
+/// The function a compiler-split cold part belongs to (itself for ordinary functions).
+fn family_root(program: &Program, f: FuncId) -> FuncId {
+    match program.function(f).parent {
+        Some(rivet_ir::Parent {
+            function,
+            kind: PartKind::ColdFragment,
+        }) => function,
+        _ => f,
+    }
+}
+
+fn block_size(f: &Function, b: &rivet_ir::Block) -> u64 {
+    f.block_insts(b)
+        .last()
+        .map_or(0, |last| last.end() - b.start)
+}
+
+/// The block order of one function: a permutation of its blocks, entry block first.
+pub fn order_blocks(f: &Function, counts: &FunctionCounts, order: BlockOrder) -> Vec<BlockId> {
+    let n = f.blocks.len();
+    let entry = f
+        .block_at(f.range.start)
+        .map_or(0, |b| b.0 as usize)
+        .min(n.saturating_sub(1));
+    match order {
+        BlockOrder::None => (0..n as u32).map(BlockId).collect(),
+        BlockOrder::Reverse => std::iter::once(entry)
+            .chain((0..n).rev().filter(|&b| b != entry))
+            .map(|b| BlockId(b as u32))
+            .collect(),
+        BlockOrder::ExtTsp => {
+            // ext-TSP puts dense id 0 first: swap the entry block into that place.
+            let dense = |b: usize| -> u32 {
+                if b == entry {
+                    0
+                } else if b == 0 {
+                    entry as u32
+                } else {
+                    b as u32
+                }
+            };
+            let mut sizes = vec![0u64; n];
+            let mut block_counts = vec![0u64; n];
+            let mut edges = Vec::new();
+            for (i, b) in f.blocks.iter().enumerate() {
+                sizes[dense(i) as usize] = block_size(f, b);
+                block_counts[dense(i) as usize] = counts.blocks.get(i).copied().unwrap_or(0);
+                let out = counts.edges.get(i).map_or(&[][..], Vec::as_slice);
+                for (succ, &c) in b.succs.iter().zip(out) {
+                    if c > 0 {
+                        edges.push((dense(i), dense(succ.to.0 as usize), c));
+                    }
+                }
+            }
+            rivet_layout::ext_tsp_order(&sizes, &block_counts, &edges)
+                .into_iter()
+                .map(|d| BlockId(dense(d as usize)))
+                .collect()
+        }
+    }
+}
+
+/// Whether a function's profile makes it worth rewriting.
+fn is_hot(counts: Option<&FunctionCounts>, min_hot_count: u64) -> bool {
+    counts
+        .is_some_and(|c| c.entries >= min_hot_count || c.blocks.iter().any(|&n| n >= min_hot_count))
+}
+
+/// Builds the optimized layout. `movable[f]` says whether the rewriter can rewrite `f`;
+/// `selected(f)` applies the user's function filters; `in_place` keeps function order (no
+/// relocations: first fragments are rewritten over their original code).
+pub fn optimized_layout(
+    program: &Program,
+    profile: &AttachedProfile,
+    options: &OptimizeOptions,
+    movable: &[bool],
+    selected: &dyn Fn(FuncId) -> bool,
+    in_place: bool,
+) -> Layout {
+    let nfuncs = program.functions.len();
+    let counts_of = |f: FuncId| profile.functions.get(f.0 as usize).and_then(Option::as_ref);
+    let min_hot = options.min_hot_count.max(1);
+    let eligible = |f: FuncId| movable.get(f.0 as usize).copied().unwrap_or(false) && selected(f);
+
+    // Families with a hot member are rewritten whole (when every member can be).
+    let mut family_hot: HashMap<FuncId, bool> = HashMap::new();
+    let mut family_ok: HashMap<FuncId, bool> = HashMap::new();
+    for f in &program.functions {
+        let root = family_root(program, f.id);
+        *family_hot.entry(root).or_default() |= is_hot(counts_of(f.id), min_hot);
+        *family_ok.entry(root).or_insert(true) &= eligible(f.id);
+    }
+    let rewritten: Vec<bool> = program
+        .functions
+        .iter()
+        .map(|f| {
+            let root = family_root(program, f.id);
+            family_hot[&root] && family_ok[&root]
+        })
+        .collect();
+
+    let split_options = SplitOptions {
+        cold_threshold: min_hot - 1,
+        all_cold: options.splitting == Splitting::AllCold,
+        landing_pads: options.landing_pads,
+    };
+    let mut functions: Vec<Option<FunctionLayout>> = vec![None; nfuncs];
+    let mut hot_sizes = vec![0u64; nfuncs];
+    for f in &program.functions {
+        if !rewritten[f.id.0 as usize] || f.blocks.is_empty() {
+            continue;
+        }
+        let empty;
+        let counts = match counts_of(f.id) {
+            Some(c) => c,
+            None => {
+                empty = FunctionCounts {
+                    blocks: vec![0; f.blocks.len()],
+                    edges: f.blocks.iter().map(|b| vec![0; b.succs.len()]).collect(),
+                    entries: 0,
+                };
+                &empty
+            }
+        };
+        let order = order_blocks(f, counts, options.block_order);
+        let fragments = if options.splitting == Splitting::Off {
+            vec![order]
+        } else {
+            let dense: Vec<u32> = order.iter().map(|b| b.0).collect();
+            let landing_pads: Vec<bool> = f.blocks.iter().map(|b| b.is_landing_pad).collect();
+            let mut block_counts = counts.blocks.clone();
+            block_counts.resize(f.blocks.len(), 0);
+            // `split_blocks` never makes dense block 0 cold; the entry is what must stay.
+            let entry = order[0].0 as usize;
+            block_counts.swap(0, entry);
+            let mut pads = landing_pads;
+            pads.swap(0, entry);
+            let swap = |b: u32| -> u32 {
+                if b as usize == entry {
+                    0
+                } else if b == 0 {
+                    entry as u32
+                } else {
+                    b
+                }
+            };
+            let swapped: Vec<u32> = dense.iter().map(|&b| swap(b)).collect();
+            let split = split_blocks(&swapped, &block_counts, &pads, &split_options);
+            let back =
+                |v: Vec<u32>| -> Vec<BlockId> { v.into_iter().map(|b| BlockId(swap(b))).collect() };
+            let (hot, cold) = (back(split.hot), back(split.cold));
+            if cold.is_empty() {
+                vec![hot]
+            } else {
+                vec![hot, cold]
+            }
+        };
+        hot_sizes[f.id.0 as usize] = fragments[0]
+            .iter()
+            .map(|b| block_size(f, f.block(*b)))
+            .sum();
+        functions[f.id.0 as usize] = Some(FunctionLayout { fragments });
+    }
+
+    // Function order over the rewritten functions (dense ids in input order).
+    let ids: Vec<FuncId> = (0..nfuncs as u32)
+        .map(FuncId)
+        .filter(|f| functions[f.0 as usize].is_some())
+        .collect();
+    let dense_of: HashMap<FuncId, u32> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (*f, i as u32))
+        .collect();
+    let sizes: Vec<u64> = ids.iter().map(|f| hot_sizes[f.0 as usize]).collect();
+    let entry_counts: Vec<u64> = ids
+        .iter()
+        .map(|f| counts_of(*f).map_or(0, |c| c.entries.max(c.blocks.first().copied().unwrap_or(0))))
+        .collect();
+    let mut calls: Vec<(u32, u32, u64)> = profile
+        .calls
+        .iter()
+        .filter_map(|((caller, callee), &c)| {
+            Some((*dense_of.get(caller)?, *dense_of.get(callee)?, c))
+        })
+        .collect();
+    // The call graph comes from a hash map: sort it so the order is deterministic.
+    calls.sort_unstable();
+    let order: Vec<u32> = match &options.function_order {
+        FunctionOrder::CdSort => rivet_layout::cdsort_order(&sizes, &entry_counts, &calls),
+        FunctionOrder::C3 => rivet_layout::c3_order(&sizes, &entry_counts, &calls),
+        FunctionOrder::ExecCount => rivet_layout::exec_count_order(&entry_counts),
+        FunctionOrder::None => (0..ids.len() as u32).collect(),
+        FunctionOrder::User(list) => {
+            let mut seen = vec![false; ids.len()];
+            let mut order = Vec::with_capacity(ids.len());
+            for f in list {
+                if let Some(&d) = dense_of.get(f)
+                    && !std::mem::replace(&mut seen[d as usize], true)
+                {
+                    order.push(d);
+                }
+            }
+            order.extend((0..ids.len() as u32).filter(|d| !seen[*d as usize]));
+            order
+        }
+    };
+
+    let mut hot_order = Vec::new();
+    let mut cold_order = Vec::new();
+    for d in order {
+        let f = ids[d as usize];
+        let fragments = functions[f.0 as usize]
+            .as_ref()
+            .map_or(0, |fl| fl.fragments.len());
+        for k in 0..fragments as u32 {
+            let r = FragmentRef {
+                function: f,
+                fragment: k,
+            };
+            if k > 0 {
+                cold_order.push(r);
+            } else if !in_place {
+                hot_order.push(r);
+            }
+        }
+    }
+    Layout {
+        functions,
+        hot_order,
+        cold_order,
+        in_place,
+    }
+}
