@@ -7,11 +7,14 @@
 //! - `aggregate`: perf samples of the binary (branch stacks or plain IPs) into a profile.
 //! - `attach`: a profile onto the program: block, edge and entry counts, a call graph, and
 //!   what matched (flow inference for sample profiles).
+//! - `dyno`: execution statistics (instructions, calls, taken and non-taken branches) of the
+//!   profiled run on the original code and on a new layout, as the emitter would write it.
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
 //!   attached profile.
 
 pub mod aggregate;
 pub mod attach;
+pub mod dyno;
 pub mod instrument;
 pub mod names;
 pub mod optimize;

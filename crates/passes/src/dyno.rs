@@ -1,0 +1,387 @@
+//! Dyno stats: what the profiled run executed, counted on the original code and on a new
+//! layout, so `rivet optimize --dyno-stats` can show what a layout changes (BOLT's
+//! `-dyno-stats`). Block and edge counts say how often each block and branch ran; the layout
+//! decides which branches survive: the emitter (`plan_fragment` in `rivet-emit`) drops a `jmp`
+//! to the block placed right after it, inverts a conditional branch whose taken target comes
+//! next, and adds a `jmp` where a fall-through successor was placed elsewhere. The new-layout
+//! numbers follow those rules exactly, so they predict the rewritten binary rather than an
+//! idealised one.
+//!
+//! The original numbers describe the input as it is: every `jmp` of the input runs, no branch
+//! is inverted, a block falls into the next address. The identity layout gives the same
+//! numbers except for a `jmp` to the very next block, which the emitter drops.
+//!
+//! What each row counts:
+//! - executed instructions: block counts times block lengths, plus jumps the layout adds,
+//!   minus jumps it drops;
+//! - function entries: entries at a function's start;
+//! - function calls: `call` instructions executed (direct, indirect, PLT; noreturn calls
+//!   included, tail calls not); indirect calls and PLT calls are the subsets through a
+//!   register or memory, and to a PLT stub;
+//! - tail calls: jumps to other functions (unconditional, and taken conditional ones);
+//! - returns;
+//! - taken / non-taken conditional branches (a taken conditional tail call is both a taken
+//!   conditional branch and a tail call), and their sum, all conditional branches;
+//! - unconditional branches: direct `jmp` inside a function or to its split parts, including
+//!   the ones the layout adds;
+//! - jump table branches and computed goto branches: indirect jumps with known targets;
+//! - taken branches: taken conditional + unconditional + jump table + computed goto, the
+//!   transfers inside functions that redirect instruction fetch (calls, tail calls and returns
+//!   are left out: no block layout changes them);
+//! - total branches: all conditional + unconditional + jump table + computed goto.
+//!
+//! BOLT also splits conditional branches into forward and backward ones; in a new layout the
+//! direction across fragments depends on where the emitter puts each fragment, which this
+//! module does not know, so those rows are left out rather than guessed.
+
+use std::fmt::Write as _;
+use std::iter::Sum;
+use std::ops::{Add, AddAssign};
+
+use rivet_arch::Flow;
+use rivet_elf::Vaddr;
+use rivet_ir::layout::{FunctionLayout, Layout};
+use rivet_ir::{BlockId, CallTarget, EdgeKind, Function, Program, Terminator};
+
+use crate::attach::{AttachedProfile, FunctionCounts};
+
+/// Execution statistics of one run, over the whole program or one function.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DynoStats {
+    pub instructions: u64,
+    pub function_entries: u64,
+    pub function_calls: u64,
+    pub indirect_calls: u64,
+    pub plt_calls: u64,
+    pub tail_calls: u64,
+    pub returns: u64,
+    pub taken_conditional: u64,
+    pub nontaken_conditional: u64,
+    pub unconditional: u64,
+    pub jump_table: u64,
+    pub computed_goto: u64,
+}
+
+impl DynoStats {
+    /// Number of rows `rows` returns.
+    pub const ROWS: usize = 15;
+
+    pub fn all_conditional(&self) -> u64 {
+        self.taken_conditional
+            .saturating_add(self.nontaken_conditional)
+    }
+
+    /// Taken conditional, unconditional, jump table and computed goto branches.
+    pub fn taken_branches(&self) -> u64 {
+        self.taken_conditional
+            .saturating_add(self.unconditional)
+            .saturating_add(self.jump_table)
+            .saturating_add(self.computed_goto)
+    }
+
+    /// All conditional, unconditional, jump table and computed goto branches.
+    pub fn total_branches(&self) -> u64 {
+        self.all_conditional()
+            .saturating_add(self.unconditional)
+            .saturating_add(self.jump_table)
+            .saturating_add(self.computed_goto)
+    }
+
+    /// (name, value) of every statistic, derived ones included, in a stable order (the order
+    /// of printing; names are BOLT's where BOLT has the same statistic).
+    pub fn rows(&self) -> [(&'static str, u64); Self::ROWS] {
+        [
+            ("executed instructions", self.instructions),
+            ("function entries", self.function_entries),
+            ("function calls", self.function_calls),
+            ("indirect calls", self.indirect_calls),
+            ("PLT calls", self.plt_calls),
+            ("tail calls", self.tail_calls),
+            ("returns", self.returns),
+            ("taken conditional branches", self.taken_conditional),
+            ("non-taken conditional branches", self.nontaken_conditional),
+            ("all conditional branches", self.all_conditional()),
+            ("unconditional branches", self.unconditional),
+            ("jump table branches", self.jump_table),
+            ("computed goto branches", self.computed_goto),
+            ("taken branches", self.taken_branches()),
+            ("total branches", self.total_branches()),
+        ]
+    }
+}
+
+impl Add for DynoStats {
+    type Output = DynoStats;
+
+    fn add(self, o: DynoStats) -> DynoStats {
+        DynoStats {
+            instructions: self.instructions.saturating_add(o.instructions),
+            function_entries: self.function_entries.saturating_add(o.function_entries),
+            function_calls: self.function_calls.saturating_add(o.function_calls),
+            indirect_calls: self.indirect_calls.saturating_add(o.indirect_calls),
+            plt_calls: self.plt_calls.saturating_add(o.plt_calls),
+            tail_calls: self.tail_calls.saturating_add(o.tail_calls),
+            returns: self.returns.saturating_add(o.returns),
+            taken_conditional: self.taken_conditional.saturating_add(o.taken_conditional),
+            nontaken_conditional: self
+                .nontaken_conditional
+                .saturating_add(o.nontaken_conditional),
+            unconditional: self.unconditional.saturating_add(o.unconditional),
+            jump_table: self.jump_table.saturating_add(o.jump_table),
+            computed_goto: self.computed_goto.saturating_add(o.computed_goto),
+        }
+    }
+}
+
+impl AddAssign for DynoStats {
+    fn add_assign(&mut self, o: DynoStats) {
+        *self = *self + o;
+    }
+}
+
+impl Sum for DynoStats {
+    fn sum<I: Iterator<Item = DynoStats>>(iter: I) -> DynoStats {
+        iter.fold(DynoStats::default(), Add::add)
+    }
+}
+
+/// The statistics of the whole program: of the original code with `layout` None, else of the
+/// code `layout` produces (functions it leaves untouched keep their original code). Functions
+/// without counts contribute nothing.
+pub fn dyno_stats(
+    program: &Program,
+    profile: &AttachedProfile,
+    layout: Option<&Layout>,
+) -> DynoStats {
+    program
+        .functions
+        .iter()
+        .filter_map(|f| {
+            let counts = profile.functions.get(f.id.0 as usize)?.as_ref()?;
+            let fl = layout.and_then(|l| l.function(f.id));
+            Some(function_dyno_stats(f, counts, fl))
+        })
+        .sum()
+}
+
+/// Where a block sits, which decides which of its branches the code holds.
+#[derive(Clone, Copy)]
+enum Placement {
+    /// The input's own code: branches as they are.
+    Original,
+    /// Emitted by the rewriter, followed by this block of the same fragment (None at the end
+    /// of a fragment).
+    Rewritten { next: Option<BlockId> },
+}
+
+/// The statistics of one function: of its original code with `layout` None, else of the code
+/// the emitter writes for `layout`.
+pub fn function_dyno_stats(
+    f: &Function,
+    counts: &FunctionCounts,
+    layout: Option<&FunctionLayout>,
+) -> DynoStats {
+    let mut s = DynoStats {
+        function_entries: counts.entries,
+        ..DynoStats::default()
+    };
+    // Calls do not depend on the layout: each runs as often as the block holding it.
+    for call in &f.calls {
+        let Some(b) = block_holding(f, call.at) else {
+            continue;
+        };
+        let n = block_count(counts, b);
+        s.function_calls = s.function_calls.saturating_add(n);
+        match call.target {
+            CallTarget::Indirect => s.indirect_calls = s.indirect_calls.saturating_add(n),
+            CallTarget::Plt { .. } => s.plt_calls = s.plt_calls.saturating_add(n),
+            CallTarget::Function { .. } | CallTarget::Unknown { .. } => {}
+        }
+    }
+    match layout {
+        None => {
+            for b in 0..f.blocks.len() {
+                block_stats(f, counts, BlockId(b as u32), Placement::Original, &mut s);
+            }
+        }
+        Some(fl) => {
+            for fragment in &fl.fragments {
+                for (pos, &b) in fragment.iter().enumerate() {
+                    if (b.0 as usize) >= f.blocks.len() {
+                        continue;
+                    }
+                    let next = fragment.get(pos + 1).copied();
+                    block_stats(f, counts, b, Placement::Rewritten { next }, &mut s);
+                }
+            }
+        }
+    }
+    s
+}
+
+/// The block whose instructions cover `addr`.
+fn block_holding(f: &Function, addr: Vaddr) -> Option<BlockId> {
+    let pos = f.blocks.partition_point(|b| b.start <= addr);
+    let i = pos.checked_sub(1)?;
+    let last = f.block_insts(&f.blocks[i]).last()?;
+    (addr < last.end()).then_some(BlockId(i as u32))
+}
+
+fn block_count(counts: &FunctionCounts, b: BlockId) -> u64 {
+    counts.blocks.get(b.0 as usize).copied().unwrap_or(0)
+}
+
+/// The count of the first edge of `kind` leaving `b`; None when there is no such edge inside
+/// the function or the profile has no edge counts for `b`.
+fn edge_count(f: &Function, counts: &FunctionCounts, b: BlockId, kind: EdgeKind) -> Option<u64> {
+    let k = f.block(b).succs.iter().position(|e| e.kind == kind)?;
+    counts.edges.get(b.0 as usize)?.get(k).copied()
+}
+
+/// (taken, fall-through) counts of a conditional block. An edge that leaves the function (a
+/// conditional tail call, a branch into a split part) has no count of its own: it gets what
+/// the block count leaves over after the other edge. With neither edge known, all of the
+/// block's count is taken to fall through, rather than inventing a split.
+fn cond_counts(f: &Function, counts: &FunctionCounts, b: BlockId) -> (u64, u64) {
+    let n = block_count(counts, b);
+    match (
+        edge_count(f, counts, b, EdgeKind::Taken),
+        edge_count(f, counts, b, EdgeKind::FallThrough),
+    ) {
+        (Some(t), Some(ft)) => (t, ft),
+        (Some(t), None) => (t, n.saturating_sub(t)),
+        (None, Some(ft)) => (n.saturating_sub(ft), ft),
+        (None, None) => (0, n),
+    }
+}
+
+/// Adds what block `b` executes, placed as `placement` says, to `s`.
+fn block_stats(
+    f: &Function,
+    counts: &FunctionCounts,
+    b: BlockId,
+    placement: Placement,
+    s: &mut DynoStats,
+) {
+    let block = f.block(b);
+    let n = block_count(counts, b);
+    let len = u64::from(block.insts.end.saturating_sub(block.insts.start));
+    s.instructions = s.instructions.saturating_add(n.saturating_mul(len));
+    let Some(last) = f.block_insts(block).last() else {
+        return;
+    };
+    // Whether `addr` starts the block placed next. The emitter compares targets as blocks of
+    // this function, so an address in another function or fragment never matches, and in the
+    // original code nothing is dropped or inverted.
+    let is_next = |addr| match placement {
+        Placement::Original => false,
+        Placement::Rewritten { next } => next.is_some() && f.block_at(addr) == next,
+    };
+    let rewritten = matches!(placement, Placement::Rewritten { .. });
+    match (&block.terminator, last.flow()) {
+        // The original falls into the next address; rewritten code needs a `jmp` unless the
+        // fall-through block comes next.
+        (Terminator::FallThrough, _) if rewritten && !is_next(last.end()) => add_jumps(s, n),
+        (Terminator::Jump, Flow::Jump { target }) => {
+            if is_next(target) {
+                // The emitter drops a jump to the next block.
+                s.instructions = s.instructions.saturating_sub(n);
+            } else {
+                s.unconditional = s.unconditional.saturating_add(n);
+            }
+        }
+        (Terminator::TailCall { .. }, Flow::Jump { target }) => {
+            // Kept unless its target comes next, which a jump to another function never does
+            // (checked anyway, the emitter checks it too).
+            if is_next(target) {
+                s.instructions = s.instructions.saturating_sub(n);
+            } else {
+                s.tail_calls = s.tail_calls.saturating_add(n);
+            }
+        }
+        (Terminator::CondJump | Terminator::CondTailCall { .. }, Flow::CondJump { target }) => {
+            // `loop`, `jrcxz` and `xbegin` cannot be inverted and the emitter refuses them,
+            // so the function keeps its original code.
+            let rewritten = rewritten && last.is_invertible_cond_jump();
+            let (taken, fall) = cond_counts(f, counts, b);
+            if matches!(block.terminator, Terminator::CondTailCall { .. }) {
+                s.tail_calls = s.tail_calls.saturating_add(taken);
+            }
+            if !rewritten || is_next(last.end()) {
+                s.taken_conditional = s.taken_conditional.saturating_add(taken);
+                s.nontaken_conditional = s.nontaken_conditional.saturating_add(fall);
+            } else if is_next(target) && matches!(block.terminator, Terminator::CondJump) {
+                // Inverted: the old fall-through becomes the taken side.
+                s.taken_conditional = s.taken_conditional.saturating_add(fall);
+                s.nontaken_conditional = s.nontaken_conditional.saturating_add(taken);
+            } else {
+                // Branch to the taken side, then a `jmp` to the fall-through.
+                s.taken_conditional = s.taken_conditional.saturating_add(taken);
+                s.nontaken_conditional = s.nontaken_conditional.saturating_add(fall);
+                add_jumps(s, fall);
+            }
+        }
+        (Terminator::TailCall { .. }, _) => s.tail_calls = s.tail_calls.saturating_add(n),
+        (Terminator::JumpTable { .. }, _) => s.jump_table = s.jump_table.saturating_add(n),
+        (Terminator::ComputedGoto, _) => s.computed_goto = s.computed_goto.saturating_add(n),
+        (Terminator::Return, _) => s.returns = s.returns.saturating_add(n),
+        // Noreturn calls are counted with the calls; traps and malformed ends (which the
+        // emitter refuses) execute no branch.
+        _ => {}
+    }
+}
+
+/// `n` executions of a `jmp` the layout adds.
+fn add_jumps(s: &mut DynoStats, n: u64) {
+    s.instructions = s.instructions.saturating_add(n);
+    s.unconditional = s.unconditional.saturating_add(n);
+}
+
+/// A table of `before` and `after` side by side with the relative change, one row per
+/// statistic, columns aligned:
+///
+/// ```text
+///                               before       after    change
+/// executed instructions             34          36    +5.88%
+/// ```
+///
+/// The change reads `n/a` when `before` is 0 and `after` is not.
+pub fn format_comparison(before: &DynoStats, after: &DynoStats) -> String {
+    let rows: Vec<(&str, String, String, String)> = before
+        .rows()
+        .iter()
+        .zip(after.rows())
+        .map(|(&(name, b), (_, a))| (name, b.to_string(), a.to_string(), change(b, a)))
+        .collect();
+    let width = |col: fn(&(&str, String, String, String)) -> usize, header: &str| {
+        rows.iter().map(col).max().unwrap_or(0).max(header.len())
+    };
+    let name_w = width(|r| r.0.len(), "");
+    let before_w = width(|r| r.1.len(), "before");
+    let after_w = width(|r| r.2.len(), "after");
+    let change_w = width(|r| r.3.len(), "change");
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:name_w$}  {:>before_w$}  {:>after_w$}  {:>change_w$}",
+        "", "before", "after", "change"
+    );
+    for (name, b, a, c) in &rows {
+        let _ = writeln!(
+            out,
+            "{name:name_w$}  {b:>before_w$}  {a:>after_w$}  {c:>change_w$}"
+        );
+    }
+    out
+}
+
+fn change(before: u64, after: u64) -> String {
+    if before == after {
+        return "0.00%".into();
+    }
+    if before == 0 {
+        return "n/a".into();
+    }
+    let pct = (after as f64 - before as f64) / before as f64 * 100.0;
+    format!("{pct:+.2}%")
+}

@@ -1,0 +1,616 @@
+//! Dyno stats on hand-built functions: exact counts on the original code and on layouts that
+//! make the emitter add, drop and invert branches.
+
+use rivet_arch::decode_all;
+use rivet_elf::{ElfKind, Vaddr, VaddrRange};
+use rivet_ir::layout::{FragmentRef, FunctionLayout, Layout, LayoutStrategy, build_layout};
+use rivet_ir::{
+    BinaryInfo, Block, BlockId, Call, CallTarget, Edge, EdgeKind, FuncId, Function, Origin,
+    Program, RelocationMode, Status, Terminator,
+};
+use rivet_passes::attach::{AttachedProfile, FunctionCounts};
+use rivet_passes::dyno::{DynoStats, dyno_stats, format_comparison, function_dyno_stats};
+
+const PLT: Vaddr = Vaddr(0x5000);
+
+fn taken(to: u32) -> Edge {
+    Edge {
+        to: BlockId(to),
+        kind: EdgeKind::Taken,
+    }
+}
+
+fn fall(to: u32) -> Edge {
+    Edge {
+        to: BlockId(to),
+        kind: EdgeKind::FallThrough,
+    }
+}
+
+fn plt() -> CallTarget {
+    CallTarget::Plt {
+        name: "ext".into(),
+        addr: PLT,
+    }
+}
+
+/// A simple function of `code` at `start`, cut into blocks at the given start addresses.
+fn function(
+    id: u32,
+    start: u64,
+    code: &[u8],
+    blocks: Vec<(u64, Terminator, Vec<Edge>)>,
+    calls: Vec<Call>,
+) -> Function {
+    let insts = decode_all(code, Vaddr(start));
+    assert!(insts.iter().all(|i| !i.is_invalid()));
+    let index_of = |addr: u64| insts.iter().position(|i| i.addr().get() >= addr).unwrap() as u32;
+    let starts: Vec<u64> = blocks.iter().map(|b| b.0).collect();
+    let blocks = blocks
+        .into_iter()
+        .enumerate()
+        .map(|(i, (at, terminator, succs))| {
+            let end = starts
+                .get(i + 1)
+                .map_or(insts.len() as u32, |&s| index_of(s));
+            Block {
+                start: Vaddr(at),
+                insts: index_of(at)..end,
+                terminator,
+                succs,
+                fragment_succs: Vec::new(),
+                is_entry: i == 0,
+                is_landing_pad: false,
+                is_address_taken: false,
+            }
+        })
+        .collect();
+    Function {
+        id: FuncId(id),
+        names: vec![format!("f{id}")],
+        file: None,
+        is_local: false,
+        range: VaddrRange::new(Vaddr(start), code.len() as u64),
+        origin: Origin::Symbol,
+        parent: None,
+        secondary_entries: Vec::new(),
+        padding_after: 0,
+        insts,
+        blocks,
+        calls,
+        jump_tables: Vec::new(),
+        lsda: None,
+        cfi: Vec::new(),
+        status: Status::Simple,
+    }
+}
+
+/// f0: two calls, then a loop of 10 iterations.
+///   B0 0x1000: call ext@plt; call *%rax; xor %eax,%eax   (falls into B1)
+///   B1 0x1009: inc %eax; cmp $10,%eax; jne B1
+///   B2 0x1010: ret
+fn loop_fn() -> Function {
+    let code = [
+        0xe8, 0xfb, 0x3f, 0x00, 0x00, // call 0x5000 (ext@plt)
+        0xff, 0xd0, // call *%rax
+        0x31, 0xc0, // xor %eax,%eax
+        0xff, 0xc0, // inc %eax
+        0x83, 0xf8, 0x0a, // cmp $10,%eax
+        0x75, 0xf9, // jne 0x1009
+        0xc3, // ret
+    ];
+    let call = |at, target| Call {
+        at: Vaddr(at),
+        target,
+        noreturn: false,
+        landing_pad: None,
+    };
+    function(
+        0,
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::FallThrough, vec![fall(1)]),
+            (0x1009, Terminator::CondJump, vec![taken(1), fall(2)]),
+            (0x1010, Terminator::Return, vec![]),
+        ],
+        vec![call(0x1000, plt()), call(0x1005, CallTarget::Indirect)],
+    )
+}
+
+fn loop_counts() -> FunctionCounts {
+    FunctionCounts {
+        blocks: vec![1, 10, 1],
+        edges: vec![vec![1], vec![9, 1], vec![]],
+        entries: 1,
+    }
+}
+
+/// f1: an if/else whose else side is the hot one.
+///   B0 0x2000: test %edi,%edi; je B2
+///   B1 0x2004: mov $1,%eax; ret
+///   B2 0x200a: xor %eax,%eax; ret
+fn branch_fn() -> Function {
+    let code = [
+        0x85, 0xff, // test %edi,%edi
+        0x74, 0x06, // je 0x200a
+        0xb8, 0x01, 0x00, 0x00, 0x00, // mov $1,%eax
+        0xc3, // ret
+        0x31, 0xc0, // xor %eax,%eax
+        0xc3, // ret
+    ];
+    function(
+        1,
+        0x2000,
+        &code,
+        vec![
+            (0x2000, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (0x2004, Terminator::Return, vec![]),
+            (0x200a, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+fn branch_counts() -> FunctionCounts {
+    FunctionCounts {
+        blocks: vec![100, 10, 90],
+        edges: vec![vec![90, 10], vec![], vec![]],
+        entries: 100,
+    }
+}
+
+/// f2: a jump over a tail call.
+///   B0 0x3000: test %edi,%edi; je B2
+///   B1 0x3004: jmp B3
+///   B2 0x3006: jmp ext@plt   (tail call)
+///   B3 0x300b: ret
+fn jump_fn() -> Function {
+    let code = [
+        0x85, 0xff, // test %edi,%edi
+        0x74, 0x02, // je 0x3006
+        0xeb, 0x05, // jmp 0x300b
+        0xe9, 0xf5, 0x1f, 0x00, 0x00, // jmp 0x5000
+        0xc3, // ret
+    ];
+    function(
+        2,
+        0x3000,
+        &code,
+        vec![
+            (0x3000, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (0x3004, Terminator::Jump, vec![taken(3)]),
+            (0x3006, Terminator::TailCall { target: plt() }, vec![]),
+            (0x300b, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+fn jump_counts() -> FunctionCounts {
+    FunctionCounts {
+        blocks: vec![50, 30, 20, 30],
+        edges: vec![vec![20, 30], vec![30], vec![], vec![]],
+        entries: 50,
+    }
+}
+
+/// f3: a conditional tail call.
+///   B0 0x4000: test %edi,%edi; je ext@plt
+///   B1 0x4008: ret
+fn cond_tail_fn() -> Function {
+    let code = [
+        0x85, 0xff, // test %edi,%edi
+        0x0f, 0x84, 0xf8, 0x0f, 0x00, 0x00, // je 0x5000
+        0xc3, // ret
+    ];
+    function(
+        3,
+        0x4000,
+        &code,
+        vec![
+            (
+                0x4000,
+                Terminator::CondTailCall { target: plt() },
+                vec![fall(1)],
+            ),
+            (0x4008, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+fn cond_tail_counts() -> FunctionCounts {
+    FunctionCounts {
+        blocks: vec![40, 25],
+        edges: vec![vec![25], vec![]],
+        entries: 40,
+    }
+}
+
+/// f4: a jump to the very next block, which the emitter drops even in the identity layout.
+///   B0 0x6000: jmp B1
+///   B1 0x6002: ret
+fn jump_next_fn() -> Function {
+    function(
+        4,
+        0x6000,
+        &[0xeb, 0x00, 0xc3],
+        vec![
+            (0x6000, Terminator::Jump, vec![taken(1)]),
+            (0x6002, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+fn jump_next_counts() -> FunctionCounts {
+    FunctionCounts {
+        blocks: vec![5, 5],
+        edges: vec![vec![5], vec![]],
+        entries: 5,
+    }
+}
+
+fn program(functions: Vec<Function>) -> Program {
+    Program {
+        info: BinaryInfo {
+            kind: ElfKind::Executable,
+            entry: Vaddr(0x1000),
+            build_id: None,
+            relocation_mode: RelocationMode::Available,
+            code_bytes: 0,
+            static_relocations: 0,
+            dynamic_relocations: 0,
+            has_eh_frame: false,
+        },
+        functions,
+        plt: Vec::new(),
+        warnings: Vec::new(),
+    }
+}
+
+fn profile(counts: Vec<Option<FunctionCounts>>) -> AttachedProfile {
+    AttachedProfile {
+        functions: counts,
+        ..AttachedProfile::default()
+    }
+}
+
+/// A layout of the single function `f0` with these fragments.
+fn one_function_layout(fragments: Vec<Vec<u32>>) -> Layout {
+    let n = fragments.len() as u32;
+    Layout {
+        functions: vec![Some(FunctionLayout {
+            fragments: fragments
+                .into_iter()
+                .map(|fr| fr.into_iter().map(BlockId).collect())
+                .collect(),
+        })],
+        hot_order: vec![FragmentRef {
+            function: FuncId(0),
+            fragment: 0,
+        }],
+        cold_order: (1..n)
+            .map(|fragment| FragmentRef {
+                function: FuncId(0),
+                fragment,
+            })
+            .collect(),
+        in_place: false,
+    }
+}
+
+/// A program of the one function `f`, renumbered as f0.
+fn single(mut f: Function) -> Program {
+    f.id = FuncId(0);
+    program(vec![f])
+}
+
+#[test]
+fn loop_original_and_reversed() {
+    let p = single(loop_fn());
+    let prof = profile(vec![Some(loop_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!(
+        original,
+        DynoStats {
+            instructions: 3 + 3 * 10 + 1,
+            function_entries: 1,
+            function_calls: 2,
+            indirect_calls: 1,
+            plt_calls: 1,
+            tail_calls: 0,
+            returns: 1,
+            taken_conditional: 9,
+            nontaken_conditional: 1,
+            unconditional: 0,
+            jump_table: 0,
+            computed_goto: 0,
+        }
+    );
+    assert_eq!(original.taken_branches(), 9);
+    assert_eq!(original.total_branches(), 10);
+
+    let identity = build_layout(&p, &[true], LayoutStrategy::Identity, false);
+    identity.validate(&p).unwrap();
+    assert_eq!(dyno_stats(&p, &prof, Some(&identity)), original);
+
+    // [B0, B2, B1]: B0 no longer falls into B1 (one added jmp, run once); the loop branch
+    // ends the fragment, so its exit needs a jmp to B2 (run once, on the last iteration).
+    let reverse = build_layout(&p, &[true], LayoutStrategy::Reverse, false);
+    reverse.validate(&p).unwrap();
+    assert_eq!(
+        reverse.functions[0].as_ref().unwrap().fragments,
+        vec![vec![BlockId(0), BlockId(2), BlockId(1)]]
+    );
+    let reversed = dyno_stats(&p, &prof, Some(&reverse));
+    assert_eq!(
+        reversed,
+        DynoStats {
+            instructions: original.instructions + 2,
+            unconditional: 2,
+            ..original
+        }
+    );
+    assert_eq!(reversed.taken_branches(), 11);
+}
+
+#[test]
+fn loop_exit_split_into_cold_fragment() {
+    // [[B0, B1], [B2]]: only the loop exit needs a jmp.
+    let p = single(loop_fn());
+    let prof = profile(vec![Some(loop_counts())]);
+    let layout = one_function_layout(vec![vec![0, 1], vec![2]]);
+    layout.validate(&p).unwrap();
+    let original = dyno_stats(&p, &prof, None);
+    let split = dyno_stats(&p, &prof, Some(&layout));
+    assert_eq!(split.instructions, original.instructions + 1);
+    assert_eq!(split.unconditional, 1);
+    assert_eq!(
+        (split.taken_conditional, split.nontaken_conditional),
+        (9, 1)
+    );
+}
+
+#[test]
+fn hot_taken_side_placed_next_inverts_the_branch() {
+    let p = single(branch_fn());
+    let prof = profile(vec![Some(branch_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!(original.instructions, 2 * 100 + 2 * 10 + 2 * 90);
+    assert_eq!(
+        (original.taken_conditional, original.nontaken_conditional),
+        (90, 10)
+    );
+    assert_eq!(original.returns, 100);
+    // [B0, B2, B1]: the taken side comes next, so `je` becomes `jne B1`: taken 10 times.
+    let reverse = build_layout(&p, &[true], LayoutStrategy::Reverse, false);
+    let after = dyno_stats(&p, &prof, Some(&reverse));
+    assert_eq!(
+        after,
+        DynoStats {
+            taken_conditional: 10,
+            nontaken_conditional: 90,
+            ..original
+        }
+    );
+}
+
+#[test]
+fn jump_to_next_block_is_dropped_and_tail_calls_stay() {
+    let p = single(jump_fn());
+    let prof = profile(vec![Some(jump_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!(
+        original,
+        DynoStats {
+            instructions: 2 * 50 + 30 + 20 + 30,
+            function_entries: 50,
+            tail_calls: 20,
+            returns: 30,
+            taken_conditional: 20,
+            nontaken_conditional: 30,
+            unconditional: 30,
+            ..DynoStats::default()
+        }
+    );
+    // [B0, B1, B3, B2]: B1's jmp to B3 is dropped (30 fewer instructions and jumps).
+    let layout = one_function_layout(vec![vec![0, 1, 3, 2]]);
+    layout.validate(&p).unwrap();
+    assert_eq!(
+        dyno_stats(&p, &prof, Some(&layout)),
+        DynoStats {
+            instructions: original.instructions - 30,
+            unconditional: 0,
+            ..original
+        }
+    );
+    // [B0, B2, B1, B3]: the branch is inverted (taken 30 times, to B1) and the jmp dropped.
+    let layout = one_function_layout(vec![vec![0, 2, 1, 3]]);
+    assert_eq!(
+        dyno_stats(&p, &prof, Some(&layout)),
+        DynoStats {
+            instructions: original.instructions - 30,
+            taken_conditional: 30,
+            nontaken_conditional: 20,
+            unconditional: 0,
+            ..original
+        }
+    );
+}
+
+#[test]
+fn conditional_tail_call_is_never_inverted() {
+    let p = single(cond_tail_fn());
+    let prof = profile(vec![Some(cond_tail_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    // Taken = block count - fall-through edge = 40 - 25.
+    assert_eq!(
+        original,
+        DynoStats {
+            instructions: 2 * 40 + 25,
+            function_entries: 40,
+            tail_calls: 15,
+            returns: 25,
+            taken_conditional: 15,
+            nontaken_conditional: 25,
+            ..DynoStats::default()
+        }
+    );
+    // [[B0], [B1]]: the fall-through moved away, so a jmp follows the conditional tail call.
+    let layout = one_function_layout(vec![vec![0], vec![1]]);
+    layout.validate(&p).unwrap();
+    assert_eq!(
+        dyno_stats(&p, &prof, Some(&layout)),
+        DynoStats {
+            instructions: original.instructions + 25,
+            unconditional: 25,
+            ..original
+        }
+    );
+}
+
+#[test]
+fn identity_layout_drops_a_jump_to_the_next_block() {
+    let p = single(jump_next_fn());
+    let prof = profile(vec![Some(jump_next_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!((original.instructions, original.unconditional), (10, 5));
+    let identity = build_layout(&p, &[true], LayoutStrategy::Identity, false);
+    let after = dyno_stats(&p, &prof, Some(&identity));
+    assert_eq!((after.instructions, after.unconditional), (5, 0));
+}
+
+#[test]
+fn whole_program_sums_functions_and_keeps_untouched_ones() {
+    let p = program(vec![
+        loop_fn(),
+        branch_fn(),
+        jump_fn(),
+        cond_tail_fn(),
+        jump_next_fn(),
+    ]);
+    let counts = vec![
+        Some(loop_counts()),
+        Some(branch_counts()),
+        Some(jump_counts()),
+        Some(cond_tail_counts()),
+        Some(jump_next_counts()),
+    ];
+    let prof = profile(counts.clone());
+    let per_function: DynoStats = p
+        .functions
+        .iter()
+        .zip(&counts)
+        .map(|(f, c)| function_dyno_stats(f, c.as_ref().unwrap(), None))
+        .sum();
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!(original, per_function);
+    assert_eq!(original.function_entries, 1 + 100 + 50 + 40 + 5);
+
+    // Only f1 is rewritten (reversed): only its branch changes.
+    let layout = build_layout(
+        &p,
+        &[false, true, false, false, false],
+        LayoutStrategy::Reverse,
+        false,
+    );
+    layout.validate(&p).unwrap();
+    let after = dyno_stats(&p, &prof, Some(&layout));
+    assert_eq!(
+        after,
+        DynoStats {
+            taken_conditional: original.taken_conditional - 90 + 10,
+            nontaken_conditional: original.nontaken_conditional - 10 + 90,
+            ..original
+        }
+    );
+
+    // Without counts a function contributes nothing.
+    let partial = profile(vec![None, Some(branch_counts())]);
+    assert_eq!(
+        dyno_stats(&p, &partial, None),
+        function_dyno_stats(&p.functions[1], &branch_counts(), None)
+    );
+    assert_eq!(
+        dyno_stats(&p, &AttachedProfile::default(), Some(&layout)),
+        DynoStats::default()
+    );
+}
+
+#[test]
+fn missing_counts_do_not_panic() {
+    let p = single(loop_fn());
+    // One block count, no edge counts: B0 ran 10 times, the rest never.
+    let prof = profile(vec![Some(FunctionCounts {
+        blocks: vec![10],
+        edges: vec![],
+        entries: 0,
+    })]);
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!(original.instructions, 30);
+    assert_eq!(
+        (
+            original.function_calls,
+            original.indirect_calls,
+            original.plt_calls
+        ),
+        (20, 10, 10)
+    );
+    let reverse = build_layout(&p, &[true], LayoutStrategy::Reverse, false);
+    let after = dyno_stats(&p, &prof, Some(&reverse));
+    assert_eq!((after.instructions, after.unconditional), (40, 10));
+    assert_eq!(after.all_conditional(), 0);
+
+    // Huge counts saturate instead of overflowing.
+    let prof = profile(vec![Some(FunctionCounts {
+        blocks: vec![u64::MAX; 3],
+        edges: vec![vec![u64::MAX], vec![u64::MAX, u64::MAX], vec![]],
+        entries: u64::MAX,
+    })]);
+    let s = dyno_stats(&p, &prof, Some(&reverse));
+    assert_eq!(s.instructions, u64::MAX);
+    assert_eq!(s.total_branches(), u64::MAX);
+    assert_eq!((s + s).function_entries, u64::MAX);
+
+    // A layout naming a block the function does not have is ignored, not indexed.
+    let bogus = one_function_layout(vec![vec![0, 7]]);
+    let prof = profile(vec![Some(loop_counts())]);
+    assert_eq!(dyno_stats(&p, &prof, Some(&bogus)).instructions, 3 + 1);
+}
+
+#[test]
+fn rows_are_stable_and_table_is_aligned() {
+    let p = single(loop_fn());
+    let prof = profile(vec![Some(loop_counts())]);
+    let before = dyno_stats(&p, &prof, None);
+    let reverse = build_layout(&p, &[true], LayoutStrategy::Reverse, false);
+    let after = dyno_stats(&p, &prof, Some(&reverse));
+    let names: Vec<&str> = before.rows().iter().map(|r| r.0).collect();
+    assert_eq!(names.len(), DynoStats::ROWS);
+    assert_eq!(names[0], "executed instructions");
+    assert_eq!(names[DynoStats::ROWS - 1], "total branches");
+    let table = format_comparison(&before, &after);
+    // The header line starts with spaces, so the expectation is written line by line.
+    let expected = [
+        "                                before  after   change",
+        "executed instructions               34     36   +5.88%",
+        "function entries                     1      1    0.00%",
+        "function calls                       2      2    0.00%",
+        "indirect calls                       1      1    0.00%",
+        "PLT calls                            1      1    0.00%",
+        "tail calls                           0      0    0.00%",
+        "returns                              1      1    0.00%",
+        "taken conditional branches           9      9    0.00%",
+        "non-taken conditional branches       1      1    0.00%",
+        "all conditional branches            10     10    0.00%",
+        "unconditional branches               0      2      n/a",
+        "jump table branches                  0      0    0.00%",
+        "computed goto branches               0      0    0.00%",
+        "taken branches                       9     11  +22.22%",
+        "total branches                      10     12  +20.00%",
+    ];
+    assert_eq!(table.lines().collect::<Vec<_>>(), expected);
+    assert!(table.ends_with('\n'));
+}
