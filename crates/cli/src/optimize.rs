@@ -18,6 +18,7 @@ use rivet_elf::{ElfFile, MappedFile};
 use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
 use rivet_ir::{FuncId, Program};
 use rivet_layout::LandingPads;
+use rivet_passes::dyno::{DynoStats, dyno_stats, format_comparison};
 use rivet_passes::optimize::{
     BlockOrder, FunctionOrder, OptimizeOptions, Splitting, optimized_layout,
 };
@@ -411,7 +412,7 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
     let skip = FunctionFilter::new(&args.skip_funcs, "skip-funcs")?;
     let selected = |f: FuncId| {
         (only.is_empty() || only.matches(&program, &names, f))
-            && !(!skip.is_empty() && skip.matches(&program, &names, f))
+            && !skip.matches(&program, &names, f)
     };
     let build = |movable: &[bool], in_place: bool| {
         optimized_layout(&program, &attached, &options, movable, &selected, in_place)
@@ -482,7 +483,22 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
         .count();
     warnings.extend(s.warnings.iter().cloned());
     let r = &attached.report;
+    let before = dyno_stats(&program, &attached, None);
+    let after = dyno_stats(&program, &attached, Some(&output.layout));
+    let change = |b: u64, a: u64| {
+        if b == 0 {
+            0.0
+        } else {
+            100.0 * (a as f64 - b as f64) / b as f64
+        }
+    };
     if args.json {
+        let rows = |d: &DynoStats| {
+            d.rows()
+                .iter()
+                .map(|(name, v)| ((*name).to_string(), serde_json::json!(v)))
+                .collect::<serde_json::Map<_, _>>()
+        };
         let json = serde_json::json!({
             "output": args.output.display().to_string(),
             "relocation_mode": s.relocation_mode,
@@ -499,11 +515,16 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
                 "profiled_functions": r.profiled_functions,
                 "inferred": attached.inferred,
             },
+            "dyno_stats": { "before": rows(&before), "after": rows(&after) },
             "not_rewritten": s.not_rewritten,
             "warnings": warnings,
         });
         println!("{json}");
     } else {
+        if args.dyno_stats {
+            println!("dyno stats (profiled run, original code vs optimized layout):");
+            print!("{}", format_comparison(&before, &after));
+        }
         println!(
             "optimized {}: {} of {} functions {} ({} split), {} hot + {} cold bytes",
             args.output.display(),
@@ -528,6 +549,12 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
                 ""
             }
         );
+        println!(
+            "  taken branches {:+.1}%, unconditional jumps {:+.1}%, executed instructions {:+.2}% (profiled run)",
+            change(before.taken_branches(), after.taken_branches()),
+            change(before.unconditional, after.unconditional),
+            change(before.instructions, after.instructions),
+        );
         let hot_not_rewritten = attached
             .functions
             .iter()
@@ -549,4 +576,73 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
         eprintln!("rivet: warning: {w}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn translate(args: &[&str]) -> (Vec<String>, Vec<String>) {
+        let (out, warnings) = translate_bolt_args(args.iter().map(OsString::from).collect());
+        (
+            out.into_iter().map(|a| a.into_string().unwrap()).collect(),
+            warnings,
+        )
+    }
+
+    #[test]
+    fn bolt_spellings_become_rivet_options() {
+        let (out, warnings) = translate(&[
+            "app",
+            "-o",
+            "app.bolt",
+            "-data=app.fdata",
+            "-reorder-blocks=ext-tsp",
+            "-reorder-functions=cdsort",
+            "-split-functions",
+            "-split-all-cold",
+            "-split-eh=0",
+            "-dyno-stats",
+            "-update-debug-sections",
+        ]);
+        assert_eq!(
+            out,
+            [
+                "app",
+                "-o",
+                "app.bolt",
+                "--data=app.fdata",
+                "--reorder-blocks=ext-tsp",
+                "--reorder-functions=cdsort",
+                "--split-functions",
+                "--split-all-cold",
+                "--split-eh=0",
+                "--dyno-stats",
+            ]
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn separate_values_and_rivet_options_pass() {
+        let (out, _) = translate(&["-data", "p.fdata", "--json", "-f", "--", "-icf"]);
+        assert_eq!(out, ["--data=p.fdata", "--json", "-f", "--", "-icf"]);
+    }
+
+    #[test]
+    fn unimplemented_options_and_values_warn() {
+        let (out, warnings) = translate(&[
+            "-icf=1",
+            "-reorder-blocks=cache",
+            "-reorder-functions=hfsort+",
+            "-use-gnu-stack",
+        ]);
+        assert_eq!(
+            out,
+            ["--reorder-blocks=ext-tsp", "--reorder-functions=hfsort"]
+        );
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert!(warnings[0].contains("-icf=1"));
+        assert!(warnings[3].contains("-use-gnu-stack"));
+    }
 }

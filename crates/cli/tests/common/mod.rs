@@ -3,6 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+#[allow(dead_code)] // only the differential tests use it
+pub mod corpus;
+
 #[allow(dead_code)] // not every test binary checks errors
 /// Asserts the run failed with exactly one `rivet: error: ... (hint: ...)` line containing
 /// `expect`, and printed nothing on stdout.

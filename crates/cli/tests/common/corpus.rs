@@ -1,0 +1,184 @@
+//! The corpus as differential tests see it: its programs with their expected exit code and
+//! output, how to run one (a shared library through the executable that loads it), and a
+//! worker pool that checks many (program, configuration) pairs and reports every failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+pub struct Entry {
+    pub name: String,
+    pub kind: String,
+    pub path: PathBuf,
+    pub expected_exit: Option<i32>,
+    pub expected_stdout: Option<PathBuf>,
+    pub needs: Option<String>,
+}
+
+impl Entry {
+    pub fn is_shared_lib(&self) -> bool {
+        self.kind == "shared-lib"
+    }
+}
+
+/// The corpus directory and its programs (`manifest.tsv`).
+pub fn corpus() -> (PathBuf, Vec<Entry>) {
+    let dir = super::corpus_dir();
+    let manifest = std::fs::read_to_string(dir.join("manifest.tsv")).unwrap();
+    let mut lines = manifest.lines();
+    let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let dash = |s: &str| (s != "-").then(|| s.to_string());
+    let entries = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            Entry {
+                name: f[col("name")].to_string(),
+                kind: f[col("kind")].to_string(),
+                path: dir.join(f[col("path")]),
+                expected_exit: dash(f[col("expected_exit")]).map(|s| s.parse().unwrap()),
+                expected_stdout: dash(f[col("expected_stdout")]).map(|s| dir.join(s)),
+                needs: dash(f[col("needs")]),
+            }
+        })
+        .collect();
+    (dir, entries)
+}
+
+/// Runs `binary` (with `lib_dir` first on the library path) and returns (exit code, stdout).
+pub fn run(binary: &Path, lib_dir: &Path) -> (Option<i32>, Vec<u8>) {
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(binary)
+        .env("LD_LIBRARY_PATH", lib_dir)
+        .output()
+        .unwrap();
+    (out.status.code(), out.stdout)
+}
+
+/// What to run to exercise `e` built as `binary`: the binary itself (libraries from the corpus
+/// directory), or for a shared library the corpus executable that loads it, with `binary`'s
+/// directory first on the library path. `None` for a library nothing loads.
+pub fn runnable<'a>(
+    entries: &'a [Entry],
+    e: &'a Entry,
+    binary: &Path,
+    corpus_dir: &Path,
+) -> Option<(PathBuf, PathBuf, &'a Entry)> {
+    if e.is_shared_lib() {
+        let user = entries
+            .iter()
+            .find(|u| u.needs.as_deref() == Some(e.name.as_str()))?;
+        Some((
+            user.path.clone(),
+            binary.parent().unwrap().to_path_buf(),
+            user,
+        ))
+    } else {
+        Some((binary.to_path_buf(), corpus_dir.to_path_buf(), e))
+    }
+}
+
+/// Runs `binary` (built from `e`) and compares exit code and output with the expected ones.
+/// `Ok(false)` when there is nothing to run.
+pub fn check(
+    entries: &[Entry],
+    e: &Entry,
+    binary: &Path,
+    corpus_dir: &Path,
+) -> Result<bool, String> {
+    let Some((exe, lib_dir, expect)) = runnable(entries, e, binary, corpus_dir) else {
+        return Ok(false);
+    };
+    let (code, stdout) = run(&exe, &lib_dir);
+    let want_stdout = expect
+        .expected_stdout
+        .as_ref()
+        .map(|p| std::fs::read(p).unwrap());
+    if code != expect.expected_exit || want_stdout.as_ref().is_some_and(|w| *w != stdout) {
+        return Err(format!(
+            "exit {code:?} (expected {:?}), stdout {}",
+            expect.expected_exit,
+            if want_stdout.is_some_and(|w| w == stdout) {
+                "same"
+            } else {
+                "DIFFERENT"
+            }
+        ));
+    }
+    Ok(true)
+}
+
+/// Calls `work(worker, item)` for every item on one thread per core; collects the errors.
+pub fn parallel<T: Sync>(
+    items: &[T],
+    work: impl Fn(usize, &T) -> Result<(), String> + Sync,
+) -> Vec<String> {
+    let failures = Mutex::new(Vec::new());
+    let next = Mutex::new(0usize);
+    std::thread::scope(|s| {
+        for worker in 0..std::thread::available_parallelism().map_or(2, |n| n.get()) {
+            let (failures, next, work) = (&failures, &next, &work);
+            s.spawn(move || {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        *n += 1;
+                        *n - 1
+                    };
+                    let Some(item) = items.get(i) else { break };
+                    if let Err(e) = work(worker, item) {
+                        failures.lock().unwrap().push(e);
+                    }
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+/// Checks every (program, configuration) pair: `make(entry, config, slot, out)` writes the
+/// binary to test at `out` (in the worker's scratch directory `slot`); it must then behave as
+/// the original. Fails with every misbehaving pair listed, or when fewer than
+/// `min_checked_per_config` programs per configuration were actually run.
+pub fn differential<C: Sync>(
+    work: &Path,
+    configs: &[C],
+    describe: impl Fn(&C) -> String + Sync,
+    make: impl Fn(&Entry, &C, &Path, &Path) -> Result<(), String> + Sync,
+    min_checked_per_config: usize,
+) {
+    let (dir, entries) = corpus();
+    std::fs::create_dir_all(work).unwrap();
+    let checked = Mutex::new(0usize);
+    let jobs: Vec<(&Entry, &C)> = entries
+        .iter()
+        .flat_map(|e| configs.iter().map(move |c| (e, c)))
+        .collect();
+    let failures = parallel(&jobs, |worker, (e, config)| {
+        let slot = work.join(format!("w{worker}"));
+        std::fs::create_dir_all(&slot).unwrap();
+        let out = slot.join(e.path.file_name().unwrap());
+        let _ = std::fs::remove_file(&out);
+        let what = format!("{} {}", e.name, describe(config));
+        make(e, config, &slot, &out).map_err(|m| format!("{what}: {m}"))?;
+        if check(&entries, e, &out, &dir).map_err(|m| format!("{what}: {m}"))? {
+            *checked.lock().unwrap() += 1;
+        }
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(work);
+    assert!(
+        failures.is_empty(),
+        "{} of {} outputs misbehave:\n{}",
+        failures.len(),
+        jobs.len(),
+        failures.join("\n")
+    );
+    let checked = *checked.lock().unwrap();
+    assert!(
+        checked >= min_checked_per_config * configs.len(),
+        "only {checked} of {} outputs were run and compared",
+        jobs.len()
+    );
+}

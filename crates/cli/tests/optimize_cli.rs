@@ -1,0 +1,281 @@
+//! `rivet optimize` as a user meets it: what it writes (hot text symbols, only the profiled
+//! functions moved, the function filters), its summaries, llvm-bolt's spellings, and one clear
+//! error line for every bad request, with nothing written.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{assert_one_error_line, build_instrument_program, rivet, s, scratch};
+
+/// Builds counts.c, profiles `switch 1000` with Rivet's instrumentation; returns (binary,
+/// counter file).
+fn profiled_program(dir: &Path) -> (PathBuf, PathBuf) {
+    let bin = build_instrument_program(dir, "counts.c", "gcc", &["-O2"], "counts");
+    let inst = dir.join("counts.inst");
+    let counts = dir.join("counts.counts");
+    let out = rivet(&[
+        "instrument",
+        s(&bin),
+        "-o",
+        s(&inst),
+        "--profile",
+        s(&counts),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&inst)
+        .args(["switch", "1000"])
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    (bin, counts)
+}
+
+/// (address, size, name) of the defined symbols of `bin`, from `nm`.
+fn symbols(bin: &Path) -> Vec<(u64, String)> {
+    let out = Command::new("nm")
+        .arg(bin)
+        .output()
+        .expect("nm is required (apt-get install binutils)");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _kind = f.next()?;
+            Some((addr, f.next()?.to_string()))
+        })
+        .collect()
+}
+
+fn symbol(bin: &Path, name: &str) -> Option<u64> {
+    symbols(bin)
+        .into_iter()
+        .find(|(_, n)| n == name)
+        .map(|(a, _)| a)
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn optimizes_only_profiled_functions_and_marks_the_hot_text() {
+    let dir = scratch("optimize_cli", "profiled");
+    let (bin, counts) = profiled_program(&dir);
+    let opt = dir.join("counts.opt");
+    let out = rivet(&[
+        "optimize",
+        s(&bin),
+        "--profile",
+        s(&counts),
+        "-o",
+        s(&opt),
+        "--verify",
+        "--json",
+    ]);
+    let summary = json(&out);
+    let rewritten = summary["rewritten"].as_u64().unwrap();
+    let profiled = summary["profile"]["profiled_functions"].as_u64().unwrap();
+    // Every function that ran is moved (all of them can be); the others stay where they were.
+    assert!(rewritten >= 2 && rewritten == profiled, "{summary}");
+    assert!(
+        rewritten < summary["functions"].as_u64().unwrap(),
+        "{summary}"
+    );
+    assert_eq!(summary["profile"]["matched_share"].as_f64(), Some(1.0));
+    let before = &summary["dyno_stats"]["before"];
+    let after = &summary["dyno_stats"]["after"];
+    assert_eq!(before["function calls"], after["function calls"]);
+    assert!(after["taken branches"].as_u64() <= before["taken branches"].as_u64());
+
+    // The hot text is marked, main is in it, and the program still works.
+    let hot_start = symbol(&opt, "__hot_start").expect("__hot_start");
+    let hot_end = symbol(&opt, "__hot_end").expect("__hot_end");
+    let main = symbol(&opt, "main").unwrap();
+    assert!(hot_start < hot_end && (hot_start..hot_end).contains(&main));
+    assert_eq!(hot_start % 64, 0);
+    let a = Command::new(&bin).args(["switch", "777"]).output().unwrap();
+    let b = Command::new(&opt).args(["switch", "777"]).output().unwrap();
+    assert_eq!((a.status.code(), &a.stdout), (b.status.code(), &b.stdout));
+
+    // For huge pages: both ends on 2 MiB boundaries.
+    let huge = dir.join("counts.huge");
+    let out = rivet(&[
+        "optimize",
+        s(&bin),
+        "--profile",
+        s(&counts),
+        "-o",
+        s(&huge),
+        "--hot-text",
+        "--align-functions",
+        "64",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hot_start = symbol(&huge, "__hot_start").unwrap();
+    let hot_end = symbol(&huge, "__hot_end").unwrap();
+    assert_eq!((hot_start % (2 << 20), hot_end % (2 << 20)), (0, 0));
+    assert_eq!(symbol(&huge, "main").unwrap() % 64, 0);
+    let c = Command::new(&huge)
+        .args(["switch", "777"])
+        .output()
+        .unwrap();
+    assert_eq!(c.stdout, a.stdout);
+}
+
+#[test]
+fn function_filters_select_what_moves() {
+    let dir = scratch("optimize_cli", "filters");
+    let (bin, counts) = profiled_program(&dir);
+    let run = |extra: &[&str]| {
+        let out_path = dir.join("filtered");
+        let _ = std::fs::remove_file(&out_path);
+        let mut args = vec![
+            "optimize",
+            s(&bin),
+            "--profile",
+            s(&counts),
+            "-o",
+            s(&out_path),
+        ];
+        args.extend_from_slice(extra);
+        args.push("--json");
+        let summary = json(&rivet(&args));
+        let main_moved = symbol(&out_path, "main") != symbol(&bin, "main");
+        (summary["rewritten"].as_u64().unwrap(), main_moved)
+    };
+    let (all, main_moved) = run(&[]);
+    assert!(all >= 2 && main_moved);
+    // A name, and a regular expression matched against the whole name.
+    assert_eq!(run(&["--funcs", "main"]), (1, true));
+    assert_eq!(run(&["-funcs=ma.n"]), (1, true));
+    assert_eq!(run(&["--funcs", "mai"]), (0, false));
+    let (skipped, main_moved) = run(&["--skip-funcs", "main"]);
+    assert_eq!((skipped, main_moved), (all - 1, false));
+}
+
+#[test]
+fn bolt_recipes_work_with_warnings_for_what_rivet_lacks() {
+    let dir = scratch("optimize_cli", "bolt");
+    let (bin, counts) = profiled_program(&dir);
+    let fdata = dir.join("counts.fdata");
+    let out = rivet(&["merge", s(&counts), "-o", s(&fdata), "--format", "fdata"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let opt = dir.join("counts.bolt");
+    let data = format!("-data={}", s(&fdata));
+    let out = rivet(&[
+        "optimize",
+        s(&bin),
+        "-o",
+        s(&opt),
+        &data,
+        "-reorder-blocks=ext-tsp",
+        "-reorder-functions=hfsort",
+        "-split-functions",
+        "-split-all-cold",
+        "-split-eh",
+        "-dyno-stats",
+        "-icf=1",
+        "-plt=hot",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("taken conditional branches"), "{stdout}");
+    assert!(stdout.contains("optimized "), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr.lines().collect();
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    assert!(warnings[0].starts_with("rivet: warning: ignoring llvm-bolt option -icf=1"));
+    assert!(warnings[1].contains("-plt=hot"));
+    let a = Command::new(&bin).args(["switch", "99"]).output().unwrap();
+    let b = Command::new(&opt).args(["switch", "99"]).output().unwrap();
+    assert_eq!(a.stdout, b.stdout);
+}
+
+#[test]
+fn bad_requests_get_one_error_line_and_write_nothing() {
+    let dir = scratch("optimize_cli", "errors");
+    let (bin, counts) = profiled_program(&dir);
+    let out_path = dir.join("never");
+    let other = build_instrument_program(&dir, "counts.c", "gcc", &["-O1"], "other");
+    let order = dir.join("missing-order.txt");
+    let nope = dir.join("nope");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--profile", s(&nope)], "cannot read"),
+        (
+            vec!["--profile", s(&counts), "--funcs", "("],
+            "regular expression",
+        ),
+        (
+            vec!["--profile", s(&counts), "--reorder-functions", "user"],
+            "needs a function list",
+        ),
+        (
+            vec![
+                "--profile",
+                s(&counts),
+                "--reorder-functions",
+                "user",
+                "--function-order",
+                s(&order),
+            ],
+            "cannot read",
+        ),
+        (
+            vec!["--profile", s(&counts), "--align-functions", "24"],
+            "power of two",
+        ),
+    ];
+    for (extra, expect) in cases {
+        let mut args = vec!["optimize", s(&bin), "-o", s(&out_path)];
+        args.extend_from_slice(&extra);
+        let out = rivet(&args);
+        assert_one_error_line(&out, expect);
+        assert!(!out_path.exists(), "{extra:?} wrote an output");
+    }
+    // A profile of another build.
+    let out = rivet(&[
+        "optimize",
+        s(&other),
+        "-o",
+        s(&out_path),
+        "--profile",
+        s(&counts),
+    ]);
+    assert_one_error_line(&out, "another build");
+    assert!(!out_path.exists());
+    // The input as the output.
+    let out = rivet(&["optimize", s(&bin), "-o", s(&bin), "--profile", s(&counts)]);
+    assert_one_error_line(&out, "is the input");
+    // No leftover temporary files.
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".rivet-"))
+        .collect();
+    assert!(leftovers.is_empty());
+}

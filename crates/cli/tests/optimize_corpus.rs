@@ -1,0 +1,170 @@
+//! Differential tests of `rivet optimize` over the corpus: every program is profiled by
+//! running its instrumented build once, then optimized from that profile with every block
+//! order, function order and splitting option (`--verify` on), with llvm-bolt's spellings, and
+//! without relocations (in place); each output must print the same and exit the same as the
+//! original. Shared libraries are profiled and checked through the executable that loads them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::corpus::{Entry, check, corpus, parallel};
+
+fn rivet() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rivet"))
+}
+
+/// Marker arguments the test replaces: the function order file, and "strip relocations".
+const ORDER_FILE: &str = "{order-file}";
+const NO_RELOCATIONS: &str = "{no-relocations}";
+
+fn configs() -> Vec<Vec<&'static str>> {
+    vec![
+        // The defaults: ext-TSP, cdsort, all cold blocks and cold landing pads split.
+        vec![],
+        // llvm-bolt's spellings, C3 and hot/cold (trailing) splitting.
+        vec![
+            "-reorder-blocks=ext-tsp",
+            "-reorder-functions=hfsort",
+            "-split-functions",
+            "-split-all-cold=0",
+            "-split-eh",
+            "-dyno-stats",
+            "-update-debug-sections",
+        ],
+        vec![
+            "--reorder-blocks",
+            "reverse",
+            "--reorder-functions",
+            "exec-count",
+            "--split-functions=false",
+        ],
+        vec![
+            "--reorder-blocks",
+            "none",
+            "--reorder-functions",
+            "none",
+            "--cold-landing-pads",
+        ],
+        vec![
+            "--reorder-blocks=cache+",
+            "--split-eh=false",
+            "--align-functions",
+            "64",
+            "--hot-text",
+            "--min-hot-count",
+            "3",
+        ],
+        vec![
+            "--reorder-functions",
+            "user",
+            "--function-order",
+            ORDER_FILE,
+        ],
+        vec![NO_RELOCATIONS],
+    ]
+}
+
+/// Instruments `e`, runs it once (a library through its user) and leaves the counts at
+/// `profile`. The instrumented build must behave as the original too.
+fn profile(entries: &[Entry], corpus_dir: &Path, e: &Entry, dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).unwrap();
+    let inst = dir.join(e.path.file_name().unwrap());
+    let counts = dir.join("counts");
+    let out = Command::new(rivet())
+        .arg("instrument")
+        .arg(&e.path)
+        .arg("-o")
+        .arg(&inst)
+        .arg("--profile")
+        .arg(&counts)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(format!(
+            "{}: instrument failed: {}",
+            e.name,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    check(entries, e, &inst, corpus_dir).map_err(|m| format!("{} instrumented: {m}", e.name))?;
+    Ok(())
+}
+
+#[test]
+fn optimized_corpus_programs_behave_the_same() {
+    let (corpus_dir, entries) = corpus();
+    let base = std::env::temp_dir().join(format!("rivet-optimize-corpus-{}", std::process::id()));
+    let profiles = base.join("profiles");
+    let failures = parallel(&entries, |_, e| {
+        profile(&entries, &corpus_dir, e, &profiles.join(&e.name))
+    });
+    assert!(
+        failures.is_empty(),
+        "profiling failed:\n{}",
+        failures.join("\n")
+    );
+    let order_file = base.join("order.txt");
+    // Functions every C program has, one the binaries lack (reported, not fatal), a comment.
+    std::fs::write(&order_file, "# hot first\nmain\nno_such_function\n\n").unwrap();
+    let profiled = entries
+        .iter()
+        .filter(|e| profiles.join(&e.name).join("counts").exists())
+        .count();
+    assert!(
+        profiled >= 180,
+        "only {profiled} corpus programs left a profile"
+    );
+
+    common::corpus::differential(
+        &base.join("work"),
+        &configs(),
+        |config| config.join(" "),
+        |e, config, slot, out| {
+            let counts = profiles.join(&e.name).join("counts");
+            let mut input = e.path.clone();
+            let mut args: Vec<String> = Vec::new();
+            for a in config {
+                match *a {
+                    NO_RELOCATIONS => {
+                        input = slot.join("input");
+                        let st = Command::new("objcopy")
+                            .arg("--remove-relocations=*")
+                            .arg(&e.path)
+                            .arg(&input)
+                            .status()
+                            .expect("objcopy is required (apt-get install binutils)");
+                        assert!(st.success(), "objcopy failed on {}", e.name);
+                    }
+                    ORDER_FILE => args.push(order_file.display().to_string()),
+                    other => args.push(other.to_string()),
+                }
+            }
+            let opt = Command::new(rivet())
+                .arg("optimize")
+                .arg(&input)
+                .arg("-o")
+                .arg(out)
+                .arg("--profile")
+                .arg(&counts)
+                .arg("--verify")
+                .args(&args)
+                .output()
+                .unwrap();
+            if !opt.status.success() {
+                return Err(format!(
+                    "optimize failed: {}",
+                    String::from_utf8_lossy(&opt.stderr)
+                ));
+            }
+            let stdout = String::from_utf8_lossy(&opt.stdout);
+            if !stdout.starts_with("optimized ") {
+                return Err(format!("unexpected summary: {stdout}"));
+            }
+            Ok(())
+        },
+        180,
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
