@@ -1,0 +1,190 @@
+//! Real programs optimized from real profiles, then run on their own test suites: Lua 5.4
+//! (every test and benchmark script of check-lua.sh) and SQLite 3 (the shell workload, and the
+//! `smoke` subset of SQLite's TCL suite through `testfixture`).
+//!
+//! Each program is instrumented and trained on the same checks (the instrumented build must pass
+//! them too), then optimized with several option sets, `--verify` on; outputs must behave
+//! exactly as the originals. Lua is also optimized from a `perf record -e cpu-clock:u` sample
+//! profile (edge counts inferred), the workflow of machines without instrumentation.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{real_program, repo_root, s, scratch};
+
+fn rivet(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rivet"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rivet {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn check(script: &str, args: &[&Path], extra: &[&str]) {
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts").join(script))
+        .args(args)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} {args:?} {extra:?} found differences:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Instruments `original` into `dir`, runs `train` with the instrumented binary, returns the
+/// counter file.
+fn train(original: &Path, dir: &Path, train: impl FnOnce(&Path)) -> PathBuf {
+    let inst = dir.join("instrumented");
+    let counts = dir.join("counts");
+    rivet(&[
+        "instrument",
+        s(original),
+        "-o",
+        s(&inst),
+        "--profile",
+        s(&counts),
+    ]);
+    train(&inst);
+    assert!(counts.exists(), "training left no profile");
+    counts
+}
+
+/// Optimizes `original` with `profile` and `options` (verified) into `dir`.
+fn optimize(original: &Path, profile: &Path, dir: &Path, options: &[&str]) -> PathBuf {
+    let out = dir.join(format!("opt{}", options.join("").replace(['-', '='], "")));
+    let mut args = vec![
+        "optimize",
+        s(original),
+        "-o",
+        s(&out),
+        "--profile",
+        s(profile),
+        "--verify",
+    ];
+    args.extend_from_slice(options);
+    rivet(&args);
+    out
+}
+
+const OPTION_SETS: [&[&str]; 4] = [
+    &[],
+    &[
+        "-reorder-blocks=ext-tsp",
+        "-reorder-functions=hfsort",
+        "-split-functions",
+        "-split-all-cold=0",
+        "-split-eh",
+    ],
+    &[
+        "--reorder-blocks=reverse",
+        "--reorder-functions=exec-count",
+        "--split-functions=false",
+    ],
+    &[
+        "--reorder-blocks=none",
+        "--reorder-functions=none",
+        "--cold-landing-pads",
+        "--hot-text",
+    ],
+];
+
+#[test]
+fn lua_optimized_runs_every_script_identically() {
+    for name in ["lua-gcc", "lua-clang"] {
+        let dir = scratch("real-optimize", name);
+        let original = real_program(name);
+        let profile = train(original, &dir, |inst| {
+            check("check-lua.sh", &[inst, original], &[])
+        });
+        for options in OPTION_SETS {
+            let out = optimize(original, &profile, &dir, options);
+            check("check-lua.sh", &[&out, original], &[]);
+        }
+    }
+    // Without relocations: blocks reordered and split, functions in place.
+    let dir = scratch("real-optimize", "lua-norelocs");
+    let original = real_program("lua-gcc-norelocs");
+    let with_relocs = real_program("lua-gcc");
+    // Instrumentation needs relocations: train the relocatable build of the same source; the
+    // profile names functions, which both builds share.
+    let profile = train(with_relocs, &dir, |inst| {
+        check(
+            "check-lua.sh",
+            &[],
+            &["--only", "bench/*", s(inst), s(with_relocs)],
+        )
+    });
+    let out = dir.join("opt");
+    let r = Command::new(env!("CARGO_BIN_EXE_rivet"))
+        .args(["optimize", s(original), "-o", s(&out), "--profile"])
+        .arg(&profile)
+        .args(["--verify", "--force"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("no relocations"),
+        "no warning about the missing relocations"
+    );
+    check("check-lua.sh", &[&out, original], &[]);
+}
+
+#[test]
+fn lua_optimized_from_perf_samples_runs_identically() {
+    let dir = scratch("real-optimize", "lua-perf");
+    let original = real_program("lua-gcc");
+    let data = dir.join("perf.data");
+    let st = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "5000", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(original)
+        .arg(repo_root().join("bench/lua/fannkuch.lua"))
+        .arg("8")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("perf is required (scripts/test.sh installs linux-perf)");
+    assert!(st.success());
+    let profile = dir.join("samples.prof");
+    rivet(&["aggregate", s(&data), s(original), "-o", s(&profile)]);
+    let out = optimize(original, &profile, &dir, &[]);
+    check("check-lua.sh", &[&out, original], &[]);
+}
+
+#[test]
+fn sqlite_shell_optimized_gives_identical_results() {
+    let dir = scratch("real-optimize", "sqlite3-gcc");
+    let original = real_program("sqlite3-gcc");
+    let reference = ["--reference", s(original)];
+    let profile = train(original, &dir, |inst| {
+        check("check-sqlite.sh", &[inst], &reference)
+    });
+    for options in &OPTION_SETS[..2] {
+        let out = optimize(original, &profile, &dir, options);
+        check("check-sqlite.sh", &[&out], &reference);
+    }
+}
+
+/// SQLite's own tests against testfixture optimized from a profile of those tests; failures
+/// must be exactly the original testfixture's.
+#[test]
+fn sqlite_test_suite_passes_on_optimized_testfixture() {
+    let dir = scratch("real-optimize", "testfixture-gcc");
+    let original = real_program("testfixture-gcc");
+    let reference = ["smoke", "--reference", s(original)];
+    let profile = train(original, &dir, |inst| {
+        check("check-sqlite.sh", &[inst], &reference)
+    });
+    let out = optimize(original, &profile, &dir, &[]);
+    check("check-sqlite.sh", &[&out], &reference);
+}
