@@ -12,6 +12,7 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, MappedFile};
@@ -130,6 +131,9 @@ pub struct OptimizeArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Print the wall time of each phase on stderr.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 /// BOLT options Rivet understands, with whether they take a value.
@@ -380,6 +384,34 @@ fn function_order_of(arg: FunctionOrderArg) -> FunctionOrder {
     }
 }
 
+/// Wall time per phase, for `--timings`.
+struct PhaseClock {
+    last: Instant,
+    laps: Vec<(&'static str, Duration)>,
+}
+
+impl PhaseClock {
+    fn new() -> Self {
+        PhaseClock {
+            last: Instant::now(),
+            laps: Vec::new(),
+        }
+    }
+
+    /// Ends `phase` now.
+    fn lap(&mut self, phase: &'static str) {
+        let now = Instant::now();
+        self.laps.push((phase, now - self.last));
+        self.last = now;
+    }
+
+    /// Adds phases timed elsewhere, which ended now.
+    fn extend(&mut self, laps: &[(&'static str, Duration)]) {
+        self.laps.extend_from_slice(laps);
+        self.last = Instant::now();
+    }
+}
+
 pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserError> {
     if same_file(&args.binary, &args.output) {
         return Err(
@@ -387,18 +419,23 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
                 .hint("Rivet never modifies its input; give another -o path"),
         );
     }
+    let start = Instant::now();
+    let mut clock = PhaseClock::new();
     let mapped = MappedFile::open(&args.binary).map_err(|e| {
         UserError::new(format!("cannot read {}: {e}", args.binary.display()))
             .hint("check the path and its permissions")
     })?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
+    clock.lap("read binary and profile");
     let (pending, mut file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
+    clock.lap("discover");
     let names = rivet_passes::names::profile_names(&program);
     let attached = attach_profile(&program, &profile);
+    clock.lap("attach profile");
     if attached.report.records_count > 0 && attached.report.matched_count == 0 {
         return Err(UserError::new(format!(
             "{} matches nothing in {}",
@@ -411,8 +448,7 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
     let only = FunctionFilter::new(&args.funcs, "funcs")?;
     let skip = FunctionFilter::new(&args.skip_funcs, "skip-funcs")?;
     let selected = |f: FuncId| {
-        (only.is_empty() || only.matches(&program, &names, f))
-            && !skip.matches(&program, &names, f)
+        (only.is_empty() || only.matches(&program, &names, f)) && !skip.matches(&program, &names, f)
     };
     let build = |movable: &[bool], in_place: bool| {
         optimized_layout(&program, &attached, &options, movable, &selected, in_place)
@@ -449,6 +485,7 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
     };
     let output = rewrite(&elf, &program, &rewrite_options, None)
         .map_err(|e| rewrite_error(&args.binary, e))?;
+    clock.extend(&output.summary.timings);
     if args.verify {
         crate::verify::verify_output(&elf, &program, &output).map_err(|e| {
             UserError::new(format!(
@@ -466,6 +503,11 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o755);
     pending.commit(mode)?;
+    clock.lap(if args.verify {
+        "verify and write file"
+    } else {
+        "write file"
+    });
 
     let s = &output.summary;
     let profiled_rewritten = attached
@@ -574,6 +616,15 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
     }
     for w in &warnings {
         eprintln!("rivet: warning: {w}");
+    }
+    if args.timings {
+        for (phase, t) in &clock.laps {
+            eprintln!("rivet: time: {:>8.1} ms  {phase}", t.as_secs_f64() * 1e3);
+        }
+        eprintln!(
+            "rivet: time: {:>8.1} ms  total",
+            start.elapsed().as_secs_f64() * 1e3
+        );
     }
     Ok(())
 }

@@ -165,6 +165,8 @@ pub struct Summary {
     /// Line-table rows written for rewritten code.
     pub debug_moved_rows: usize,
     pub warnings: Vec<String>,
+    /// Wall time of each phase, in order (for `--timings`).
+    pub timings: Vec<(&'static str, std::time::Duration)>,
 }
 
 /// The output image and what went into it.
@@ -253,6 +255,12 @@ pub fn rewrite(
         ..Summary::default()
     };
 
+    let mut clock = std::time::Instant::now();
+    let mut lap = |summary: &mut Summary, phase: &'static str| {
+        let now = std::time::Instant::now();
+        summary.timings.push((phase, now - clock));
+        clock = now;
+    };
     // 1. Eligibility and layout.
     let mut movable = vec![false; program.functions.len()];
     for f in &program.functions {
@@ -292,6 +300,7 @@ pub fn rewrite(
         }
     };
 
+    lap(&mut summary, "layout");
     // 2. Plan fragments; drop functions that cannot be planned or do not fit.
     let refs: Vec<FragmentRef> = layout
         .functions
@@ -368,6 +377,7 @@ pub fn rewrite(
         summary.moved = layout.rewritten_count();
     }
 
+    lap(&mut summary, "plan fragments");
     // 3. Addresses. Instrumentation counters get a segment of their own below the new one.
     let mut segment = new_segment(elf)?;
     let counters = instrumentation.map(|i| {
@@ -604,6 +614,7 @@ pub fn rewrite(
         ));
     }
 
+    lap(&mut summary, "encode and patch");
     // 5. Unwind and exception tables, and debug info (independent: built side by side).
     let moves = debug::CodeMoves::new(program, &map, &placed);
     let (tables, debug_sections) = rayon::join(
@@ -649,6 +660,7 @@ pub fn rewrite(
         ));
     }
 
+    lap(&mut summary, "unwind tables and debug info");
     // 6. Symbols.
     let fragments: Vec<PlacedFragment> = placed
         .iter()
@@ -802,7 +814,9 @@ pub fn rewrite(
         rebuild_id_salt: Some(salt),
         counters,
     };
+    lap(&mut summary, "symbols");
     let image = write_output(elf, &segment, &rewrite)?;
+    lap(&mut summary, "write image");
     Ok(RewriteOutput {
         image,
         layout,

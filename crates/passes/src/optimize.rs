@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use rayon::prelude::*;
 use rivet_ir::layout::{FragmentRef, FunctionLayout, Layout};
 use rivet_ir::{BlockId, FuncId, Function, PartKind, Program};
 use rivet_layout::{LandingPads, SplitOptions, split_blocks};
@@ -151,6 +152,64 @@ fn is_hot(counts: Option<&FunctionCounts>, min_hot_count: u64) -> bool {
         .is_some_and(|c| c.entries >= min_hot_count || c.blocks.iter().any(|&n| n >= min_hot_count))
 }
 
+/// The layout of one function (block order, then the split) and the size of its hot part.
+fn layout_function(
+    f: &Function,
+    counts: Option<&FunctionCounts>,
+    options: &OptimizeOptions,
+    split_options: &SplitOptions,
+) -> (FunctionLayout, u64) {
+    let empty;
+    let counts = match counts {
+        Some(c) => c,
+        None => {
+            empty = FunctionCounts {
+                blocks: vec![0; f.blocks.len()],
+                edges: f.blocks.iter().map(|b| vec![0; b.succs.len()]).collect(),
+                entries: 0,
+            };
+            &empty
+        }
+    };
+    let order = order_blocks(f, counts, options.block_order);
+    let fragments = if options.splitting == Splitting::Off {
+        vec![order]
+    } else {
+        let landing_pads: Vec<bool> = f.blocks.iter().map(|b| b.is_landing_pad).collect();
+        let mut block_counts = counts.blocks.clone();
+        block_counts.resize(f.blocks.len(), 0);
+        // `split_blocks` never makes dense block 0 cold; the entry is what must stay.
+        let entry = order[0].0 as usize;
+        block_counts.swap(0, entry);
+        let mut pads = landing_pads;
+        pads.swap(0, entry);
+        let swap = |b: u32| -> u32 {
+            if b as usize == entry {
+                0
+            } else if b == 0 {
+                entry as u32
+            } else {
+                b
+            }
+        };
+        let swapped: Vec<u32> = order.iter().map(|b| swap(b.0)).collect();
+        let split = split_blocks(&swapped, &block_counts, &pads, split_options);
+        let back =
+            |v: Vec<u32>| -> Vec<BlockId> { v.into_iter().map(|b| BlockId(swap(b))).collect() };
+        let (hot, cold) = (back(split.hot), back(split.cold));
+        if cold.is_empty() {
+            vec![hot]
+        } else {
+            vec![hot, cold]
+        }
+    };
+    let hot_size = fragments[0]
+        .iter()
+        .map(|b| block_size(f, f.block(*b)))
+        .sum();
+    (FunctionLayout { fragments }, hot_size)
+}
+
 /// Builds the optimized layout. `movable[f]` says whether the rewriter can rewrite `f`;
 /// `selected(f)` applies the user's function filters; `in_place` keeps function order (no
 /// relocations: first fragments are rewritten over their original code).
@@ -189,62 +248,26 @@ pub fn optimized_layout(
         all_cold: options.splitting == Splitting::AllCold,
         landing_pads: options.landing_pads,
     };
+    // Functions are laid out independently: in parallel, the largest first so that one big
+    // function (an interpreter loop) does not finish last on its own.
+    let mut todo: Vec<&Function> = program
+        .functions
+        .iter()
+        .filter(|f| rewritten[f.id.0 as usize] && !f.blocks.is_empty())
+        .collect();
+    todo.sort_by_key(|f| std::cmp::Reverse(f.blocks.len()));
+    let laid_out: Vec<(FuncId, FunctionLayout, u64)> = todo
+        .par_iter()
+        .map(|f| {
+            let (layout, hot_size) = layout_function(f, counts_of(f.id), options, &split_options);
+            (f.id, layout, hot_size)
+        })
+        .collect();
     let mut functions: Vec<Option<FunctionLayout>> = vec![None; nfuncs];
     let mut hot_sizes = vec![0u64; nfuncs];
-    for f in &program.functions {
-        if !rewritten[f.id.0 as usize] || f.blocks.is_empty() {
-            continue;
-        }
-        let empty;
-        let counts = match counts_of(f.id) {
-            Some(c) => c,
-            None => {
-                empty = FunctionCounts {
-                    blocks: vec![0; f.blocks.len()],
-                    edges: f.blocks.iter().map(|b| vec![0; b.succs.len()]).collect(),
-                    entries: 0,
-                };
-                &empty
-            }
-        };
-        let order = order_blocks(f, counts, options.block_order);
-        let fragments = if options.splitting == Splitting::Off {
-            vec![order]
-        } else {
-            let dense: Vec<u32> = order.iter().map(|b| b.0).collect();
-            let landing_pads: Vec<bool> = f.blocks.iter().map(|b| b.is_landing_pad).collect();
-            let mut block_counts = counts.blocks.clone();
-            block_counts.resize(f.blocks.len(), 0);
-            // `split_blocks` never makes dense block 0 cold; the entry is what must stay.
-            let entry = order[0].0 as usize;
-            block_counts.swap(0, entry);
-            let mut pads = landing_pads;
-            pads.swap(0, entry);
-            let swap = |b: u32| -> u32 {
-                if b as usize == entry {
-                    0
-                } else if b == 0 {
-                    entry as u32
-                } else {
-                    b
-                }
-            };
-            let swapped: Vec<u32> = dense.iter().map(|&b| swap(b)).collect();
-            let split = split_blocks(&swapped, &block_counts, &pads, &split_options);
-            let back =
-                |v: Vec<u32>| -> Vec<BlockId> { v.into_iter().map(|b| BlockId(swap(b))).collect() };
-            let (hot, cold) = (back(split.hot), back(split.cold));
-            if cold.is_empty() {
-                vec![hot]
-            } else {
-                vec![hot, cold]
-            }
-        };
-        hot_sizes[f.id.0 as usize] = fragments[0]
-            .iter()
-            .map(|b| block_size(f, f.block(*b)))
-            .sum();
-        functions[f.id.0 as usize] = Some(FunctionLayout { fragments });
+    for (id, layout, hot_size) in laid_out {
+        functions[id.0 as usize] = Some(layout);
+        hot_sizes[id.0 as usize] = hot_size;
     }
 
     // Function order over the rewritten functions (dense ids in input order).
