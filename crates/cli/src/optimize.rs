@@ -21,7 +21,7 @@ use rivet_ir::{FuncId, Program};
 use rivet_layout::LandingPads;
 use rivet_passes::dyno::{DynoStats, dyno_stats, format_comparison};
 use rivet_passes::optimize::{
-    BlockOrder, FunctionOrder, OptimizeOptions, Splitting, optimized_layout,
+    BlockAlignment, BlockOrder, FunctionOrder, OptimizeOptions, Splitting, optimized_layout,
 };
 
 use crate::UserError;
@@ -108,6 +108,17 @@ pub struct OptimizeArgs {
     /// Alignment of each hot function in the new text (a power of two).
     #[arg(long, default_value_t = 16)]
     pub align_functions: u64,
+    /// Align hot loop heads: blocks run more than --align-blocks-threshold percent as often
+    /// as their function is entered, and mostly reached by jumps (the padding runs on the
+    /// fall-through path).
+    #[arg(long)]
+    pub align_blocks: bool,
+    /// With --align-blocks: the boundary (a power of two, at most --align-functions).
+    #[arg(long, default_value_t = 16)]
+    pub block_alignment: u16,
+    /// With --align-blocks: how often, in percent of its function's entries, a block must run.
+    #[arg(long, default_value_t = 800)]
+    pub align_blocks_threshold: u64,
     /// Align the hot text to 2 MiB at both ends, for huge pages (`__hot_start`/`__hot_end`
     /// mark it in any case).
     #[arg(long)]
@@ -150,6 +161,9 @@ const BOLT_OPTIONS: &[(&str, bool)] = &[
     ("skip-funcs", true),
     ("align-functions", true),
     ("hot-text", false),
+    ("align-blocks", false),
+    ("block-alignment", true),
+    ("align-blocks-threshold", true),
 ];
 
 /// BOLT options that Rivet honours by design, silently: DWARF is always updated.
@@ -352,6 +366,16 @@ fn options_from(
         ))
         .hint("use 1, 16, 32 or 64"));
     }
+    if args.align_blocks
+        && (!args.block_alignment.is_power_of_two()
+            || u64::from(args.block_alignment) > args.align_functions)
+    {
+        return Err(UserError::new(format!(
+            "--block-alignment {} is not a power of two up to --align-functions {}",
+            args.block_alignment, args.align_functions
+        ))
+        .hint("blocks are aligned inside functions: raise --align-functions too"));
+    }
     Ok(OptimizeOptions {
         block_order: match args.reorder_blocks {
             BlockOrderArg::ExtTsp => BlockOrder::ExtTsp,
@@ -372,6 +396,10 @@ fn options_from(
             LandingPads::StayHot
         },
         min_hot_count: args.min_hot_count,
+        align_blocks: args.align_blocks.then_some(BlockAlignment {
+            alignment: args.block_alignment,
+            threshold_percent: args.align_blocks_threshold,
+        }),
     })
 }
 
@@ -462,6 +490,7 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
         alignment: TextAlignment {
             functions: args.align_functions,
             hot_text: if args.hot_text { 2 << 20 } else { 64 },
+            blocks: args.block_alignment,
         },
     };
     let relocation_mode = program.info.relocation_mode == rivet_ir::RelocationMode::Available;
@@ -523,6 +552,13 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
         .flatten()
         .filter(|fl| fl.fragments.len() > 1)
         .count();
+    let aligned_blocks: usize = output
+        .layout
+        .functions
+        .iter()
+        .flatten()
+        .map(|fl| fl.aligned.len())
+        .sum();
     warnings.extend(s.warnings.iter().cloned());
     let r = &attached.report;
     let before = dyno_stats(&program, &attached, None);
@@ -548,6 +584,7 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
             "rewritten": s.moved + s.in_place,
             "rewritten_with_profile": profiled_rewritten,
             "split": split,
+            "aligned_blocks": aligned_blocks,
             "hot_bytes": s.hot_bytes,
             "cold_bytes": s.cold_bytes,
             "profile": {
@@ -591,6 +628,9 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
                 ""
             }
         );
+        if aligned_blocks > 0 {
+            println!("  {aligned_blocks} hot blocks aligned");
+        }
         println!(
             "  taken branches {:+.1}%, unconditional jumps {:+.1}%, executed instructions {:+.2}% (profiled run)",
             change(before.taken_branches(), after.taken_branches()),

@@ -65,6 +65,25 @@ impl Checker<'_> {
         Ok(decode_all(bytes, at))
     }
 
+    /// Whether execution at `at` arrives at `want`: `at` is `want`, or only `nop`s (alignment
+    /// padding, at most 255 bytes) lie between them.
+    fn reaches(&self, at: Vaddr, want: Vaddr) -> Result<bool, String> {
+        if at == want {
+            return Ok(true);
+        }
+        if want < at || want - at > 255 {
+            return Ok(false);
+        }
+        let mut next = at;
+        for inst in self.decode_at(at, want - at)? {
+            if !inst.is_nop() {
+                return Ok(false);
+            }
+            next = inst.end();
+        }
+        Ok(next == want)
+    }
+
     fn same_instruction(&self, old: &Inst, new: &Inst) -> Result<(), String> {
         let fail = |why: &str| {
             Err(format!(
@@ -141,7 +160,7 @@ impl Checker<'_> {
         match (&b.terminator, last.flow()) {
             (Terminator::Jump | Terminator::TailCall { .. }, Flow::Jump { target }) => {
                 let want = self.tr(target)?;
-                if end == want {
+                if self.reaches(end, want)? {
                     return Ok(());
                 }
                 match first.map(Inst::flow) {
@@ -164,8 +183,13 @@ impl Checker<'_> {
                     _ => after,
                 };
                 let (t, fl) = (self.tr(target)?, self.tr(fall_old)?);
-                let same = jcc.condition() == last.condition() && x == t && y == fl;
-                let inverted = jcc.condition() == last.inverted_condition() && x == fl && y == t;
+                // Without a jump after it, the conditional falls through, maybe over padding.
+                let continues_to = |want: Vaddr| -> Result<bool, String> {
+                    Ok(y == want || (y == after && self.reaches(after, want)?))
+                };
+                let same = jcc.condition() == last.condition() && x == t && continues_to(fl)?;
+                let inverted =
+                    jcc.condition() == last.inverted_condition() && x == fl && continues_to(t)?;
                 if !same && !inverted {
                     return Err(format!(
                         "{}: branches to {x}/{y}, expected {t}/{fl}",
@@ -190,7 +214,7 @@ impl Checker<'_> {
             .unwrap_or(last.addr());
         let end = new_last + u64::from(last.len());
         let want = self.tr(last.end())?;
-        if end == want {
+        if self.reaches(end, want)? {
             return Ok(());
         }
         match self.decode_at(end, 16)?.first().map(Inst::flow) {

@@ -249,6 +249,16 @@ fn bad_requests_get_one_error_line_and_write_nothing() {
             vec!["--profile", s(&counts), "--align-functions", "24"],
             "power of two",
         ),
+        (
+            vec![
+                "--profile",
+                s(&counts),
+                "--align-blocks",
+                "--block-alignment",
+                "32",
+            ],
+            "--block-alignment 32",
+        ),
     ];
     for (extra, expect) in cases {
         let mut args = vec!["optimize", s(&bin), "-o", s(&out_path)];

@@ -95,6 +95,7 @@ const OPTION_SETS: [&[&str]; 4] = [
         "--reorder-functions=none",
         "--cold-landing-pads",
         "--hot-text",
+        "--align-blocks",
     ],
 ];
 

@@ -15,7 +15,7 @@ use rivet_arch::{
     Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, ProbeShape, encode_probe, relocate,
 };
 use rivet_elf::{ElfFile, Vaddr};
-use rivet_ir::layout::FragmentRef;
+use rivet_ir::layout::{AlignedBlock, FragmentRef};
 use rivet_ir::probes::{EdgeTarget, FunctionProbes, ProbeAt};
 use rivet_ir::{BlockId, Function, Program, Terminator};
 
@@ -57,6 +57,14 @@ enum Item {
     /// Where a block-ending branch was (no bytes): it was dropped or is re-created by the
     /// `Branch` items that follow.
     Replaced { inst: u32 },
+    /// Padding (multi-byte `nop`s) up to the next multiple of `align`, unless that takes more
+    /// than `max_padding` bytes: its size depends on where it lands.
+    Align {
+        align: u16,
+        max_padding: u8,
+        /// The aligned block's start, whose unwind state holds in the padding.
+        state_at: Vaddr,
+    },
     /// A branch created at the end of a block.
     Branch {
         branch: NewBranch,
@@ -69,10 +77,31 @@ enum Item {
     },
 }
 
+/// Bytes of padding an `Item::Align` at offset `at` takes.
+fn padding(at: u64, align: u16, max_padding: u8) -> u64 {
+    let align = u64::from(align.max(1));
+    let pad = (align - at % align) % align;
+    if pad > u64::from(max_padding) { 0 } else { pad }
+}
+
 impl Item {
+    /// Size of the item at offset `at` of its fragment.
+    fn size_at(&self, f: &Function, at: u64) -> u64 {
+        match *self {
+            Item::Align {
+                align, max_padding, ..
+            } => padding(at, align, max_padding),
+            _ => self.size(f),
+        }
+    }
+
+    /// Size of the item; 0 for `Align`, whose size depends on its offset (see `size_at`).
     fn size(&self, f: &Function) -> u64 {
         match *self {
-            Item::Label(_) | Item::TrampolineLabel(_) | Item::Replaced { .. } => 0,
+            Item::Label(_)
+            | Item::TrampolineLabel(_)
+            | Item::Replaced { .. }
+            | Item::Align { .. } => 0,
             Item::Probe { shape, .. } => u64::from(shape.size()),
             Item::IndirectProbe { size, .. } => u64::from(size),
             Item::Copy { inst } => u64::from(f.insts[inst as usize].len()),
@@ -146,8 +175,10 @@ impl FragmentPlan {
             .iter()
             .zip(&self.offsets)
             .filter_map(|(item, &offset)| {
-                let size = item.size(f);
+                let size = item.size_at(f, offset);
                 let (state_at, inst, replaces) = match *item {
+                    // Padding runs (when fallen into) in the state of the block it precedes.
+                    Item::Align { state_at, .. } => (state_at, None, None),
                     Item::Copy { inst } => {
                         replaced = None;
                         (f.insts[inst as usize].addr(), Some(inst), None)
@@ -209,6 +240,8 @@ pub fn plan_fragment(
     blocks: &[BlockId],
     encoder: &mut BranchEncoder,
     probes: Option<&FunctionProbes>,
+    aligned: &[AlignedBlock],
+    block_alignment: u16,
 ) -> Result<FragmentPlan, EmitError> {
     let mut items = Vec::with_capacity(f.insts.len() + blocks.len() * 2);
     let branch = |items: &mut Vec<Item>,
@@ -282,6 +315,15 @@ pub fn plan_fragment(
     for (pos, &b) in blocks.iter().enumerate() {
         let block = f.block(b);
         let next = blocks.get(pos + 1).copied().map(Target::Block);
+        if pos > 0
+            && let Some(a) = aligned.iter().find(|a| a.block == b)
+        {
+            items.push(Item::Align {
+                align: block_alignment,
+                max_padding: a.max_padding,
+                state_at: block.start,
+            });
+        }
         items.push(Item::Label(b));
         probe_items(&mut items, ProbeAt::BlockStart(b), block.start);
         let first = block.insts.start;
@@ -391,7 +433,7 @@ pub fn plan_fragment(
                 }
                 _ => {}
             }
-            at += item.size(f);
+            at += item.size_at(f, at);
         }
         let mut changed = false;
         for (i, item) in items.iter_mut().enumerate() {
@@ -419,9 +461,9 @@ pub fn plan_fragment(
             break;
         }
     }
-    let size = items
-        .last()
-        .map_or(0, |last| offsets[items.len() - 1] + last.size(f));
+    let size = items.last().map_or(0, |last| {
+        offsets[items.len() - 1] + last.size_at(f, offsets[items.len() - 1])
+    });
 
     // New offsets of the original instructions, dropped jumps included. A block's first
     // instruction is where its label is, so that arriving at the block runs its start probes.
@@ -627,6 +669,12 @@ pub fn encode_fragment(
         debug_assert_eq!(out.len() as u64, plan.offsets[i]);
         match *item {
             Item::Label(_) | Item::TrampolineLabel(_) | Item::Replaced { .. } => {}
+            Item::Align {
+                align, max_padding, ..
+            } => {
+                let n = padding(plan.offsets[i], align, max_padding);
+                rivet_arch::write_nops(&mut out, n as usize);
+            }
             Item::Probe { counter, shape, .. } => {
                 let counters = counters.ok_or(EmitError::Unsupported {
                     what: "probe without a counter segment",

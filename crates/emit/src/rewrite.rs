@@ -70,6 +70,9 @@ pub struct TextAlignment {
     /// The hot text starts and ends at a multiple of this (1: no constraint; 2 MiB lets a
     /// runtime map it with huge pages).
     pub hot_text: u64,
+    /// Boundary for the blocks a layout asks to align (`FunctionLayout::aligned`); at most
+    /// `functions`, so that offsets in a fragment keep their alignment once placed.
+    pub blocks: u16,
 }
 
 impl Default for TextAlignment {
@@ -77,6 +80,7 @@ impl Default for TextAlignment {
         TextAlignment {
             functions: 16,
             hot_text: 64,
+            blocks: 16,
         }
     }
 }
@@ -302,6 +306,22 @@ pub fn rewrite(
 
     lap(&mut summary, "layout");
     // 2. Plan fragments; drop functions that cannot be planned or do not fit.
+    let alignment = options.alignment;
+    if layout
+        .functions
+        .iter()
+        .flatten()
+        .any(|fl| !fl.aligned.is_empty())
+        && (!alignment.blocks.is_power_of_two()
+            || u64::from(alignment.blocks) > alignment.functions)
+    {
+        return Err(RewriteError::Layout(rivet_ir::layout::InvalidLayout(
+            format!(
+                "block alignment {} is not a power of two up to the function alignment {}",
+                alignment.blocks, alignment.functions
+            ),
+        )));
+    }
     let refs: Vec<FragmentRef> = layout
         .functions
         .iter()
@@ -322,7 +342,21 @@ pub fn rewrite(
                 .and_then(|i| i.probes.get(r.function.0 as usize).copied().flatten());
             (
                 *r,
-                plan_fragment(f, *r, layout.fragment(*r), encoder, probes),
+                plan_fragment(
+                    f,
+                    *r,
+                    layout.fragment(*r),
+                    encoder,
+                    probes,
+                    if r.fragment == 0 {
+                        layout
+                            .function(r.function)
+                            .map_or(&[][..], |fl| &fl.aligned)
+                    } else {
+                        &[]
+                    },
+                    alignment.blocks,
+                ),
             )
         })
         .collect();
@@ -385,7 +419,6 @@ pub fn rewrite(
         (segment.reserve_counters(size), size)
     });
     let mut placed: Vec<(FragmentPlan, Vaddr)> = Vec::with_capacity(plans.len());
-    let alignment = options.alignment;
     let hot_start = align(segment.content_start(), alignment.hot_text.max(64));
     let mut cursor = hot_start;
     // Plans move into `placed` (they are the largest structure of the run).

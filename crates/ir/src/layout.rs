@@ -18,11 +18,21 @@ pub struct FragmentRef {
     pub fragment: u32,
 }
 
+/// A block that starts at an alignment boundary (`TextAlignment::blocks` in the emitter),
+/// unless that takes more than `max_padding` bytes of padding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlignedBlock {
+    pub block: BlockId,
+    pub max_padding: u8,
+}
+
 /// The block order of one rewritten function.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FunctionLayout {
     /// `fragments[0]` starts with the entry block; every block appears exactly once.
     pub fragments: Vec<Vec<BlockId>>,
+    /// Blocks of the first fragment to align (hot loop heads), in no particular order.
+    pub aligned: Vec<AlignedBlock>,
 }
 
 /// Where rewritten code goes.
@@ -102,6 +112,15 @@ impl Layout {
             }
             if seen.iter().any(|s| !s) {
                 return bad(format!("{}: a block is missing", f.name()));
+            }
+            for a in &fl.aligned {
+                if self.in_place || !fl.fragments[0].contains(&a.block) {
+                    return bad(format!(
+                        "{}: aligned block {} is not in a moved first fragment",
+                        f.name(),
+                        a.block.0
+                    ));
+                }
             }
             let first = fl.fragments.first().and_then(|fr| fr.first());
             if first.is_none_or(|b| !f.block(*b).is_entry || f.block(*b).start != f.range.start) {
@@ -281,7 +300,10 @@ pub fn build_layout(
                 hot_order.push(r);
             }
         }
-        functions[f.id.0 as usize] = Some(FunctionLayout { fragments });
+        functions[f.id.0 as usize] = Some(FunctionLayout {
+            fragments,
+            aligned: Vec::new(),
+        });
     }
     let mut rng = SplitMix64::new(seed);
     match strategy {

@@ -6,9 +6,15 @@
 //! directly follows `s` (a fall-through), `w * 0.1 * (1 - d/1024)` for a forward jump with
 //! `d <= 1024`, `w * 0.1 * (1 - d/640)` for a backward jump with `d <= 640`, else nothing. These
 //! are LLVM's `ForwardWeight`/`BackwardWeight` 0.1, `ForwardDistance` 1024 and
-//! `BackwardDistance` 640; LLVM gives unconditional fall-throughs 1.05, but our input does not
-//! say which jumps are conditional, so every fall-through weighs 1.0. Self-loops score the same
-//! in every order and are ignored by the search.
+//! `BackwardDistance` 640. A fall-through out of a block with a single successor weighs 1.05
+//! instead of 1.0 (LLVM's `FallthroughWeightUncond`): it saves an unconditional jump, where a
+//! fall-through of a conditional branch only turns a taken branch into a not-taken one. Without
+//! that tie-break a loop `body -> cond -> body` scores the same rotated (`cond` first, falling
+//! into `body`, which then needs a `jmp` back), and the rotation executes an extra jump per
+//! iteration. A jump is conditional when its source has more than one successor among the
+//! edges given (zero counts included, so callers should list every CFG edge; a zero-count
+//! self-edge marks a block whose other way out is not in the graph, such as a conditional tail
+//! call). Self-loops score the same in every order and are ignored by the search.
 //!
 //! **Algorithm.** Greedy chain merging: every block starts as a chain; the pair of chains with
 //! the best score gain is merged, trying the paper's concatenations `X·Y`, `Y·X` and, when `X`
@@ -36,8 +42,10 @@ use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Weight of a fall-through (the target starts where the source ends).
+/// Weight of a fall-through (the target starts where the source ends) of a conditional branch.
 pub const FALLTHROUGH_WEIGHT: f64 = 1.0;
+/// Weight of a fall-through from a block with a single successor (no jump needed at all).
+pub const FALLTHROUGH_WEIGHT_UNCONDITIONAL: f64 = 1.05;
 /// Weight of a forward jump of distance 0.
 pub const FORWARD_WEIGHT: f64 = 0.1;
 /// Weight of a backward jump of distance 0.
@@ -90,11 +98,16 @@ type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
 const EPSILON: f64 = 1e-9;
 
 /// Score of one jump taken `count` times from a block ending at `src_end` to a block starting
-/// at `dst_start`.
-pub fn jump_score(src_end: u64, dst_start: u64, count: u64) -> f64 {
+/// at `dst_start`; `conditional` when the source block has other successors.
+pub fn jump_score(src_end: u64, dst_start: u64, count: u64, conditional: bool) -> f64 {
     let count = count as f64;
     if src_end == dst_start {
-        return FALLTHROUGH_WEIGHT * count;
+        let weight = if conditional {
+            FALLTHROUGH_WEIGHT
+        } else {
+            FALLTHROUGH_WEIGHT_UNCONDITIONAL
+        };
+        return weight * count;
     }
     if src_end < dst_start {
         let distance = dst_start - src_end;
@@ -110,6 +123,20 @@ pub fn jump_score(src_end: u64, dst_start: u64, count: u64) -> f64 {
     0.0
 }
 
+/// Per block: whether it has more than one distinct successor among `edges`.
+fn conditional_sources(n: usize, edges: &[(u32, u32, u64)]) -> Vec<bool> {
+    let mut first: Vec<Option<u32>> = vec![None; n];
+    let mut conditional = vec![false; n];
+    for &(s, t, _) in edges {
+        match first[s as usize] {
+            None => first[s as usize] = Some(t),
+            Some(other) if other != t => conditional[s as usize] = true,
+            Some(_) => {}
+        }
+    }
+    conditional
+}
+
 /// Ext-TSP score of `order` (block ids, each at most once) for blocks of `sizes` bytes and jumps
 /// `(source, target, count)`. Jumps touching a block missing from `order` score nothing.
 ///
@@ -122,11 +149,14 @@ pub fn ext_tsp_score(order: &[u32], sizes: &[u64], edges: &[(u32, u32, u64)]) ->
         start[block as usize] = Some(address);
         address += sizes[block as usize];
     }
+    let conditional = conditional_sources(sizes.len(), edges);
     edges
         .iter()
         .map(
             |&(s, t, count)| match (start[s as usize], start[t as usize]) {
-                (Some(src), Some(dst)) => jump_score(src + sizes[s as usize], dst, count),
+                (Some(src), Some(dst)) => {
+                    jump_score(src + sizes[s as usize], dst, count, conditional[s as usize])
+                }
                 _ => 0.0,
             },
         )
@@ -233,6 +263,8 @@ struct Merger<'a> {
     sizes: &'a [u64],
     /// Jumps with a count, self-loops left out.
     jumps: Vec<(u32, u32, u64)>,
+    /// Per block: it has several successors (its fall-throughs weigh less).
+    conditional: Vec<bool>,
     /// Pairs `(source, target)` of `jumps`: splitting between them would break a fall-through.
     successors: FastSet<(u32, u32)>,
     chains: Vec<Chain>,
@@ -251,6 +283,7 @@ fn pair(a: u32, b: u32) -> (u32, u32) {
 impl<'a> Merger<'a> {
     fn new(sizes: &'a [u64], counts: &[u64], edges: &[(u32, u32, u64)]) -> Self {
         let n = sizes.len();
+        let conditional = conditional_sources(n, edges);
         let jumps: Vec<_> = edges
             .iter()
             .copied()
@@ -273,6 +306,7 @@ impl<'a> Merger<'a> {
         }
         Merger {
             sizes,
+            conditional,
             successors: jumps.iter().map(|&(s, t, _)| (s, t)).collect(),
             jumps,
             chains,
@@ -323,7 +357,12 @@ impl<'a> Merger<'a> {
             .iter()
             .map(|&j| {
                 let (s, t, count) = self.jumps[j as usize];
-                jump_score(address(s) + self.sizes[s as usize], address(t), count)
+                jump_score(
+                    address(s) + self.sizes[s as usize],
+                    address(t),
+                    count,
+                    self.conditional[s as usize],
+                )
             })
             .sum()
     }

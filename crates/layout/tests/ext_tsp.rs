@@ -123,16 +123,27 @@ fn close_to_the_optimum_on_small_graphs() {
 }
 
 #[test]
-fn a_loop_keeps_its_body_falling_through() {
+fn a_loop_is_rotated_so_each_iteration_takes_one_branch() {
     // 0 -> 1 (header) -> 2 (body) -> 1 back edge, 1 -> 3 exit; 4 is cold, placed in between
-    // originally.
+    // originally. Header first would need a conditional (not taken) and a jump back per
+    // iteration; the body falling into the header needs only the header's taken branch, and
+    // the body's fall-through (it has one successor) weighs 1.05.
     let sizes = [16, 8, 32, 8, 200];
     let counts = [1, 1001, 1000, 1, 0];
     let edges = [(0, 4, 0), (0, 1, 1), (1, 2, 1000), (2, 1, 1000), (1, 3, 1)];
     let order = ext_tsp_order(&sizes, &counts, &edges);
     assert_eq!(order[0], 0);
     let at = |b: u32| order.iter().position(|&x| x == b).unwrap();
-    assert_eq!(at(2), at(1) + 1, "header falls into the body: {order:?}");
+    assert_eq!(
+        at(1),
+        at(2) + 1,
+        "the body falls into the header: {order:?}"
+    );
+    assert_eq!(
+        at(3),
+        at(1) + 1,
+        "the header falls into the exit: {order:?}"
+    );
     assert_eq!(
         *order.last().unwrap(),
         4,
@@ -180,8 +191,13 @@ fn empty_and_single_block() {
 
 #[test]
 fn scores_follow_the_published_constants() {
-    // Fall-through, forward 512 bytes away, backward 320 bytes away, out of range.
-    assert_eq!(ext_tsp_score(&[0, 1], &[10, 10], &[(0, 1, 7)]), 7.0);
+    // Fall-through from a block with one successor (1.05) and from a conditional one (1.0),
+    // forward 512 bytes away, backward 320 bytes away, out of range.
+    assert!((ext_tsp_score(&[0, 1], &[10, 10], &[(0, 1, 7)]) - 7.35).abs() < 1e-12);
+    assert_eq!(
+        ext_tsp_score(&[0, 1, 2], &[10, 10, 10], &[(0, 1, 7), (0, 2, 0)]),
+        7.0
+    );
     let forward = ext_tsp_score(&[0, 2, 1], &[10, 10, 512], &[(0, 1, 10)]);
     assert!((forward - 10.0 * 0.1 * 0.5).abs() < 1e-12);
     let backward = ext_tsp_score(&[1, 0], &[310, 10], &[(1, 1, 0), (0, 1, 10)]);

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use rayon::prelude::*;
-use rivet_ir::layout::{FragmentRef, FunctionLayout, Layout};
+use rivet_ir::layout::{AlignedBlock, FragmentRef, FunctionLayout, Layout};
 use rivet_ir::{BlockId, FuncId, Function, PartKind, Program};
 use rivet_layout::{LandingPads, SplitOptions, split_blocks};
 
@@ -68,6 +68,27 @@ pub struct OptimizeOptions {
     /// Blocks that ran fewer times than this are cold; functions none of whose blocks ran this
     /// often are not rewritten. At least 1.
     pub min_hot_count: u64,
+    /// Which hot blocks start at an alignment boundary (`None`: none).
+    pub align_blocks: Option<BlockAlignment>,
+}
+
+/// Aligning hot blocks (BOLT's `-align-blocks`): a block is aligned when it runs more than
+/// `threshold_percent` / 100 times per entry of its function (a loop head, in practice), and
+/// at least twice as often as the block before it falls into it (the padding runs on that
+/// path). Padding is limited to `alignment - 1` bytes and to the block's own size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockAlignment {
+    pub alignment: u16,
+    pub threshold_percent: u64,
+}
+
+impl Default for BlockAlignment {
+    fn default() -> Self {
+        BlockAlignment {
+            alignment: 16,
+            threshold_percent: 800,
+        }
+    }
 }
 
 impl Default for OptimizeOptions {
@@ -80,6 +101,7 @@ impl Default for OptimizeOptions {
             splitting: Splitting::AllCold,
             landing_pads: LandingPads::ByCount,
             min_hot_count: 1,
+            align_blocks: None,
         }
     }
 }
@@ -131,11 +153,20 @@ pub fn order_blocks(f: &Function, counts: &FunctionCounts, order: BlockOrder) ->
             for (i, b) in f.blocks.iter().enumerate() {
                 sizes[dense(i) as usize] = block_size(f, b);
                 block_counts[dense(i) as usize] = counts.blocks.get(i).copied().unwrap_or(0);
+                // Every CFG edge, zero counts included: ext-TSP tells conditional branches
+                // (several successors) from blocks that fall through unconditionally.
                 let out = counts.edges.get(i).map_or(&[][..], Vec::as_slice);
-                for (succ, &c) in b.succs.iter().zip(out) {
-                    if c > 0 {
-                        edges.push((dense(i), dense(succ.to.0 as usize), c));
-                    }
+                for (k, succ) in b.succs.iter().enumerate() {
+                    let c = out.get(k).copied().unwrap_or(0);
+                    edges.push((dense(i), dense(succ.to.0 as usize), c));
+                }
+                // A branch out of the function (conditional tail call, jump into a split part)
+                // makes the block conditional too: say so with a zero-count self-edge, which
+                // ext-TSP counts as another successor and never scores.
+                if matches!(b.terminator, rivet_ir::Terminator::CondTailCall { .. })
+                    || (!b.fragment_succs.is_empty() && !b.succs.is_empty())
+                {
+                    edges.push((dense(i), dense(i), 0));
                 }
             }
             rivet_layout::ext_tsp_order(&sizes, &block_counts, &edges)
@@ -158,6 +189,7 @@ fn layout_function(
     counts: Option<&FunctionCounts>,
     options: &OptimizeOptions,
     split_options: &SplitOptions,
+    in_place: bool,
 ) -> (FunctionLayout, u64) {
     let empty;
     let counts = match counts {
@@ -207,7 +239,54 @@ fn layout_function(
         .iter()
         .map(|b| block_size(f, f.block(*b)))
         .sum();
-    (FunctionLayout { fragments }, hot_size)
+    let aligned = match options.align_blocks {
+        Some(a) if !in_place => blocks_to_align(f, counts, &fragments[0], a),
+        _ => Vec::new(),
+    };
+    (FunctionLayout { fragments, aligned }, hot_size)
+}
+
+/// The blocks of `hot` (a first fragment, in order) that `alignment` selects.
+fn blocks_to_align(
+    f: &Function,
+    counts: &FunctionCounts,
+    hot: &[BlockId],
+    alignment: BlockAlignment,
+) -> Vec<AlignedBlock> {
+    let count = |b: BlockId| counts.blocks.get(b.0 as usize).copied().unwrap_or(0);
+    let function_count = counts.entries.max(count(hot[0])).max(1);
+    let mut aligned = Vec::new();
+    for pair in hot.windows(2) {
+        let (prev, b) = (pair[0], pair[1]);
+        let c = count(b);
+        if u128::from(c) * 100
+            <= u128::from(function_count) * u128::from(alignment.threshold_percent)
+        {
+            continue;
+        }
+        let fall_in: u64 = f
+            .block(prev)
+            .succs
+            .iter()
+            .zip(
+                counts
+                    .edges
+                    .get(prev.0 as usize)
+                    .map_or(&[][..], Vec::as_slice),
+            )
+            .filter(|(e, _)| e.to == b)
+            .map(|(_, &n)| n)
+            .sum();
+        if c < fall_in.saturating_mul(2) {
+            continue;
+        }
+        let max_padding = (u64::from(alignment.alignment) - 1).min(block_size(f, f.block(b)));
+        aligned.push(AlignedBlock {
+            block: b,
+            max_padding: max_padding.min(255) as u8,
+        });
+    }
+    aligned
 }
 
 /// Builds the optimized layout. `movable[f]` says whether the rewriter can rewrite `f`;
@@ -259,7 +338,8 @@ pub fn optimized_layout(
     let laid_out: Vec<(FuncId, FunctionLayout, u64)> = todo
         .par_iter()
         .map(|f| {
-            let (layout, hot_size) = layout_function(f, counts_of(f.id), options, &split_options);
+            let (layout, hot_size) =
+                layout_function(f, counts_of(f.id), options, &split_options, in_place);
             (f.id, layout, hot_size)
         })
         .collect();

@@ -286,6 +286,7 @@ fn one_function_layout(fragments: Vec<Vec<u32>>) -> Layout {
                 .into_iter()
                 .map(|fr| fr.into_iter().map(BlockId).collect())
                 .collect(),
+            aligned: Vec::new(),
         })],
         hot_order: vec![FragmentRef {
             function: FuncId(0),

@@ -328,3 +328,45 @@ mod tests {
         assert!(!one(&[0xe3, 0x00], 0).is_invertible_cond_jump()); // jrcxz
     }
 }
+
+/// Appends `n` bytes of padding that execute as few instructions as possible: the multi-byte
+/// `nop` forms of Intel's optimization manual (1 to 9 bytes), longest first. Used before
+/// aligned blocks, where the preceding block may fall through into the padding.
+pub fn write_nops(out: &mut Vec<u8>, mut n: usize) {
+    const NOPS: [&[u8]; 9] = [
+        &[0x90],
+        &[0x66, 0x90],
+        &[0x0f, 0x1f, 0x00],
+        &[0x0f, 0x1f, 0x40, 0x00],
+        &[0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+    ];
+    while n > 0 {
+        let k = n.min(NOPS.len());
+        out.extend_from_slice(NOPS[k - 1]);
+        n -= k;
+    }
+}
+
+#[cfg(test)]
+mod nop_tests {
+    use super::write_nops;
+    use crate::decode_all;
+
+    #[test]
+    fn padding_decodes_as_nops_of_the_exact_length() {
+        for n in 0..=40 {
+            let mut out = Vec::new();
+            write_nops(&mut out, n);
+            assert_eq!(out.len(), n);
+            let insts = decode_all(&out, rivet_elf::Vaddr(0x1000));
+            assert!(insts.iter().all(|i| i.is_nop()), "{n}: {out:02x?}");
+            assert_eq!(insts.len(), n.div_ceil(9), "{n}");
+            let total: usize = insts.iter().map(|i| usize::from(i.len())).sum();
+            assert_eq!(total, n);
+        }
+    }
+}
