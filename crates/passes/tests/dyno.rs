@@ -1,87 +1,21 @@
 //! Dyno stats on hand-built functions: exact counts on the original code and on layouts that
 //! make the emitter add, drop and invert branches.
 
-use rivet_arch::decode_all;
-use rivet_elf::{ElfKind, Vaddr, VaddrRange};
+mod common;
+
+use common::{fall, function, profile, program, taken};
+use rivet_elf::Vaddr;
 use rivet_ir::layout::{FragmentRef, FunctionLayout, Layout, LayoutStrategy, build_layout};
-use rivet_ir::{
-    BinaryInfo, Block, BlockId, Call, CallTarget, Edge, EdgeKind, FuncId, Function, Origin,
-    Program, RelocationMode, Status, Terminator,
-};
+use rivet_ir::{BlockId, Call, CallTarget, FuncId, Function, Program, Terminator};
 use rivet_passes::attach::{AttachedProfile, FunctionCounts};
 use rivet_passes::dyno::{DynoStats, dyno_stats, format_comparison, function_dyno_stats};
 
 const PLT: Vaddr = Vaddr(0x5000);
 
-fn taken(to: u32) -> Edge {
-    Edge {
-        to: BlockId(to),
-        kind: EdgeKind::Taken,
-    }
-}
-
-fn fall(to: u32) -> Edge {
-    Edge {
-        to: BlockId(to),
-        kind: EdgeKind::FallThrough,
-    }
-}
-
 fn plt() -> CallTarget {
     CallTarget::Plt {
         name: "ext".into(),
         addr: PLT,
-    }
-}
-
-/// A simple function of `code` at `start`, cut into blocks at the given start addresses.
-fn function(
-    id: u32,
-    start: u64,
-    code: &[u8],
-    blocks: Vec<(u64, Terminator, Vec<Edge>)>,
-    calls: Vec<Call>,
-) -> Function {
-    let insts = decode_all(code, Vaddr(start));
-    assert!(insts.iter().all(|i| !i.is_invalid()));
-    let index_of = |addr: u64| insts.iter().position(|i| i.addr().get() >= addr).unwrap() as u32;
-    let starts: Vec<u64> = blocks.iter().map(|b| b.0).collect();
-    let blocks = blocks
-        .into_iter()
-        .enumerate()
-        .map(|(i, (at, terminator, succs))| {
-            let end = starts
-                .get(i + 1)
-                .map_or(insts.len() as u32, |&s| index_of(s));
-            Block {
-                start: Vaddr(at),
-                insts: index_of(at)..end,
-                terminator,
-                succs,
-                fragment_succs: Vec::new(),
-                is_entry: i == 0,
-                is_landing_pad: false,
-                is_address_taken: false,
-            }
-        })
-        .collect();
-    Function {
-        id: FuncId(id),
-        names: vec![format!("f{id}")],
-        file: None,
-        is_local: false,
-        range: VaddrRange::new(Vaddr(start), code.len() as u64),
-        origin: Origin::Symbol,
-        parent: None,
-        secondary_entries: Vec::new(),
-        padding_after: 0,
-        insts,
-        blocks,
-        calls,
-        jump_tables: Vec::new(),
-        lsda: None,
-        cfi: Vec::new(),
-        status: Status::Simple,
     }
 }
 
@@ -249,31 +183,6 @@ fn jump_next_counts() -> FunctionCounts {
         blocks: vec![5, 5],
         edges: vec![vec![5], vec![]],
         entries: 5,
-    }
-}
-
-fn program(functions: Vec<Function>) -> Program {
-    Program {
-        info: BinaryInfo {
-            kind: ElfKind::Executable,
-            entry: Vaddr(0x1000),
-            build_id: None,
-            relocation_mode: RelocationMode::Available,
-            code_bytes: 0,
-            static_relocations: 0,
-            dynamic_relocations: 0,
-            has_eh_frame: false,
-        },
-        functions,
-        plt: Vec::new(),
-        warnings: Vec::new(),
-    }
-}
-
-fn profile(counts: Vec<Option<FunctionCounts>>) -> AttachedProfile {
-    AttachedProfile {
-        functions: counts,
-        ..AttachedProfile::default()
     }
 }
 
