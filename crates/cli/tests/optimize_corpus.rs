@@ -161,6 +161,10 @@ fn optimized_corpus_programs_behave_the_same() {
                     String::from_utf8_lossy(&opt.stderr)
                 ));
             }
+            let stderr = String::from_utf8_lossy(&opt.stderr);
+            if stderr.contains("debug info removed") {
+                return Err(format!("debug info lost: {stderr}"));
+            }
             let stdout = String::from_utf8_lossy(&opt.stdout);
             if !stdout.lines().any(|l| l.starts_with("optimized ")) {
                 return Err(format!("unexpected summary: {stdout}"));

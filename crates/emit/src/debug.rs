@@ -200,10 +200,12 @@ impl<'p> CodeMoves<'p> {
                 .map(Vaddr::get)
                 .or_else(|| self.after_instruction(fid, p));
         }
-        // The end of a rewritten function: a return address after a final call.
+        // The end of a rewritten function: a return address after a final call, or else the
+        // start of the code that follows, which stays (it is not rewritten, or the lookup
+        // above would have found it).
         let k = self.extents.partition_point(|e| e.1 < p);
         match self.extents.get(k) {
-            Some(&(_, end, fid)) if end == p => self.after_instruction(fid, p),
+            Some(&(_, end, fid)) if end == p => self.after_instruction(fid, p).or(Some(p)),
             _ => Some(p),
         }
     }
