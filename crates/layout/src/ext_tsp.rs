@@ -543,7 +543,7 @@ impl<'a> Merger<'a> {
         x.neighbours.remove(&yi);
         x.blocks = blocks;
         x.size += y.size;
-        x.count += y.count;
+        x.count = x.count.saturating_add(y.count);
         x.score += y.score + merge.gain;
         x.inner.extend(y.inner);
         x.inner.extend(cross);

@@ -410,7 +410,7 @@ impl CdSort {
         c.neighbours.remove(&from);
         c.funcs = funcs;
         c.size += gone.size;
-        c.count += gone.count;
+        c.count = c.count.saturating_add(gone.count);
         c.version += 1;
         into
     }

@@ -253,6 +253,9 @@ fn blocks_to_align(
     hot: &[BlockId],
     alignment: BlockAlignment,
 ) -> Vec<AlignedBlock> {
+    if alignment.alignment <= 1 {
+        return Vec::new();
+    }
     let count = |b: BlockId| counts.blocks.get(b.0 as usize).copied().unwrap_or(0);
     let function_count = counts.entries.max(count(hot[0])).max(1);
     let mut aligned = Vec::new();
@@ -264,7 +267,9 @@ fn blocks_to_align(
         {
             continue;
         }
-        let fall_in: u64 = f
+        // In u128: two edges into the same block (`jcc` to the next block) with huge counts
+        // must not overflow.
+        let fall_in: u128 = f
             .block(prev)
             .succs
             .iter()
@@ -275,9 +280,9 @@ fn blocks_to_align(
                     .map_or(&[][..], Vec::as_slice),
             )
             .filter(|(e, _)| e.to == b)
-            .map(|(_, &n)| n)
+            .map(|(_, &n)| u128::from(n))
             .sum();
-        if c < fall_in.saturating_mul(2) {
+        if u128::from(c) < fall_in * 2 {
             continue;
         }
         let max_padding = (u64::from(alignment.alignment) - 1).min(block_size(f, f.block(b)));
@@ -394,6 +399,13 @@ pub fn optimized_layout(
         }
     };
 
+    // Functions rewritten only because a relative is hot (a `foo.cold` part that never ran)
+    // go after every function that ran, whatever the order: the hot text is for hot code.
+    let ran = |d: u32| {
+        counts_of(ids[d as usize]).is_some_and(|c| c.entries > 0 || c.blocks.iter().any(|&n| n > 0))
+    };
+    let (mut order, idle): (Vec<u32>, Vec<u32>) = order.into_iter().partition(|&d| ran(d));
+    order.extend(idle);
     let mut hot_order = Vec::new();
     let mut cold_order = Vec::new();
     for d in order {

@@ -1018,7 +1018,6 @@ fn an_empty_program_and_an_empty_profile() {
 }
 
 #[test]
-#[ignore = "bug: blocks_to_align subtracts 1 from a zero alignment (optimize.rs:283)"]
 fn a_zero_block_alignment_aligns_nothing() {
     let p = program(vec![latch_loop(0, 0x1000)]);
     assert_eq!(
@@ -1028,7 +1027,6 @@ fn a_zero_block_alignment_aligns_nothing() {
 }
 
 #[test]
-#[ignore = "bug: blocks_to_align sums fall-in edge counts without saturating (optimize.rs:279)"]
 fn huge_fall_in_counts_do_not_overflow() {
     // `test %edi,%edi; je B1` with B1 right behind: both edges of B0 lead to B1.
     let f = function(
