@@ -437,7 +437,7 @@ for program in $PROGRAMS; do
                 n_dw=$(grep -c 'internal-dwarf-error' "$dir/$v.log" || true)
                 [[ $n_dw -gt 0 ]] && echo "($n_dw x BOLT-WARNING: [internal-dwarf-error]: unsupported DW_OP encoding.)"
             else
-                sed -n '1,60p' "$dir/$v.log"
+                sed -n '1,60p' "$dir/$v.log" | sed "s|$WORK/[a-z]*/||g"
             fi
             echo '```'
             echo
@@ -499,5 +499,7 @@ echo "  it loads exactly the same bytes as the one with it): valgrind 3.19 gives
 echo "  that llvm-bolt-19 -update-debug-sections writes (\"unhandled dwarf2 abbrev form code 0x23 ..."
 echo "  Possibly corrupted debuginfo file. I can't recover.\"), on Lua and on SQLite alike, and"
 echo "  \`objcopy --strip-debug\` breaks BOLT's segment layout."
+echo "- Wall time on this shared 2-core VM is noisy: between two complete runs of this script the"
+echo "  time ratios moved by up to about 0.1. The cachegrind counts are the stable measure."
 echo "- Lua picks its string-hash seed from the time and from addresses, so its cachegrind counts"
 echo "  vary slightly from run to run; SQLite's are exact."
