@@ -199,9 +199,11 @@ fn weighted_overlap(
 /// two measure different things: instrumentation counts executed instructions, samples count
 /// time, and where instructions are slow (the garbage collector's sweeps wait on memory,
 /// `sqrtsd`, the first instruction after a mispredicted indirect call) a function ranks higher
-/// in samples. Measured here: 14 to 16 of the top 20 in common, usually 15, weighted edge
-/// overlap 0.70-0.73. The test holds the line at 13 (a broken mapping or inference gives far
-/// less) and prints both figures.
+/// in samples. Attachment divides a block's samples by a static latency cost (so `sqrtsd` no
+/// longer lifts `math_sqrt`); the garbage collector's cache misses remain. Measured here over
+/// ten runs: 14 to 17 of the top 20 in common, usually 16-17 (14-16 with the plain mean
+/// samples per instruction), weighted edge overlap 0.71-0.77. The test holds the line at 13 (a
+/// broken mapping or inference gives far less) and prints both figures.
 #[test]
 fn lua_samples_rank_hot_functions_like_instrumentation() {
     let dir = scratch("real-instrument", "sampling");

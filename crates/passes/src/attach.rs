@@ -9,10 +9,10 @@
 //! another disassembly); records naming functions the binary does not have are *unknown*.
 //!
 //! A sample profile (no branch stacks) gives samples per address; the samples of a block,
-//! divided by its instruction count, estimate how often it ran (a sample lands on an
-//! instruction in proportion to the time spent there, about the same per instruction), and
-//! flow inference (`rivet_profile::inference`) turns these estimates into counts that are
-//! consistent along the CFG.
+//! divided by the time one execution of it takes (its instructions' latency classes summed),
+//! estimate how often it ran (a sample lands on an instruction in proportion to the time spent
+//! there), and flow inference (`rivet_profile::inference`) turns these estimates into counts
+//! that are consistent along the CFG.
 
 use std::collections::HashMap;
 
@@ -384,13 +384,57 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
     finish(program, counts, calls, report, unknown, stale, true)
 }
 
-/// How often a block ran, in sample units: the mean of its instructions' samples. (Robust
-/// variants, leaving out an instruction that collects samples out of proportion, a cache miss or
-/// a mispredicted call, were measured on Lua and matched instrumentation worse.)
-fn block_estimate(samples: &[u64]) -> u64 {
+/// What one execution of `inst` costs in time, in cycles of a simple instruction: its latency
+/// class on current x86-64 cores (Agner Fog's instruction tables: integer division 25 and more,
+/// square root about 16, floating-point division about 14, other floating-point arithmetic and
+/// conversions 4, integer multiplication 3). A timer sample lands on an instruction in
+/// proportion to the time spent there, so a block of slow instructions collects more samples
+/// per execution than a block of as many fast ones. Loads cost what they cost only at run time
+/// (a cache miss): they stay at 1, like everything else.
+fn inst_cost(inst: &rivet_arch::Inst) -> u64 {
+    let m = inst.mnemonic_name();
+    let m = m.strip_prefix('v').unwrap_or(&m);
+    let fp_suffix = ["sd", "ss", "pd", "ps"].iter().any(|s| m.ends_with(s));
+    if m == "div" || m == "idiv" {
+        25
+    } else if m.starts_with("sqrt") && fp_suffix {
+        16
+    } else if m.starts_with("div") && fp_suffix {
+        14
+    } else if (fp_suffix
+        && [
+            "add", "sub", "mul", "min", "max", "fmadd", "fmsub", "fnmadd", "fnmsub",
+        ]
+        .iter()
+        .any(|p| m.starts_with(p)))
+        || m.starts_with("cvt")
+        || m.starts_with("ucomis")
+        || m.starts_with("comis")
+    {
+        4
+    } else if m == "imul" || m == "mul" {
+        3
+    } else {
+        1
+    }
+}
+
+/// How often a block ran, in sample units: its samples divided by the cost of one execution
+/// (`inst_cost` summed over its instructions; the mean samples per instruction when all cost
+/// 1). On Lua this ranks functions like instrumentation better than the plain mean (`math_sqrt`
+/// no longer outranks string matching). Robust variants, leaving out an instruction that
+/// collects samples out of proportion (a cache miss, a mispredicted call), and a skid model
+/// (a sample lands after the instruction that took the time: the cost of a block's last
+/// instruction counted for the next block) matched instrumentation worse.
+fn block_estimate(samples: &[u64], insts: &[rivet_arch::Inst]) -> u64 {
     // Samples are sparse: scale them up so that per-instruction division keeps resolution.
     const SCALE: u64 = 64;
-    samples.iter().sum::<u64>() * SCALE / samples.len().max(1) as u64
+    let total: u64 = samples.iter().sum();
+    if total == 0 {
+        return 0;
+    }
+    let cost: u64 = insts.iter().map(inst_cost).sum();
+    total * SCALE / cost.max(1)
 }
 
 /// Block and edge counts of `f` from the samples of its instructions. A block without samples
@@ -403,6 +447,7 @@ fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
         .map(|b| {
             Some(block_estimate(
                 &samples[b.insts.start as usize..b.insts.end as usize],
+                f.block_insts(b),
             ))
         })
         .collect();
