@@ -5,6 +5,7 @@
 //! and never exit; this crate is the only place that does.
 
 mod aggregate;
+mod bench;
 mod inspect;
 mod instrument;
 mod merge;
@@ -60,6 +61,12 @@ enum Command {
     ///
     /// Example: rivet verify ./app app.shuffled
     Verify(verify::VerifyArgs),
+    /// Is B faster than A? Interleaved runs, medians, per-round ratios B/A with a confidence
+    /// interval; optionally over shuffled layouts of each (--randomize-layout) and cachegrind
+    /// counts. Exit 0: B faster or no significant difference, 3: B significantly slower.
+    ///
+    /// Example: rivet bench ./app ./app.fast --randomize-layout 5 -- input.txt   ({} in the command stands for the binary)
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -132,6 +139,10 @@ fn main() -> ExitCode {
         Command::Aggregate(args) => aggregate::run(&args),
         Command::Optimize(args) => optimize::run(&args, warnings),
         Command::Verify(args) => verify::run(&args),
+        Command::Bench(args) => match bench::run(&args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
