@@ -100,6 +100,24 @@ fn optimizes_only_profiled_functions_and_marks_the_hot_text() {
     assert_eq!(before["function calls"], after["function calls"]);
     assert!(after["taken branches"].as_u64() <= before["taken branches"].as_u64());
 
+    // The input's debug info and symbol table were replaced: their old contents are not
+    // carried along (the headers stay, renamed and empty, so section indices hold).
+    let sections = Command::new("readelf")
+        .args(["-S", "-W"])
+        .arg(&opt)
+        .output()
+        .expect("readelf is required (apt-get install binutils)");
+    let sections = String::from_utf8_lossy(&sections.stdout).into_owned();
+    for name in [".rivet.orig.debug_info", ".rivet.orig.symtab"] {
+        let line = sections
+            .lines()
+            .find(|l| l.contains(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name}: {sections}"));
+        let size = line.split_whitespace().nth(5).unwrap();
+        assert_eq!(u64::from_str_radix(size, 16), Ok(0), "{line}");
+    }
+    assert!(sections.contains(" .debug_info "), "{sections}");
+
     // The hot text is marked, main is in it, and the program still works.
     let hot_start = symbol(&opt, "__hot_start").expect("__hot_start");
     let hot_end = symbol(&opt, "__hot_end").expect("__hot_end");

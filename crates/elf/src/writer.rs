@@ -117,6 +117,9 @@ pub struct Rewrite {
     pub renames: Vec<(u32, String)>,
     /// Input sections whose type becomes SHT_PROGBITS (stale tables tools must not read).
     pub retype_as_data: Vec<u32>,
+    /// Non-allocated input sections whose contents are left out (the output replaces them):
+    /// their headers stay, so section indices do not change, with size 0.
+    pub drop_contents: Vec<u32>,
     /// New entry point.
     pub entry: Option<Vaddr>,
     /// New `.eh_frame_hdr` (address, size) for PT_GNU_EH_FRAME.
@@ -154,13 +157,34 @@ pub fn new_segment(elf: &ElfFile<'_>) -> Result<NewSegment> {
         .checked_add(PAGE - 1)
         .map(|v| v & !(PAGE - 1))
         .ok_or_else(|| ElfError::malformed("program header table", "segments reach the top"))?;
-    let file_end = elf.data().len() as u64;
-    let offset = (file_end + PAGE - 1) & !(PAGE - 1);
+    // The new segment follows the loaded part of the file; non-allocated sections after it
+    // (debug info, symbols) move behind the new segment, which lets the writer leave out the
+    // ones the output replaces.
+    let offset = (loaded_end(elf) + PAGE - 1) & !(PAGE - 1);
     Ok(NewSegment {
         vaddr: Vaddr(vaddr),
         offset: FileOffset(offset),
         phdr_size: (phnum + 1) * PHDR_SIZE,
     })
+}
+
+/// End of the file bytes that must stay where they are: every segment's contents and every
+/// allocated section's (whatever lies beyond is non-allocated and may move).
+fn loaded_end(elf: &ElfFile<'_>) -> u64 {
+    let segments = elf
+        .segments()
+        .iter()
+        .map(|s| s.offset.0.saturating_add(s.filesz));
+    let sections = elf
+        .sections()
+        .iter()
+        .filter(|s| s.is_alloc() && !s.is_nobits())
+        .map(|s| s.offset.0.saturating_add(s.size));
+    segments
+        .chain(sections)
+        .max()
+        .unwrap_or(0)
+        .min(elf.data().len() as u64)
 }
 
 fn align(v: u64, a: u64) -> u64 {
@@ -294,7 +318,37 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     debug_assert_eq!(phdr_bytes.len() as u64, segment.phdr_size);
     out[seg_start..seg_start + phdr_bytes.len()].copy_from_slice(&phdr_bytes);
 
-    // 3. Non-allocated new sections.
+    // 3. The input's non-allocated sections that lay beyond the new segment's offset, moved
+    //    behind it (contents the output replaces left out), then the new ones.
+    let mut moved_sections: Vec<(usize, u64, u64)> = Vec::new();
+    for sec in elf.sections().iter().skip(1) {
+        let (start, size) = (sec.offset.0, sec.size);
+        if sec.is_alloc() || sec.is_nobits() {
+            continue;
+        }
+        let dropped = rewrite.drop_contents.contains(&(sec.index as u32));
+        if start.saturating_add(size) <= segment.offset.0 {
+            // Before the new segment (in the page-alignment gap): stays, or is blanked.
+            if dropped {
+                if let Some(bytes) = out.get_mut(start as usize..(start + size) as usize) {
+                    bytes.fill(0);
+                }
+                moved_sections.push((sec.index, 0, 0));
+            }
+            continue;
+        }
+        if dropped || size == 0 {
+            moved_sections.push((sec.index, 0, 0));
+            continue;
+        }
+        let bytes = input
+            .get(start as usize..start.saturating_add(size) as usize)
+            .ok_or_else(|| bad("section", format!("{} lies outside the file", sec.name)))?;
+        let off = align(out.len() as u64, sec.align);
+        out.resize(off as usize, 0);
+        out.extend_from_slice(bytes);
+        moved_sections.push((sec.index, off, size));
+    }
     let mut non_alloc_offsets = Vec::new();
     for s in rewrite.sections.iter().filter(|s| !s.is_alloc()) {
         let off = align(out.len() as u64, s.align);
@@ -334,6 +388,10 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
                 .unwrap_or_default(),
         };
         sh.sh_name = U32::new(LE, add_name(&name));
+        if let Some(&(_, offset, size)) = moved_sections.iter().find(|m| m.0 == i) {
+            sh.sh_offset = U64::new(LE, offset);
+            sh.sh_size = U64::new(LE, size);
+        }
         if rewrite.retype_as_data.contains(&(i as u32)) || i == hdr.e_shstrndx(LE).0 as usize {
             sh.sh_type = U32::new(LE, elf::SHT_PROGBITS);
             sh.sh_link = U32::new(LE, 0);
@@ -448,8 +506,12 @@ mod tests {
         let again = ElfFile::parse(&out).unwrap();
         assert_eq!(again.segments().len(), elf.segments().len() + 1);
         assert_eq!(again.sections().len(), elf.sections().len() + 1);
-        // Original bytes are untouched up to the old end (except the ELF header).
-        assert_eq!(&out[64..data.len()], &data[64..]);
+        // Loaded bytes are untouched (except the ELF header); the rest moved with its section.
+        let end = loaded_end(&elf) as usize;
+        assert_eq!(&out[64..end], &data[64..end]);
+        for (a, b) in elf.sections().iter().zip(again.sections()) {
+            assert_eq!(a.data, b.data, "{}", a.name);
+        }
         for (a, b) in elf.sections().iter().zip(again.sections()) {
             assert_eq!(a.name, b.name);
             assert_eq!(a.addr, b.addr);

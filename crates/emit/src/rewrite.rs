@@ -705,6 +705,7 @@ pub fn rewrite(
         })
         .collect();
     let mut renames: Vec<(u32, String)> = Vec::new();
+    let mut drop_contents: Vec<u32> = Vec::new();
     let mut retype: Vec<u32> = Vec::new();
     // The hot text's bounds, for huge-page runtimes and for users to see it.
     let markers: Vec<(&str, Vaddr, u16)> = match hot_index {
@@ -818,6 +819,11 @@ pub fn rewrite(
         let stale_relocations = s.sh_type == object::elf::SHT_RELA.0 && !s.is_alloc();
         if replaced || stale_relocations {
             renames.push((i, format!("{ORIGINAL_PREFIX}{name}")));
+            // Non-allocated contents the output replaces or makes stale are left out (the
+            // header stays, renamed, so section indices hold); allocated ones hold code.
+            if !s.is_alloc() {
+                drop_contents.push(i);
+            }
         }
         if stale_relocations || (has_new_symtab && matches!(name, ".symtab" | ".strtab")) {
             retype.push(i);
@@ -842,6 +848,7 @@ pub fn rewrite(
         sections: new_sections,
         renames,
         retype_as_data: retype,
+        drop_contents,
         entry,
         eh_frame_hdr,
         rebuild_id_salt: Some(salt),
