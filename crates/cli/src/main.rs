@@ -11,6 +11,7 @@ mod instrument;
 mod merge;
 mod optimize;
 mod profile_use;
+mod report;
 mod rewrite;
 mod verify;
 
@@ -57,6 +58,11 @@ enum Command {
     ///
     /// Example: rivet optimize ./app --profile app.inst.counts -o app.fast --dyno-stats
     Optimize(optimize::OptimizeArgs),
+    /// Write a self-contained HTML report: profile coverage, hottest functions, dyno stats and
+    /// heatmaps of the executed code before and after optimization.
+    ///
+    /// Example: rivet report ./app --profile app.prof --optimized app.fast -o report.html
+    Report(report::ReportArgs),
     /// Check a rewritten binary against the binary it was made from.
     ///
     /// Example: rivet verify ./app app.shuffled
@@ -138,6 +144,7 @@ fn main() -> ExitCode {
         Command::Merge(args) => merge::run(&args),
         Command::Aggregate(args) => aggregate::run(&args),
         Command::Optimize(args) => optimize::run(&args, warnings),
+        Command::Report(args) => report::run(&args),
         Command::Verify(args) => verify::run(&args),
         Command::Bench(args) => match bench::run(&args) {
             Ok(code) => return code,
