@@ -18,3 +18,6 @@ cargo clippy --workspace --all-targets -q -- -D warnings
 
 echo "== tests" >&2
 cargo test --workspace -q
+
+echo "== the README's demo" >&2
+scripts/demo.sh >/dev/null
