@@ -108,6 +108,10 @@ pub struct OptimizeArgs {
     /// Alignment of each hot function in the new text (a power of two).
     #[arg(long, default_value_t = 16)]
     pub align_functions: u64,
+    /// Most padding bytes spent aligning one function; beyond, it is aligned to 16 at most
+    /// (default: --align-functions minus one, i.e. always aligned).
+    #[arg(long)]
+    pub align_functions_max_bytes: Option<u64>,
     /// Align hot loop heads: blocks run more than --align-blocks-threshold percent as often
     /// as their function is entered, and mostly reached by jumps (the padding runs on the
     /// fall-through path).
@@ -160,6 +164,7 @@ const BOLT_OPTIONS: &[(&str, bool)] = &[
     ("funcs", true),
     ("skip-funcs", true),
     ("align-functions", true),
+    ("align-functions-max-bytes", true),
     ("hot-text", false),
     ("align-blocks", false),
     ("block-alignment", true),
@@ -489,6 +494,9 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
         },
         alignment: TextAlignment {
             functions: args.align_functions,
+            functions_max_padding: args
+                .align_functions_max_bytes
+                .unwrap_or(args.align_functions.saturating_sub(1)),
             hot_text: if args.hot_text { 2 << 20 } else { 64 },
             blocks: args.block_alignment,
         },

@@ -307,3 +307,47 @@ fn bad_requests_get_one_error_line_and_write_nothing() {
         .collect();
     assert!(leftovers.is_empty());
 }
+
+#[test]
+fn function_alignment_padding_can_be_capped_like_bolts() {
+    let dir = scratch("optimize_cli", "align");
+    let (bin, counts) = profiled_program(&dir);
+    let hot_functions = |out: &Path| -> Vec<u64> {
+        let hot = (
+            symbol(out, "__hot_start").unwrap(),
+            symbol(out, "__hot_end").unwrap(),
+        );
+        symbols(out)
+            .into_iter()
+            .filter(|(a, n)| (hot.0..hot.1).contains(a) && !n.starts_with("__hot"))
+            .map(|(a, _)| a)
+            .collect()
+    };
+    let always = dir.join("always");
+    let capped = dir.join("capped");
+    for (out, extra) in [
+        (&always, &["-align-functions=64"][..]),
+        (
+            &capped,
+            &["-align-functions=64", "-align-functions-max-bytes=8"],
+        ),
+    ] {
+        let mut args = vec!["optimize", s(&bin), "--profile", s(&counts), "-o", s(out)];
+        args.extend_from_slice(extra);
+        let run = rivet(&args);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    let always = hot_functions(&always);
+    assert!(
+        always.len() >= 2 && always.iter().all(|a| a % 64 == 0),
+        "{always:x?}"
+    );
+    // Capped: still on 16-byte boundaries, and some function was not worth 9+ bytes of padding.
+    let capped = hot_functions(&capped);
+    assert!(capped.iter().all(|a| a % 16 == 0), "{capped:x?}");
+    assert!(capped.iter().any(|a| a % 64 != 0), "{capped:x?}");
+}

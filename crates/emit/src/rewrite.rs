@@ -65,8 +65,11 @@ impl std::fmt::Debug for LayoutSource<'_> {
 /// Alignment of the new text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TextAlignment {
-    /// Each hot (first) fragment starts at a multiple of this (a power of two, at least 1).
+    /// Each hot (first) fragment starts at a multiple of this (a power of two, at least 1)...
     pub functions: u64,
+    /// ...unless that takes more than this many bytes of padding; it then starts at a multiple
+    /// of 16 at most (BOLT's `-align-functions-max-bytes`).
+    pub functions_max_padding: u64,
     /// The hot text starts and ends at a multiple of this (1: no constraint; 2 MiB lets a
     /// runtime map it with huge pages).
     pub hot_text: u64,
@@ -79,6 +82,7 @@ impl Default for TextAlignment {
     fn default() -> Self {
         TextAlignment {
             functions: 16,
+            functions_max_padding: 15,
             hot_text: 64,
             blocks: 16,
         }
@@ -435,7 +439,12 @@ pub fn rewrite(
         }
     }
     for r in &layout.hot_order {
-        cursor = align(cursor, alignment.functions.max(1));
+        let aligned = align(cursor, alignment.functions.max(1));
+        cursor = if aligned - cursor <= alignment.functions_max_padding {
+            aligned
+        } else {
+            align(cursor, alignment.functions.clamp(1, 16))
+        };
         let plan = take(r);
         let size = plan.size;
         placed.push((plan, cursor));
