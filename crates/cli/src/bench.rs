@@ -891,6 +891,12 @@ fn planned_rounds(args: &BenchArgs) -> Result<(usize, usize), UserError> {
 }
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode, UserError> {
+    run_with(args, true).map(|(code, _)| code)
+}
+
+/// Measures as `args` say; prints the report (text or JSON, per `args.json`) only when
+/// `print`, and returns the exit code and the report as JSON either way (`rivet auto`).
+pub fn run_with(args: &BenchArgs, print: bool) -> Result<(ExitCode, serde_json::Value), UserError> {
     check_args(args)?;
     let a_path = check_binary("A", &args.a)?;
     let b_path = check_binary("B", &args.b)?;
@@ -1022,16 +1028,18 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, UserError> {
         verdict,
         cachegrind: cachegrind_counts,
     };
-    if args.json {
-        println!("{}", report.json());
-    } else {
+    let json = report.json();
+    if print && args.json {
+        println!("{json}");
+    } else if print {
         report.print();
     }
     drop(scratch);
-    Ok(match verdict {
+    let code = match verdict {
         Verdict::Slower => ExitCode::from(EXIT_SLOWER),
         Verdict::Faster | Verdict::NoDifference => ExitCode::SUCCESS,
-    })
+    };
+    Ok((code, json))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -54,6 +54,12 @@ fn default_profile(output: &Path) -> PathBuf {
 }
 
 pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
+    run_with(args, true).map(|_| ())
+}
+
+/// Instruments as `args` say; prints the summary (text or JSON, per `args.json`) only when
+/// `print`, and returns it as JSON either way (`rivet auto` reports it its own way).
+pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value, UserError> {
     if same_file(&args.binary, &args.output) {
         return Err(
             UserError::new(format!("the output {} is the input", args.output.display()))
@@ -164,22 +170,22 @@ pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
         approximate += usize::from(p.unknown_edges > 0);
     }
     let s = &output.summary;
-    if args.json {
-        let json = serde_json::json!({
-            "output": args.output.display().to_string(),
-            "profile": profile_path,
-            "per_process": args.per_process,
-            "functions": s.functions,
-            "instrumented": functions,
-            "counters": counters,
-            "flag_saving_probes": saving,
-            "edge_blocks": edge_blocks,
-            "approximate_functions": approximate,
-            "not_instrumented": s.not_rewritten,
-            "warnings": s.warnings,
-        });
+    let json = serde_json::json!({
+        "output": args.output.display().to_string(),
+        "profile": profile_path,
+        "per_process": args.per_process,
+        "functions": s.functions,
+        "instrumented": functions,
+        "counters": counters,
+        "flag_saving_probes": saving,
+        "edge_blocks": edge_blocks,
+        "approximate_functions": approximate,
+        "not_instrumented": s.not_rewritten,
+        "warnings": s.warnings,
+    });
+    if print && args.json {
         println!("{json}");
-    } else {
+    } else if print {
         println!(
             "instrumented {}: {functions} of {} functions, {counters} counters ({saving} saving flags, {edge_blocks} on edge blocks)",
             args.output.display(),
@@ -204,5 +210,5 @@ pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
             eprintln!("rivet: warning: {w}");
         }
     }
-    Ok(())
+    Ok(json)
 }

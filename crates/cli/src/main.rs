@@ -5,6 +5,7 @@
 //! and never exit; this crate is the only place that does.
 
 mod aggregate;
+mod auto;
 mod bench;
 mod inspect;
 mod instrument;
@@ -73,6 +74,11 @@ enum Command {
     ///
     /// Example: rivet bench ./app ./app.fast --randomize-layout 5 -- input.txt   ({} in the command stands for the binary)
     Bench(bench::BenchArgs),
+    /// All of it in one command: check the binary, instrument it, run the training commands
+    /// (or a server and its load) with it, merge the profiles, optimize, verify, summarize.
+    ///
+    /// Example: rivet auto ./app -o app.fast --train '{} input1' --train '{} input2 | wc -l' --bench
+    Auto(auto::AutoArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -146,6 +152,7 @@ fn main() -> ExitCode {
         Command::Optimize(args) => optimize::run(&args, warnings),
         Command::Report(args) => report::run(&args),
         Command::Verify(args) => verify::run(&args),
+        Command::Auto(args) => auto::run(&args),
         Command::Bench(args) => match bench::run(&args) {
             Ok(code) => return code,
             Err(e) => Err(e),

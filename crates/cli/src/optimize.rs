@@ -445,7 +445,18 @@ impl PhaseClock {
     }
 }
 
-pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserError> {
+pub fn run(args: &OptimizeArgs, warnings: Vec<String>) -> Result<(), UserError> {
+    run_with(args, warnings, true).map(|_| ())
+}
+
+/// Optimizes as `args` say; prints the summary (text or JSON, per `args.json`) only when
+/// `print`, and returns it as JSON either way (`rivet auto` reports it its own way). Warnings
+/// and `--timings` go to stderr in both cases.
+pub fn run_with(
+    args: &OptimizeArgs,
+    mut warnings: Vec<String>,
+    print: bool,
+) -> Result<serde_json::Value, UserError> {
     if same_file(&args.binary, &args.output) {
         return Err(
             UserError::new(format!("the output {} is the input", args.output.display()))
@@ -578,36 +589,36 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
             100.0 * (a as f64 - b as f64) / b as f64
         }
     };
-    if args.json {
-        let rows = |d: &DynoStats| {
-            d.rows()
-                .iter()
-                .map(|(name, v)| ((*name).to_string(), serde_json::json!(v)))
-                .collect::<serde_json::Map<_, _>>()
-        };
-        let json = serde_json::json!({
-            "output": args.output.display().to_string(),
-            "relocation_mode": s.relocation_mode,
-            "functions": s.functions,
-            "rewritten": s.moved + s.in_place,
-            "rewritten_with_profile": profiled_rewritten,
-            "split": split,
-            "aligned_blocks": aligned_blocks,
-            "hot_bytes": s.hot_bytes,
-            "cold_bytes": s.cold_bytes,
-            "profile": {
-                "records": r.records,
-                "matched": r.matched,
-                "matched_share": r.matched_share(),
-                "profiled_functions": r.profiled_functions,
-                "inferred": attached.inferred,
-            },
-            "dyno_stats": { "before": rows(&before), "after": rows(&after) },
-            "not_rewritten": s.not_rewritten,
-            "warnings": warnings,
-        });
+    let rows = |d: &DynoStats| {
+        d.rows()
+            .iter()
+            .map(|(name, v)| ((*name).to_string(), serde_json::json!(v)))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    let json = serde_json::json!({
+        "output": args.output.display().to_string(),
+        "relocation_mode": s.relocation_mode,
+        "functions": s.functions,
+        "rewritten": s.moved + s.in_place,
+        "rewritten_with_profile": profiled_rewritten,
+        "split": split,
+        "aligned_blocks": aligned_blocks,
+        "hot_bytes": s.hot_bytes,
+        "cold_bytes": s.cold_bytes,
+        "profile": {
+            "records": r.records,
+            "matched": r.matched,
+            "matched_share": r.matched_share(),
+            "profiled_functions": r.profiled_functions,
+            "inferred": attached.inferred,
+        },
+        "dyno_stats": { "before": rows(&before), "after": rows(&after) },
+        "not_rewritten": s.not_rewritten,
+        "warnings": warnings,
+    });
+    if print && args.json {
         println!("{json}");
-    } else {
+    } else if print {
         if args.dyno_stats {
             println!("dyno stats (profiled run, original code vs optimized layout):");
             print!("{}", format_comparison(&before, &after));
@@ -674,7 +685,7 @@ pub fn run(args: &OptimizeArgs, mut warnings: Vec<String>) -> Result<(), UserErr
             start.elapsed().as_secs_f64() * 1e3
         );
     }
-    Ok(())
+    Ok(json)
 }
 
 #[cfg(test)]
