@@ -11,6 +11,10 @@
 #              linked against the system Tcl (tcl-dev); scripts/check-sqlite.sh runs
 #              the source tree's test/ suite with it
 #
+#   redis   -> `redis-server`, `redis-benchmark` and `redis-cli` (gcc only), with the
+#              bundled deps (hiredis, lua, hdr_histogram, linenoise) and libc malloc
+#              (MALLOC=libc: no jemalloc build), no TLS, no systemd; for server workloads
+#
 # each with CC in {gcc, clang-19}; flags: -O2 -g -Wl,--emit-relocs, and for gcc
 # also -fno-reorder-blocks-and-partition. Default PIE (the compilers' default).
 # Also lua and sqlite3 with gcc WITHOUT -Wl,--emit-relocs (otherwise identical),
@@ -24,6 +28,7 @@
 #   R/<package>-<debian-version>-gcc-norelocs/         the same without --emit-relocs
 #   R/sqlite3-<debian-version>-testfixture-<cc>/     testfixture
 #   R/sqlite3-<debian-version>-testfixture-gcc-norelocs/  the same without --emit-relocs
+#   R/redis-<debian-version>-gcc/           redis-server, redis-benchmark, redis-cli
 # Complete directories (.complete marker) are reused; builds happen in a temp
 # dir renamed into place; a flock on R/.lock serialises concurrent invocations.
 #
@@ -33,7 +38,8 @@
 # stdout: the last lines are "<name> <absolute path>":
 #   lua-src, sqlite3-src (source trees), then lua-gcc, lua-clang, sqlite3-gcc,
 #   sqlite3-clang, testfixture-gcc, testfixture-clang, lua-gcc-norelocs,
-#   sqlite3-gcc-norelocs, testfixture-gcc-norelocs (binaries). Everything else goes to stderr.
+#   sqlite3-gcc-norelocs, testfixture-gcc-norelocs, redis-gcc (redis-server),
+#   redis-benchmark, redis-cli (binaries). Everything else goes to stderr.
 set -euo pipefail
 
 exec 3>&1 1>&2 # real stdout only for the result lines
@@ -165,14 +171,14 @@ src_version() { # package
 
 # Downloads + unpacks once; sets FETCHED to the unpacked tree's path. (Not
 # called in $(...): the EXIT trap must see the temp dir it registers.)
-fetch_source() { # package version
-    local pkg=$1 ver=$2 dir="$R/src/$1-$2" tmp tree
+fetch_source() { # package version [apt-version: with the epoch, when the package has one]
+    local pkg=$1 ver=$2 apt_ver=${3:-$2} dir="$R/src/$1-$2" tmp tree
     if [[ ! -f $dir/.complete ]]; then
         rm -rf -- "$dir"
         new_tmp "$dir"
         tmp=$NEW_TMP
-        log "apt-get source $pkg=$ver -> $dir"
-        (cd "$tmp" && apt-get source -q "$pkg=$ver" >&2) || die "apt-get source $pkg=$ver failed"
+        log "apt-get source $pkg=$apt_ver -> $dir"
+        (cd "$tmp" && apt-get source -q "$pkg=$apt_ver" >&2) || die "apt-get source $pkg=$apt_ver failed"
         tree="$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -n 1)"
         [[ -n $tree ]] || die "apt-get source $pkg produced no directory"
         basename "$tree" >"$tmp/.tree"
@@ -182,13 +188,22 @@ fetch_source() { # package version
     FETCHED="$dir/$(cat "$dir/.tree")"
 }
 
+# The version apt-get wants: the .dsc name without its epoch, the epoch put back (redis: 5:).
+apt_version() { # package version-without-epoch
+    apt-cache showsrc "$1" 2>/dev/null | awk -v v="$2" '
+        $1 == "Version:" && ($2 == v || $2 ~ ("^[0-9]+:" v "$")) { print $2; exit }'
+}
+
 LUA_VER="$(src_version lua5.4)"
 SQLITE_VER="$(src_version sqlite3)"
-log "lua5.4 $LUA_VER, sqlite3 $SQLITE_VER"
+REDIS_VER="$(src_version redis)"
+log "lua5.4 $LUA_VER, sqlite3 $SQLITE_VER, redis $REDIS_VER"
 fetch_source lua5.4 "$LUA_VER"
 LUA_SRC=$FETCHED
 fetch_source sqlite3 "$SQLITE_VER"
 SQLITE_SRC=$FETCHED
+fetch_source redis "$REDIS_VER" "$(apt_version redis "$REDIS_VER")"
+REDIS_SRC=$FETCHED
 
 # --- 3. builds --------------------------------------------------------------
 # new_build <package> <version> <cc>: prints the build dir if already complete
@@ -198,6 +213,12 @@ check_binary() { # path kind [relocs|norelocs]
     case $kind in
         lua) out="$("$bin" -e 'print(1+1)' 2>&1)" || die "$bin -e 'print(1+1)' failed: $out" ;;
         sqlite3) out="$(echo 'select 1+1;' | "$bin" 2>&1)" || die "sqlite3 smoke test failed: $out" ;;
+        redis) # redis-server: its version line; the tools next to it must run too
+            out="$("$bin" --version 2>&1)" || die "$bin --version failed: $out"
+            [[ $out == "Redis server v="* ]] || die "$bin --version printed '$out'"
+            "$(dirname "$bin")/redis-cli" --version >/dev/null 2>&1 || die "redis-cli next to $bin does not run"
+            "$(dirname "$bin")/redis-benchmark" --version >/dev/null 2>&1 || die "redis-benchmark next to $bin does not run"
+            out=2 ;;
         testfixture) # runs a Tcl script file
             printf 'sqlite3 db :memory:\nputs [db eval {select 1+1}]\ndb close\n' >"$R/.smoke.tcl"
             out="$("$bin" "$R/.smoke.tcl" </dev/null 2>&1)" || die "testfixture smoke test failed: $out" ;;
@@ -428,7 +449,38 @@ build_sqlites() {
     log "sqlite3 builds took $(elapsed "$t0")"
 }
 
+# Redis: upstream's own Makefile (src/Makefile, deps/Makefile) on a copy of the tree (it builds
+# in place), gcc only: MALLOC=libc skips the jemalloc build (minutes of configure), the other
+# bundled deps are small. OPTIMIZATION/CFLAGS/LDFLAGS on the make command line reach the deps'
+# makes as well (hiredis, hdr_histogram; lua takes -O2 from deps/Makefile).
+build_redis() {
+    local final="$R/redis-$REDIS_VER-gcc" tmp t0 flags b
+    if [[ -f $final/.complete ]]; then
+        log "cached: $final/redis-server"
+        return 0
+    fi
+    t0=$(now)
+    flags="$(cflags_for gcc | grep -v '^-O' | tr '\n' ' ')"
+    rm -rf -- "$final"
+    new_tmp "$final"
+    tmp=$NEW_TMP
+    ln -s "$REDIS_SRC" "$tmp/source"
+    cp -a -- "$REDIS_SRC" "$tmp/tree"
+    log "building redis with gcc (-O2 $flags -Wl,--emit-relocs, MALLOC=libc) ..."
+    if ! make -C "$tmp/tree/src" -j "$(nproc)" CC=gcc MALLOC=libc OPTIMIZATION=-O2 CFLAGS="$flags" \
+        LDFLAGS=-Wl,--emit-relocs BUILD_TLS=no USE_SYSTEMD=no V=1 \
+        redis-server redis-benchmark redis-cli >"$tmp/build.log" 2>&1; then
+        tail -n 60 "$tmp/build.log" >&2
+        die "redis build failed (log above)"
+    fi
+    for b in redis-server redis-benchmark redis-cli; do cp -- "$tmp/tree/src/$b" "$tmp/$b"; done
+    rm -rf -- "$tmp/tree"
+    finish_build "$tmp" "$final" redis-server redis
+    log "built $final/redis-server in $(elapsed "$t0")"
+}
+
 for cc in "${COMPILERS[@]}"; do build_lua "$cc"; done
+build_redis
 build_lua gcc norelocs
 make_amalgamation
 for cc in "${COMPILERS[@]}"; do prepare_sqlite "$cc"; done
@@ -446,6 +498,7 @@ done
 check_binary "$R/lua5.4-$LUA_VER-gcc-norelocs/lua" lua norelocs
 check_binary "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3" sqlite3 norelocs
 check_binary "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture" testfixture norelocs
+check_binary "$R/redis-$REDIS_VER-gcc/redis-server" redis
 log "all done in $(elapsed "$start_all")"
 {
     printf 'lua-src %s\n' "$LUA_SRC"
@@ -458,4 +511,7 @@ log "all done in $(elapsed "$start_all")"
     printf 'lua-gcc-norelocs %s\n' "$R/lua5.4-$LUA_VER-gcc-norelocs/lua"
     printf 'sqlite3-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3"
     printf 'testfixture-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture"
+    printf 'redis-gcc %s\n' "$R/redis-$REDIS_VER-gcc/redis-server"
+    printf 'redis-benchmark %s\n' "$R/redis-$REDIS_VER-gcc/redis-benchmark"
+    printf 'redis-cli %s\n' "$R/redis-$REDIS_VER-gcc/redis-cli"
 } >&3
