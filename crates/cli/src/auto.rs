@@ -907,6 +907,9 @@ fn workloads(args: &AutoArgs) -> Vec<Workload> {
 }
 
 pub fn run(args: &AutoArgs) -> Result<(), UserError> {
+    // First, before any thread exists (discovery starts rayon's): threads inherit the mask.
+    let live: Shared = Arc::default();
+    watch_signals(&live);
     check_args(args)?;
     let workloads = workloads(args);
     check_binary(
@@ -916,8 +919,6 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
     )?;
     // Fail on an unwritable output now, not after the training.
     drop(PendingOutput::create(&args.output)?);
-    let live: Shared = Arc::default();
-    watch_signals(&live);
     let scratch = Scratch::create(&live)?;
     let progress = std::io::stderr().is_terminal();
     let name = args
