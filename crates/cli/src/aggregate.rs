@@ -6,7 +6,7 @@
 //! PIE executables and shared libraries work; recordings of another build of the binary are
 //! refused (by build-id) unless forced.
 
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -232,12 +232,8 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
         _ => native::write(&profile).map_err(|e| e.to_string()),
     }
     .map_err(|e| UserError::new(format!("cannot write the profile: {e}")))?;
-    let (pending, mut file) = PendingOutput::create(&args.output)?;
-    file.write_all(text.as_bytes())
-        .and_then(|_| file.sync_all())
-        .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;
-    drop(file);
-    pending.commit(0o644)?;
+    let (pending, file) = PendingOutput::create(&args.output)?;
+    pending.finish(file, text.as_bytes(), 0o644)?;
     let kind = if aggregator.result.has_branch_stacks {
         "branch stacks"
     } else {

@@ -852,14 +852,7 @@ fn merge_profiles(runs: &[Run], dest: &Path) -> Result<(), UserError> {
         rivet_profile::native::write(&merged).map_err(|e| fail(&e))?
     };
     let (pending, file) = PendingOutput::create(dest)?;
-    {
-        use std::io::Write as _;
-        let mut file = file;
-        file.write_all(text.as_bytes())
-            .and_then(|_| file.sync_all())
-            .map_err(|e| UserError::new(format!("cannot write {}: {e}", dest.display())))?;
-    }
-    pending.commit(0o644)
+    pending.finish(file, text.as_bytes(), 0o644)
 }
 
 /// `rivet optimize`'s arguments: the defaults, --verify, and the user's extras.

@@ -5,8 +5,6 @@
 //! counts reach the file while the program runs (`rivet_runtime`). The output is written like
 //! `rivet rewrite`'s: to a temporary file renamed into place, never over the input.
 
-use std::io::Write as _;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
@@ -18,7 +16,7 @@ use rivet_passes::instrument_program;
 
 use crate::UserError;
 use crate::inspect::elf_error;
-use crate::rewrite::{PendingOutput, rewrite_error, same_file};
+use crate::rewrite::{PendingOutput, mode_of, rewrite_error, same_file};
 
 #[derive(clap::Args, Debug)]
 pub struct InstrumentArgs {
@@ -89,7 +87,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             .hint("check the path and its permissions")
     })?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
-    let (pending, mut file) = PendingOutput::create(&args.output)?;
+    let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
@@ -136,14 +134,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             .hint("or profile with perf and `rivet aggregate`, which needs no relocations"),
             other => rewrite_error(&args.binary, other),
         })?;
-    file.write_all(&output.image)
-        .and_then(|_| file.sync_all())
-        .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;
-    drop(file);
-    let mode = std::fs::metadata(&args.binary)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0o755);
-    pending.commit(mode)?;
+    pending.finish(file, &output.image, mode_of(&args.binary))?;
 
     // Summary: what is counted, and where the counts go.
     let mut functions = 0;

@@ -5,7 +5,6 @@
 //! The output is sorted, so the same inputs always give the same bytes. Mixing branch and
 //! sample profiles, or profiles of different builds, is an error naming the inputs.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use rivet_profile::counters::{CounterFile, is_counter_file};
@@ -118,11 +117,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
             }
         }
     };
-    let (pending, mut file) = PendingOutput::create(&args.output)?;
-    file.write_all(text.as_bytes())
-        .and_then(|_| file.sync_all())
-        .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;
-    drop(file);
-    pending.commit(0o644)?;
+    let (pending, file) = PendingOutput::create(&args.output)?;
+    pending.finish(file, text.as_bytes(), 0o644)?;
     Ok(())
 }

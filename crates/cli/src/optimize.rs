@@ -9,8 +9,6 @@
 //! implement with a warning instead of failing.
 
 use std::ffi::OsString;
-use std::io::Write as _;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -27,7 +25,7 @@ use rivet_passes::optimize::{
 use crate::UserError;
 use crate::inspect::elf_error;
 use crate::profile_use::{attach_profile, load_profile};
-use crate::rewrite::{PendingOutput, rewrite_error, same_file};
+use crate::rewrite::{PendingOutput, mode_of, rewrite_error, same_file};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockOrderArg {
@@ -472,7 +470,7 @@ pub fn run_with(
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
     clock.lap("read binary and profile");
-    let (pending, mut file) = PendingOutput::create(&args.output)?;
+    let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
@@ -543,14 +541,7 @@ pub fn run_with(
             .hint("the output was not written; please report this with the binary")
         })?;
     }
-    file.write_all(&output.image)
-        .and_then(|_| file.sync_all())
-        .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;
-    drop(file);
-    let mode = std::fs::metadata(&args.binary)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0o755);
-    pending.commit(mode)?;
+    pending.finish(file, &output.image, mode_of(&args.binary))?;
     clock.lap(if args.verify {
         "verify and write file"
     } else {

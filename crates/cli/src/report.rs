@@ -530,13 +530,7 @@ pub fn run(args: &ReportArgs) -> Result<(), UserError> {
     }
     html.push_str("</body></html>\n");
 
-    let mut file = file;
-    use std::io::Write as _;
-    file.write_all(html.as_bytes())
-        .and_then(|_| file.sync_all())
-        .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;
-    drop(file);
-    pending.commit(0o644)?;
+    pending.finish(file, html.as_bytes(), 0o644)?;
     println!(
         "report written to {}: {} hot functions, hot footprint {}{}",
         args.output.display(),

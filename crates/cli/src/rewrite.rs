@@ -94,7 +94,17 @@ impl PendingOutput {
         ))
     }
 
-    pub(crate) fn commit(mut self, mode: u32) -> Result<(), UserError> {
+    /// Writes `bytes` to the temporary file (`file`, from `create`), syncs it, gives it `mode`
+    /// and renames it into place.
+    pub(crate) fn finish(self, mut file: File, bytes: &[u8], mode: u32) -> Result<(), UserError> {
+        file.write_all(bytes)
+            .and_then(|_| file.sync_all())
+            .map_err(|e| UserError::new(format!("cannot write {}: {e}", self.dest.display())))?;
+        drop(file);
+        self.commit(mode)
+    }
+
+    fn commit(mut self, mode: u32) -> Result<(), UserError> {
         let fail = |e: std::io::Error| {
             UserError::new(format!("cannot write {}: {e}", self.dest.display()))
         };
@@ -112,6 +122,14 @@ impl Drop for PendingOutput {
             let _ = std::fs::remove_file(&self.temp);
         }
     }
+}
+
+/// The permission bits an output made from `input` gets: the input's (an executable stays
+/// executable), 0755 when they cannot be read.
+pub(crate) fn mode_of(input: &Path) -> u32 {
+    std::fs::metadata(input)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o755)
 }
 
 pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
@@ -157,7 +175,7 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     })?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     // Fail on an unwritable destination before the work, and own the temp file from here.
-    let (pending, mut file) = PendingOutput::create(&args.output)?;
+    let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
@@ -173,14 +191,7 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
             .hint("the output was not written; please report this with the binary")
         })?;
     }
-    file.write_all(&output.image)
-        .and_then(|_| file.sync_all())
-        .map_err(|e| UserError::new(format!("cannot write {}: {e}", args.output.display())))?;
-    drop(file);
-    let mode = std::fs::metadata(&args.binary)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0o755);
-    pending.commit(mode)?;
+    pending.finish(file, &output.image, mode_of(&args.binary))?;
     print_summary(args, &output.summary);
     if args.list {
         let placement = if output.summary.relocation_mode {
