@@ -13,7 +13,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{assert_one_error_line, real_program, repo_root, rivet, s, scratch};
+use common::{
+    assert_one_error_line, instrument_and_train, real_program, repo_root, rivet, s, scratch,
+};
 
 fn lua() -> &'static Path {
     real_program("lua-gcc")
@@ -102,30 +104,12 @@ fn same_binary_is_no_difference() {
 
 /// Lua instrumented, trained on the benchmark, optimized: `lua.opt`.
 fn optimized_lua(dir: &Path) -> PathBuf {
-    let inst = dir.join("lua.inst");
-    let counts = dir.join("counts");
-    let out = rivet(&[
-        "instrument",
-        s(lua()),
-        "-o",
-        s(&inst),
-        "--profile",
-        s(&counts),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (fannkuch, strings) = (script("fannkuch.lua"), script("strings.lua"));
+    let counts = instrument_and_train(
+        lua(),
+        dir,
+        &[&[fannkuch.as_str(), "8"], &[strings.as_str(), "20000"]],
     );
-    for (name, arg) in [("fannkuch.lua", "8"), ("strings.lua", "20000")] {
-        let status = Command::new(&inst)
-            .arg(script(name))
-            .arg(arg)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "training on {name}");
-    }
     let opt = dir.join("lua.opt");
     let out = rivet(&["optimize", s(lua()), "--profile", s(&counts), "-o", s(&opt)]);
     assert!(

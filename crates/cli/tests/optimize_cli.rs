@@ -7,32 +7,15 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_one_error_line, build_instrument_program, rivet, s, scratch};
+use common::{
+    assert_one_error_line, build_instrument_program, instrument_and_train, rivet, s, scratch,
+};
 
 /// Builds counts.c, profiles `switch 1000` with Rivet's instrumentation; returns (binary,
 /// counter file).
 fn profiled_program(dir: &Path) -> (PathBuf, PathBuf) {
     let bin = build_instrument_program(dir, "counts.c", "gcc", &["-O2"], "counts");
-    let inst = dir.join("counts.inst");
-    let counts = dir.join("counts.counts");
-    let out = rivet(&[
-        "instrument",
-        s(&bin),
-        "-o",
-        s(&inst),
-        "--profile",
-        s(&counts),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = Command::new(&inst)
-        .args(["switch", "1000"])
-        .output()
-        .unwrap();
-    assert!(run.status.success());
+    let counts = instrument_and_train(&bin, dir, &[&["switch", "1000"]]);
     (bin, counts)
 }
 

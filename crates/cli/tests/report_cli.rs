@@ -7,36 +7,14 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_one_error_line, build_instrument_program, rivet, s, scratch};
+use common::{
+    assert_one_error_line, build_instrument_program, instrument_and_train, rivet, s, scratch,
+};
 
-/// counts.c built, profiled on `loop 100000`, and optimized: (binary, counts, optimized).
+/// counts.c built, profiled on `switch 5000` and `recurse 30`, and optimized: (binary, counts, optimized).
 fn optimized_program(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let bin = build_instrument_program(dir, "counts.c", "gcc", &["-O2"], "counts");
-    let inst = dir.join("counts.inst");
-    let counts = dir.join("counts.counts");
-    let out = rivet(&[
-        "instrument",
-        s(&bin),
-        "-o",
-        s(&inst),
-        "--profile",
-        s(&counts),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for mode in [["switch", "5000"], ["recurse", "30"]] {
-        assert!(
-            Command::new(&inst)
-                .args(mode)
-                .output()
-                .unwrap()
-                .status
-                .success()
-        );
-    }
+    let counts = instrument_and_train(&bin, dir, &[&["switch", "5000"], &["recurse", "30"]]);
     let opt = dir.join("counts.opt");
     let out = rivet(&["optimize", s(&bin), "--profile", s(&counts), "-o", s(&opt)]);
     assert!(

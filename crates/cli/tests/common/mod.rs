@@ -149,3 +149,33 @@ pub fn real_program(name: &str) -> &'static Path {
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// Instruments `bin` into `dir`, runs the instrumented build once per argument list in `runs`
+/// (output discarded, each run must succeed), and returns the counter file.
+#[allow(dead_code)]
+pub fn instrument_and_train(bin: &Path, dir: &Path, runs: &[&[&str]]) -> PathBuf {
+    let name = bin.file_name().unwrap().to_string_lossy();
+    let inst = dir.join(format!("{name}.inst"));
+    let counts = dir.join(format!("{name}.counts"));
+    let out = rivet(&[
+        "instrument",
+        s(bin),
+        "-o",
+        s(&inst),
+        "--profile",
+        s(&counts),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for args in runs {
+        let run = std::process::Command::new(&inst)
+            .args(*args)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{} {args:?}", inst.display());
+    }
+    counts
+}
