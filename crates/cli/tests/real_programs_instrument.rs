@@ -72,20 +72,7 @@ fn check_counts(counts: &Path, input: &Path) {
     assert!(counted.len() > 100, "{} functions counted", counted.len());
 }
 
-fn check(script: &str, args: &[&Path], extra: &[&str]) {
-    let out = Command::new("bash")
-        .arg(root().join("scripts").join(script))
-        .args(args)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script} {args:?} {extra:?} found differences:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::check_script as check;
 
 #[test]
 fn lua_instrumented_runs_every_script_identically() {

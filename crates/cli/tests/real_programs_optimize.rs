@@ -28,20 +28,7 @@ fn rivet(args: &[&str]) {
     );
 }
 
-fn check(script: &str, args: &[&Path], extra: &[&str]) {
-    let out = Command::new("bash")
-        .arg(repo_root().join("scripts").join(script))
-        .args(args)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script} {args:?} {extra:?} found differences:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::check_script as check;
 
 /// Instruments `original` into `dir`, runs `train` with the instrumented binary, returns the
 /// counter file.

@@ -8,14 +8,10 @@
 
 mod common;
 
+use common::real_program;
 use common::scratch;
-use common::{real_program, repo_root};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn root() -> PathBuf {
-    repo_root()
-}
 
 fn build(name: &str) -> &'static Path {
     real_program(name)
@@ -46,20 +42,7 @@ fn rewrite(input: &Path, dir: &Path, layout: &[&str]) -> PathBuf {
     out
 }
 
-fn check(script: &str, args: &[&Path], extra: &[&str]) {
-    let out = Command::new("bash")
-        .arg(root().join("scripts").join(script))
-        .args(args)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script} {args:?} {extra:?} found differences:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::check_script as check;
 
 const SHUFFLES: [&str; 5] = ["1", "2", "3", "4", "5"];
 

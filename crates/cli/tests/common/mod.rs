@@ -179,3 +179,21 @@ pub fn instrument_and_train(bin: &Path, dir: &Path, runs: &[&[&str]]) -> PathBuf
     }
     counts
 }
+
+/// Runs `scripts/SCRIPT ARGS EXTRA` (check-lua.sh, check-sqlite.sh) and fails with its output
+/// when it finds differences.
+#[allow(dead_code)]
+pub fn check_script(script: &str, args: &[&Path], extra: &[&str]) {
+    let out = std::process::Command::new("bash")
+        .arg(repo_root().join("scripts").join(script))
+        .args(args)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} {args:?} {extra:?} found differences:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
