@@ -509,6 +509,7 @@ pub fn run_with(
             hot_text: if args.hot_text { 2 << 20 } else { 64 },
             blocks: args.block_alignment,
         },
+        debug_writer: rivet_emit::debug::DebugWriter::default(),
     };
     let relocation_mode = program.info.relocation_mode == rivet_ir::RelocationMode::Available;
     let rewrite_options = if relocation_mode {

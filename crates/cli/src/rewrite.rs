@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, MappedFile};
+use rivet_emit::debug::DebugWriter;
 use rivet_emit::rewrite::{RewriteError, RewriteOptions, Summary, rewrite};
 use rivet_ir::layout::LayoutStrategy;
 
@@ -52,6 +53,17 @@ pub struct RewriteArgs {
     /// List every function: rewritten, or why not.
     #[arg(long)]
     pub list: bool,
+    /// How debug info is carried over: `stream` copies DIEs as bytes and re-encodes only
+    /// what names code (falling back to `convert` for DWARF it does not model); `convert`
+    /// decodes and re-encodes everything through gimli (slower, heavier; a cross-check).
+    #[arg(long, value_enum, default_value_t = DebugWriterArg::Stream)]
+    pub debug_writer: DebugWriterArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DebugWriterArg {
+    Stream,
+    Convert,
 }
 
 /// A temporary output file that disappears unless committed.
@@ -179,7 +191,13 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
-    let options = RewriteOptions::strategy(strategy(args));
+    let options = RewriteOptions {
+        debug_writer: match args.debug_writer {
+            DebugWriterArg::Stream => DebugWriter::Stream,
+            DebugWriterArg::Convert => DebugWriter::Convert,
+        },
+        ..RewriteOptions::strategy(strategy(args))
+    };
     let output =
         rewrite(&elf, &program, &options, None).map_err(|e| rewrite_error(&args.binary, e))?;
     if args.verify {
@@ -231,6 +249,11 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
             "lsdas": s.lsdas,
             "debug_units": s.debug_units,
             "debug_moved_rows": s.debug_moved_rows,
+            "debug_writer": s.debug_writer.map(|w| match w {
+                DebugWriter::Stream => "stream",
+                DebugWriter::Convert => "convert",
+            }),
+            "debug_fallback": s.debug_fallback,
             "warnings": s.warnings,
         });
         println!("{json}");

@@ -35,6 +35,8 @@ use rivet_ir::{FuncId, Program};
 
 use crate::code::{AddressMap, FragmentPlan};
 
+mod stream;
+
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 
 /// Why the input's debug information could not be carried over.
@@ -57,6 +59,22 @@ pub struct DebugSections {
     pub units: usize,
     /// Line-table rows written for rewritten code.
     pub moved_rows: usize,
+    /// The writer that produced the sections.
+    pub writer: DebugWriter,
+    /// Why the streaming writer gave way to the converter, when it did.
+    pub fallback: Option<String>,
+}
+
+/// How debug information is rewritten.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DebugWriter {
+    /// DIEs copied as bytes; only what names code is re-encoded (`stream`). Falls back to
+    /// [`DebugWriter::Convert`] for DWARF it does not model.
+    #[default]
+    Stream,
+    /// Every unit decoded into gimli's object model and encoded again: slower and heavier,
+    /// general; the cross-check for the streaming writer.
+    Convert,
 }
 
 /// One fragment of a rewritten function: its new extent and what each piece stands for.
@@ -355,20 +373,43 @@ fn load<'d>(elf: &ElfFile<'d>) -> Result<Option<gimli::Dwarf<Reader<'d>>>, Debug
     Ok(Some(elf.dwarf()?))
 }
 
-/// Converts the input's DWARF for the rewritten code. `Ok(None)` when the input has none.
+/// Rewrites the input's DWARF for the rewritten code. `Ok(None)` when the input has none.
 pub fn rewrite(
     elf: &ElfFile<'_>,
     moves: &CodeMoves<'_>,
+    writer: DebugWriter,
 ) -> Result<Option<DebugSections>, DebugError> {
     let Some(read_dwarf) = load(elf)? else {
         return Ok(None);
     };
-    let mut out = DebugSections::default();
+    if writer == DebugWriter::Stream {
+        match stream::rewrite(elf, &read_dwarf, moves) {
+            Ok(sections) => return Ok(Some(sections)),
+            Err(e) => {
+                let mut sections = convert(elf, &read_dwarf, moves)?;
+                sections.fallback = Some(e.to_string());
+                return Ok(Some(sections));
+            }
+        }
+    }
+    convert(elf, &read_dwarf, moves).map(Some)
+}
+
+/// Converts the input's DWARF through gimli's object model.
+fn convert(
+    elf: &ElfFile<'_>,
+    read_dwarf: &gimli::Dwarf<Reader<'_>>,
+    moves: &CodeMoves<'_>,
+) -> Result<DebugSections, DebugError> {
+    let mut out = DebugSections {
+        writer: DebugWriter::Convert,
+        ..DebugSections::default()
+    };
     let mut sections = Sections::new(EndianVec::new(LittleEndian));
     // (offset of the unit in the new .debug_info, its new ranges) for .debug_aranges.
     let mut unit_ranges: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
     let mut write_dwarf = gw::Dwarf::new();
-    let mut convert = write_dwarf.convert(&read_dwarf)?;
+    let mut convert = write_dwarf.convert(read_dwarf)?;
     while let Some((mut unit, root)) = convert.read_unit()? {
         if unit.read_unit.dwo_id.is_some() || unit.read_skeleton_unit.is_some() {
             return Err(DebugError::Unsupported("split DWARF (a .dwo unit)".into()));
@@ -425,7 +466,7 @@ pub fn rewrite(
         out.sections
             .push((".debug_aranges", address_ranges(&unit_ranges)));
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// A `.debug_aranges` section (version 2, 64-bit addresses) listing each unit's ranges.
@@ -460,21 +501,28 @@ fn rows_at(seg: &LineSegment, addr: u64) -> (std::ops::Range<usize>, Option<usiz
     (from..upto, upto.checked_sub(1))
 }
 
-/// Appends rows to a line program being rebuilt, converting file indices.
+/// Where a rebuilt line program's rows go: sequences of rows, each row at a new address.
+trait LineSink {
+    fn begin(&mut self, start: u64);
+    /// Writes `row` at `addr`; `continued` marks a row repeated where its statement does not
+    /// start (no statement or prologue flags).
+    fn row(&mut self, addr: u64, row: &lines::LineRow, continued: bool) -> Result<(), DebugError>;
+    fn end(&mut self, end: u64);
+}
+
+/// Appends rows to a gimli line program being rebuilt, converting file indices.
 struct LineWriter<'a> {
     program: gw::LineProgram,
     files: &'a [gw::FileId],
     start: u64,
 }
 
-impl LineWriter<'_> {
+impl LineSink for LineWriter<'_> {
     fn begin(&mut self, start: u64) {
         self.start = start;
         self.program.begin_sequence(Some(Address::Constant(start)));
     }
 
-    /// Writes `row` at `addr`; `continued` marks a row repeated where its statement does not
-    /// start (no statement or prologue flags).
     fn row(&mut self, addr: u64, row: &lines::LineRow, continued: bool) -> Result<(), DebugError> {
         let file = *self
             .files
@@ -507,7 +555,7 @@ impl LineWriter<'_> {
 /// the number of rows written for rewritten code.
 fn convert_line_program(
     segments: &[LineSegment],
-    out: &mut LineWriter<'_>,
+    out: &mut impl LineSink,
     moves: &CodeMoves<'_>,
     scopes: &mut UnitScopes<'_, '_>,
 ) -> Result<usize, DebugError> {
@@ -833,6 +881,23 @@ fn drop_misleading_prologue_ends(planned: &mut [(usize, u64, lines::LineRow, boo
     }
 }
 
+/// The new ranges of a DIE whose old ranges are `old` and whose entry was `old_entry`:
+/// sorted, except that the range holding the entry comes first, because debuggers take the
+/// start of the first range as the entry.
+fn translated_ranges(
+    moves: &CodeMoves<'_>,
+    old: &[(u64, u64)],
+    old_entry: Option<u64>,
+) -> Vec<(u64, u64)> {
+    let mut ranges = moves.translate_ranges(old);
+    if let Some(e) = old_entry.and_then(|e| moves.translate_point(e))
+        && let Some(k) = ranges.iter().position(|r| r.0 <= e && e < r.1)
+    {
+        ranges[..=k].rotate_right(1);
+    }
+    ranges
+}
+
 /// Converts the attributes of one DIE. Returns the DIE's new ranges when it has any.
 fn convert_entry<'d>(
     unit: &mut ConvertUnit<'_, Reader<'d>>,
@@ -854,17 +919,11 @@ fn convert_entry<'d>(
         while let Some(r) = iter.next()? {
             old.push((r.begin, r.end));
         }
-        let mut ranges = moves.translate_ranges(&old);
-        // Debuggers take the start of the first range as the entry: keep the entry's first.
         let old_entry = match entry.attr_value(constants::DW_AT_low_pc) {
             Some(v) => read_unit.attr_address(v)?,
             None => old.first().map(|r| r.0),
         };
-        if let Some(e) = old_entry.and_then(|e| moves.translate_point(e))
-            && let Some(k) = ranges.iter().position(|r| r.0 <= e && e < r.1)
-        {
-            ranges[..=k].rotate_right(1);
-        }
+        let ranges = translated_ranges(moves, &old, old_entry);
         let die = unit.unit.get_mut(id);
         match ranges.as_slice() {
             [] => {}

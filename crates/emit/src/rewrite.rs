@@ -93,6 +93,7 @@ impl Default for TextAlignment {
 pub struct RewriteOptions<'a> {
     pub layout: LayoutSource<'a>,
     pub alignment: TextAlignment,
+    pub debug_writer: debug::DebugWriter,
 }
 
 impl RewriteOptions<'_> {
@@ -101,6 +102,7 @@ impl RewriteOptions<'_> {
         RewriteOptions {
             layout: LayoutSource::Strategy(strategy),
             alignment: TextAlignment::default(),
+            debug_writer: debug::DebugWriter::default(),
         }
     }
 }
@@ -172,6 +174,9 @@ pub struct Summary {
     pub debug_units: usize,
     /// Line-table rows written for rewritten code.
     pub debug_moved_rows: usize,
+    /// The writer that carried debug info over, and why the streaming one gave way, if it did.
+    pub debug_writer: Option<debug::DebugWriter>,
+    pub debug_fallback: Option<String>,
     pub warnings: Vec<String>,
     /// Wall time of each phase, in order (for `--timings`).
     pub timings: Vec<(&'static str, std::time::Duration)>,
@@ -661,7 +666,7 @@ pub fn rewrite(
     let moves = debug::CodeMoves::new(program, &map, &placed);
     let (tables, debug_sections) = rayon::join(
         || frames::build(elf, program, &layout, &placed, &map, tables_start),
-        || debug::rewrite(elf, &moves),
+        || debug::rewrite(elf, &moves, options.debug_writer),
     );
     let tables = tables?;
     let has_tables = tables.is_some();
@@ -762,6 +767,8 @@ pub fn rewrite(
         Ok(Some(d)) => {
             summary.debug_units = d.units;
             summary.debug_moved_rows = d.moved_rows;
+            summary.debug_writer = Some(d.writer);
+            summary.debug_fallback = d.fallback;
             for (name, bytes) in d.sections {
                 new_sections.push(NewSection::new(
                     name,
