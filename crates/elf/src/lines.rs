@@ -28,18 +28,55 @@ pub enum LineError {
 }
 
 /// One row of a line program, with the registers DWARF defines (file is the program's index).
+/// Registers are 32 bits wide here (a program whose registers do not fit is refused): a
+/// large program has hundreds of thousands of rows, and half the width is half the memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LineRow {
     pub address: u64,
-    pub file: u64,
-    pub line: u64,
-    pub column: u64,
-    pub discriminator: u64,
-    pub isa: u64,
+    pub file: u32,
+    pub line: u32,
+    pub column: u32,
+    pub discriminator: u32,
+    pub isa: u32,
     pub is_stmt: bool,
     pub basic_block: bool,
     pub prologue_end: bool,
     pub epilogue_begin: bool,
+}
+
+/// The state machine's registers while a program runs (64 bits, as DWARF defines them).
+#[derive(Clone, Copy)]
+struct Registers {
+    address: u64,
+    file: u64,
+    line: u64,
+    column: u64,
+    discriminator: u64,
+    isa: u64,
+    is_stmt: bool,
+    basic_block: bool,
+    prologue_end: bool,
+    epilogue_begin: bool,
+}
+
+impl Registers {
+    fn row(&self) -> Result<LineRow, LineError> {
+        let narrow = |v: u64| {
+            u32::try_from(v).map_err(|_| LineError::Unsupported("register values above 2^32"))
+        };
+        Ok(LineRow {
+            address: self.address,
+            file: narrow(self.file)?,
+            line: narrow(self.line)?,
+            column: narrow(self.column)?,
+            discriminator: narrow(self.discriminator)?,
+            isa: narrow(self.isa)?,
+            is_stmt: self.is_stmt,
+            basic_block: self.basic_block,
+            prologue_end: self.prologue_end,
+            epilogue_begin: self.epilogue_begin,
+        })
+    }
 }
 
 /// Rows of ascending addresses covering `[start, end)`; each row holds until the next.
@@ -67,7 +104,7 @@ pub fn line_segments<R: Reader>(
     let line_range = u64::from(header.line_range());
     let opcode_base = header.opcode_base();
     let tombstone = |a: u64| a == 0 || a >= u64::MAX - 1;
-    let initial = LineRow {
+    let initial = Registers {
         address: 0,
         file: 1,
         line: 1,
@@ -156,7 +193,7 @@ pub fn line_segments<R: Reader>(
                         rows: Vec::new(),
                     })
                     .rows
-                    .push(reg);
+                    .push(reg.row()?);
             }
             reg.discriminator = 0;
             reg.basic_block = false;
@@ -222,14 +259,14 @@ impl LineTable {
                 continue;
             };
             let header = program.header();
-            let mut names: HashMap<u64, u32> = HashMap::new();
+            let mut names: HashMap<u32, u32> = HashMap::new();
             for seg in line_segments(&program)? {
                 let mut rows = Vec::with_capacity(seg.rows.len());
                 for row in &seg.rows {
                     let file = match names.get(&row.file) {
                         Some(&id) => id,
                         None => {
-                            let id = match header.file(row.file) {
+                            let id = match header.file(u64::from(row.file)) {
                                 Some(entry) => {
                                     let mut path = String::new();
                                     if let Some(dir) = entry.directory(header) {
@@ -256,8 +293,8 @@ impl LineTable {
                         row.address,
                         SourcePosition {
                             file,
-                            line: row.line as u32,
-                            column: row.column as u32,
+                            line: row.line,
+                            column: row.column,
                         },
                     ));
                 }

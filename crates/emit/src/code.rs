@@ -243,7 +243,10 @@ pub fn plan_fragment(
     aligned: &[AlignedBlock],
     block_alignment: u16,
 ) -> Result<FragmentPlan, EmitError> {
-    let mut items = Vec::with_capacity(f.insts.len() + blocks.len() * 2);
+    // Plans of every fragment live until the end of the rewrite: size them for this
+    // fragment's blocks, not the whole function.
+    let fragment_insts: usize = blocks.iter().map(|&b| f.block(b).insts.len()).sum();
+    let mut items = Vec::with_capacity(fragment_insts + blocks.len() * 2);
     let branch = |items: &mut Vec<Item>,
                   encoder: &mut BranchEncoder,
                   branch: NewBranch,
@@ -467,7 +470,7 @@ pub fn plan_fragment(
 
     // New offsets of the original instructions, dropped jumps included. A block's first
     // instruction is where its label is, so that arriving at the block runs its start probes.
-    let mut inst_offsets: Vec<(u32, u64)> = Vec::with_capacity(f.insts.len());
+    let mut inst_offsets: Vec<(u32, u64)> = Vec::with_capacity(fragment_insts + blocks.len());
     let mut label_at: Option<u64> = None;
     for (item, &off) in items.iter().zip(&offsets) {
         match *item {

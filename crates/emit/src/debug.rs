@@ -490,7 +490,7 @@ fn address_ranges(units: &[(u64, Vec<(u64, u64)>)]) -> Vec<u8> {
 }
 
 /// What makes two rows describe the same source position.
-fn position(row: &lines::LineRow) -> (u64, u64, u64, u64) {
+fn position(row: &lines::LineRow) -> (u32, u32, u32, u32) {
     (row.file, row.line, row.column, row.discriminator)
 }
 
@@ -532,14 +532,14 @@ impl LineSink for LineWriter<'_> {
             address_offset: addr - self.start,
             op_index: 0,
             file,
-            line: row.line,
-            column: row.column,
-            discriminator: row.discriminator,
+            line: row.line.into(),
+            column: row.column.into(),
+            discriminator: row.discriminator.into(),
             is_statement: row.is_stmt && !continued,
             basic_block: row.basic_block && !continued,
             prologue_end: row.prologue_end && !continued,
             epilogue_begin: row.epilogue_begin && !continued,
-            isa: row.isa,
+            isa: row.isa.into(),
         };
         self.program.generate_row();
         Ok(())
@@ -674,7 +674,7 @@ fn convert_line_program(
         // breakpoint location for the line there: keep it a statement only when its line
         // has no other.
         if !from_vanished.is_empty() {
-            let statement_lines: HashSet<(u64, u64)> = planned
+            let statement_lines: HashSet<(u32, u32)> = planned
                 .iter()
                 .enumerate()
                 .filter(|(i, p)| {
@@ -717,7 +717,7 @@ fn convert_line_program(
 fn real_line_before(
     seg: &LineSegment,
     idx: usize,
-    last: Option<(u64, u64, u64, u64)>,
+    last: Option<(u32, u32, u32, u32)>,
 ) -> Option<lines::LineRow> {
     if seg.rows[idx].line != 0 {
         return None;
@@ -816,7 +816,7 @@ fn demote_earlier_statements(
 ) -> Result<(), DebugError> {
     let statement = |row: &lines::LineRow, continued: bool| row.is_stmt && !continued;
     // Only lines with several statement rows can be affected.
-    let mut count: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+    let mut count: BTreeMap<(u32, u32), usize> = BTreeMap::new();
     for (_, _, row, continued) in planned.iter() {
         if statement(row, *continued) {
             *count.entry((row.file, row.line)).or_default() += 1;
@@ -828,7 +828,7 @@ fn demote_earlier_statements(
     }
     let scopes = scopes.get()?;
     // The (file, line, scope) of each statement row that may compete, computed once.
-    let keys: Vec<Option<(u64, u64, Option<usize>)>> = planned
+    let keys: Vec<Option<(u32, u32, Option<usize>)>> = planned
         .iter()
         .map(|(_, _, row, continued)| {
             (statement(row, *continued) && count.contains_key(&(row.file, row.line)))
@@ -836,7 +836,7 @@ fn demote_earlier_statements(
         })
         .collect();
     // Per (file, line, scope): (old address, new address) of the input's first statement.
-    let mut first: BTreeMap<(u64, u64, Option<usize>), (u64, u64)> = BTreeMap::new();
+    let mut first: BTreeMap<(u32, u32, Option<usize>), (u64, u64)> = BTreeMap::new();
     for ((_, new, row, _), key) in planned.iter().zip(&keys) {
         if let Some(k) = key {
             let e = first.entry(*k).or_insert((row.address, *new));

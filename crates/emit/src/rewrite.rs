@@ -662,12 +662,13 @@ pub fn rewrite(
     }
 
     lap(&mut summary, "encode and patch");
-    // 5. Unwind and exception tables, and debug info (independent: built side by side).
+    // 5. Unwind and exception tables, then debug info. They are independent, but built one
+    // after the other: side by side, their working sets add up to the peak memory of the
+    // run (SQLite: 160 MB against 144 MB), for a few tens of milliseconds saved.
+    let tables = frames::build(elf, program, &layout, &placed, &map, tables_start);
     let moves = debug::CodeMoves::new(program, &map, &placed);
-    let (tables, debug_sections) = rayon::join(
-        || frames::build(elf, program, &layout, &placed, &map, tables_start),
-        || debug::rewrite(elf, &moves, options.debug_writer),
-    );
+    let debug_sections = debug::rewrite(elf, &moves, options.debug_writer);
+    drop(moves);
     let tables = tables?;
     let has_tables = tables.is_some();
     let mut eh_frame_hdr = None;
@@ -718,6 +719,8 @@ pub fn rewrite(
             size: plan.size,
         })
         .collect();
+    // The plans are the largest structure of the run, and the image is yet to be built.
+    drop(placed);
     let mut renames: Vec<(u32, String)> = Vec::new();
     let mut drop_contents: Vec<u32> = Vec::new();
     let mut retype: Vec<u32> = Vec::new();

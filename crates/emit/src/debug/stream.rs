@@ -621,10 +621,10 @@ fn write_line_program(
 /// The line-number state machine's registers, as the encoder last left them.
 struct LineState {
     address: u64,
-    file: u64,
-    line: u64,
-    column: u64,
-    isa: u64,
+    file: u32,
+    line: u32,
+    column: u32,
+    isa: u32,
     is_stmt: bool,
 }
 
@@ -692,12 +692,12 @@ impl LineSink for RawLineProgram<'_> {
         }
         if row.file != self.state.file {
             self.out.push(constants::DW_LNS_set_file.0);
-            uleb128(self.out, row.file);
+            uleb128(self.out, row.file.into());
             self.state.file = row.file;
         }
         if row.column != self.state.column {
             self.out.push(constants::DW_LNS_set_column.0);
-            uleb128(self.out, row.column);
+            uleb128(self.out, row.column.into());
             self.state.column = row.column;
         }
         let is_stmt = row.is_stmt && !continued;
@@ -706,12 +706,12 @@ impl LineSink for RawLineProgram<'_> {
             self.state.is_stmt = is_stmt;
         }
         if row.isa != self.state.isa && self.standard(constants::DW_LNS_set_isa) {
-            uleb128(self.out, row.isa);
+            uleb128(self.out, row.isa.into());
             self.state.isa = row.isa;
         }
         if row.discriminator != 0 {
             let mut operand = Vec::new();
-            uleb128(&mut operand, row.discriminator);
+            uleb128(&mut operand, row.discriminator.into());
             self.extended(constants::DW_LNE_set_discriminator, &operand);
         }
         if row.basic_block && !continued {
@@ -723,7 +723,7 @@ impl LineSink for RawLineProgram<'_> {
         if row.epilogue_begin && !continued {
             self.standard(constants::DW_LNS_set_epilogue_begin);
         }
-        let line_delta = row.line as i64 - self.state.line as i64;
+        let line_delta = i64::from(row.line) - i64::from(self.state.line);
         let (base, range) = (i64::from(self.line_base), i64::from(self.line_range));
         let opcode_base = i64::from(self.opcode_base);
         let special = |line: i64, addr: u64| -> Option<u8> {
