@@ -666,6 +666,7 @@ pub fn rewrite(
     // after the other: side by side, their working sets add up to the peak memory of the
     // run (SQLite: 160 MB against 144 MB), for a few tens of milliseconds saved.
     let tables = frames::build(elf, program, &layout, &placed, &map, tables_start);
+    lap(&mut summary, "unwind tables");
     let moves = debug::CodeMoves::new(program, &map, &placed);
     let debug_sections = debug::rewrite(elf, &moves, options.debug_writer);
     drop(moves);
@@ -708,7 +709,7 @@ pub fn rewrite(
         ));
     }
 
-    lap(&mut summary, "unwind tables and debug info");
+    lap(&mut summary, "debug info");
     // 6. Symbols.
     let fragments: Vec<PlacedFragment> = placed
         .iter()
