@@ -3,9 +3,12 @@
 //! DWARF names code by address: the line table maps addresses to source lines, DIEs give the
 //! address ranges of functions, inlined calls and lexical blocks, location lists say where a
 //! variable lives over a range of addresses, call sites record return addresses. Every one
-//! of those is stale for a rewritten function. This module converts the input's DWARF with
-//! gimli's write side (types, strings and file tables go through unchanged) and re-derives
-//! every address from how code moved ([`CodeMoves`]):
+//! of those is stale for a rewritten function. This module re-derives every address from how
+//! code moved ([`CodeMoves`]), with one of two writers: [`stream`] (the default) copies DIEs
+//! as bytes and re-encodes only what names code; the converter here decodes every unit into
+//! gimli's object model and encodes it again (general, slower, several times the memory),
+//! used for DWARF the streaming writer does not model and as its cross-check. Both share the
+//! translation and the line-row planning:
 //!
 //! - a range becomes the new ranges of the instructions it covered (a block-reordered,
 //!   split function turns into several ranges; the range holding the entry comes first,
@@ -17,7 +20,8 @@
 //!   that now starts in the middle of an old row repeats that row as a non-statement).
 //!
 //! Sections whose contents are not regenerated (`.debug_frame`, `.debug_macro`, name
-//! indexes, ...) are dropped by the caller. When the input's DWARF uses something this
+//! indexes, ...) are dropped by the caller; the streaming writer copies the string sections
+//! as they are. When the input's DWARF uses something this
 //! module cannot carry over, the caller removes debug info with a warning: stale debug info
 //! is worse than none.
 

@@ -116,6 +116,9 @@ impl Output {
             };
             let out = &mut self.buffer(f.buffer)[f.at..];
             match f.width {
+                Width::Fixed(n) if n > 8 => {
+                    return Err(unsupported(format!("a {n}-byte DIE reference")));
+                }
                 Width::Fixed(n) => {
                     if n < 8 && value >> (8 * n) != 0 {
                         return Err(unsupported(format!("a DIE offset too large for {n} bytes")));
@@ -416,7 +419,9 @@ pub(super) fn rewrite(
                 at
             }
         };
-        debug_assert_eq!(out.info.len() - new_start as usize, header_size);
+        if out.info.len() - new_start as usize != header_size {
+            return Err(unsupported(format!("a unit header of {header_size} bytes")));
+        }
 
         let mut entries = unit.entries_raw(None)?;
         while !entries.is_empty() {
@@ -534,7 +539,7 @@ fn address_table(section: &[u8], moves: &CodeMoves<'_>) -> Result<Vec<u8>, Debug
             return Err(unsupported("64-bit DWARF in .debug_addr"));
         }
         let end = at + 4 + length;
-        if end > out.len() || out[at + 6] != 8 || out[at + 7] != 0 {
+        if length < 4 || end > out.len() || out[at + 6] != 8 || out[at + 7] != 0 {
             return Err(unsupported(format!(".debug_addr contribution at 0x{at:x}")));
         }
         for entry in out[at + 8..end].chunks_exact_mut(8) {
@@ -670,7 +675,7 @@ impl RawLineProgram<'_> {
     }
 
     fn advance_pc(&mut self, to: u64) {
-        let delta = to - self.state.address;
+        let delta = to.saturating_sub(self.state.address);
         if delta != 0 {
             self.out.push(constants::DW_LNS_advance_pc.0);
             uleb128(self.out, delta);
