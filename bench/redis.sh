@@ -148,7 +148,7 @@ read -r r_ins r_i1 r_mp <<<"$(cg rivet)"
 ratio_cpu=$(awk '{ printf "%.4f\n", $3 / $1 }' "$WORK/rounds")
 ratio_wall=$(awk '{ printf "%.4f\n", $4 / $2 }' "$WORK/rounds")
 faster=$(awk '$3 < $1 { n++ } END { print n + 0 }' "$WORK/rounds")
-fmt() { printf "%'d" "$1"; }
+fmt() { sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$1"; }
 
 echo "# A server: redis-server optimized by \`rivet auto\`"
 echo
