@@ -885,6 +885,19 @@ fn drop_misleading_prologue_ends(planned: &mut [(usize, u64, lines::LineRow, boo
     }
 }
 
+/// Attributes both writers leave out: views index the input's line table, and macro offsets
+/// point into sections that are not kept.
+fn dropped(name: constants::DwAt) -> bool {
+    matches!(
+        name,
+        constants::DW_AT_GNU_locviews
+            | constants::DW_AT_GNU_entry_view
+            | constants::DW_AT_macros
+            | constants::DW_AT_GNU_macros
+            | constants::DW_AT_macro_info
+    )
+}
+
 /// The new ranges of a DIE whose old ranges are `old` and whose entry was `old_entry`:
 /// sorted, except that the range holding the entry comes first, because debuggers take the
 /// start of the first range as the entry.
@@ -961,16 +974,7 @@ fn convert_entry<'d>(
                 name,
                 constants::DW_AT_low_pc | constants::DW_AT_high_pc | constants::DW_AT_ranges
             );
-        // Views index the input's line table; macro offsets point into sections not kept.
-        let dropped = matches!(
-            name,
-            constants::DW_AT_GNU_locviews
-                | constants::DW_AT_GNU_entry_view
-                | constants::DW_AT_macros
-                | constants::DW_AT_GNU_macros
-                | constants::DW_AT_macro_info
-        );
-        if handled || dropped {
+        if handled || dropped(name) {
             continue;
         }
         // gimli passes implicit constants through raw; file indices must be converted.

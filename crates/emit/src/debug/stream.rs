@@ -32,7 +32,7 @@ use rivet_elf::lines;
 
 use super::{
     CodeMoves, DebugError, DebugSections, LineSink, UnitScopes, address_ranges,
-    convert_line_program, copyable, normalize, uleb128,
+    convert_line_program, copyable, dropped, normalize, uleb128,
 };
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
@@ -760,19 +760,6 @@ impl LineSink for RawLineProgram<'_> {
         self.advance_pc(end);
         self.extended(constants::DW_LNE_end_sequence, &[]);
     }
-}
-
-/// The names whose values index the input's line table views or point into sections that
-/// are not kept; they are left out.
-fn dropped(name: constants::DwAt) -> bool {
-    matches!(
-        name,
-        constants::DW_AT_GNU_locviews
-            | constants::DW_AT_GNU_entry_view
-            | constants::DW_AT_macros
-            | constants::DW_AT_GNU_macros
-            | constants::DW_AT_macro_info
-    )
 }
 
 /// Writes one DIE's attributes into `die`. Returns its new ranges when it has ranges.
