@@ -38,6 +38,7 @@ use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::{FuncId, Program};
 
 use crate::code::{AddressMap, FragmentPlan};
+use crate::leb;
 
 mod stream;
 
@@ -1025,7 +1026,7 @@ fn convert_entry<'d>(
                 let encoding = read_unit.encoding();
                 if encoding.address_size == 8 && entries.iter().all(|l| copyable(&l.data, encoding))
                 {
-                    raw_lists.write(&entries, moves)
+                    raw_lists.write(&entries, moves)?
                 } else {
                     let mut locations = Vec::new();
                     let mut spans = Vec::new();
@@ -1071,6 +1072,65 @@ fn convert_entry<'d>(
     Ok(new_ranges)
 }
 
+/// Appends a location list of `entries` to `out`, ranges translated and absolute (DWARF 5:
+/// start-length entries; earlier versions: a base address selection entry, then pairs), each
+/// expression copied as it is; `copied(out, at, expression)` is told of every copy, to patch it.
+fn encode_location_list<'d>(
+    out: &mut Vec<u8>,
+    v5: bool,
+    entries: &[gimli::LocationListEntry<Reader<'d>>],
+    moves: &CodeMoves<'_>,
+    mut copied: impl FnMut(
+        &mut Vec<u8>,
+        usize,
+        &gimli::Expression<Reader<'d>>,
+    ) -> Result<(), DebugError>,
+) -> Result<(), DebugError> {
+    if !v5 {
+        // A base address selection entry: every range below is absolute.
+        out.extend_from_slice(&u64::MAX.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes());
+    }
+    let mut spans = Vec::new();
+    for l in entries {
+        let data = l.data.0.slice();
+        let default = v5 && l.range.begin == 0 && l.range.end == u64::MAX;
+        spans.clear();
+        if default {
+            spans.push((0, 0));
+        } else if l.range.begin < l.range.end {
+            moves.translate_range(l.range.begin, l.range.end, &mut spans);
+            normalize(&mut spans);
+        }
+        for &(a, b) in &spans {
+            if default {
+                out.push(constants::DW_LLE_default_location.0);
+                leb::uleb128(out, data.len() as u64);
+            } else if v5 {
+                out.push(constants::DW_LLE_start_length.0);
+                out.extend_from_slice(&a.to_le_bytes());
+                leb::uleb128(out, b - a);
+                leb::uleb128(out, data.len() as u64);
+            } else {
+                let len = u16::try_from(data.len()).map_err(|_| {
+                    DebugError::Unsupported("a location expression over 64 KiB".into())
+                })?;
+                out.extend_from_slice(&a.to_le_bytes());
+                out.extend_from_slice(&b.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+            }
+            let at = out.len();
+            out.extend_from_slice(data);
+            copied(out, at, &l.data)?;
+        }
+    }
+    match v5 {
+        true => out.push(constants::DW_LLE_end_of_list.0),
+        false => out.extend_from_slice(&[0; 16]),
+    }
+    Ok(())
+}
+
 /// Location lists of one unit encoded straight into bytes, for lists whose expressions are
 /// all `copyable`. gimli's writer holds every list of a unit as decoded objects until the
 /// unit is written; for one very large unit that is most of the memory of a rewrite, while
@@ -1102,7 +1162,7 @@ impl RawLocationLists {
         &mut self,
         entries: &[gimli::LocationListEntry<Reader<'_>>],
         moves: &CodeMoves<'_>,
-    ) -> AttributeValue {
+    ) -> Result<AttributeValue, DebugError> {
         let v5 = self.version >= 5;
         if v5 && self.bytes.is_empty() {
             // A DWARF 5 contribution header: length (patched in `finish`), version, address
@@ -1111,48 +1171,13 @@ impl RawLocationLists {
                 .extend_from_slice(&[0, 0, 0, 0, 5, 0, 8, 0, 0, 0, 0, 0]);
         }
         let offset = self.base + self.bytes.len() as u64;
-        let out = &mut self.bytes;
-        if !v5 {
-            // A base address selection entry: every range below is absolute.
-            out.extend_from_slice(&u64::MAX.to_le_bytes());
-            out.extend_from_slice(&0u64.to_le_bytes());
-        }
-        let mut spans = Vec::new();
-        for l in entries {
-            let data = l.data.0.slice();
-            if v5 && l.range.begin == 0 && l.range.end == u64::MAX {
-                out.push(constants::DW_LLE_default_location.0);
-                uleb128(out, data.len() as u64);
-                out.extend_from_slice(data);
-                continue;
-            }
-            spans.clear();
-            if l.range.begin < l.range.end {
-                moves.translate_range(l.range.begin, l.range.end, &mut spans);
-            }
-            normalize(&mut spans);
-            for &(a, b) in &spans {
-                if v5 {
-                    out.push(constants::DW_LLE_start_length.0);
-                    out.extend_from_slice(&a.to_le_bytes());
-                    uleb128(out, b - a);
-                    uleb128(out, data.len() as u64);
-                } else {
-                    out.extend_from_slice(&a.to_le_bytes());
-                    out.extend_from_slice(&b.to_le_bytes());
-                    out.extend_from_slice(&(data.len() as u16).to_le_bytes());
-                }
-                out.extend_from_slice(data);
-            }
-        }
-        match v5 {
-            true => out.push(constants::DW_LLE_end_of_list.0),
-            false => out.extend_from_slice(&[0; 16]),
-        }
+        encode_location_list(&mut self.bytes, v5, entries, moves, |_, _, _| Ok(()))?;
         // gimli has no attribute value for "this offset in the location list section"; a
         // macinfo reference is written the same way (DW_FORM_sec_offset from DWARF 4 on,
         // data4 before, which is what a location list pointer is in those versions).
-        AttributeValue::DebugMacinfoRef(gimli::DebugMacinfoOffset(offset as usize))
+        Ok(AttributeValue::DebugMacinfoRef(gimli::DebugMacinfoOffset(
+            offset as usize,
+        )))
     }
 
     /// Appends the unit's lists to their section; call just before the unit is written.
@@ -1170,18 +1195,6 @@ impl RawLocationLists {
         };
         debug_assert_eq!(gw::Writer::len(section) as u64, self.base);
         gw::Writer::write(section, &self.bytes)
-    }
-}
-
-fn uleb128(out: &mut Vec<u8>, mut value: u64) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
     }
 }
 

@@ -5,6 +5,7 @@ pub mod bat;
 pub mod code;
 pub mod debug;
 pub mod frames;
+mod leb;
 pub mod lsda;
 pub mod references;
 pub mod rewrite;

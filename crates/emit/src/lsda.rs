@@ -18,6 +18,8 @@
 //!   places it at, as GCC does; the bytes are valid only at `new_addr`.
 
 use rivet_elf::lsda::Lsda;
+
+use crate::leb;
 use rivet_elf::{Vaddr, VaddrRange};
 
 const DW_EH_PE_OMIT: u8 = 0xff;
@@ -150,15 +152,15 @@ pub fn write_lsda(
     let mut call_site_table = Vec::new();
     for cs in call_sites {
         // `check_call_sites` put every start at or after the fragment.
-        write_uleb(&mut call_site_table, cs.start - fragment_start);
-        write_uleb(&mut call_site_table, cs.len);
+        leb::uleb128(&mut call_site_table, cs.start - fragment_start);
+        leb::uleb128(&mut call_site_table, cs.len);
         // `lpstart` is below every landing pad.
         let lp = match (cs.landing_pad, lpstart) {
             (Some(lp), Some(base)) => lp.get().wrapping_sub(base.get()),
             _ => 0,
         };
-        write_uleb(&mut call_site_table, lp);
-        write_uleb(&mut call_site_table, cs.action);
+        leb::uleb128(&mut call_site_table, lp);
+        leb::uleb128(&mut call_site_table, cs.action);
     }
 
     let mut out = Vec::new();
@@ -176,7 +178,7 @@ pub fn write_lsda(
     }
 
     let mut body = vec![DW_EH_PE_ULEB128];
-    write_uleb(&mut body, call_site_table.len() as u64);
+    leb::uleb128(&mut body, call_site_table.len() as u64);
     body.extend_from_slice(&call_site_table);
     body.extend_from_slice(actions);
 
@@ -215,12 +217,12 @@ pub fn write_lsda(
                 .checked_next_multiple_of(align)?;
             let padding = base - types_len - types_start;
             let offset = base - after_offset;
-            (uleb_len(offset) <= len).then_some((offset, len, padding))
+            (leb::uleb128_len(offset) <= len).then_some((offset, len, padding))
         })
         // Only an LSDA placed at the very top of the address space gets here: any u64 fits
         // in 10 uleb bytes.
         .ok_or_else(|| out_of_reach("type table", new_addr, new_addr))?;
-    write_uleb_padded(&mut out, offset, offset_len as usize);
+    leb::uleb128_padded(&mut out, offset, offset_len as usize);
     out.extend_from_slice(&body);
     out.resize(out.len() + padding as usize, 0);
 
@@ -298,34 +300,6 @@ fn check_call_sites(
 
 fn pcrel32(target: Vaddr, field: Vaddr) -> Option<i32> {
     i32::try_from(target.get().wrapping_sub(field.get()) as i64).ok()
-}
-
-fn uleb_len(mut value: u64) -> u64 {
-    let mut len = 1;
-    while value >= 0x80 {
-        value >>= 7;
-        len += 1;
-    }
-    len
-}
-
-fn write_uleb(out: &mut Vec<u8>, value: u64) {
-    write_uleb_padded(out, value, 1);
-}
-
-/// Writes `value` in at least `len` bytes, padding with continuation bytes.
-fn write_uleb_padded(out: &mut Vec<u8>, mut value: u64, len: usize) {
-    let mut written = 0;
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        written += 1;
-        if value == 0 && written >= len {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
 }
 
 /// A type-table entry's raw value, sign-extended for the signed formats (pc-relative values

@@ -32,8 +32,9 @@ use rivet_elf::lines;
 
 use super::{
     CodeMoves, DebugError, DebugSections, LineSink, UnitScopes, address_ranges,
-    convert_line_program, copyable, dropped, normalize, uleb128,
+    convert_line_program, copyable, dropped,
 };
+use crate::leb;
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -125,41 +126,19 @@ impl Output {
                     }
                     out[..n].copy_from_slice(&value.to_le_bytes()[..n]);
                 }
-                Width::Uleb(n) => write_padded_uleb(&mut out[..n], value)?,
+                Width::Uleb(n) => {
+                    let mut bytes = Vec::with_capacity(n);
+                    leb::uleb128_padded(&mut bytes, value, n);
+                    if bytes.len() != n {
+                        return Err(unsupported(format!(
+                            "a DIE offset in an expression that no longer fits its {n}-byte operand"
+                        )));
+                    }
+                    out[..n].copy_from_slice(&bytes);
+                }
             }
         }
         Ok(())
-    }
-}
-
-/// Writes `value` as a ULEB128 of exactly `out.len()` bytes.
-fn write_padded_uleb(out: &mut [u8], mut value: u64) -> Result<(), DebugError> {
-    let n = out.len();
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if i + 1 < n {
-            *byte |= 0x80;
-        }
-    }
-    if value != 0 {
-        return Err(unsupported(format!(
-            "a DIE offset in an expression that no longer fits its {n}-byte operand"
-        )));
-    }
-    Ok(())
-}
-
-fn sleb128(out: &mut Vec<u8>, mut value: i64) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        let done = (value == 0 && byte & 0x40 == 0) || (value == -1 && byte & 0x40 != 0);
-        if done {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
     }
 }
 
@@ -253,7 +232,7 @@ impl UnitState<'_, '_> {
             return code;
         }
         let code = self.abbrevs.len() as u64 + 1;
-        uleb128(&mut self.abbrev_table, code);
+        leb::uleb128(&mut self.abbrev_table, code);
         self.abbrev_table.extend_from_slice(body);
         // The end of the attribute list.
         self.abbrev_table.extend_from_slice(&[0, 0]);
@@ -277,15 +256,15 @@ impl DieOut {
         self.abbrev.clear();
         self.bytes.clear();
         self.fixups.clear();
-        uleb128(&mut self.abbrev, u64::from(tag.0));
+        leb::uleb128(&mut self.abbrev, u64::from(tag.0));
         self.abbrev.push(u8::from(children));
     }
 
     fn spec(&mut self, name: constants::DwAt, form: constants::DwForm, implicit: Option<i64>) {
-        uleb128(&mut self.abbrev, u64::from(name.0));
-        uleb128(&mut self.abbrev, u64::from(form.0));
+        leb::uleb128(&mut self.abbrev, u64::from(name.0));
+        leb::uleb128(&mut self.abbrev, u64::from(form.0));
         if let Some(v) = implicit {
-            sleb128(&mut self.abbrev, v);
+            leb::sleb128(&mut self.abbrev, v);
         }
     }
 
@@ -321,13 +300,18 @@ pub(super) fn rewrite(
 
     // Line programs first: a type unit may come before the compilation unit whose line
     // program it shares, and only a compilation unit knows the scopes the rows need.
+    // Every unit, parsed once (header checks first: nothing is written for DWARF this
+    // writer refuses).
+    let mut units_read = Vec::new();
     let mut headers = dwarf.units();
     while let Some(header) = headers.next()? {
-        if matches!(header.type_(), UnitType::Type { .. }) {
+        check_header(&header)?;
+        units_read.push(dwarf.unit(header)?);
+    }
+    for unit in &units_read {
+        if matches!(unit.header.type_(), UnitType::Type { .. }) {
             continue;
         }
-        check_header(&header)?;
-        let unit = dwarf.unit(header)?;
         if let Some(program) = &unit.line_program {
             let old = program.header().offset().0 as u64;
             if !out.line_programs.contains_key(&old) {
@@ -348,17 +332,15 @@ pub(super) fn rewrite(
         }
     }
 
-    let mut headers = dwarf.units();
     let mut die = DieOut::default();
     let mut attrs: Vec<RawAttribute<'_>> = Vec::new();
-    while let Some(header) = headers.next()? {
-        check_header(&header)?;
+    for unit in &units_read {
         units += 1;
+        let header = &unit.header;
         let old_start = header.offset().0 as u64;
         let version = header.version();
         let unit_type = header.type_();
         let header_size = header.header_size();
-        let unit = dwarf.unit(header)?;
         if unit.dwo_id.is_some() {
             return Err(unsupported("split DWARF (a .dwo unit)"));
         }
@@ -456,7 +438,7 @@ pub(super) fn rewrite(
             }
             let code = state.abbreviation(&die.abbrev);
             out.dies.push((old_offset, out.info.len() as u64));
-            uleb128(&mut out.info, code);
+            leb::uleb128(&mut out.info, code);
             let base = out.info.len();
             out.info.extend_from_slice(&die.bytes);
             out.fixups.extend(die.fixups.drain(..).map(|f| Fixup {
@@ -669,7 +651,7 @@ impl RawLineProgram<'_> {
 
     fn extended(&mut self, opcode: constants::DwLne, operands: &[u8]) {
         self.out.push(0);
-        uleb128(self.out, 1 + operands.len() as u64);
+        leb::uleb128(self.out, 1 + operands.len() as u64);
         self.out.push(opcode.0);
         self.out.extend_from_slice(operands);
     }
@@ -678,7 +660,7 @@ impl RawLineProgram<'_> {
         let delta = to.saturating_sub(self.state.address);
         if delta != 0 {
             self.out.push(constants::DW_LNS_advance_pc.0);
-            uleb128(self.out, delta);
+            leb::uleb128(self.out, delta);
             self.state.address = to;
         }
     }
@@ -697,12 +679,12 @@ impl LineSink for RawLineProgram<'_> {
         }
         if row.file != self.state.file {
             self.out.push(constants::DW_LNS_set_file.0);
-            uleb128(self.out, row.file.into());
+            leb::uleb128(self.out, row.file.into());
             self.state.file = row.file;
         }
         if row.column != self.state.column {
             self.out.push(constants::DW_LNS_set_column.0);
-            uleb128(self.out, row.column.into());
+            leb::uleb128(self.out, row.column.into());
             self.state.column = row.column;
         }
         let is_stmt = row.is_stmt && !continued;
@@ -711,12 +693,12 @@ impl LineSink for RawLineProgram<'_> {
             self.state.is_stmt = is_stmt;
         }
         if row.isa != self.state.isa && self.standard(constants::DW_LNS_set_isa) {
-            uleb128(self.out, row.isa.into());
+            leb::uleb128(self.out, row.isa.into());
             self.state.isa = row.isa;
         }
         if row.discriminator != 0 {
             let mut operand = Vec::new();
-            uleb128(&mut operand, row.discriminator.into());
+            leb::uleb128(&mut operand, row.discriminator.into());
             self.extended(constants::DW_LNE_set_discriminator, &operand);
         }
         if row.basic_block && !continued {
@@ -741,7 +723,7 @@ impl LineSink for RawLineProgram<'_> {
         } else {
             if line_delta != 0 {
                 self.out.push(constants::DW_LNS_advance_line.0);
-                sleb128(self.out, line_delta);
+                leb::sleb128(self.out, line_delta);
             }
             match special(0, addr_delta) {
                 Some(op) => self.out.push(op),
@@ -1036,7 +1018,7 @@ fn write_range_list(
         for &(a, b) in ranges {
             buf.push(constants::DW_RLE_start_length.0);
             buf.extend_from_slice(&a.to_le_bytes());
-            uleb128(buf, b - a);
+            leb::uleb128(buf, b - a);
         }
         buf.push(constants::DW_RLE_end_of_list.0);
         Ok(offset)
@@ -1104,54 +1086,20 @@ fn write_location_list<'d>(
     if let Some(i) = slot {
         fill_slot(&mut state.loc, &mut out.loclists, i, offset)?;
     }
-    if !v5 {
-        // A base address selection entry: every range below is absolute.
-        out.loc.extend_from_slice(&u64::MAX.to_le_bytes());
-        out.loc.extend_from_slice(&0u64.to_le_bytes());
-    }
-    let mut spans = Vec::new();
-    let mut fixups = Vec::new();
+    let mut entries = Vec::new();
     while let Some(l) = iter.next()? {
-        let data = l.data.0.slice();
-        let plain = copyable(&l.data, encoding);
-        let default = v5 && l.range.begin == 0 && l.range.end == u64::MAX;
-        spans.clear();
-        if default {
-            spans.push((0, 0));
-        } else if l.range.begin < l.range.end {
-            moves.translate_range(l.range.begin, l.range.end, &mut spans);
-            normalize(&mut spans);
-        }
-        for &(a, b) in &spans {
-            let buf = out.buffer(buffer);
-            if default {
-                buf.push(constants::DW_LLE_default_location.0);
-                uleb128(buf, data.len() as u64);
-            } else if v5 {
-                buf.push(constants::DW_LLE_start_length.0);
-                buf.extend_from_slice(&a.to_le_bytes());
-                uleb128(buf, b - a);
-                uleb128(buf, data.len() as u64);
-            } else {
-                let len = u16::try_from(data.len())
-                    .map_err(|_| unsupported("a location expression over 64 KiB"))?;
-                buf.extend_from_slice(&a.to_le_bytes());
-                buf.extend_from_slice(&b.to_le_bytes());
-                buf.extend_from_slice(&len.to_le_bytes());
-            }
-            let at = buf.len();
-            buf.extend_from_slice(data);
-            if !plain {
-                let target = &mut out.buffer(buffer)[at..at + data.len()];
-                patch_expression(data, target, at, buffer, state, moves, &mut fixups)?;
-            }
-        }
+        entries.push(l);
     }
+    let mut fixups = Vec::new();
     let buf = out.buffer(buffer);
-    match v5 {
-        true => buf.push(constants::DW_LLE_end_of_list.0),
-        false => buf.extend_from_slice(&[0; 16]),
-    }
+    super::encode_location_list(buf, v5, &entries, moves, |buf, at, expression| {
+        if copyable(expression, encoding) {
+            return Ok(());
+        }
+        let data = expression.0.slice();
+        let target = &mut buf[at..at + data.len()];
+        patch_expression(data, target, at, buffer, state, moves, &mut fixups)
+    })?;
     out.fixups.append(&mut fixups);
     Ok(offset)
 }
