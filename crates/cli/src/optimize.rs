@@ -125,6 +125,12 @@ pub struct OptimizeArgs {
     /// mark it in any case).
     #[arg(long)]
     pub hot_text: bool,
+    /// Start the first hot function this many bytes (a multiple of 64) past the hot text's
+    /// aligned start. It moves all hot code to other instruction-cache sets relative to shared
+    /// libraries and code left in place: a way to measure how much cache misses depend on
+    /// where the layout lands (bench/icache-offsets.sh), not a tuning knob.
+    #[arg(long, default_value_t = 0)]
+    pub hot_text_offset: u64,
     /// Only optimize these functions (comma-separated names or regular expressions, matched
     /// against whole names; `name/N` profile names work too).
     #[arg(long, value_delimiter = ',')]
@@ -369,6 +375,14 @@ fn options_from(
         ))
         .hint("use 1, 16, 32 or 64"));
     }
+    // Whole cache lines, under 1 MiB: offsets within 4096 bytes already reach every set.
+    if args.hot_text_offset % 64 != 0 || args.hot_text_offset >= 1 << 20 {
+        return Err(UserError::new(format!(
+            "--hot-text-offset {} is not a multiple of 64 below 1048576",
+            args.hot_text_offset
+        ))
+        .hint("offsets from 0 to 4032 in steps of 64 reach every instruction-cache set"));
+    }
     if args.align_blocks
         && (!args.block_alignment.is_power_of_two()
             || u64::from(args.block_alignment) > args.align_functions)
@@ -507,6 +521,7 @@ pub fn run_with(
                 .align_functions_max_bytes
                 .unwrap_or(args.align_functions.saturating_sub(1)),
             hot_text: if args.hot_text { 2 << 20 } else { 64 },
+            hot_text_offset: args.hot_text_offset,
             blocks: args.block_alignment,
         },
         debug_writer: rivet_emit::debug::DebugWriter::default(),

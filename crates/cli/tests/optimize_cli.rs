@@ -138,6 +138,51 @@ fn optimizes_only_profiled_functions_and_marks_the_hot_text() {
         .output()
         .unwrap();
     assert_eq!(c.stdout, a.stdout);
+
+    // A hot text offset moves every hot function by exactly that much and nothing else.
+    let hot_symbols = |bin: &Path| -> Vec<(u64, String)> {
+        let (start, end) = (
+            symbol(bin, "__hot_start").unwrap(),
+            symbol(bin, "__hot_end").unwrap(),
+        );
+        let mut hot: Vec<_> = symbols(bin)
+            .into_iter()
+            .filter(|(a, n)| (start..end).contains(a) && !n.starts_with("__hot"))
+            .collect();
+        hot.sort();
+        hot
+    };
+    let shifted = dir.join("counts.shifted");
+    let out = rivet(&[
+        "optimize",
+        s(&bin),
+        "--profile",
+        s(&counts),
+        "-o",
+        s(&shifted),
+        "--hot-text-offset",
+        "1216",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (plain, moved) = (hot_symbols(&opt), hot_symbols(&shifted));
+    assert!(!plain.is_empty());
+    assert_eq!(plain.len(), moved.len());
+    for ((a, n), (b, m)) in plain.iter().zip(&moved) {
+        assert_eq!((n, *b), (m, a + 1216), "{plain:?} vs {moved:?}");
+    }
+    assert_eq!(
+        symbol(&shifted, "__hot_start"),
+        Some(symbol(&opt, "__hot_start").unwrap() + 1216)
+    );
+    let d = Command::new(&shifted)
+        .args(["switch", "777"])
+        .output()
+        .unwrap();
+    assert_eq!((d.status.code(), &d.stdout), (a.status.code(), &a.stdout));
 }
 
 #[test]
@@ -249,6 +294,10 @@ fn bad_requests_get_one_error_line_and_write_nothing() {
         (
             vec!["--profile", s(&counts), "--align-functions", "24"],
             "power of two",
+        ),
+        (
+            vec!["--profile", s(&counts), "--hot-text-offset", "100"],
+            "not a multiple of 64",
         ),
         (
             vec![

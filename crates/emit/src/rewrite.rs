@@ -73,6 +73,11 @@ pub struct TextAlignment {
     /// The hot text starts and ends at a multiple of this (1: no constraint; 2 MiB lets a
     /// runtime map it with huge pages).
     pub hot_text: u64,
+    /// Bytes between that aligned start and the first hot function. Every hot line moves to
+    /// other instruction-cache sets relative to code that stays put (shared libraries, PLT,
+    /// functions left in place), which is how `bench/icache-offsets.sh` measures how much a
+    /// layout's cache misses owe to where it happens to land.
+    pub hot_text_offset: u64,
     /// Boundary for the blocks a layout asks to align (`FunctionLayout::aligned`); at most
     /// `functions`, so that offsets in a fragment keep their alignment once placed.
     pub blocks: u16,
@@ -84,6 +89,7 @@ impl Default for TextAlignment {
             functions: 16,
             functions_max_padding: 15,
             hot_text: 64,
+            hot_text_offset: 0,
             blocks: 16,
         }
     }
@@ -428,7 +434,8 @@ pub fn rewrite(
         (segment.reserve_counters(size), size)
     });
     let mut placed: Vec<(FragmentPlan, Vaddr)> = Vec::with_capacity(plans.len());
-    let hot_start = align(segment.content_start(), alignment.hot_text.max(64));
+    let hot_start =
+        align(segment.content_start(), alignment.hot_text.max(64)) + alignment.hot_text_offset;
     let mut cursor = hot_start;
     // Plans move into `placed` (they are the largest structure of the run).
     let firsts: Vec<FragmentRef> = plans
