@@ -376,7 +376,7 @@ fn options_from(
         .hint("use 1, 16, 32 or 64"));
     }
     // Whole cache lines, under 1 MiB: offsets within 4096 bytes already reach every set.
-    if args.hot_text_offset % 64 != 0 || args.hot_text_offset >= 1 << 20 {
+    if !args.hot_text_offset.is_multiple_of(64) || args.hot_text_offset >= 1 << 20 {
         return Err(UserError::new(format!(
             "--hot-text-offset {} is not a multiple of 64 below 1048576",
             args.hot_text_offset
