@@ -54,16 +54,7 @@ ROUNDS="${1:-7}"
 PROGRAMS="${PROGRAMS:-lua sqlite}"
 log() { printf 'bench/optimize: %s\n' "$*" >&2; }
 die() { printf 'bench/optimize: error: %s\n' "$*" >&2; exit 1; }
-BOLT=/usr/lib/llvm-19/bin/llvm-bolt
-[[ -x $BOLT ]] || die "$BOLT missing (apt-get install bolt-19)"
-command -v valgrind >/dev/null || die "valgrind missing (apt-get install valgrind)"
-[[ -x /usr/bin/time ]] || die "/usr/bin/time missing (apt-get install time)"
-if [[ -z ${RIVET:-} ]]; then
-    cargo build --release -q -p rivet
-    RIVET="$PWD/target/release/rivet"
-fi
-RIVET="$(readlink -f "$RIVET")"
-export RIVET
+source bench/real-programs.sh
 if [[ -z ${RIVET_OPT_CMD:-} ]]; then
     "$RIVET" optimize --help >/dev/null 2>&1 ||
         die "$RIVET has no optimize subcommand (set RIVET_OPT_CMD to a stand-in to test this script)"
@@ -71,57 +62,9 @@ if [[ -z ${RIVET_OPT_CMD:-} ]]; then
 else
     RIVET_SKIP_OK=0
 fi
-declare -A REAL
-while read -r name path; do REAL[$name]=$path; done < <(scripts/build-real-programs.sh 2>/dev/null)
 WORK="$(mktemp -d)"
 trap 'rm -rf -- "$WORK"' EXIT
-export LC_ALL=C TZ=UTC
 
-# ---------------------------------------------------------------- inputs
-# An input is a list of runs separated by ";": for Lua "script size", for SQLite a SQL file
-# (fed on stdin to `sqlite3 -bail :memory:`).
-declare -A INPUT=(
-    [lua.train]="bench/lua/binarytrees.lua 14;bench/lua/fannkuch.lua 9;bench/lua/strings.lua 200000"
-    [lua.unseen]="bench/lua/nbody.lua 100000;bench/lua/spectralnorm.lua 250;bench/lua/objects.lua 100000"
-    [lua.train.small]="bench/lua/binarytrees.lua 12;bench/lua/fannkuch.lua 8;bench/lua/strings.lua 50000"
-    [lua.unseen.small]="bench/lua/nbody.lua 20000;bench/lua/spectralnorm.lua 100;bench/lua/objects.lua 20000"
-    [sqlite.train]="bench/sqlite/workload.sql"
-    [sqlite.unseen]="bench/sqlite/unseen.sql"
-    [sqlite.train.small]="bench/sqlite/workload.sql"
-    [sqlite.unseen.small]="bench/sqlite/unseen.sql"
-)
-# run_one PROGRAM ITEM CMD...: one run of ITEM with the command CMD (a binary, or a binary
-# behind a wrapper such as valgrind), output on stdout and stderr.
-run_one() {
-    local program=$1 item=$2 script size
-    shift 2
-    case $program in
-        lua) read -r script size <<<"$item"; "$@" "$script" "$size" </dev/null ;;
-        sqlite) "$@" -bail :memory: <"$item" ;;
-    esac
-}
-# run_input PROGRAM INPUT BIN: the whole input, every run's output in order.
-run_input() {
-    local item
-    local -a items
-    IFS=';' read -r -a items <<<"${INPUT[$1.$2]}"
-    for item in "${items[@]}"; do run_one "$1" "$item" "$3" 2>&1; done
-}
-describe_input() { # PROGRAM INPUT -> markdown text
-    local item
-    local -a items out=()
-    IFS=';' read -r -a items <<<"${INPUT[$1.$2]}"
-    for item in "${items[@]}"; do
-        case $1 in
-            lua) out+=("\`$item\`") ;;
-            sqlite) out+=("\`$item\`") ;;
-        esac
-    done
-    local IFS=,
-    echo "${out[*]}" | sed 's/,/, /g'
-}
-
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 now() { date +%s.%N; }
 # exec_bytes BIN: bytes in sections with the X flag
 exec_bytes() {
@@ -139,7 +82,6 @@ same_loaded() {
         cmp -s -i "$off:$off" -n "$filesz" "$1" "$2" || return 1
     done < <(readelf -lW "$1" | awk '$1 == "LOAD" { print $2, $5 }')
 }
-commas() { printf '%s' "$1" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta'; }
 
 # ---------------------------------------------------------------- optimizer commands
 # set_cmd VARIANT PROGRAM BIN PROFILE FDATA OUT: the command line in CMD
@@ -163,29 +105,6 @@ set_cmd() {
 }
 # Prints a command line for the report, paths shortened.
 show_cmd() { printf '%s ' "${CMD[@]}" | sed "s|$WORK/[a-z]*/||g; s|$RIVET|rivet|g; s|$BOLT|llvm-bolt|g; s| $||"; }
-
-CG_OPTS=(--tool=cachegrind --cache-sim=yes --branch-sim=yes --cachegrind-out-file=/dev/null
-    --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,16,64)
-# cg_job PROGRAM INPUT VARIANT BIN DIR: cachegrind every run of the small input; the logs go
-# to DIR/cg.INPUT.VARIANT.N, the program's output to DIR/cg.INPUT.VARIANT.out
-cg_job() {
-    local program=$1 input=$2 variant=$3 bin=$4 dir=$5 item n=0
-    local -a items
-    IFS=';' read -r -a items <<<"${INPUT[$program.$input.small]}"
-    : >"$dir/cg.$input.$variant.out"
-    for item in "${items[@]}"; do
-        n=$((n + 1))
-        run_one "$program" "$item" valgrind "${CG_OPTS[@]}" "--log-file=$dir/cg.$input.$variant.$n" "$bin" \
-            >>"$dir/cg.$input.$variant.out" 2>&1
-    done
-}
-# cg_sum DIR INPUT VARIANT -> "irefs i1 lli mispredicts", summed over the runs
-cg_sum() {
-    cat "$1/cg.$2.$3".[0-9]* | tr -d , | awk '
-        /== I +refs:/ { ir += $4 } /== I1 +misses:/ { i1 += $4 } /== LLi +misses:/ { lli += $4 }
-        /== Mispredicts:/ { mp += $3 }
-        END { printf "%.0f %.0f %.0f %.0f\n", ir, i1, lli, mp }'
-}
 
 # ---------------------------------------------------------------- report header
 {
@@ -236,13 +155,7 @@ for program in $PROGRAMS; do
 
     # 1. training
     log "$program: instrumenting and training"
-    "$RIVET" instrument "$bin" -o "$dir/inst" --profile "$dir/P" >"$dir/instrument.log" 2>&1 ||
-        die "rivet instrument failed on $program: $(tail -n 3 "$dir/instrument.log")"
-    run_input "$program" train "$bin" >"$dir/expected.train"
-    run_input "$program" train "$dir/inst" >"$dir/inst.train"
-    cmp -s "$dir/inst.train" "$dir/expected.train" || die "$program: the instrumented binary's output differs on the training input"
-    "$RIVET" merge "$dir/P" -o "$dir/P.fdata" --format fdata >"$dir/merge.log" 2>&1 ||
-        die "rivet merge failed on $program: $(tail -n 3 "$dir/merge.log")"
+    train_profile "$program" "$bin" "$dir"
 
     # 2. optimizing (the binaries measured below come from this first run)
     variants=(original bolt rivet)

@@ -1,0 +1,104 @@
+# bench/real-programs.sh -- sourced by the benchmarks that optimize the real programs
+# (bench/optimize.sh, bench/icache-offsets.sh): the tools they need, the programs of
+# scripts/build-real-programs.sh, their inputs, the training of one profile, and cachegrind.
+# The sourcing script defines log and die first and runs from the repository's root.
+
+BOLT=/usr/lib/llvm-19/bin/llvm-bolt
+[[ -x $BOLT ]] || die "$BOLT missing (apt-get install bolt-19)"
+command -v valgrind >/dev/null || die "valgrind missing (apt-get install valgrind)"
+[[ -x /usr/bin/time ]] || die "/usr/bin/time missing (apt-get install time)"
+if [[ -z ${RIVET:-} ]]; then
+    cargo build --release -q -p rivet
+    RIVET="$PWD/target/release/rivet"
+fi
+RIVET="$(readlink -f "$RIVET")"
+export RIVET
+declare -A REAL
+while read -r name path; do REAL[$name]=$path; done < <(scripts/build-real-programs.sh 2>/dev/null)
+export LC_ALL=C TZ=UTC
+
+# ---------------------------------------------------------------- inputs
+# An input is a list of runs separated by ";": for Lua "script size", for SQLite a SQL file
+# (fed on stdin to `sqlite3 -bail :memory:`).
+declare -A INPUT=(
+    [lua.train]="bench/lua/binarytrees.lua 14;bench/lua/fannkuch.lua 9;bench/lua/strings.lua 200000"
+    [lua.unseen]="bench/lua/nbody.lua 100000;bench/lua/spectralnorm.lua 250;bench/lua/objects.lua 100000"
+    [lua.train.small]="bench/lua/binarytrees.lua 12;bench/lua/fannkuch.lua 8;bench/lua/strings.lua 50000"
+    [lua.unseen.small]="bench/lua/nbody.lua 20000;bench/lua/spectralnorm.lua 100;bench/lua/objects.lua 20000"
+    [sqlite.train]="bench/sqlite/workload.sql"
+    [sqlite.unseen]="bench/sqlite/unseen.sql"
+    [sqlite.train.small]="bench/sqlite/workload.sql"
+    [sqlite.unseen.small]="bench/sqlite/unseen.sql"
+)
+# run_one PROGRAM ITEM CMD...: one run of ITEM with the command CMD (a binary, or a binary
+# behind a wrapper such as valgrind), output on stdout and stderr.
+run_one() {
+    local program=$1 item=$2 script size
+    shift 2
+    case $program in
+        lua) read -r script size <<<"$item"; "$@" "$script" "$size" </dev/null ;;
+        sqlite) "$@" -bail :memory: <"$item" ;;
+    esac
+}
+# run_input PROGRAM INPUT BIN: the whole input, every run's output in order.
+run_input() {
+    local item
+    local -a items
+    IFS=';' read -r -a items <<<"${INPUT[$1.$2]}"
+    for item in "${items[@]}"; do run_one "$1" "$item" "$3" 2>&1; done
+}
+describe_input() { # PROGRAM INPUT -> markdown text
+    local item
+    local -a items out=()
+    IFS=';' read -r -a items <<<"${INPUT[$1.$2]}"
+    for item in "${items[@]}"; do
+        case $1 in
+            lua) out+=("\`$item\`") ;;
+            sqlite) out+=("\`$item\`") ;;
+        esac
+    done
+    local IFS=,
+    echo "${out[*]}" | sed 's/,/, /g'
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+commas() { printf '%s' "$1" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta'; }
+
+# ---------------------------------------------------------------- training
+# train_profile PROGRAM BIN DIR: `rivet instrument`, the training input run with the
+# instrumented binary (whose output must be the original's), then its counter file DIR/P
+# converted to BOLT's fdata, DIR/P.fdata. DIR/expected.train is the original's output.
+train_profile() {
+    local program=$1 bin=$2 dir=$3
+    "$RIVET" instrument "$bin" -o "$dir/inst" --profile "$dir/P" >"$dir/instrument.log" 2>&1 ||
+        die "rivet instrument failed on $program: $(tail -n 3 "$dir/instrument.log")"
+    run_input "$program" train "$bin" >"$dir/expected.train"
+    run_input "$program" train "$dir/inst" >"$dir/inst.train"
+    cmp -s "$dir/inst.train" "$dir/expected.train" || die "$program: the instrumented binary's output differs on the training input"
+    "$RIVET" merge "$dir/P" -o "$dir/P.fdata" --format fdata >"$dir/merge.log" 2>&1 ||
+        die "rivet merge failed on $program: $(tail -n 3 "$dir/merge.log")"
+}
+
+# ---------------------------------------------------------------- cachegrind
+CG_OPTS=(--tool=cachegrind --cache-sim=yes --branch-sim=yes --cachegrind-out-file=/dev/null
+    --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,16,64)
+# cg_job PROGRAM INPUT VARIANT BIN DIR: cachegrind every run of the small input; the logs go
+# to DIR/cg.INPUT.VARIANT.N, the program's output to DIR/cg.INPUT.VARIANT.out
+cg_job() {
+    local program=$1 input=$2 variant=$3 bin=$4 dir=$5 item n=0
+    local -a items
+    IFS=';' read -r -a items <<<"${INPUT[$program.$input.small]}"
+    : >"$dir/cg.$input.$variant.out"
+    for item in "${items[@]}"; do
+        n=$((n + 1))
+        run_one "$program" "$item" valgrind "${CG_OPTS[@]}" "--log-file=$dir/cg.$input.$variant.$n" "$bin" \
+            >>"$dir/cg.$input.$variant.out" 2>&1
+    done
+}
+# cg_sum DIR INPUT VARIANT -> "irefs i1 lli mispredicts", summed over the runs
+cg_sum() {
+    cat "$1/cg.$2.$3".[0-9]* | tr -d , | awk '
+        /== I +refs:/ { ir += $4 } /== I1 +misses:/ { i1 += $4 } /== LLi +misses:/ { lli += $4 }
+        /== Mispredicts:/ { mp += $3 }
+        END { printf "%.0f %.0f %.0f %.0f\n", ir, i1, lli, mp }'
+}
