@@ -132,11 +132,16 @@ impl Checker<'_> {
             .ok_or_else(|| format!("block {} of {} has no new address", b.start, f.name()))?;
         let insts = f.block_insts(b);
         let recreated = terminator_is_recreated(f, b);
-        let body = if recreated {
-            &insts[..insts.len() - 1]
+        let body_end = if recreated {
+            b.insts.end - 1
         } else {
-            insts
+            b.insts.end
         };
+        // The input's alignment padding is left out of rewritten code.
+        let body: Vec<&Inst> = (b.insts.start..body_end)
+            .filter(|&i| !f.is_dropped_padding(i))
+            .map(|i| &f.insts[i as usize])
+            .collect();
         let body_len: u64 = body.iter().map(|i| u64::from(i.len())).sum();
         let decoded = self.decode_at(new_start, body_len + 16)?;
         for (k, old) in body.iter().enumerate() {
@@ -212,7 +217,12 @@ impl Checker<'_> {
             .map
             .in_function(f.id, last.addr())
             .unwrap_or(last.addr());
-        let end = new_last + u64::from(last.len());
+        // Left-out padding at the end of the block takes no bytes.
+        let end = if f.is_dropped_padding(b.insts.end - 1) {
+            new_last
+        } else {
+            new_last + u64::from(last.len())
+        };
         let want = self.tr(last.end())?;
         if self.reaches(end, want)? {
             return Ok(());
@@ -331,8 +341,10 @@ fn check_lines(
     };
     let mut checked = 0;
     for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {
-        for inst in &f.insts {
-            if matches!(inst.flow(), Flow::Jump { .. } | Flow::CondJump { .. }) {
+        for (i, inst) in f.insts.iter().enumerate() {
+            if matches!(inst.flow(), Flow::Jump { .. } | Flow::CondJump { .. })
+                || f.is_dropped_padding(i as u32)
+            {
                 continue;
             }
             let (Some(want), Some(at)) = (

@@ -1,6 +1,7 @@
 //! `rivet rewrite` and `rivet verify` as a user meets them: bad input gets one error line and
 //! leaves nothing behind; verification catches a corrupted output; outputs are deterministic;
-//! gdb unwinds through moved and split code.
+//! gdb unwinds through moved and split code; rewritten code leaves the input's alignment padding
+//! out but keeps patchable function entries.
 
 mod common;
 
@@ -310,4 +311,106 @@ fn gdb_backtraces_through_moved_and_split_code() {
         break;
     }
     assert!(stopped_in_cold, "no seed ran code in leaf.cold");
+}
+
+/// The instructions of function `name` in `bin`, from its symbol's address and size.
+fn function_code(bin: &Path, name: &str) -> Vec<rivet_arch::Inst> {
+    let bytes = std::fs::read(bin).unwrap();
+    let elf = ElfFile::parse(&bytes).unwrap();
+    let sym = elf
+        .symbols()
+        .unwrap()
+        .into_iter()
+        .find(|sym| sym.name == name)
+        .unwrap_or_else(|| panic!("no symbol {name} in {}", bin.display()));
+    assert!(sym.size > 0, "{name} has no size in {}", bin.display());
+    let code = elf.bytes_at(sym.value, sym.size).expect("function bytes");
+    rivet_arch::decode_all(code, sym.value)
+}
+
+#[test]
+fn rewritten_code_leaves_alignment_padding_out_but_keeps_patchable_entries() {
+    // `walk`'s inner loop head is aligned by gcc with nops that the code before it falls into;
+    // `patched` starts with a sled of four nops that a tracer may overwrite at run time.
+    const SOURCE: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) long walk(const int *v, int n, int rounds) {
+    long s = 0;
+    for (int r = 0; r < rounds; r++) {
+        s += r;
+        for (int i = 0; i < n; i++) s += v[i] * (i & 3 ? 3 : 5);
+    }
+    return s;
+}
+__attribute__((noinline, patchable_function_entry(4, 0))) int patched(int x) {
+    return x * 7 + 1;
+}
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 100;
+    int *v = malloc(n * sizeof *v);
+    for (int i = 0; i < n; i++) v[i] = i ^ 5;
+    printf("%ld %d\n", walk(v, n, 50), patched(n));
+    free(v);
+    return 0;
+}
+"#;
+    let dir = scratch("rewrite-cli", "padding");
+    let src = dir.join("padding.c");
+    std::fs::write(&src, SOURCE).unwrap();
+    let input = dir.join("padding");
+    let status = Command::new("gcc")
+        .args(["-O2", "-falign-loops=32", "-Wl,--emit-relocs", "-o"])
+        .arg(&input)
+        .arg(&src)
+        .status()
+        .expect("gcc is required (apt-get install gcc)");
+    assert!(status.success());
+    let nops = |code: &[rivet_arch::Inst]| code.iter().filter(|i| i.is_padding_nop()).count();
+    let leading_nops =
+        |code: &[rivet_arch::Inst]| code.iter().take_while(|i| i.is_padding_nop()).count();
+    let walk_in = function_code(&input, "walk");
+    assert!(
+        nops(&walk_in[leading_nops(&walk_in)..]) > 0,
+        "gcc put no padding inside walk: the test proves nothing"
+    );
+    let patched_in = function_code(&input, "patched");
+    assert_eq!(
+        leading_nops(&patched_in),
+        4,
+        "gcc ignored patchable_function_entry"
+    );
+
+    let expected = Command::new(&input).arg("1000").output().unwrap();
+    assert!(expected.status.success());
+    for layout in [&["--layout", "reverse"][..], &["--layout", "identity"]] {
+        let out = dir.join("padding.out");
+        let r = rivet(
+            &[
+                &["rewrite", s(&input), "-o", s(&out), "--verify"][..],
+                layout,
+            ]
+            .concat(),
+        );
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let walk_out = function_code(&out, "walk");
+        assert!(
+            walk_out[0].addr() != walk_in[0].addr(),
+            "walk was not rewritten"
+        );
+        assert_eq!(nops(&walk_out), 0, "{layout:?}: padding copied into walk");
+        let patched_out = function_code(&out, "patched");
+        assert!(
+            patched_out[0].addr() != patched_in[0].addr(),
+            "patched was not rewritten"
+        );
+        assert_eq!(
+            leading_nops(&patched_out),
+            4,
+            "{layout:?}: the entry sled was not kept"
+        );
+        let got = Command::new(&out).arg("1000").output().unwrap();
+        assert_eq!(got.stdout, expected.stdout, "{layout:?}");
+        assert_eq!(got.status.code(), Some(0));
+    }
 }

@@ -1,7 +1,8 @@
 //! Code emission: the bytes of each fragment, in two passes.
 //!
 //! Pass one (`plan_fragment`) lays out one fragment on its own: it lists what goes in it
-//! (copied instructions, re-created branches, dropped jumps to the next block) and relaxes
+//! (copied instructions, re-created branches, dropped jumps to the next block, the
+//! input's alignment padding left out) and relaxes
 //! branches between blocks of the same fragment to their short form where they reach. Branches
 //! that leave the fragment always use the near form, so a fragment's size does not depend on
 //! where it lands (DESIGN.md: fragment-local relaxation). Once every fragment has an address,
@@ -54,6 +55,8 @@ enum Item {
     },
     /// An original instruction, copied (PC-relative field recomputed).
     Copy { inst: u32 },
+    /// Alignment padding of the input, left out (no bytes; see `Function::is_dropped_padding`).
+    Dropped { inst: u32 },
     /// Where a block-ending branch was (no bytes): it was dropped or is re-created by the
     /// `Branch` items that follow.
     Replaced { inst: u32 },
@@ -101,6 +104,7 @@ impl Item {
             Item::Label(_)
             | Item::TrampolineLabel(_)
             | Item::Replaced { .. }
+            | Item::Dropped { .. }
             | Item::Align { .. } => 0,
             Item::Probe { shape, .. } => u64::from(shape.size()),
             Item::IndirectProbe { size, .. } => u64::from(size),
@@ -200,6 +204,7 @@ impl FragmentPlan {
                         replaced = None;
                         return None;
                     }
+                    Item::Dropped { .. } => return None,
                 };
                 (size > 0).then_some(Piece {
                     offset,
@@ -278,6 +283,10 @@ pub fn plan_fragment(
     // of indirect call targets that precede them.
     let copy = |items: &mut Vec<Item>, from: u32, to: u32| {
         for inst in from..to {
+            if f.is_dropped_padding(inst) {
+                items.push(Item::Dropped { inst });
+                continue;
+            }
             if let Some(table) = probes.and_then(|p| p.indirect_table(inst))
                 && let Ok(size) = rivet_arch::indirect_probe_size(&f.insts[inst as usize])
             {
@@ -468,14 +477,15 @@ pub fn plan_fragment(
         offsets[items.len() - 1] + last.size_at(f, offsets[items.len() - 1])
     });
 
-    // New offsets of the original instructions, dropped jumps included. A block's first
-    // instruction is where its label is, so that arriving at the block runs its start probes.
+    // New offsets of the original instructions, dropped jumps and padding included. A block's
+    // first instruction is where its label is, so that arriving at the block runs its start
+    // probes.
     let mut inst_offsets: Vec<(u32, u64)> = Vec::with_capacity(fragment_insts + blocks.len());
     let mut label_at: Option<u64> = None;
     for (item, &off) in items.iter().zip(&offsets) {
         match *item {
             Item::Label(_) => label_at = Some(off),
-            Item::Copy { inst } | Item::Replaced { inst } => {
+            Item::Copy { inst } | Item::Replaced { inst } | Item::Dropped { inst } => {
                 inst_offsets.push((inst, label_at.take().unwrap_or(off)));
             }
             _ => {}
@@ -558,16 +568,22 @@ impl AddressMap {
     }
 
     /// Rebuilds the map from block starts alone (as recorded in an output's `.rivet.bat`):
-    /// inside a block, instructions keep their distances (a block's body is copied whole and
-    /// its re-created branch sits where the body ends).
+    /// inside a block, instructions follow each other as in the input, less the padding
+    /// rewritten code leaves out (a block's body is copied whole and its re-created branch
+    /// sits where the body ends).
     pub fn from_blocks(program: &Program, blocks: &[(Vaddr, Vaddr)]) -> Option<AddressMap> {
         let mut functions: Vec<Option<Vec<(Vaddr, Vaddr)>>> = vec![None; program.functions.len()];
         for &(old, new) in blocks {
             let f = program.function_containing(old)?;
             let block = f.block(f.block_at(old)?);
             let entries = functions[f.id.0 as usize].get_or_insert_with(Vec::new);
-            for inst in f.block_insts(block) {
-                entries.push((inst.addr(), new + (inst.addr() - block.start)));
+            let mut at = new;
+            for i in block.insts.clone() {
+                let inst = &f.insts[i as usize];
+                entries.push((inst.addr(), at));
+                if !f.is_dropped_padding(i) {
+                    at = at + u64::from(inst.len());
+                }
             }
         }
         for entries in functions.iter_mut().flatten() {
@@ -671,7 +687,10 @@ pub fn encode_fragment(
         let at = addr + plan.offsets[i];
         debug_assert_eq!(out.len() as u64, plan.offsets[i]);
         match *item {
-            Item::Label(_) | Item::TrampolineLabel(_) | Item::Replaced { .. } => {}
+            Item::Label(_)
+            | Item::TrampolineLabel(_)
+            | Item::Replaced { .. }
+            | Item::Dropped { .. } => {}
             Item::Align {
                 align, max_padding, ..
             } => {

@@ -702,7 +702,9 @@ fn convert_line_program(
         moved_rows += planned.len();
         let mut rows = planned.iter().peekable();
         for (k, fragment) in fragments.iter().enumerate() {
-            if fragment.end == fragment.start {
+            // A fragment without rows (only a jump the layout added after padding it left
+            // out) gets no sequence rather than one that ends where it begins.
+            if fragment.end == fragment.start || rows.peek().is_none_or(|r| r.0 != k) {
                 continue;
             }
             out.begin(fragment.start);

@@ -257,6 +257,27 @@ impl Function {
         }
     }
 
+    /// Whether rewritten code leaves instruction `i` out: alignment padding
+    /// ([`Inst::is_padding_nop`]) anywhere but in the run of `nop`s a function may start with.
+    /// Padding aligned the next label of the input's layout; in a new layout it would only
+    /// execute (gcc pads loop heads that the code before falls into) and take cache space.
+    /// Entry `nop`s stay: they can be a patchable-entry sled (`-fpatchable-function-entry`)
+    /// that a tracer overwrites at run time. A dropped instruction takes no bytes: its new
+    /// address is that of whatever follows it.
+    pub fn is_dropped_padding(&self, i: u32) -> bool {
+        let Some(inst) = self.insts.get(i as usize) else {
+            return false;
+        };
+        inst.is_padding_nop() && !self.insts[..i as usize].iter().all(Inst::is_padding_nop)
+    }
+
+    /// The number of instructions of `block` that rewritten code holds (padding left out).
+    pub fn kept_insts(&self, block: &Block) -> u32 {
+        (block.insts.start..block.insts.end)
+            .filter(|&i| !self.is_dropped_padding(i))
+            .count() as u32
+    }
+
     pub fn block_insts(&self, block: &Block) -> &[Inst] {
         &self.insts[block.insts.start as usize..block.insts.end as usize]
     }

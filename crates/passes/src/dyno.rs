@@ -13,7 +13,8 @@
 //!
 //! What each row counts:
 //! - executed instructions: block counts times block lengths, plus jumps the layout adds,
-//!   minus jumps it drops;
+//!   minus jumps it drops and, in rewritten code, minus the alignment `nop`s the emitter
+//!   leaves out;
 //! - function entries: entries at a function's start;
 //! - function calls: `call` instructions executed (direct, indirect, PLT; noreturn calls
 //!   included, tail calls not); indirect calls and PLT calls are the subsets through a
@@ -265,7 +266,11 @@ fn block_stats(
 ) {
     let block = f.block(b);
     let n = block_count(counts, b);
-    let len = u64::from(block.insts.end.saturating_sub(block.insts.start));
+    // Rewritten code leaves the input's alignment padding out.
+    let len = match placement {
+        Placement::Original => u64::from(block.insts.end.saturating_sub(block.insts.start)),
+        Placement::Rewritten { .. } => u64::from(f.kept_insts(block)),
+    };
     s.instructions = s.instructions.saturating_add(n.saturating_mul(len));
     let Some(last) = f.block_insts(block).last() else {
         return;

@@ -117,10 +117,13 @@ fn family_root(program: &Program, f: FuncId) -> FuncId {
     }
 }
 
+/// Bytes of the block in rewritten code: its instructions less the padding the emitter leaves
+/// out (its branch may still change size; ext-TSP and function ordering need no more).
 fn block_size(f: &Function, b: &rivet_ir::Block) -> u64 {
-    f.block_insts(b)
-        .last()
-        .map_or(0, |last| last.end() - b.start)
+    (b.insts.start..b.insts.end)
+        .filter(|&i| !f.is_dropped_padding(i))
+        .map(|i| u64::from(f.insts[i as usize].len()))
+        .sum()
 }
 
 /// The block order of one function: a permutation of its blocks, entry block first.

@@ -524,3 +524,40 @@ fn rows_are_stable_and_table_is_aligned() {
     assert_eq!(table.lines().collect::<Vec<_>>(), expected);
     assert!(table.ends_with('\n'));
 }
+
+/// The input's alignment padding runs in the original and not in rewritten code: f0 with a
+/// `nop` (`xchg %ax,%ax`) aligning the loop head that B0 falls into.
+///   B0 0x1000: xor %eax,%eax; xchg %ax,%ax   (falls into B1)
+///   B1 0x1004: inc %eax; cmp $10,%eax; jne B1
+///   B2 0x100b: ret
+#[test]
+fn padding_runs_in_the_original_only() {
+    let code = [
+        0x31, 0xc0, // xor %eax,%eax
+        0x66, 0x90, // xchg %ax,%ax (padding)
+        0xff, 0xc0, // inc %eax
+        0x83, 0xf8, 0x0a, // cmp $10,%eax
+        0x75, 0xf9, // jne 0x1004
+        0xc3, // ret
+    ];
+    let f = function(
+        0,
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::FallThrough, vec![fall(1)]),
+            (0x1004, Terminator::CondJump, vec![taken(1), fall(2)]),
+            (0x100b, Terminator::Return, vec![]),
+        ],
+        vec![],
+    );
+    assert!(f.is_dropped_padding(1) && !f.is_dropped_padding(0));
+    let p = single(f);
+    let prof = profile(vec![Some(loop_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!(original.instructions, 2 + 3 * 10 + 1);
+    let identity = build_layout(&p, &[true], LayoutStrategy::Identity, false);
+    let after = dyno_stats(&p, &prof, Some(&identity));
+    assert_eq!(after.instructions, original.instructions - 1);
+    assert_eq!(after.unconditional, 0);
+}

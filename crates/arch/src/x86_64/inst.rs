@@ -139,6 +139,20 @@ impl Inst {
                 && self.raw.op0_register().size() == 8)
     }
 
+    /// True for the `nop` forms that do nothing at all, which compilers put in front of
+    /// aligned loop heads and labels: `nop` (any length) and `lea r64, [r64]`. Narrower than
+    /// [`Inst::is_nop`]: `xchg` of a register with itself may zero the upper half of a 64-bit
+    /// register (`87 c0`), and `fnop` may raise a pending x87 exception, so neither may be
+    /// left out of rewritten code.
+    pub fn is_padding_nop(&self) -> bool {
+        self.raw.mnemonic() == Mnemonic::Nop
+            || (self.raw.mnemonic() == Mnemonic::Lea
+                && self.raw.memory_base() == self.raw.op0_register()
+                && self.raw.memory_index() == iced_x86::Register::None
+                && self.raw.memory_displacement64() == 0
+                && self.raw.op0_register().size() == 8)
+    }
+
     /// True for `int3`, which linkers use to fill gaps between functions.
     pub fn is_int3(&self) -> bool {
         self.raw.mnemonic() == Mnemonic::Int3
@@ -278,6 +292,16 @@ mod tests {
         assert!(one(&[0x90], 0).is_nop());
         assert!(one(&[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00], 0).is_nop());
         assert!(!one(&[0xc3], 0).is_nop());
+        // Padding that rewritten code may leave out, and look-alikes it may not.
+        assert!(one(&[0x90], 0).is_padding_nop());
+        assert!(one(&[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00], 0).is_padding_nop());
+        assert!(one(&[0x0f, 0x1f, 0x80, 0, 0, 0, 0], 0).is_padding_nop());
+        assert!(one(&[0x48, 0x8d, 0x76, 0x00], 0).is_padding_nop()); // lea 0(%rsi),%rsi
+        assert!(!one(&[0x87, 0xc0], 0).is_padding_nop()); // xchg %eax,%eax zero-extends
+        assert!(!one(&[0x8d, 0x76, 0x00], 0).is_padding_nop()); // lea 0(%rsi),%esi truncates
+        assert!(!one(&[0xf3, 0x90], 0).is_padding_nop()); // pause
+        assert!(!one(&[0xf3, 0x0f, 0x1e, 0xfa], 0).is_padding_nop()); // endbr64
+        assert!(!one(&[0xd9, 0xd0], 0).is_padding_nop()); // fnop
     }
 
     #[test]
