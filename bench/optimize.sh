@@ -26,9 +26,13 @@
 #       sizes; SQLite: the same SQL files, which are deterministic and bounded); I1 misses,
 #       LLi misses, branch mispredicts (Bcm + Bim) and instructions executed. The cachegrind
 #       runs are independent of machine load, so they run in parallel (nproc jobs).
-#     - wall time: ROUNDS interleaved rounds; each round runs every binary once on an input,
-#       in an order rotated per round; reported: median time, and the median over rounds of the
-#       per-round ratios (binary / original, and Rivet / BOLT). No thresholds anywhere.
+#     - wall time and CPU time (user + system, from the shell's `time`, 1 ms resolution):
+#       ROUNDS interleaved rounds; each round runs every binary once on an input, in an order
+#       rotated per round; reported: median time, and the median over rounds of the per-round
+#       ratios (binary / original, and Rivet / BOLT with a sign-test confidence interval: the
+#       order statistics that cover the median ratio with at least 95%, or [min, max] with
+#       fewer than 6 rounds). CPU time leaves out the time a run waits for a CPU, which on this
+#       shared 2-core VM is most of the noise. No thresholds anywhere.
 #     - each optimizer's processing time and peak RSS (GNU time "%e %M"), ROUNDS interleaved
 #       runs, medians; whether Rivet's output bytes are identical across the runs.
 #     - binary sizes: file size and bytes in executable sections.
@@ -65,7 +69,28 @@ fi
 WORK="$(mktemp -d)"
 trap 'rm -rf -- "$WORK"' EXIT
 
-now() { date +%s.%N; }
+# median_ci: reads ratios, prints "median lo hi confidence": the sign-test interval for the
+# median, the widest pair of order statistics (k, n+1-k) whose coverage is at least 95%, or
+# [min, max] when even that falls short (below 6 values)
+median_ci() {
+    sort -g | awk '{ v[NR] = $1 }
+        END {
+            n = NR; if (n == 0) { print "nan nan nan 0"; exit }
+            m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+            # tail = P(X <= k - 1) for X ~ Binomial(n, 1/2)
+            k = 1; term = 0.5 ^ n; tail = term
+            while (k + 1 <= (n + 1) / 2) {
+                next_term = term * (n - k + 1) / k
+                if (2 * (tail + next_term) > 0.05) break
+                term = next_term; tail += term; k++
+            }
+            printf "%s %s %s %.3f\n", m, v[k], v[n + 1 - k], 1 - 2 * tail
+        }'
+}
+# ratios A B COLUMN: per-round ratios A/B of COLUMN (2 = wall, 3 = CPU) of two time files
+ratios() {
+    join <(sort "$1") <(sort "$2") | awk -v c="$3" '{ print $c / $(c + 2) }'
+}
 # exec_bytes BIN: bytes in sections with the X flag
 exec_bytes() {
     readelf -SW "$1" | sed -n 's/^ *\[ *[0-9]*\] //p' |
@@ -215,18 +240,22 @@ for program in $PROGRAMS; do
         done
     done
 
-    # 4b. wall time, interleaved rounds, rotated order
+    # 4b. wall and CPU time, interleaved rounds, rotated order; a time file's lines are
+    # "round wall cpu"
     n=${#variants[@]}
     for input in train unseen; do for v in "${variants[@]}"; do : >"$dir/time.$input.$v"; done; done
     for ((round = 0; round < ROUNDS; round++)); do
-        log "$program: wall time, round $((round + 1))/$ROUNDS"
+        log "$program: wall and CPU time, round $((round + 1))/$ROUNDS"
         for input in train unseen; do
             for ((k = 0; k < n; k++)); do
                 v=${variants[$(((round + k) % n))]}
-                start=$(now)
-                run_input "$program" "$input" "${BIN[$v]}" >/dev/null
-                end=$(now)
-                echo "$round $(echo "$end - $start" | bc -l)" >>"$dir/time.$input.$v"
+                t=$(
+                    TIMEFORMAT='%3R %3U %3S'
+                    { time run_input "$program" "$input" "${BIN[$v]}" >/dev/null 2>&1; } 2>&1
+                )
+                read -r wall user sys <<<"$t"
+                [[ -n $sys ]] || die "$program/$v: could not time a run ($t)"
+                echo "$round $wall $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')" >>"$dir/time.$input.$v"
             done
         done
     done
@@ -292,23 +321,35 @@ for program in $PROGRAMS; do
             done
         done
         echo
-        echo "### Wall time ($ROUNDS interleaved rounds)"
+        echo "### Wall and CPU time ($ROUNDS interleaved rounds)"
         echo
         echo "Each round runs every binary once per input, in an order rotated per round. Ratio = the"
-        echo "median over rounds of the binary's time / the other's time in the same round."
+        echo "median over rounds of the binary's time / the other's time in the same round; after"
+        echo "the Rivet / BOLT ratios, the sign-test confidence interval of that median (its level"
+        echo "in the note below the table). CPU = user + system time."
         echo
-        echo "| input | binary | median time | / original | / BOLT |"
-        echo "|---|---|---:|---:|---:|"
+        echo "| input | binary | wall | / original | / BOLT | CPU | / original | / BOLT |"
+        echo "|---|---|---:|---:|---:|---:|---:|---:|"
         for input in train unseen; do
             for v in "${variants[@]}"; do
                 t=$(awk '{ print $2 }' "$dir/time.$input.$v" | median)
-                r=$(join <(sort "$dir/time.$input.$v") <(sort "$dir/time.$input.original") | awk '{ print $2 / $3 }' | median)
-                rb=$(join <(sort "$dir/time.$input.$v") <(sort "$dir/time.$input.bolt") | awk '{ print $2 / $3 }' | median)
-                echo "$input $v $t $r $rb" >>"$dir/time.summary"
-                case $v in rivet*) rbs=$(printf '%.3f' "$rb") ;; *) rbs="" ;; esac
-                printf '| %s | %s | %.3f s | %.3f | %s |\n' "$input" "$(label "$v")" "$t" "$r" "$rbs"
+                c=$(awk '{ print $3 }' "$dir/time.$input.$v" | median)
+                read -r r _ < <(ratios "$dir/time.$input.$v" "$dir/time.$input.original" 2 | median_ci)
+                read -r cr _ < <(ratios "$dir/time.$input.$v" "$dir/time.$input.original" 3 | median_ci)
+                read -r rb rblo rbhi level < <(ratios "$dir/time.$input.$v" "$dir/time.$input.bolt" 2 | median_ci)
+                read -r cb cblo cbhi _ < <(ratios "$dir/time.$input.$v" "$dir/time.$input.bolt" 3 | median_ci)
+                echo "$input $v $t $r $rb $rblo $rbhi $cr $cb $cblo $cbhi" >>"$dir/time.summary"
+                case $v in
+                    rivet*) rbs=$(printf '%.3f (%.3f..%.3f)' "$rb" "$rblo" "$rbhi")
+                        cbs=$(printf '%.3f (%.3f..%.3f)' "$cb" "$cblo" "$cbhi") ;;
+                    *) rbs="" cbs="" ;;
+                esac
+                printf '| %s | %s | %.3f s | %.3f | %s | %.3f s | %.3f | %s |\n' "$input" "$(label "$v")" \
+                    "$t" "$r" "$rbs" "$c" "$cr" "$cbs"
             done
         done
+        echo
+        echo "Confidence of the intervals: $(awk -v l="$level" 'BEGIN { printf "%.1f%%", 100 * l }') ($ROUNDS rounds)."
         echo
         echo "### The optimizers: processing time, peak memory, output size ($ROUNDS interleaved runs, medians)"
         echo
@@ -364,11 +405,13 @@ for program in $PROGRAMS; do
         read -r _ _ oir oi1 olli omp < <(grep "^$input original " "$dir/cg.summary")
         read -r _ _ bir bi1 blli bmp < <(grep "^$input bolt " "$dir/cg.summary")
         read -r _ _ rir ri1 rlli rmp < <(grep "^$input rivet " "$dir/cg.summary")
-        read -r _ _ _ bt _ < <(grep "^$input bolt " "$dir/time.summary")
-        read -r _ _ _ rt rb < <(grep "^$input rivet " "$dir/time.summary")
-        printf '| %s | %s | %s / %s / %s | %s / %s / %s | %.3f | %.3f | %.3f |\n' "$program" "$input" \
+        read -r _ _ _ bt _ _ _ _ bc _ < <(grep "^$input bolt " "$dir/time.summary")
+        read -r _ _ _ rt rb rblo rbhi rc cb cblo cbhi < <(grep "^$input rivet " "$dir/time.summary")
+        printf '| %s | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %.3f / %.3f | %.3f / %.3f | %.3f (%.3f..%.3f) | %.3f (%.3f..%.3f) |\n' \
+            "$program" "$input" \
+            "$(commas "$oir")" "$(commas "$bir")" "$(commas "$rir")" \
             "$(commas "$oi1")" "$(commas "$bi1")" "$(commas "$ri1")" "$(commas "$omp")" "$(commas "$bmp")" "$(commas "$rmp")" \
-            "$bt" "$rt" "$rb" >>"$WORK/summary.md"
+            "$bt" "$bc" "$rt" "$rc" "$rb" "$rblo" "$rbhi" "$cb" "$cblo" "$cbhi" >>"$WORK/summary.md"
     done
     read -r _ rpt rpm < <(grep '^rivet ' "$dir/proc.summary")
     read -r _ bpt bpm < <(grep '^bolt ' "$dir/proc.summary")
@@ -379,11 +422,12 @@ done
 cat "$WORK/head.md"
 echo "## Summary"
 echo
-echo "I1 misses and mispredicts: original / BOLT / Rivet (cachegrind, small inputs). Time: median of"
-echo "per-round ratios. Lua's BOLT skips luaV_execute (it cannot rewrite it); Rivet optimizes it."
+echo "Instructions, I1 misses and mispredicts: original / BOLT / Rivet (cachegrind, small inputs)."
+echo "Times: medians of per-round ratios, wall / CPU; Rivet / BOLT with the sign-test confidence"
+echo "interval of the median. Lua's BOLT skips luaV_execute (it cannot rewrite it); Rivet optimizes it."
 echo
-echo "| program | input | I1 misses | branch mispredicts | BOLT time / original | Rivet time / original | Rivet / BOLT |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| program | input | instructions | I1 misses | branch mispredicts | BOLT time / original | Rivet time / original | Rivet / BOLT, wall | Rivet / BOLT, CPU |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 cat "$WORK/summary.md"
 echo
 echo "| program | Rivet: time, peak RSS | BOLT (-update-debug-sections): time, peak RSS |"
@@ -413,6 +457,7 @@ echo "  that llvm-bolt-19 -update-debug-sections writes (\"unhandled dwarf2 abbr
 echo "  Possibly corrupted debuginfo file. I can't recover.\"), on Lua and on SQLite alike, and"
 echo "  \`objcopy --strip-debug\` breaks BOLT's segment layout."
 echo "- Wall time on this shared 2-core VM is noisy: between two complete runs of this script the"
-echo "  time ratios moved by up to about 0.1. The cachegrind counts are the stable measure."
+echo "  wall-time ratios moved by up to about 0.1. CPU time is steadier; the cachegrind counts are"
+echo "  the stable measure."
 echo "- Lua picks its string-hash seed from the time and from addresses, so its cachegrind counts"
 echo "  vary slightly from run to run; SQLite's are exact."

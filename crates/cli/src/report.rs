@@ -91,6 +91,7 @@ fn spans(
     program: &Program,
     attached: &AttachedProfile,
     place: &dyn Fn(FuncId, Vaddr) -> Option<u64>,
+    rewritten: &dyn Fn(FuncId) -> bool,
 ) -> Spans {
     let mut out = Vec::new();
     for (i, counts) in attached.functions.iter().enumerate() {
@@ -102,9 +103,17 @@ fn spans(
             let (Some(last), true) = (insts.last(), c > 0) else {
                 continue;
             };
-            let size = last.end() - block.start;
+            // Rewritten code holds the block without the input's alignment padding.
+            let (size, n) = if rewritten(f.id) {
+                let kept =
+                    || (block.insts.start..block.insts.end).filter(|&i| !f.is_dropped_padding(i));
+                let bytes: u64 = kept().map(|i| u64::from(f.insts[i as usize].len())).sum();
+                (bytes, kept().count())
+            } else {
+                (last.end() - block.start, insts.len())
+            };
             if let Some(start) = place(f.id, block.start) {
-                out.push((start, start + size, c as f64 * insts.len() as f64, f.id));
+                out.push((start, start + size, c as f64 * n as f64, f.id));
             }
         }
     }
@@ -407,17 +416,25 @@ pub fn run(args: &ReportArgs) -> Result<(), UserError> {
     let after = optimized
         .as_ref()
         .map(|o| dyno_stats(&program, &attached, Some(&o.layout)));
-    let before_map = heatmap(&elf, &spans(&program, &attached, &|_, a| Some(a.get())));
+    let before_map = heatmap(
+        &elf,
+        &spans(&program, &attached, &|_, a| Some(a.get()), &|_| false),
+    );
     let after_map = match (&optimized, &optimized_elf) {
         (Some(o), Some(out)) => Some(heatmap(
             out,
-            &spans(&program, &attached, &|f, a| {
-                // Blocks of functions left in place keep their addresses.
-                match o.layout.function(f) {
-                    Some(_) => o.new_start.get(&a.get()).copied(),
-                    None => Some(a.get()),
-                }
-            }),
+            &spans(
+                &program,
+                &attached,
+                &|f, a| {
+                    // Blocks of functions left in place keep their addresses.
+                    match o.layout.function(f) {
+                        Some(_) => o.new_start.get(&a.get()).copied(),
+                        None => Some(a.get()),
+                    }
+                },
+                &|f| o.layout.function(f).is_some(),
+            ),
         )),
         _ => None,
     };
