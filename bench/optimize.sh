@@ -405,7 +405,7 @@ for program in $PROGRAMS; do
         read -r _ _ oir oi1 olli omp < <(grep "^$input original " "$dir/cg.summary")
         read -r _ _ bir bi1 blli bmp < <(grep "^$input bolt " "$dir/cg.summary")
         read -r _ _ rir ri1 rlli rmp < <(grep "^$input rivet " "$dir/cg.summary")
-        read -r _ _ _ bt _ _ _ _ bc _ < <(grep "^$input bolt " "$dir/time.summary")
+        read -r _ _ _ bt _ _ _ bc _ < <(grep "^$input bolt " "$dir/time.summary")
         read -r _ _ _ rt rb rblo rbhi rc cb cblo cbhi < <(grep "^$input rivet " "$dir/time.summary")
         printf '| %s | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %.3f / %.3f | %.3f / %.3f | %.3f (%.3f..%.3f) | %.3f (%.3f..%.3f) |\n' \
             "$program" "$input" \
