@@ -105,10 +105,7 @@ fn spans(
             };
             // Rewritten code holds the block without the input's alignment padding.
             let (size, n) = if rewritten(f.id) {
-                let kept =
-                    || (block.insts.start..block.insts.end).filter(|&i| !f.is_dropped_padding(i));
-                let bytes: u64 = kept().map(|i| u64::from(f.insts[i as usize].len())).sum();
-                (bytes, kept().count())
+                (f.kept_size(block), f.kept_insts(block).count())
             } else {
                 (last.end() - block.start, insts.len())
             };

@@ -132,16 +132,12 @@ impl Checker<'_> {
             .ok_or_else(|| format!("block {} of {} has no new address", b.start, f.name()))?;
         let insts = f.block_insts(b);
         let recreated = terminator_is_recreated(f, b);
-        let body_end = if recreated {
-            b.insts.end - 1
-        } else {
-            b.insts.end
-        };
-        // The input's alignment padding is left out of rewritten code.
-        let body: Vec<&Inst> = (b.insts.start..body_end)
-            .filter(|&i| !f.is_dropped_padding(i))
-            .map(|i| &f.insts[i as usize])
-            .collect();
+        // The input's alignment padding is left out of rewritten code; a re-created terminator
+        // (a branch, never padding) is checked apart.
+        let mut body: Vec<&Inst> = f.kept_insts(b).collect();
+        if recreated {
+            body.pop();
+        }
         let body_len: u64 = body.iter().map(|i| u64::from(i.len())).sum();
         let decoded = self.decode_at(new_start, body_len + 16)?;
         for (k, old) in body.iter().enumerate() {

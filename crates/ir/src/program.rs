@@ -271,11 +271,16 @@ impl Function {
         inst.is_padding_nop() && !self.insts[..i as usize].iter().all(Inst::is_padding_nop)
     }
 
-    /// The number of instructions of `block` that rewritten code holds (padding left out).
-    pub fn kept_insts(&self, block: &Block) -> u32 {
+    /// The instructions of `block` that rewritten code holds, in order (padding left out).
+    pub fn kept_insts<'a>(&'a self, block: &Block) -> impl Iterator<Item = &'a Inst> + 'a {
         (block.insts.start..block.insts.end)
             .filter(|&i| !self.is_dropped_padding(i))
-            .count() as u32
+            .map(|i| &self.insts[i as usize])
+    }
+
+    /// Bytes of `block`'s instructions in rewritten code, before its branch is re-encoded.
+    pub fn kept_size(&self, block: &Block) -> u64 {
+        self.kept_insts(block).map(|i| u64::from(i.len())).sum()
     }
 
     pub fn block_insts(&self, block: &Block) -> &[Inst] {

@@ -269,7 +269,7 @@ fn block_stats(
     // Rewritten code leaves the input's alignment padding out.
     let len = match placement {
         Placement::Original => u64::from(block.insts.end.saturating_sub(block.insts.start)),
-        Placement::Rewritten { .. } => u64::from(f.kept_insts(block)),
+        Placement::Rewritten { .. } => f.kept_insts(block).count() as u64,
     };
     s.instructions = s.instructions.saturating_add(n.saturating_mul(len));
     let Some(last) = f.block_insts(block).last() else {

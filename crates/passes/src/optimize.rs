@@ -117,15 +117,6 @@ fn family_root(program: &Program, f: FuncId) -> FuncId {
     }
 }
 
-/// Bytes of the block in rewritten code: its instructions less the padding the emitter leaves
-/// out (its branch may still change size; ext-TSP and function ordering need no more).
-fn block_size(f: &Function, b: &rivet_ir::Block) -> u64 {
-    (b.insts.start..b.insts.end)
-        .filter(|&i| !f.is_dropped_padding(i))
-        .map(|i| u64::from(f.insts[i as usize].len()))
-        .sum()
-}
-
 /// The block order of one function: a permutation of its blocks, entry block first.
 pub fn order_blocks(f: &Function, counts: &FunctionCounts, order: BlockOrder) -> Vec<BlockId> {
     let n = f.blocks.len();
@@ -154,7 +145,7 @@ pub fn order_blocks(f: &Function, counts: &FunctionCounts, order: BlockOrder) ->
             let mut block_counts = vec![0u64; n];
             let mut edges = Vec::new();
             for (i, b) in f.blocks.iter().enumerate() {
-                sizes[dense(i) as usize] = block_size(f, b);
+                sizes[dense(i) as usize] = f.kept_size(b);
                 block_counts[dense(i) as usize] = counts.blocks.get(i).copied().unwrap_or(0);
                 // Every CFG edge, zero counts included: ext-TSP tells conditional branches
                 // (several successors) from blocks that fall through unconditionally.
@@ -238,10 +229,7 @@ fn layout_function(
             vec![hot, cold]
         }
     };
-    let hot_size = fragments[0]
-        .iter()
-        .map(|b| block_size(f, f.block(*b)))
-        .sum();
+    let hot_size = fragments[0].iter().map(|b| f.kept_size(f.block(*b))).sum();
     let aligned = match options.align_blocks {
         Some(a) if !in_place => blocks_to_align(f, counts, &fragments[0], a),
         _ => Vec::new(),
@@ -288,7 +276,7 @@ fn blocks_to_align(
         if u128::from(c) < fall_in * 2 {
             continue;
         }
-        let max_padding = (u64::from(alignment.alignment) - 1).min(block_size(f, f.block(b)));
+        let max_padding = (u64::from(alignment.alignment) - 1).min(f.kept_size(f.block(b)));
         aligned.push(AlignedBlock {
             block: b,
             max_padding: max_padding.min(255) as u8,
