@@ -31,8 +31,9 @@
 #       rotated per round; reported: median time, and the median over rounds of the per-round
 #       ratios (binary / original, and Rivet / BOLT with a sign-test confidence interval: the
 #       order statistics that cover the median ratio with at least 95%, or [min, max] with
-#       fewer than 6 rounds). CPU time leaves out the time a run waits for a CPU, which on this
-#       shared 2-core VM is most of the noise. No thresholds anywhere.
+#       fewer than 6 rounds). CPU time leaves out the time a run waits for a CPU; it does not
+#       remove the host's own speed swings, which on this VM are most of the noise (CPU and
+#       wall time agreed within 1% here). No thresholds anywhere.
 #     - each optimizer's processing time and peak RSS (GNU time "%e %M"), ROUNDS interleaved
 #       runs, medians; whether Rivet's output bytes are identical across the runs.
 #     - binary sizes: file size and bytes in executable sections.
@@ -457,7 +458,7 @@ echo "  that llvm-bolt-19 -update-debug-sections writes (\"unhandled dwarf2 abbr
 echo "  Possibly corrupted debuginfo file. I can't recover.\"), on Lua and on SQLite alike, and"
 echo "  \`objcopy --strip-debug\` breaks BOLT's segment layout."
 echo "- Wall time on this shared 2-core VM is noisy: between two complete runs of this script the"
-echo "  wall-time ratios moved by up to about 0.1. CPU time is steadier; the cachegrind counts are"
-echo "  the stable measure."
+echo "  wall-time ratios moved by up to about 0.1, and CPU time moves with them (the host's speed"
+echo "  swings within seconds); the cachegrind counts are the stable measure."
 echo "- Lua picks its string-hash seed from the time and from addresses, so its cachegrind counts"
 echo "  vary slightly from run to run; SQLite's are exact."
