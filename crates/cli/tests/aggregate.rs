@@ -307,8 +307,32 @@ fn samples_of_a_shared_library_land_in_its_functions() {
         .map(|(_, c)| c)
         .sum();
     assert!(total > 100, "{total} samples in the library");
-    assert_eq!(
-        in_lib, total,
-        "every sample of the library is in its two functions"
+    // The loader also runs the library's start-up and exit code once; a sample lands there in
+    // about one run of several hundred (CI saw 678 of 679 in the two functions). Those samples
+    // must still be named after the library's own functions: a wrong load bias would scatter
+    // samples across names or outside every function.
+    let once = [
+        "_init",
+        "_fini",
+        "frame_dummy",
+        "register_tm_clones",
+        "deregister_tm_clones",
+        "__do_global_dtors_aux",
+    ];
+    let elsewhere: Vec<_> = profile
+        .samples
+        .iter()
+        .filter(|(l, _)| !(l.name.starts_with("lib_leaf") || l.name.starts_with("lib_work")))
+        .collect();
+    assert!(
+        elsewhere.iter().all(|(l, _)| once.contains(&l.name.as_str())),
+        "samples outside lib_leaf and lib_work: {elsewhere:?}"
     );
+    assert!(
+        in_lib + 3 >= total,
+        "{in_lib} of {total} samples in lib_leaf and lib_work"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(summary["outside_functions"], 0, "{summary}");
+    assert_eq!(summary["samples_in_binary"], total, "{summary}");
 }

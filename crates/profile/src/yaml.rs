@@ -57,7 +57,7 @@ pub struct YamlHeader {
     /// `dfs-order`: block ids number blocks in DFS order (true) or layout order.
     #[serde(rename = "dfs-order", default = "yes")]
     pub dfs_order: bool,
-    #[serde(rename = "hash-func", default)]
+    #[serde(rename = "hash-func", default, deserialize_with = "hash_func")]
     pub hash_func: HashFunc,
 }
 
@@ -432,6 +432,28 @@ fn yes() -> bool {
     true
 }
 
+/// `hash-func`, refusing an empty value with the reason it happens. `merge-fdata-19` copies an
+/// uninitialized field into its merged header, so now and then it writes
+/// `hash-func:` with no value; llvm-bolt refuses that file too. Which hash the profiles used
+/// cannot be told from the file, so guessing would misread every hash in it.
+const FIX_HASH_FUNC: &str = "merge-fdata-19 writes a broken `hash-func` now and then: write the \
+     merged profiles' own value there (std-hash if they have no hash-func key), or merge them \
+     with `rivet merge`";
+
+fn hash_func<'de, D: Deserializer<'de>>(d: D) -> Result<HashFunc, D::Error> {
+    match Option::<String>::deserialize(d)?.as_deref() {
+        Some("std-hash") => Ok(HashFunc::StdHash),
+        Some("xxh3") => Ok(HashFunc::Xxh3),
+        None | Some("" | "~" | "null") => Err(de::Error::custom(format!(
+            "`hash-func` has no value, as merge-fdata-19 sometimes writes it; {FIX_HASH_FUNC}"
+        ))),
+        // `functions` here means the writer ran the next key onto the `hash-func:` line.
+        Some(other) => Err(de::Error::custom(format!(
+            "`hash-func: {other}` names no hash BOLT knows (std-hash, xxh3); {FIX_HASH_FUNC}"
+        ))),
+    }
+}
+
 fn int_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(IntVisitor)
 }
@@ -608,6 +630,19 @@ functions:
         assert!(e.contains("fid"), "{e}");
         let version = SMALL.replace("profile-version: 1", "profile-version: 2");
         assert_eq!(parse(&version), Err(YamlError::Version(2)));
+        let empty_hash = SMALL.replace("hash-func:       xxh3", "hash-func:       ");
+        let e = parse(&empty_hash).unwrap_err().to_string();
+        assert!(e.contains("`hash-func` has no value"), "{e}");
+        let hash = SMALL.replace("hash-func:       xxh3", "hash-func: md5");
+        assert!(parse(&hash).unwrap_err().to_string().contains("md5"));
+        // What merge-fdata-19 wrote in one CI run: the next key ran onto the hash-func line.
+        let run_on = SMALL.replace(
+            "hash-func:       xxh3\nfunctions:",
+            "hash-func:       functions:",
+        );
+        assert_ne!(run_on, SMALL);
+        let e = parse(&run_on).unwrap_err().to_string();
+        assert!(e.contains("rivet merge"), "{e}");
         let flag = SMALL.replace("[ lbr ]", "[ lbr, bogus ]");
         assert!(parse(&flag).unwrap_err().to_string().contains("bogus"));
         let negative = SMALL.replace(

@@ -276,7 +276,23 @@ fn yaml_merge_agrees_with_merge_fdata() {
     let theirs = run(Command::new(MERGE_FDATA)
         .arg(&s.bolt_yaml)
         .arg(&s.bolt_yaml));
-    let theirs = yaml::parse(&String::from_utf8(theirs.stdout).unwrap()).unwrap();
+    // merge-fdata-19 takes the merged `hash-func` from an uninitialized field: usually the
+    // default, which it leaves out, but now and then (one CI run in many) a value no name
+    // matches, written as the key with no value; once the next key, `functions:`, ran onto the
+    // same line. Our reader refuses both (so does llvm-bolt); the header comparison below sets
+    // the hash function aside anyway, so the key goes and what ran onto its line stays.
+    let theirs = String::from_utf8(theirs.stdout).unwrap();
+    let theirs: String = theirs
+        .lines()
+        .filter_map(
+            |line| match line.strip_prefix("  hash-func:").map(str::trim) {
+                Some("std-hash" | "xxh3") | None => Some(format!("{line}\n")),
+                Some("") => None,
+                Some(run_on) => Some(format!("{run_on}\n")),
+            },
+        )
+        .collect();
+    let theirs = yaml::parse(&theirs).unwrap();
     let ours = merge_yaml([y.clone(), y.clone()]).unwrap();
     assert_eq!(ours.functions, theirs.functions);
     // merge-fdata-19 writes its merged header without `hash-func` and with `dfs-order: true`
