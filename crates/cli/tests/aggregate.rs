@@ -325,7 +325,9 @@ fn samples_of_a_shared_library_land_in_its_functions() {
         .filter(|(l, _)| !(l.name.starts_with("lib_leaf") || l.name.starts_with("lib_work")))
         .collect();
     assert!(
-        elsewhere.iter().all(|(l, _)| once.contains(&l.name.as_str())),
+        elsewhere
+            .iter()
+            .all(|(l, _)| once.contains(&l.name.as_str())),
         "samples outside lib_leaf and lib_work: {elsewhere:?}"
     );
     assert!(

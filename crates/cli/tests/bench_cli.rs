@@ -2,8 +2,10 @@
 //!
 //! Timing is noisy by nature, so these tests assert only what a sound comparison must get right
 //! with a wide margin: the same binary against itself is "no significant difference", its
-//! interval holding 1.00; Lua optimized by Rivet from its own profile is detected as faster
-//! (and, swapped, as slower: exit 3); shuffled layouts of the same binary are not a difference.
+//! interval holding 1.00; a build doing 60% of another's work is detected as faster (and,
+//! swapped, as slower: exit 3); shuffled layouts of the same binary are not a difference; Lua
+//! optimized by Rivet from its own profile takes fewer I1 misses under cachegrind (its wall-time
+//! gain, a few percent, is for the benchmarks to measure, not a test to bet on).
 //! Tests where the truth is "no difference" ask for 99.9% / 99% intervals: at 95%, an honest
 //! interval misses the truth one time in twenty, which would make them flaky by design.
 //! Workloads are ~20-50 ms of CPU; no threshold on any absolute time.
@@ -119,27 +121,50 @@ fn optimized_lua(dir: &Path) -> PathBuf {
     opt
 }
 
-#[test]
-fn detects_the_optimized_lua_speedup() {
-    let dir = scratch("bench", "speedup");
-    let opt = optimized_lua(&dir);
-    let fannkuch = script("fannkuch.lua");
+/// Two builds of one C loop, the second doing `fraction_percent`% of the first's work: a
+/// speedup whose size is known before anything is timed.
+fn spin_pair(dir: &Path, fraction_percent: u64) -> (PathBuf, PathBuf) {
+    let source = dir.join("spin.c");
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\n\
+         int main(void) {\n\
+           volatile unsigned long x = 0;\n\
+           for (unsigned long i = 0; i < ITERATIONS; i++) x += i;\n\
+           printf(\"%lu\\n\", (unsigned long)x);\n\
+           return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    // About 15 ms for the full loop on this machine.
+    let full = 40_000_000u64;
+    let build = |name: &str, iterations: u64| {
+        let out = dir.join(name);
+        let status = Command::new("gcc")
+            .args(["-O2", &format!("-DITERATIONS={iterations}UL"), "-o"])
+            .arg(&out)
+            .arg(&source)
+            .status()
+            .expect("gcc is required");
+        assert!(status.success());
+        out
+    };
+    (
+        build("spin.full", full),
+        build("spin.part", full * fraction_percent / 100),
+    )
+}
 
-    // Text output, default options (95%), cachegrind counts.
+#[test]
+fn detects_a_speedup_and_a_slowdown() {
+    // B does 60% of A's work. Per-round ratios on this VM spread about ±30% around the truth,
+    // so 24 rounds put the interval far from 1.00 without leaning on luck.
+    let dir = scratch("bench", "spin");
+    let (full, part) = spin_pair(&dir, 60);
+
     let guard = timing_lock();
-    let out = rivet(&[
-        "bench",
-        s(lua()),
-        s(&opt),
-        "--runs",
-        // Runs of 40 ms on a VM whose speed swings within seconds: per-round ratios have
-        // spread from 0.58 to 1.36 around a true 0.91, which 16 rounds could not resolve.
-        "48",
-        "--cachegrind",
-        "--",
-        &fannkuch,
-        "8",
-    ]);
+    // The command line is the binary alone: `{}` stands for it.
+    let out = rivet(&["bench", s(&full), s(&part), "--runs", "24", "--", "{}"]);
     drop(guard);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -148,11 +173,47 @@ fn detects_the_optimized_lua_speedup() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    eprintln!("{stdout}");
     let last = stdout.lines().last().unwrap();
     assert!(
         last.starts_with("B is ") && last.contains("% faster than A (95% CI "),
         "{stdout}"
+    );
+
+    // Swapped: B is significantly slower, exit 3.
+    let summary = bench_json(&[s(&part), s(&full), "--runs", "24", "--", "{}"], 3);
+    let (r, lo, hi) = ratio(&summary);
+    eprintln!("full / 60% loop: {r:.4} (95% CI {lo:.4}..{hi:.4})");
+    assert_eq!(summary["verdict"], "slower", "{summary:#}");
+    assert!(lo > 1.0, "{summary:#}");
+}
+
+#[test]
+fn cachegrind_counts_show_the_optimized_lua_takes_fewer_i1_misses() {
+    // Whether Rivet's Lua is faster in wall time is a benchmark question (bench/optimize.sh);
+    // here the wall-time verdict may go either way in 6 rounds, and what is checked is the
+    // deterministic part: cachegrind's counts, which the layout must improve.
+    let dir = scratch("bench", "speedup");
+    let opt = optimized_lua(&dir);
+    let fannkuch = script("fannkuch.lua");
+
+    let guard = timing_lock();
+    let out = rivet(&[
+        "bench",
+        s(lua()),
+        s(&opt),
+        "--runs",
+        "6",
+        "--cachegrind",
+        "--",
+        &fannkuch,
+        "8",
+    ]);
+    drop(guard);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        matches!(out.status.code(), Some(0 | 3)),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     for event in [
         "I refs",
@@ -164,38 +225,29 @@ fn detects_the_optimized_lua_speedup() {
         assert!(stdout.contains(event), "no {event} in {stdout}");
     }
 
-    // Swapped: B (the original) is significantly slower, exit 3; cachegrind is deterministic:
-    // the optimized binary takes fewer I1 misses (not necessarily fewer mispredicts: cachegrind
-    // simulates a simple predictor).
-    let summary = bench_json(
+    // Not necessarily fewer mispredicts: cachegrind simulates a simple predictor.
+    let summary = bench_json_exit(
         &[
             s(&opt),
             s(lua()),
             "--runs",
-            "48",
+            "6",
             "--cachegrind",
             "--",
             &fannkuch,
             "8",
         ],
-        3,
+        &[0, 3],
     );
-    let (r, lo, hi) = ratio(&summary);
-    eprintln!("original / optimized: {r:.4} (95% CI {lo:.4}..{hi:.4})");
-    assert_eq!(summary["verdict"], "slower", "{summary:#}");
-    assert!(lo > 1.0, "{summary:#}");
     let cg = &summary["cachegrind"];
-    {
-        let event = "i1_misses";
-        let (optimized, original) = (
-            cg["a"][event].as_u64().unwrap(),
-            cg["b"][event].as_u64().unwrap(),
-        );
-        assert!(
-            optimized < original,
-            "{event}: optimized {optimized}, original {original}"
-        );
-    }
+    let (optimized, original) = (
+        cg["a"]["i1_misses"].as_u64().unwrap(),
+        cg["b"]["i1_misses"].as_u64().unwrap(),
+    );
+    assert!(
+        optimized < original,
+        "i1_misses: optimized {optimized}, original {original}"
+    );
 }
 
 #[test]
