@@ -54,6 +54,7 @@
 # Needs: llvm-bolt-19 (apt-get install bolt-19), valgrind, GNU time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
 ROUNDS="${1:-7}"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "usage: bench/optimize.sh [ROUNDS]" >&2; exit 2; }
 PROGRAMS="${PROGRAMS:-lua sqlite}"
@@ -145,7 +146,7 @@ show_cmd() { printf '%s ' "${CMD[@]}" | sed "s|$WORK/[a-z]*/||g; s|$RIVET|rivet|
     echo "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r);"
     echo "rivet $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes in crates/)'),"
     echo "$("$BOLT" --version 2>/dev/null | grep -m1 -o 'LLVM version [0-9.]*' | sed 's/LLVM/llvm-bolt/'), $(valgrind --version)."
-    echo "Reproduce: \`bench/optimize.sh $ROUNDS > docs/benchmarks.md\` (about 10 minutes on this machine)."
+    echo "Reproduce: \`bench/optimize.sh $ROUNDS > docs/benchmarks.md\` (took $(( ($(date +%s) - started + 59) / 60 )) minutes)."
     echo
     echo "## Method"
     echo
