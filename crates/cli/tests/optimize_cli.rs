@@ -383,3 +383,38 @@ fn function_alignment_padding_can_be_capped_like_bolts() {
     assert!(capped.iter().all(|a| a % 16 == 0), "{capped:x?}");
     assert!(capped.iter().any(|a| a % 64 != 0), "{capped:x?}");
 }
+
+#[test]
+fn hot_loop_heads_are_aligned_by_default_and_can_be_left_unaligned() {
+    let dir = scratch("optimize_cli", "align_blocks");
+    let (bin, counts) = profiled_program(&dir);
+    let optimize = |name: &str, before_binary: &[&str], after: &[&str]| {
+        let out = dir.join(name);
+        let mut args = vec!["optimize"];
+        args.extend_from_slice(before_binary);
+        args.extend_from_slice(&[s(&bin), "--profile", s(&counts), "-o", s(&out), "--json"]);
+        args.extend_from_slice(after);
+        let summary = json(&rivet(&args));
+        let a = Command::new(&bin).args(["switch", "99"]).output().unwrap();
+        let b = Command::new(&out).args(["switch", "99"]).output().unwrap();
+        assert_eq!(a.stdout, b.stdout, "{name}");
+        (
+            std::fs::read(&out).unwrap(),
+            summary["aligned_blocks"].as_u64().unwrap(),
+        )
+    };
+    let (default, aligned) = optimize("default", &[], &[]);
+    assert!(aligned > 0, "the training loop's head is not aligned");
+    // A switch written before the binary does not take the binary for its value.
+    let (asked, asked_aligned) = optimize("asked", &["--align-blocks"], &[]);
+    assert_eq!((asked == default, asked_aligned), (true, aligned));
+    let (off, off_aligned) = optimize("off", &[], &["--align-blocks=false"]);
+    assert_eq!(off_aligned, 0);
+    assert_ne!(off, default);
+    // BOLT's spelling turns it off too.
+    let (bolt_off, _) = optimize("bolt_off", &[], &["-align-blocks=0"]);
+    assert_eq!(bolt_off, off);
+    // With functions aligned to 8, blocks follow them down instead of failing.
+    let (_, small) = optimize("small", &[], &["--align-functions", "8"]);
+    assert!(small > 0);
+}

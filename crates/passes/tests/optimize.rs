@@ -875,8 +875,14 @@ fn a_loop_head_reached_by_its_back_edge_is_aligned() {
         aligned_blocks(&p, c.clone(), &aligned(16, 99)),
         [at(1, 7), at(3, 1)]
     );
-    // Not asked for: nothing aligned.
+    // On by default (16 bytes, 800%); turned off, nothing is aligned.
     let o = options(BlockOrder::None, Splitting::AllCold);
+    assert_eq!(o.align_blocks, aligned(16, 800).align_blocks);
+    assert_eq!(aligned_blocks(&p, c.clone(), &o), [at(1, 7)]);
+    let o = OptimizeOptions {
+        align_blocks: None,
+        ..o
+    };
     assert_eq!(aligned_blocks(&p, c, &o), []);
 }
 
