@@ -117,7 +117,7 @@ pub struct OptimizeArgs {
     #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool)]
     pub align_blocks: bool,
     /// With --align-blocks: the boundary (a power of two, at most --align-functions; default
-    /// 16, or --align-functions if that is smaller).
+    /// 16 bytes, or --align-functions if that is smaller).
     #[arg(long)]
     pub block_alignment: Option<u16>,
     /// With --align-blocks: how often, in percent of its function's entries, a block must run.
@@ -397,9 +397,10 @@ fn options_from(
     }
     // Unasked, block alignment follows a smaller function alignment down (both are powers of
     // two, checked above).
-    let block_alignment = args
-        .block_alignment
-        .unwrap_or_else(|| 16u16.min(u16::try_from(args.align_functions).unwrap_or(u16::MAX)));
+    let block_alignment = args.block_alignment.unwrap_or_else(|| {
+        let default = BlockAlignment::default().alignment;
+        default.min(u16::try_from(args.align_functions).unwrap_or(default))
+    });
     Ok(OptimizeOptions {
         block_order: match args.reorder_blocks {
             BlockOrderArg::ExtTsp => BlockOrder::ExtTsp,
@@ -529,7 +530,7 @@ pub fn run_with(
                 .unwrap_or(args.align_functions.saturating_sub(1)),
             hot_text: if args.hot_text { 2 << 20 } else { 64 },
             hot_text_offset: args.hot_text_offset,
-            blocks: options.align_blocks.map_or(16, |a| a.alignment),
+            blocks: options.align_blocks.unwrap_or_default().alignment,
         },
         debug_writer: rivet_emit::debug::DebugWriter::default(),
     };

@@ -73,14 +73,24 @@ pub struct ProfileFlags {
 }
 
 /// `hash-func`: the hash BOLT used for function and block hashes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HashFunc {
     /// `std-hash`, BOLT's default when the key is missing.
     #[default]
-    #[serde(rename = "std-hash")]
     StdHash,
-    #[serde(rename = "xxh3")]
     Xxh3,
+}
+
+impl HashFunc {
+    const ALL: [HashFunc; 2] = [HashFunc::StdHash, HashFunc::Xxh3];
+
+    /// The name BOLT's YAML gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            HashFunc::StdHash => "std-hash",
+            HashFunc::Xxh3 => "xxh3",
+        }
+    }
 }
 
 /// One function's profile.
@@ -225,11 +235,7 @@ pub fn write(profile: &YamlProfile) -> String {
     key(&mut out, 2, "profile-origin", Str(&h.origin));
     key(&mut out, 2, "profile-events", Str(&h.events));
     key(&mut out, 2, "dfs-order", h.dfs_order);
-    let hash = match h.hash_func {
-        HashFunc::StdHash => "std-hash",
-        HashFunc::Xxh3 => "xxh3",
-    };
-    key(&mut out, 2, "hash-func", hash);
+    key(&mut out, 2, "hash-func", h.hash_func.name());
     if profile.functions.is_empty() {
         out.push_str("functions:       []\n");
     } else {
@@ -432,26 +438,33 @@ fn yes() -> bool {
     true
 }
 
-/// `hash-func`, refusing an empty value with the reason it happens. `merge-fdata-19` copies an
-/// uninitialized field into its merged header, so now and then it writes
-/// `hash-func:` with no value; llvm-bolt refuses that file too. Which hash the profiles used
-/// cannot be told from the file, so guessing would misread every hash in it.
 const FIX_HASH_FUNC: &str = "merge-fdata-19 writes a broken `hash-func` now and then: write the \
      merged profiles' own value there (std-hash if they have no hash-func key), or merge them \
      with `rivet merge`";
 
+/// `hash-func`, refusing an empty or unknown value with the reason it happens. `merge-fdata-19`
+/// copies an uninitialized field into its merged header, so now and then it writes `hash-func:`
+/// with no value, or with the next key run onto its line; llvm-bolt refuses that file too.
+/// Which hash the profiles used cannot be told from the file, so guessing would misread every
+/// hash in it.
 fn hash_func<'de, D: Deserializer<'de>>(d: D) -> Result<HashFunc, D::Error> {
-    match Option::<String>::deserialize(d)?.as_deref() {
-        Some("std-hash") => Ok(HashFunc::StdHash),
-        Some("xxh3") => Ok(HashFunc::Xxh3),
-        None | Some("" | "~" | "null") => Err(de::Error::custom(format!(
-            "`hash-func` has no value, as merge-fdata-19 sometimes writes it; {FIX_HASH_FUNC}"
-        ))),
-        // `functions` here means the writer ran the next key onto the `hash-func:` line.
-        Some(other) => Err(de::Error::custom(format!(
-            "`hash-func: {other}` names no hash BOLT knows (std-hash, xxh3); {FIX_HASH_FUNC}"
-        ))),
+    let value = Option::<String>::deserialize(d)?;
+    let value = value.as_deref().unwrap_or("");
+    if let Some(known) = HashFunc::ALL.into_iter().find(|h| h.name() == value) {
+        return Ok(known);
     }
+    Err(de::Error::custom(match value {
+        "" | "~" | "null" => {
+            format!(
+                "`hash-func` has no value, as merge-fdata-19 sometimes writes it; {FIX_HASH_FUNC}"
+            )
+        }
+        other => {
+            format!(
+                "`hash-func: {other}` names no hash BOLT knows (std-hash, xxh3); {FIX_HASH_FUNC}"
+            )
+        }
+    }))
 }
 
 fn int_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
