@@ -455,9 +455,7 @@ fn hash_func<'de, D: Deserializer<'de>>(d: D) -> Result<HashFunc, D::Error> {
     }
     Err(de::Error::custom(match value {
         "" | "~" | "null" => {
-            format!(
-                "`hash-func` has no value, as merge-fdata-19 sometimes writes it; {FIX_HASH_FUNC}"
-            )
+            format!("`hash-func` has no value; {FIX_HASH_FUNC}")
         }
         other => {
             format!(
