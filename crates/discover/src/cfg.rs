@@ -699,14 +699,16 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             is_entry: entry[first],
             is_landing_pad: landing_pad[first],
             is_address_taken: address_taken[first],
+            is_reachable: true,
         });
     }
-    if !deferred.is_empty() {
-        let reachable = reachable_blocks(&blocks, incoming);
-        for (bi, reason) in deferred {
-            if reachable[bi] {
-                b.fail(reason);
-            }
+    let reachable = reachable_blocks(&blocks, incoming);
+    for (block, reachable) in blocks.iter_mut().zip(&reachable) {
+        block.is_reachable = *reachable;
+    }
+    for (bi, reason) in deferred {
+        if reachable[bi] {
+            b.fail(reason);
         }
     }
     f.blocks = blocks;

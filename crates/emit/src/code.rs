@@ -360,7 +360,9 @@ pub fn plan_fragment(
             Terminator::FallThrough => {
                 copy(&mut items, first, block.insts.end);
                 end_probes(&mut items);
-                if Some(fall) != next {
+                // Nothing runs an unreachable block to its end (alignment padding after a
+                // `ret`, mostly): it needs no way to its successor.
+                if Some(fall) != next && block.is_reachable {
                     branch(&mut items, encoder, NewBranch::Jump, fall, last.end())?;
                 }
             }
@@ -798,4 +800,109 @@ pub fn write_absolute(out: &mut [u8], size: u8, value: Vaddr) -> Option<()> {
         _ => return None,
     }
     Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rivet_arch::decode_all;
+    use rivet_elf::VaddrRange;
+    use rivet_ir::{Edge, EdgeKind, FuncId, Origin, Status};
+
+    /// B0 `test %edi,%edi; je B3`, B1 `ret`, B2 `nopl 0(%rax)` (padding after the `ret`, falls
+    /// into B3), B3 `xor %eax,%eax; ret`.
+    fn padded(b2_reachable: bool) -> Function {
+        let code = [
+            0x85, 0xff, 0x74, 0x05, // test %edi,%edi; je +9
+            0xc3, // ret
+            0x0f, 0x1f, 0x40, 0x00, // nopl 0x0(%rax)
+            0x31, 0xc0, 0xc3, // xor %eax,%eax; ret
+        ];
+        let base = 0x1000;
+        let edge = |to, kind| Edge {
+            to: BlockId(to),
+            kind,
+        };
+        let blocks = [
+            (
+                0,
+                0..2,
+                Terminator::CondJump,
+                vec![edge(3, EdgeKind::Taken), edge(1, EdgeKind::FallThrough)],
+            ),
+            (4, 2..3, Terminator::Return, vec![]),
+            (
+                5,
+                3..4,
+                Terminator::FallThrough,
+                vec![edge(3, EdgeKind::FallThrough)],
+            ),
+            (9, 4..6, Terminator::Return, vec![]),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (at, insts, terminator, succs))| rivet_ir::Block {
+            start: Vaddr(base + at),
+            insts,
+            terminator,
+            succs,
+            fragment_succs: Vec::new(),
+            is_entry: i == 0,
+            is_landing_pad: false,
+            is_address_taken: false,
+            is_reachable: i != 2 || b2_reachable,
+        })
+        .collect();
+        Function {
+            id: FuncId(0),
+            names: vec!["padded".into()],
+            file: None,
+            is_local: false,
+            range: VaddrRange::new(Vaddr(base), code.len() as u64),
+            origin: Origin::Symbol,
+            parent: None,
+            secondary_entries: Vec::new(),
+            padding_after: 0,
+            insts: decode_all(&code, Vaddr(base)),
+            blocks,
+            calls: Vec::new(),
+            jump_tables: Vec::new(),
+            lsda: None,
+            cfi: Vec::new(),
+            status: Status::Simple,
+        }
+    }
+
+    fn size(f: &Function, order: &[u32]) -> u64 {
+        let blocks: Vec<BlockId> = order.iter().map(|&b| BlockId(b)).collect();
+        let fragment = FragmentRef {
+            function: FuncId(0),
+            fragment: 0,
+        };
+        plan_fragment(
+            f,
+            fragment,
+            &blocks,
+            &mut BranchEncoder::default(),
+            None,
+            &[],
+            16,
+        )
+        .unwrap()
+        .size
+    }
+
+    #[test]
+    fn unreachable_padding_takes_no_bytes_wherever_it_goes() {
+        // In the input order nothing changes: 4 + 1 + 3 bytes, the padding left out.
+        let dead = padded(false);
+        let live = padded(true);
+        assert_eq!(size(&dead, &[0, 1, 2, 3]), 8);
+        assert_eq!(size(&live, &[0, 1, 2, 3]), 8);
+        // Away from B3, reachable padding needs a `jmp` there (2 bytes); unreachable, none.
+        for order in [[0, 3, 1, 2], [0, 1, 3, 2]] {
+            assert_eq!(size(&dead, &order), 8);
+            assert_eq!(size(&live, &order), 10);
+        }
+    }
 }

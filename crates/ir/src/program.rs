@@ -169,6 +169,10 @@ pub struct Block {
     pub is_landing_pad: bool,
     /// Its address is taken (computed-goto label or other reference from data).
     pub is_address_taken: bool,
+    /// Control can reach it from an entry, a landing pad, an address-taken label or a jump
+    /// from a sibling fragment. Unreachable blocks are alignment padding after a `ret` or code
+    /// a compiler left after a call that does not return; nothing runs them.
+    pub is_reachable: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

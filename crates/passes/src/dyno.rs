@@ -286,7 +286,9 @@ fn block_stats(
     match (&block.terminator, last.flow()) {
         // The original falls into the next address; rewritten code needs a `jmp` unless the
         // fall-through block comes next.
-        (Terminator::FallThrough, _) if rewritten && !is_next(last.end()) => add_jumps(s, n),
+        (Terminator::FallThrough, _) if rewritten && !is_next(last.end()) && block.is_reachable => {
+            add_jumps(s, n)
+        }
         (Terminator::Jump, Flow::Jump { target }) => {
             if is_next(target) {
                 // The emitter drops a jump to the next block.

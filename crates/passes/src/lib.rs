@@ -9,12 +9,14 @@
 //!   what matched (flow inference for sample profiles).
 //! - `dyno`: execution statistics (instructions, calls, taken and non-taken branches) of the
 //!   profiled run on the original code and on a new layout, as the emitter would write it.
+//! - `fragment_size`: the bytes a fragment takes once emitted, estimated for layout decisions.
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
 //!   attached profile.
 
 pub mod aggregate;
 pub mod attach;
 pub mod dyno;
+pub mod fragment_size;
 pub mod instrument;
 pub mod names;
 pub mod optimize;

@@ -18,6 +18,7 @@ use rivet_ir::{BlockId, FuncId, Function, PartKind, Program};
 use rivet_layout::{LandingPads, SplitOptions, split_blocks};
 
 use crate::attach::{AttachedProfile, FunctionCounts};
+use crate::fragment_size::estimated_fragment_size;
 
 /// Order of the blocks inside a function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -223,9 +224,17 @@ fn layout_function(
         let split = split_blocks(&swapped, &block_counts, &pads, split_options);
         let back =
             |v: Vec<u32>| -> Vec<BlockId> { v.into_iter().map(|b| BlockId(swap(b))).collect() };
-        let (hot, cold) = (back(split.hot), back(split.cold));
-        if cold.is_empty() {
-            vec![hot]
+        let (mut hot, mut cold) = (back(split.hot), back(split.cold));
+        // Unreachable padding (the `nop`s after a `ret` that aligned the next jump target) is
+        // written as nothing, wherever it goes: it must not make a cold fragment of its own.
+        hot.extend(cold.iter().filter(|&&b| is_dead_padding(f, b)));
+        cold.retain(|&b| !is_dead_padding(f, b));
+        // Splitting pays only when the hot part shrinks (BOLT reverts it otherwise): a cold
+        // block reached by a short branch can cost more in near branches and added jumps than
+        // its own bytes, and code that a new input does run is then a far jump away.
+        if cold.is_empty() || estimated_fragment_size(f, &hot) >= estimated_fragment_size(f, &order)
+        {
+            vec![order]
         } else {
             vec![hot, cold]
         }
@@ -236,6 +245,13 @@ fn layout_function(
         _ => Vec::new(),
     };
     (FunctionLayout { fragments, aligned }, hot_size)
+}
+
+/// Whether block `b` is unreachable and holds only padding the rewrite leaves out: the
+/// emitter writes nothing for it, not even a `jmp` to its fall-through successor.
+fn is_dead_padding(f: &Function, b: BlockId) -> bool {
+    let block = f.block(b);
+    !block.is_reachable && f.kept_size(block) == 0
 }
 
 /// The blocks of `hot` (a first fragment, in order) that `alignment` selects.

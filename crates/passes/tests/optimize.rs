@@ -86,6 +86,34 @@ fn latch_loop(id: u32, base: u64) -> Function {
     )
 }
 
+/// `latch_loop` with a 16-byte exit block: `mov $1,%eax; mov $2,%eax; mov $3,%eax; ret`
+/// (B3 at +0xb), big enough that moving it and the latch out shrinks the hot part.
+fn latch_loop_long_exit(id: u32, base: u64) -> Function {
+    let mut code = vec![
+        0x31, 0xc0, // xor %eax,%eax
+        0xff, 0xc0, // inc %eax
+        0x83, 0xf8, 0x0a, // cmp $10,%eax
+        0x74, 0x02, // je +0xb
+        0xeb, 0xf7, // jmp +0x2
+    ];
+    for k in 1..=3 {
+        code.extend([0xb8, k, 0, 0, 0]); // mov $k,%eax
+    }
+    code.push(0xc3); // ret
+    function(
+        id,
+        base,
+        &code,
+        vec![
+            (base, Terminator::FallThrough, vec![fall(1)]),
+            (base + 0x2, Terminator::CondJump, vec![taken(3), fall(2)]),
+            (base + 0x9, Terminator::Jump, vec![taken(1)]),
+            (base + 0xb, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
 /// One entry, ten runs of the loop head, nine of the latch.
 fn latch_loop_counts() -> FunctionCounts {
     FunctionCounts {
@@ -402,6 +430,71 @@ fn all_cold_moves_every_cold_block_and_hot_cold_only_the_trailing_run() {
     assert_eq!(frags_of(&l, 0), fragments(&[&[0, 1, 2, 3, 4, 5]]));
     assert!(l.cold_order.is_empty());
     assert_eq!(l.hot_order, vec![frag(0, 0)]);
+}
+
+#[test]
+fn a_split_that_does_not_shrink_the_hot_part_is_undone() {
+    // With min_hot_count 10, latch_loop's latch B2 (9 runs) and exit B3 (1 run) are cold.
+    // Moving them out would take 3 bytes from the hot part and add 9: a near `je` to B3 and a
+    // near `jmp` to B2 instead of the short `je` and the fall-through. The function stays whole.
+    let o = OptimizeOptions {
+        min_hot_count: 10,
+        ..options(BlockOrder::None, Splitting::AllCold)
+    };
+    let p = program(vec![latch_loop(0, 0x1000)]);
+    let l = layout(&p, &profile(vec![Some(latch_loop_counts())]), &o);
+    assert_eq!(frags_of(&l, 0), fragments(&[&[0, 1, 2, 3]]));
+    assert!(l.cold_order.is_empty());
+    // A 16-byte exit is worth the branches: split.
+    let p = program(vec![latch_loop_long_exit(0, 0x1000)]);
+    let l = layout(&p, &profile(vec![Some(latch_loop_counts())]), &o);
+    assert_eq!(frags_of(&l, 0), fragments(&[&[0, 1], &[2, 3]]));
+    assert_eq!(l.cold_order, vec![frag(0, 1)]);
+}
+
+#[test]
+fn unreachable_padding_never_makes_a_cold_fragment() {
+    // B0 `test %edi,%edi; je B3`, B1 `mov $1,%eax; ret`, B2 `nopl 0(%rax)` (the padding
+    // after the `ret`; nothing reaches it), B3 `xor %eax,%eax; ret`. Both sides run: the only
+    // never-run block is the padding, which the emitter writes as nothing.
+    let code = [
+        0x85, 0xff, 0x74, 0x0a, // test %edi,%edi; je +0xe
+        0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3, // mov $1,%eax; ret
+        0x0f, 0x1f, 0x40, 0x00, // nopl 0x0(%rax)
+        0x31, 0xc0, 0xc3, // xor %eax,%eax; ret
+    ];
+    let f = function(
+        0,
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::CondJump, vec![taken(3), fall(1)]),
+            (0x1004, Terminator::Return, vec![]),
+            (0x100a, Terminator::FallThrough, vec![fall(3)]),
+            (0x100e, Terminator::Return, vec![]),
+        ],
+        vec![],
+    );
+    assert!(!f.blocks[2].is_reachable);
+    let counts = FunctionCounts {
+        blocks: vec![10, 4, 0, 6],
+        edges: vec![vec![6, 4], vec![], vec![0], vec![]],
+        entries: 10,
+    };
+    let p = program(vec![f]);
+    for order in [BlockOrder::None, BlockOrder::ExtTsp] {
+        for splitting in [Splitting::HotCold, Splitting::AllCold] {
+            let l = layout(
+                &p,
+                &profile(vec![Some(counts.clone())]),
+                &options(order, splitting),
+            );
+            let frags = frags_of(&l, 0);
+            assert_eq!(frags.len(), 1, "{order:?} {splitting:?}: {frags:?}");
+            assert_eq!(frags[0].len(), 4);
+            assert!(l.cold_order.is_empty());
+        }
+    }
 }
 
 #[test]
@@ -930,7 +1023,7 @@ fn a_block_fallen_into_more_than_half_of_its_runs_is_not_aligned() {
 fn only_first_fragment_blocks_are_aligned() {
     // With min_hot_count 10 the latch B2 (9 runs) and the exit B3 (1 run) are cold. At 99%
     // B3 would be aligned (see above), but it is in the cold fragment now.
-    let p = program(vec![latch_loop(0, 0x1000)]);
+    let p = program(vec![latch_loop_long_exit(0, 0x1000)]);
     let o = OptimizeOptions {
         min_hot_count: 10,
         ..aligned(16, 99)
@@ -944,7 +1037,7 @@ fn only_first_fragment_blocks_are_aligned() {
     };
     let l = layout(&p, &profile(vec![Some(latch_loop_counts())]), &o);
     assert_eq!(frags_of(&l, 0), fragments(&[&[0, 1, 2, 3]]));
-    assert_eq!(function_layout(&l, 0).aligned, [at(1, 7), at(3, 1)]);
+    assert_eq!(function_layout(&l, 0).aligned, [at(1, 7), at(3, 15)]);
 }
 
 // ---------------------------------------------------------------------------------------------

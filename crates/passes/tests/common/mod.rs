@@ -23,7 +23,8 @@ pub fn fall(to: u32) -> Edge {
     }
 }
 
-/// A simple function of `code` at `start`, cut into blocks at the given start addresses.
+/// A simple function of `code` at `start`, cut into blocks at the given start addresses. Its
+/// first block is the entry; blocks no edge path reaches from it are unreachable.
 pub fn function(
     id: u32,
     start: u64,
@@ -51,9 +52,11 @@ pub fn function(
                 is_entry: i == 0,
                 is_landing_pad: false,
                 is_address_taken: false,
+                is_reachable: true,
             }
         })
         .collect();
+    let blocks = with_reachability(blocks);
     Function {
         id: FuncId(id),
         names: vec![format!("f{id}")],
@@ -72,6 +75,20 @@ pub fn function(
         cfi: Vec::new(),
         status: Status::Simple,
     }
+}
+
+fn with_reachability(mut blocks: Vec<Block>) -> Vec<Block> {
+    let mut reached = vec![false; blocks.len()];
+    let mut todo = vec![0usize];
+    while let Some(b) = todo.pop() {
+        if !std::mem::replace(&mut reached[b], true) {
+            todo.extend(blocks[b].succs.iter().map(|e| e.to.0 as usize));
+        }
+    }
+    for (block, reached) in blocks.iter_mut().zip(reached) {
+        block.is_reachable = reached;
+    }
+    blocks
 }
 
 /// An executable with relocations holding `functions` (ids must be their indices).

@@ -1,0 +1,136 @@
+//! Estimated size of a fragment as the emitter would write it, for layout decisions that
+//! weigh bytes (whether splitting a function shrinks its hot part).
+//!
+//! The estimate follows the emitter's choices for the branch that ends each block: a jump to
+//! the block placed next is dropped, a conditional jump whose taken side comes next is
+//! inverted, a fall-through whose successor is elsewhere gets a `jmp` (unless nothing reaches
+//! it), and a conditional jump
+//! with neither side next becomes `jcc` + `jmp`. A branch to a block of the same fragment is
+//! short when the distance, measured on the fragment laid out with short branches, fits in a
+//! byte; a branch anywhere else (the other fragment, another function) is near. The emitter
+//! relaxes until nothing changes; one round is close enough to compare two layouts of one
+//! function, and the emitter stays the authority on real sizes.
+
+use std::collections::{HashMap, HashSet};
+
+use rivet_arch::Flow;
+use rivet_ir::{BlockId, Function, Terminator};
+
+/// x86-64 encodings: `jmp rel8`, `jmp rel32`, `jcc rel8`, `jcc rel32`.
+const JMP_SHORT: u64 = 2;
+const JMP_NEAR: u64 = 5;
+const JCC_SHORT: u64 = 2;
+const JCC_NEAR: u64 = 6;
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Jmp,
+    Jcc,
+}
+
+/// A branch the emitter writes at the end of a block.
+#[derive(Clone, Copy)]
+struct NewBranch {
+    kind: Kind,
+    /// `None`: outside the fragment.
+    target: Option<BlockId>,
+}
+
+/// The branches that end `b` when `next` is placed after it, and the bytes of `b` before them.
+fn block_end(f: &Function, b: BlockId, next: Option<BlockId>) -> (u64, Vec<NewBranch>) {
+    let block = f.block(b);
+    let kept = f.kept_size(block);
+    let Some(last) = f.block_insts(block).last() else {
+        return (kept, Vec::new());
+    };
+    let to = |addr| f.block_at(addr);
+    let is_next = |addr| next.is_some() && to(addr) == next;
+    let branch = |kind, addr| NewBranch {
+        kind,
+        target: to(addr),
+    };
+    let without_last = kept.saturating_sub(u64::from(last.len()));
+    match (&block.terminator, last.flow()) {
+        (Terminator::FallThrough, _) if is_next(last.end()) || !block.is_reachable => {
+            (kept, vec![])
+        }
+        (Terminator::FallThrough, _) => (kept, vec![branch(Kind::Jmp, last.end())]),
+        (Terminator::Jump | Terminator::TailCall { .. }, Flow::Jump { target }) => {
+            if is_next(target) {
+                (without_last, vec![])
+            } else {
+                (without_last, vec![branch(Kind::Jmp, target)])
+            }
+        }
+        (Terminator::CondJump | Terminator::CondTailCall { .. }, Flow::CondJump { target })
+            if last.is_invertible_cond_jump() =>
+        {
+            let fall = last.end();
+            if is_next(fall) {
+                (without_last, vec![branch(Kind::Jcc, target)])
+            } else if is_next(target) && matches!(block.terminator, Terminator::CondJump) {
+                (without_last, vec![branch(Kind::Jcc, fall)])
+            } else {
+                let jcc = branch(Kind::Jcc, target);
+                (without_last, vec![jcc, branch(Kind::Jmp, fall)])
+            }
+        }
+        // Copied as they are: returns, indirect jumps, traps, calls that do not return.
+        _ => (kept, vec![]),
+    }
+}
+
+/// Estimated bytes of `blocks` (one fragment of `f`, in order) once emitted, without
+/// alignment padding.
+pub fn estimated_fragment_size(f: &Function, blocks: &[BlockId]) -> u64 {
+    let ends: Vec<(u64, Vec<NewBranch>)> = blocks
+        .iter()
+        .enumerate()
+        .map(|(pos, &b)| block_end(f, b, blocks.get(pos + 1).copied()))
+        .collect();
+    let short = |br: &NewBranch| match br.kind {
+        Kind::Jmp => JMP_SHORT,
+        Kind::Jcc => JCC_SHORT,
+    };
+    let near = |br: &NewBranch| match br.kind {
+        Kind::Jmp => JMP_NEAR,
+        Kind::Jcc => JCC_NEAR,
+    };
+    let members: HashSet<BlockId> = blocks.iter().copied().collect();
+    // Offsets with every in-fragment branch short.
+    let mut start: HashMap<BlockId, u64> = HashMap::with_capacity(blocks.len());
+    let mut at = 0u64;
+    for (&b, (body, branches)) in blocks.iter().zip(&ends) {
+        start.insert(b, at);
+        at += body;
+        for br in branches {
+            at += match br.target {
+                Some(t) if members.contains(&t) => short(br),
+                _ => near(br),
+            };
+        }
+    }
+    // Sizes, with the branches that do not reach in a byte grown to near.
+    let mut size = 0u64;
+    let mut at = 0u64;
+    for (body, branches) in &ends {
+        at += body;
+        for br in branches {
+            let bytes = match br.target.and_then(|t| start.get(&t)) {
+                Some(&target) => {
+                    let end = at + short(br);
+                    if i8::try_from(target as i64 - end as i64).is_ok() {
+                        short(br)
+                    } else {
+                        near(br)
+                    }
+                }
+                None => near(br),
+            };
+            at += short(br);
+            size += bytes;
+        }
+        size += body;
+    }
+    size
+}

@@ -1,0 +1,152 @@
+//! `fragment_size::estimated_fragment_size` against the emitter's own plan of the same
+//! fragment: every order of every subset of blocks (entry first) of small functions decoded
+//! from real x86-64 bytes, including one whose branches only reach in their near form and one
+//! with unreachable padding.
+
+// Programs and profiles of the shared builders are for the layout tests, not needed here.
+#[allow(dead_code)]
+mod common;
+
+use common::{fall, function, taken};
+use rivet_arch::BranchEncoder;
+use rivet_emit::code::plan_fragment;
+use rivet_ir::layout::FragmentRef;
+use rivet_ir::{BlockId, Function, Terminator};
+use rivet_passes::fragment_size::estimated_fragment_size;
+
+/// B0 `test %edi,%edi; je B3`, B1 `mov $1,%eax; jmp B4`, B2 `nopl 0(%rax)` (unreachable
+/// padding, falls into B3), B3 `xor %eax,%eax` (falls into B4), B4 `ret`.
+fn padded() -> Function {
+    let code = [
+        0x85, 0xff, 0x74, 0x0b, // test %edi,%edi; je +0xf
+        0xb8, 0x01, 0x00, 0x00, 0x00, 0xeb, 0x06, // mov $1,%eax; jmp +0x11
+        0x0f, 0x1f, 0x40, 0x00, // nopl 0x0(%rax)
+        0x31, 0xc0, // xor %eax,%eax
+        0xc3, // ret
+    ];
+    function(
+        0,
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::CondJump, vec![taken(3), fall(1)]),
+            (0x1004, Terminator::Jump, vec![taken(4)]),
+            (0x100b, Terminator::FallThrough, vec![fall(3)]),
+            (0x100f, Terminator::FallThrough, vec![fall(4)]),
+            (0x1011, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+/// B0 `test %edi,%edi; je B2`, B1 thirty `mov $k,%eax` (150 bytes; falls into B2), B2
+/// `cmp $1,%eax; jne B1` (a backward branch over B1), B3 `ret`: around B1, branches need
+/// their near form.
+fn long_body() -> Function {
+    let mut code = vec![0x85, 0xff, 0x0f, 0x84, 150, 0, 0, 0]; // test; je rel32 +150
+    for k in 0..30 {
+        code.extend([0xb8, k, 0, 0, 0]); // mov $k,%eax
+    }
+    let b2 = 0x1000 + code.len() as u64;
+    code.extend([0x83, 0xf8, 0x01]); // cmp $1,%eax
+    let back = -(150i32 + 3 + 6);
+    code.extend([0x0f, 0x85]); // jne rel32 B1
+    code.extend(back.to_le_bytes());
+    code.push(0xc3); // ret
+    function(
+        0,
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (0x1008, Terminator::FallThrough, vec![fall(2)]),
+            (b2, Terminator::CondJump, vec![taken(1), fall(3)]),
+            (b2 + 9, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+fn emitted_size(f: &Function, blocks: &[BlockId]) -> u64 {
+    let fragment = FragmentRef {
+        function: f.id,
+        fragment: 0,
+    };
+    plan_fragment(
+        f,
+        fragment,
+        blocks,
+        &mut BranchEncoder::default(),
+        None,
+        &[],
+        16,
+    )
+    .expect("the emitter plans the fragment")
+    .size
+}
+
+/// Every ordering of every subset of the blocks after the entry, the entry first.
+fn fragments(n: u32) -> Vec<Vec<BlockId>> {
+    fn permutations(rest: Vec<u32>, prefix: Vec<u32>, out: &mut Vec<Vec<BlockId>>) {
+        out.push(prefix.iter().map(|&b| BlockId(b)).collect());
+        for (i, &b) in rest.iter().enumerate() {
+            let mut rest = rest.clone();
+            rest.remove(i);
+            let mut prefix = prefix.clone();
+            prefix.push(b);
+            permutations(rest, prefix, out);
+        }
+    }
+    let mut out = Vec::new();
+    permutations((1..n).collect(), vec![0], &mut out);
+    out
+}
+
+#[test]
+fn the_estimate_is_the_emitted_size_of_every_fragment() {
+    assert!(!padded().blocks[2].is_reachable);
+    for f in [padded(), long_body()] {
+        let all = fragments(f.blocks.len() as u32);
+        assert!(all.len() > 10);
+        for blocks in all {
+            assert_eq!(
+                estimated_fragment_size(&f, &blocks),
+                emitted_size(&f, &blocks),
+                "{} with blocks {blocks:?}",
+                f.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn branches_around_a_long_block_are_near() {
+    let f = long_body();
+    let ids = |v: &[u32]| v.iter().map(|&b| BlockId(b)).collect::<Vec<_>>();
+    // The input order: `je` over B1 and `jne` back over it, both near (6 bytes).
+    assert_eq!(
+        estimated_fragment_size(&f, &ids(&[0, 1, 2, 3])),
+        2 + 6 + 150 + 3 + 6 + 1
+    );
+    // B2 right after B0 turns `je` into a short `jne` to B1 (past B2 and B3), B2's `jne`
+    // to B1 stays short, and B1, last, falls back to B2 through a near `jmp` over itself.
+    assert_eq!(
+        estimated_fragment_size(&f, &ids(&[0, 2, 3, 1])),
+        (2 + 2) + (3 + 2) + 1 + (150 + 5)
+    );
+}
+
+#[test]
+fn unreachable_padding_and_dropped_jumps_count_nothing() {
+    let f = padded();
+    let ids = |v: &[u32]| v.iter().map(|&b| BlockId(b)).collect::<Vec<_>>();
+    // The input order: 4 + 7 + 2 + 1 bytes, the padding left out.
+    assert_eq!(estimated_fragment_size(&f, &ids(&[0, 1, 2, 3, 4])), 14);
+    // B3 after B0 turns `je` around to reach B1, which jumps back to B4: 4 + 2 + 7 + 1.
+    assert_eq!(estimated_fragment_size(&f, &ids(&[0, 3, 4, 1])), 14);
+    // Without B3 and B4 (in another fragment), B0 needs `je rel32` and B1 a `jmp rel32`:
+    // 2 + 6, then 5 + 5.
+    assert_eq!(estimated_fragment_size(&f, &ids(&[0, 1])), 18);
+    // Neither side next: `je rel32` to B3 and `jmp rel32` to B1.
+    assert_eq!(estimated_fragment_size(&f, &ids(&[0, 4])), 2 + 6 + 5 + 1);
+}
