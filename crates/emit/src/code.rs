@@ -326,7 +326,7 @@ pub fn plan_fragment(
     };
     for (pos, &b) in blocks.iter().enumerate() {
         let block = f.block(b);
-        let next = blocks.get(pos + 1).copied().map(Target::Block);
+        let next = f.next_placed(blocks, pos).map(Target::Block);
         if pos > 0
             && let Some(a) = aligned.iter().find(|a| a.block == b)
         {
@@ -360,9 +360,7 @@ pub fn plan_fragment(
             Terminator::FallThrough => {
                 copy(&mut items, first, block.insts.end);
                 end_probes(&mut items);
-                // Nothing runs an unreachable block to its end (alignment padding after a
-                // `ret`, mostly): it needs no way to its successor.
-                if Some(fall) != next && block.is_reachable {
+                if Some(fall) != next {
                     branch(&mut items, encoder, NewBranch::Jump, fall, last.end())?;
                 }
             }
@@ -893,16 +891,18 @@ mod tests {
     }
 
     #[test]
-    fn unreachable_padding_takes_no_bytes_wherever_it_goes() {
-        // In the input order nothing changes: 4 + 1 + 3 bytes, the padding left out.
+    fn dead_padding_takes_no_bytes_and_does_not_separate_its_neighbours() {
         let dead = padded(false);
         let live = padded(true);
+        // In the input order: 4 + 1 + 3 bytes, the padding left out.
         assert_eq!(size(&dead, &[0, 1, 2, 3]), 8);
         assert_eq!(size(&live, &[0, 1, 2, 3]), 8);
-        // Away from B3, reachable padding needs a `jmp` there (2 bytes); unreachable, none.
-        for order in [[0, 3, 1, 2], [0, 1, 3, 2]] {
-            assert_eq!(size(&dead, &order), 8);
-            assert_eq!(size(&live, &order), 10);
-        }
+        // Between B0 and B3, dead padding leaves B3 next to B0, whose `je` is inverted to go to
+        // B1: 4 + 3 + 1. Reachable padding there is what follows B0: `je` + `jmp` (6 bytes).
+        assert_eq!(size(&dead, &[0, 2, 3, 1]), 8);
+        assert_eq!(size(&live, &[0, 2, 3, 1]), 10);
+        // Away from B3 either kind jumps there, so it still arrives where it did.
+        assert_eq!(size(&dead, &[0, 3, 1, 2]), 10);
+        assert_eq!(size(&live, &[0, 3, 1, 2]), 10);
     }
 }

@@ -287,6 +287,25 @@ impl Function {
         self.kept_insts(block).map(|i| u64::from(i.len())).sum()
     }
 
+    /// Whether `block` is dead padding: unreachable, and holding only padding the rewrite
+    /// leaves out (the `nop`s after a `ret` that aligned the next jump target). It takes no
+    /// bytes, so placed right before its fall-through successor it costs nothing and still
+    /// arrives where it did; the layout puts it there, and the block before it counts as
+    /// followed by that successor ([`Function::next_placed`]).
+    pub fn is_dead_padding(&self, block: &Block) -> bool {
+        !block.is_reachable && self.kept_insts(block).next().is_none()
+    }
+
+    /// The block that follows position `pos` of `blocks` (one fragment, in order) in rewritten
+    /// code: dead padding in between takes no bytes and does not count.
+    pub fn next_placed(&self, blocks: &[BlockId], pos: usize) -> Option<BlockId> {
+        blocks.iter().skip(pos + 1).copied().find(|&b| {
+            self.blocks
+                .get(b.0 as usize)
+                .is_none_or(|block| !self.is_dead_padding(block))
+        })
+    }
+
     pub fn block_insts(&self, block: &Block) -> &[Inst] {
         &self.insts[block.insts.start as usize..block.insts.end as usize]
     }

@@ -211,7 +211,7 @@ pub fn function_dyno_stats(
                     if (b.0 as usize) >= f.blocks.len() {
                         continue;
                     }
-                    let next = fragment.get(pos + 1).copied();
+                    let next = f.next_placed(fragment, pos);
                     block_stats(f, counts, b, Placement::Rewritten { next }, &mut s);
                 }
             }
@@ -286,9 +286,7 @@ fn block_stats(
     match (&block.terminator, last.flow()) {
         // The original falls into the next address; rewritten code needs a `jmp` unless the
         // fall-through block comes next.
-        (Terminator::FallThrough, _) if rewritten && !is_next(last.end()) && block.is_reachable => {
-            add_jumps(s, n)
-        }
+        (Terminator::FallThrough, _) if rewritten && !is_next(last.end()) => add_jumps(s, n),
         (Terminator::Jump, Flow::Jump { target }) => {
             if is_next(target) {
                 // The emitter drops a jump to the next block.

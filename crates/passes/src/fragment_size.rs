@@ -3,8 +3,7 @@
 //!
 //! The estimate follows the emitter's choices for the branch that ends each block: a jump to
 //! the block placed next is dropped, a conditional jump whose taken side comes next is
-//! inverted, a fall-through whose successor is elsewhere gets a `jmp` (unless nothing reaches
-//! it), and a conditional jump
+//! inverted, a fall-through whose successor is elsewhere gets a `jmp`, and a conditional jump
 //! with neither side next becomes `jcc` + `jmp`. A branch to a block of the same fragment is
 //! short when the distance, measured on the fragment laid out with short branches, fits in a
 //! byte; a branch anywhere else (the other fragment, another function) is near. The emitter
@@ -51,9 +50,7 @@ fn block_end(f: &Function, b: BlockId, next: Option<BlockId>) -> (u64, Vec<NewBr
     };
     let without_last = kept.saturating_sub(u64::from(last.len()));
     match (&block.terminator, last.flow()) {
-        (Terminator::FallThrough, _) if is_next(last.end()) || !block.is_reachable => {
-            (kept, vec![])
-        }
+        (Terminator::FallThrough, _) if is_next(last.end()) => (kept, vec![]),
         (Terminator::FallThrough, _) => (kept, vec![branch(Kind::Jmp, last.end())]),
         (Terminator::Jump | Terminator::TailCall { .. }, Flow::Jump { target }) => {
             if is_next(target) {
@@ -86,7 +83,7 @@ pub fn estimated_fragment_size(f: &Function, blocks: &[BlockId]) -> u64 {
     let ends: Vec<(u64, Vec<NewBranch>)> = blocks
         .iter()
         .enumerate()
-        .map(|(pos, &b)| block_end(f, b, blocks.get(pos + 1).copied()))
+        .map(|(pos, &b)| block_end(f, b, f.next_placed(blocks, pos)))
         .collect();
     let short = |br: &NewBranch| match br.kind {
         Kind::Jmp => JMP_SHORT,

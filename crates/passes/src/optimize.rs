@@ -201,7 +201,7 @@ fn layout_function(
     };
     let order = order_blocks(f, counts, options.block_order);
     let fragments = if options.splitting == Splitting::Off {
-        vec![order]
+        place_dead_padding(f, vec![order])
     } else {
         let landing_pads: Vec<bool> = f.blocks.iter().map(|b| b.is_landing_pad).collect();
         let mut block_counts = counts.blocks.clone();
@@ -224,19 +224,17 @@ fn layout_function(
         let split = split_blocks(&swapped, &block_counts, &pads, split_options);
         let back =
             |v: Vec<u32>| -> Vec<BlockId> { v.into_iter().map(|b| BlockId(swap(b))).collect() };
-        let (mut hot, mut cold) = (back(split.hot), back(split.cold));
-        // Unreachable padding (the `nop`s after a `ret` that aligned the next jump target) is
-        // written as nothing, wherever it goes: it must not make a cold fragment of its own.
-        hot.extend(cold.iter().filter(|&&b| is_dead_padding(f, b)));
-        cold.retain(|&b| !is_dead_padding(f, b));
+        let split = place_dead_padding(f, vec![back(split.hot), back(split.cold)]);
+        let whole = place_dead_padding(f, vec![order]);
         // Splitting pays only when the hot part shrinks (BOLT reverts it otherwise): a cold
         // block reached by a short branch can cost more in near branches and added jumps than
         // its own bytes, and code that a new input does run is then a far jump away.
-        if cold.is_empty() || estimated_fragment_size(f, &hot) >= estimated_fragment_size(f, &order)
+        if split.len() < 2
+            || estimated_fragment_size(f, &split[0]) >= estimated_fragment_size(f, &whole[0])
         {
-            vec![order]
+            whole
         } else {
-            vec![hot, cold]
+            split
         }
     };
     let hot_size = fragments[0].iter().map(|b| f.kept_size(f.block(*b))).sum();
@@ -247,11 +245,45 @@ fn layout_function(
     (FunctionLayout { fragments, aligned }, hot_size)
 }
 
-/// Whether block `b` is unreachable and holds only padding the rewrite leaves out: the
-/// emitter writes nothing for it, not even a `jmp` to its fall-through successor.
-fn is_dead_padding(f: &Function, b: BlockId) -> bool {
-    let block = f.block(b);
-    !block.is_reachable && f.kept_size(block) == 0
+/// Moves every dead padding block (`Function::is_dead_padding`) right before its fall-through
+/// successor, in whichever fragment holds that; a fragment left empty goes.
+///
+/// Wherever the block order put them, these blocks would need a `jmp` to their successor,
+/// and the never-run ones would make a cold fragment of their own out of it. Before the
+/// successor they take no bytes and the block before them still falls into it. A dead block
+/// whose successor is not in the function (none in practice) goes right after the entry.
+fn place_dead_padding(f: &Function, mut fragments: Vec<Vec<BlockId>>) -> Vec<Vec<BlockId>> {
+    let dead: Vec<BlockId> = (0..f.blocks.len() as u32)
+        .rev()
+        .map(BlockId)
+        .filter(|&b| f.is_dead_padding(f.block(b)))
+        .filter(|&b| fragments.first().and_then(|hot| hot.first()) != Some(&b))
+        .collect();
+    if dead.is_empty() {
+        return fragments;
+    }
+    let mut is_dead = vec![false; f.blocks.len()];
+    for b in &dead {
+        is_dead[b.0 as usize] = true;
+    }
+    for fragment in &mut fragments {
+        fragment.retain(|b| !is_dead[b.0 as usize]);
+    }
+    // By address, last first: a chain of dead blocks finds each successor already placed.
+    for b in dead {
+        let successor = f
+            .block_insts(f.block(b))
+            .last()
+            .and_then(|last| f.block_at(last.end()));
+        let at = fragments.iter().enumerate().find_map(|(k, fragment)| {
+            let pos = fragment.iter().position(|&x| Some(x) == successor)?;
+            Some((k, pos))
+        });
+        let (k, pos) = at.unwrap_or((0, 1));
+        fragments[k].insert(pos, b);
+    }
+    fragments.retain(|fragment| !fragment.is_empty());
+    fragments
 }
 
 /// The blocks of `hot` (a first fragment, in order) that `alignment` selects.
@@ -267,7 +299,13 @@ fn blocks_to_align(
     let count = |b: BlockId| counts.blocks.get(b.0 as usize).copied().unwrap_or(0);
     let function_count = counts.entries.max(count(hot[0])).max(1);
     let mut aligned = Vec::new();
-    for pair in hot.windows(2) {
+    // Dead padding takes no bytes: the block before it falls into the one after it.
+    let placed: Vec<BlockId> = hot
+        .iter()
+        .copied()
+        .filter(|&b| !f.is_dead_padding(f.block(b)))
+        .collect();
+    for pair in placed.windows(2) {
         let (prev, b) = (pair[0], pair[1]);
         let c = count(b);
         if u128::from(c) * 100

@@ -456,7 +456,7 @@ fn a_split_that_does_not_shrink_the_hot_part_is_undone() {
 fn unreachable_padding_never_makes_a_cold_fragment() {
     // B0 `test %edi,%edi; je B3`, B1 `mov $1,%eax; ret`, B2 `nopl 0(%rax)` (the padding
     // after the `ret`; nothing reaches it), B3 `xor %eax,%eax; ret`. Both sides run: the only
-    // never-run block is the padding, which the emitter writes as nothing.
+    // never-run block is the padding, which takes no bytes before B3.
     let code = [
         0x85, 0xff, 0x74, 0x0a, // test %edi,%edi; je +0xe
         0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3, // mov $1,%eax; ret
@@ -493,6 +493,9 @@ fn unreachable_padding_never_makes_a_cold_fragment() {
             assert_eq!(frags.len(), 1, "{order:?} {splitting:?}: {frags:?}");
             assert_eq!(frags[0].len(), 4);
             assert!(l.cold_order.is_empty());
+            // Right before its successor, where it takes no bytes and separates nothing.
+            let at = |b| frags[0].iter().position(|&x| x == BlockId(b)).unwrap();
+            assert_eq!(at(2) + 1, at(3), "{order:?} {splitting:?}: {frags:?}");
         }
     }
 }
