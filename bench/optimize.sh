@@ -24,8 +24,10 @@
 #     - simulated caches: cachegrind with a fixed geometry (I1 and D1 32 KiB 8-way, LL 1 MiB
 #       16-way, 64 B lines) on a smaller deterministic input (Lua: the same scripts at smaller
 #       sizes; SQLite: the same SQL files, which are deterministic and bounded); I1 misses,
-#       LLi misses, branch mispredicts (Bcm + Bim) and instructions executed. The cachegrind
-#       runs are independent of machine load, so they run in parallel (nproc jobs).
+#       LLi misses, branch mispredicts (Bcm + Bim) and instructions executed; then I1 misses
+#       again with the I1 fully associative (no set conflicts, so independent of where the
+#       code lands). The cachegrind runs are independent of machine load, so they run in
+#       parallel (nproc jobs).
 #     - wall time and CPU time (user + system, from the shell's `time`, 1 ms resolution):
 #       ROUNDS interleaved rounds; each round runs every binary once on an input, in an order
 #       rotated per round; reported: median time, and the median over rounds of the per-round
@@ -224,21 +226,25 @@ for program in $PROGRAMS; do
     same_loaded "${BIN[bolt]}" "${BIN[bolt-nodebug]}" ||
         die "$program: BOLT's outputs with and without -update-debug-sections load different bytes"
     CGBIN[bolt]=${BIN[bolt-nodebug]}
-    log "$program: cachegrind (${#variants[@]} binaries x 2 inputs, $(nproc) at a time)"
-    for input in train unseen; do
-        for v in "${variants[@]}"; do
-            while [[ $(jobs -rp | wc -l) -ge $(nproc) ]]; do wait -n || true; done
-            cg_job "$program" "$input" "$v" "${CGBIN[$v]}" "$dir" &
+    log "$program: cachegrind (${#variants[@]} binaries x 2 inputs x 2 caches, $(nproc) at a time)"
+    for kind in cg fa; do
+        for input in train unseen; do
+            for v in "${variants[@]}"; do
+                while [[ $(jobs -rp | wc -l) -ge $(nproc) ]]; do wait -n || true; done
+                cg_job "$program" "$input" "$v" "${CGBIN[$v]}" "$dir" "$kind" &
+            done
         done
     done
     wait
-    for input in train unseen; do
-        for v in "${variants[@]}"; do
-            [[ -s $dir/cg.$input.$v.1 ]] || die "$program/$v: cachegrind produced no log"
-            if ! cmp -s "$dir/cg.$input.$v.out" "$dir/cg.$input.original.out"; then
-                diff "$dir/cg.$input.original.out" "$dir/cg.$input.$v.out" | head -n 20 >&2 || true
-                die "$program/$v: output differs from the original on the small $input input (under cachegrind)"
-            fi
+    for kind in cg fa; do
+        for input in train unseen; do
+            for v in "${variants[@]}"; do
+                [[ -s $dir/$kind.$input.$v.1 ]] || die "$program/$v: cachegrind produced no log"
+                if ! cmp -s "$dir/$kind.$input.$v.out" "$dir/cg.$input.original.out"; then
+                    diff "$dir/cg.$input.original.out" "$dir/$kind.$input.$v.out" | head -n 20 >&2 || true
+                    die "$program/$v: output differs from the original on the small $input input (under cachegrind)"
+                fi
+            done
         done
     done
 
@@ -308,17 +314,21 @@ for program in $PROGRAMS; do
         echo "### Simulated caches (cachegrind, small inputs)"
         echo
         echo "I1, D1: 32 KiB 8-way; LL: 1 MiB 16-way; 64 B lines. Mispredicts = Bcm + Bim (conditional + indirect)."
+        echo "*I1, fully assoc.*: the same I1 with one set of 512 ways, where no line competes for a set:"
+        echo "misses that do not depend on where the code lands. The rest of the 8-way I1's misses are"
+        echo "conflicts, which move with the placement of the hot text (docs/icache-offsets.md)."
         echo
-        echo "| input | binary | instructions | I1 misses | vs original | LLi misses | branch mispredicts | vs original |"
-        echo "|---|---|---:|---:|---:|---:|---:|---:|"
+        echo "| input | binary | instructions | I1 misses | vs original | I1, fully assoc. | LLi misses | branch mispredicts | vs original |"
+        echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
         for input in train unseen; do
             read -r _ oi1 _ omp < <(cg_sum "$dir" "$input" original)
             for v in "${variants[@]}"; do
                 read -r ir i1 lli mp < <(cg_sum "$dir" "$input" "$v")
-                echo "$input $v $ir $i1 $lli $mp" >>"$dir/cg.summary"
-                printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$input" "$(label "$v")" "$(commas "$ir")" "$(commas "$i1")" \
+                read -r _ fa _ _ < <(cg_sum "$dir" "$input" "$v" fa)
+                echo "$input $v $ir $i1 $lli $mp $fa" >>"$dir/cg.summary"
+                printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$input" "$(label "$v")" "$(commas "$ir")" "$(commas "$i1")" \
                     "$(awk -v a="$i1" -v b="$oi1" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }')" \
-                    "$(commas "$lli")" "$(commas "$mp")" \
+                    "$(commas "$fa")" "$(commas "$lli")" "$(commas "$mp")" \
                     "$(awk -v a="$mp" -v b="$omp" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }')"
             done
         done
@@ -404,15 +414,16 @@ for program in $PROGRAMS; do
 
     # summary rows
     for input in train unseen; do
-        read -r _ _ oir oi1 olli omp < <(grep "^$input original " "$dir/cg.summary")
-        read -r _ _ bir bi1 blli bmp < <(grep "^$input bolt " "$dir/cg.summary")
-        read -r _ _ rir ri1 rlli rmp < <(grep "^$input rivet " "$dir/cg.summary")
+        read -r _ _ oir oi1 olli omp ofa < <(grep "^$input original " "$dir/cg.summary")
+        read -r _ _ bir bi1 blli bmp bfa < <(grep "^$input bolt " "$dir/cg.summary")
+        read -r _ _ rir ri1 rlli rmp rfa < <(grep "^$input rivet " "$dir/cg.summary")
         read -r _ _ _ bt _ _ _ bc _ < <(grep "^$input bolt " "$dir/time.summary")
         read -r _ _ _ rt rb rblo rbhi rc cb cblo cbhi < <(grep "^$input rivet " "$dir/time.summary")
-        printf '| %s | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %.3f / %.3f | %.3f / %.3f | %.3f (%.3f..%.3f) | %.3f (%.3f..%.3f) |\n' \
+        printf '| %s | %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %s / %s / %s | %.3f / %.3f | %.3f / %.3f | %.3f (%.3f..%.3f) | %.3f (%.3f..%.3f) |\n' \
             "$program" "$input" \
             "$(commas "$oir")" "$(commas "$bir")" "$(commas "$rir")" \
-            "$(commas "$oi1")" "$(commas "$bi1")" "$(commas "$ri1")" "$(commas "$omp")" "$(commas "$bmp")" "$(commas "$rmp")" \
+            "$(commas "$oi1")" "$(commas "$bi1")" "$(commas "$ri1")" "$(commas "$ofa")" "$(commas "$bfa")" "$(commas "$rfa")" \
+            "$(commas "$omp")" "$(commas "$bmp")" "$(commas "$rmp")" \
             "$bt" "$bc" "$rt" "$rc" "$rb" "$rblo" "$rbhi" "$cb" "$cblo" "$cbhi" >>"$WORK/summary.md"
     done
     read -r _ rpt rpm < <(grep '^rivet ' "$dir/proc.summary")
@@ -425,11 +436,13 @@ cat "$WORK/head.md"
 echo "## Summary"
 echo
 echo "Instructions, I1 misses and mispredicts: original / BOLT / Rivet (cachegrind, small inputs)."
+echo "I1, fully assoc.: the misses of the same I1 with no set conflicts, which do not depend on"
+echo "where the code lands (the 8-way I1's conflict misses do: docs/icache-offsets.md)."
 echo "Times: medians of per-round ratios, wall / CPU; Rivet / BOLT with the sign-test confidence"
 echo "interval of the median. Lua's BOLT skips luaV_execute (it cannot rewrite it); Rivet optimizes it."
 echo
-echo "| program | input | instructions | I1 misses | branch mispredicts | BOLT time / original | Rivet time / original | Rivet / BOLT, wall | Rivet / BOLT, CPU |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| program | input | instructions | I1 misses | I1, fully assoc. | branch mispredicts | BOLT time / original | Rivet time / original | Rivet / BOLT, wall | Rivet / BOLT, CPU |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 cat "$WORK/summary.md"
 echo
 echo "| program | Rivet: time, peak RSS | BOLT (-update-debug-sections): time, peak RSS |"

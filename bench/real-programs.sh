@@ -82,22 +82,30 @@ train_profile() {
 # ---------------------------------------------------------------- cachegrind
 CG_OPTS=(--tool=cachegrind --cache-sim=yes --branch-sim=yes --cachegrind-out-file=/dev/null
     --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,16,64)
-# cg_job PROGRAM INPUT VARIANT BIN DIR: cachegrind every run of the small input; the logs go
-# to DIR/cg.INPUT.VARIANT.N, the program's output to DIR/cg.INPUT.VARIANT.out
+# The same I1 size and line, fully associative (one set of 512 ways): no line competes for a
+# set, so its misses measure how many lines the code touches and how often it comes back to
+# them, whatever the addresses. The difference to CG_OPTS' I1 misses is conflict misses,
+# which depend on where the code lands relative to the libraries (bench/icache-offsets.sh).
+FA_OPTS=(--tool=cachegrind --cache-sim=yes --branch-sim=no --cachegrind-out-file=/dev/null
+    --I1=32768,512,64 --D1=32768,8,64 --LL=1048576,16,64)
+# cg_job PROGRAM INPUT VARIANT BIN DIR [fa]: cachegrind every run of the small input; the logs
+# go to DIR/cg.INPUT.VARIANT.N, the program's output to DIR/cg.INPUT.VARIANT.out (fa.* with
+# the fully associative I1).
 cg_job() {
-    local program=$1 input=$2 variant=$3 bin=$4 dir=$5 item n=0
-    local -a items
+    local program=$1 input=$2 variant=$3 bin=$4 dir=$5 kind=${6:-cg} item n=0
+    local -a items opts=("${CG_OPTS[@]}")
+    [[ $kind == fa ]] && opts=("${FA_OPTS[@]}")
     IFS=';' read -r -a items <<<"${INPUT[$program.$input.small]}"
-    : >"$dir/cg.$input.$variant.out"
+    : >"$dir/$kind.$input.$variant.out"
     for item in "${items[@]}"; do
         n=$((n + 1))
-        run_one "$program" "$item" valgrind "${CG_OPTS[@]}" "--log-file=$dir/cg.$input.$variant.$n" "$bin" \
-            >>"$dir/cg.$input.$variant.out" 2>&1
+        run_one "$program" "$item" valgrind "${opts[@]}" "--log-file=$dir/$kind.$input.$variant.$n" "$bin" \
+            >>"$dir/$kind.$input.$variant.out" 2>&1
     done
 }
-# cg_sum DIR INPUT VARIANT -> "irefs i1 lli mispredicts", summed over the runs
+# cg_sum DIR INPUT VARIANT [fa] -> "irefs i1 lli mispredicts", summed over the runs
 cg_sum() {
-    cat "$1/cg.$2.$3".[0-9]* | tr -d , | awk '
+    cat "$1/${4:-cg}.$2.$3".[0-9]* | tr -d , | awk '
         /== I +refs:/ { ir += $4 } /== I1 +misses:/ { i1 += $4 } /== LLi +misses:/ { lli += $4 }
         /== Mispredicts:/ { mp += $3 }
         END { printf "%.0f %.0f %.0f %.0f\n", ir, i1, lli, mp }'
