@@ -21,9 +21,8 @@
 //!   lines of 2048 bytes where a chain of density `d` misses with probability
 //!   `(1 - d * 2048 / total)^16`; a non-negative gain is divided by the smaller chain's size so
 //!   short chains merge first; no chain grows beyond [`CDSORT_MAX_CHAIN_SIZE`] functions.
-//!   A call leaves from its call site's offset in the caller
-//!   ([`cdsort_order_with_call_sites`]), or from the caller's middle where the caller does not
-//!   know it ([`cdsort_order`]). Leftover chains are sorted by density.
+//!   Simplification: we have no call-site offsets, so every call is
+//!   taken to leave from the middle of its caller. Leftover chains are sorted by density.
 //!   Merges come from a lazily invalidated max-heap: `O(E log E)` gain evaluations overall
 //!   for sparse call graphs, each linear in the calls between two chains.
 
@@ -151,29 +150,8 @@ pub fn c3_order(sizes: &[u64], counts: &[u64], calls: &[(u32, u32, u64)]) -> Vec
 /// # Panics
 /// When `counts` and `sizes` differ in length or a call names a function out of range.
 pub fn cdsort_order(sizes: &[u64], counts: &[u64], calls: &[(u32, u32, u64)]) -> Vec<u32> {
-    let middles: Vec<u64> = calls
-        .iter()
-        .map(|&(caller, _, _)| sizes.get(caller as usize).map_or(0, |s| s / 2))
-        .collect();
-    cdsort_order_with_call_sites(sizes, counts, calls, &middles)
-}
-
-/// Cache-directed sort where `call_offsets[i]` is the offset in the caller, in bytes, of the
-/// call site(s) of `calls[i]` (their count-weighted average when there are several): the
-/// distance a call travels is from there to the callee's entry.
-///
-/// # Panics
-/// When `counts`, `sizes` or `call_offsets` and `calls` differ in length, or a call names a
-/// function out of range.
-pub fn cdsort_order_with_call_sites(
-    sizes: &[u64],
-    counts: &[u64],
-    calls: &[(u32, u32, u64)],
-    call_offsets: &[u64],
-) -> Vec<u32> {
     check_input(sizes, counts, calls);
-    assert_eq!(calls.len(), call_offsets.len(), "one call offset per call");
-    CdSort::new(sizes, counts, calls, call_offsets).run()
+    CdSort::new(sizes, counts, calls).run()
 }
 
 #[derive(Debug, Default)]
@@ -218,8 +196,6 @@ impl Ord for FnCandidate {
 struct CdSort {
     sizes: Vec<u64>,
     calls: Vec<(u32, u32, u64)>,
-    /// Per call: the call site's offset in its caller (at most the caller's size).
-    call_offsets: Vec<u64>,
     chains: Vec<FnChain>,
     chain_of: Vec<u32>,
     offset_in_chain: Vec<u64>,
@@ -231,16 +207,14 @@ struct CdSort {
 }
 
 impl CdSort {
-    fn new(sizes: &[u64], counts: &[u64], calls: &[(u32, u32, u64)], call_offsets: &[u64]) -> Self {
+    fn new(sizes: &[u64], counts: &[u64], calls: &[(u32, u32, u64)]) -> Self {
         let n = sizes.len();
         let sizes: Vec<u64> = sizes.iter().map(|&s| s.max(1)).collect();
-        let (calls, call_offsets): (Vec<_>, Vec<_>) = calls
+        let calls: Vec<_> = calls
             .iter()
             .copied()
-            .zip(call_offsets.iter().copied())
-            .filter(|&((a, b, c), _)| a != b && c > 0)
-            .map(|((a, b, c), offset)| ((a, b, c), offset.min(sizes[a as usize])))
-            .unzip();
+            .filter(|&(a, b, c)| a != b && c > 0)
+            .collect();
         let (mut ins, mut outs) = (vec![0u64; n], vec![0u64; n]);
         for &(a, b, c) in &calls {
             outs[a as usize] += c;
@@ -269,7 +243,6 @@ impl CdSort {
         CdSort {
             sizes,
             calls,
-            call_offsets,
             chains,
             chain_of: (0..n as u32).collect(),
             offset_in_chain: vec![0; n],
@@ -323,7 +296,7 @@ impl CdSort {
             .map_or(&[][..], Vec::as_slice)
         {
             let (caller, callee, count) = self.calls[i as usize];
-            let call_site = address(caller) + self.call_offsets[i as usize];
+            let call_site = address(caller) + self.sizes[caller as usize] / 2;
             distance_gain += count as f64
                 * (Self::locality(call_site.abs_diff(address(callee))) - self.apart_locality);
         }

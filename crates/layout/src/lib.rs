@@ -11,5 +11,5 @@ pub mod function_order;
 pub mod split;
 
 pub use ext_tsp::{ext_tsp_order, ext_tsp_score};
-pub use function_order::{c3_order, cdsort_order, cdsort_order_with_call_sites, exec_count_order};
+pub use function_order::{c3_order, cdsort_order, exec_count_order};
 pub use split::{LandingPads, Split, SplitOptions, split_blocks};

@@ -1,9 +1,7 @@
 //! Function orders: permutation properties and hand cases for exec-count, C3 and cdsort.
 
 use proptest::prelude::*;
-use rivet_layout::function_order::{
-    C3_MAX_CLUSTER_SIZE, c3_order, cdsort_order, cdsort_order_with_call_sites, exec_count_order,
-};
+use rivet_layout::function_order::{C3_MAX_CLUSTER_SIZE, c3_order, cdsort_order, exec_count_order};
 
 fn is_permutation(order: &[u32], n: usize) -> bool {
     let mut seen = vec![false; n];
@@ -89,28 +87,6 @@ fn cdsort_without_calls_sorts_by_density_keeping_ties_in_order() {
 }
 
 #[test]
-fn cdsort_places_a_callee_on_the_side_of_its_call_site() {
-    // 0 (2000 bytes) calls 1 from its first bytes and 2 from its last: 1 goes before 0 and 2
-    // after it, whichever way round the ids are.
-    let sizes = [2000, 100, 100];
-    let counts = [1000, 1000, 1000];
-    let calls = [(0, 1, 1000), (0, 2, 1000)];
-    let order = cdsort_order_with_call_sites(&sizes, &counts, &calls, &[10, 1990]);
-    assert_eq!(order, vec![1, 0, 2]);
-    let order = cdsort_order_with_call_sites(&sizes, &counts, &calls, &[1990, 10]);
-    assert_eq!(order, vec![2, 0, 1]);
-    // Offsets past the caller's end are read as its end.
-    let order = cdsort_order_with_call_sites(&sizes, &counts, &calls, &[10, 1_000_000]);
-    assert_eq!(order, vec![1, 0, 2]);
-    // Without call sites every call leaves from the middle of 0: the tie keeps id order.
-    let middle = cdsort_order(&sizes, &counts, &calls);
-    assert_eq!(
-        middle,
-        cdsort_order_with_call_sites(&sizes, &counts, &calls, &[1000, 1000])
-    );
-}
-
-#[test]
 fn empty_inputs() {
     assert!(c3_order(&[], &[], &[]).is_empty());
     assert!(cdsort_order(&[], &[], &[]).is_empty());
@@ -135,8 +111,6 @@ proptest! {
         prop_assert!(is_permutation(&exec_count_order(&counts), n));
         prop_assert!(is_permutation(&c3_order(&sizes, &counts, &calls), n));
         prop_assert!(is_permutation(&cdsort_order(&sizes, &counts, &calls), n));
-        let offsets: Vec<u64> = calls.iter().map(|&(a, b, c)| (u64::from(a * b) + c) % 6000).collect();
-        prop_assert!(is_permutation(&cdsort_order_with_call_sites(&sizes, &counts, &calls, &offsets), n));
     }
 
     #[test]

@@ -13,9 +13,8 @@
 use std::collections::HashMap;
 
 use rayon::prelude::*;
-use rivet_elf::Vaddr;
 use rivet_ir::layout::{AlignedBlock, FragmentRef, FunctionLayout, Layout};
-use rivet_ir::{BlockId, CallTarget, FuncId, Function, PartKind, Program};
+use rivet_ir::{BlockId, FuncId, Function, PartKind, Program};
 use rivet_layout::{LandingPads, SplitOptions, split_blocks};
 
 use crate::attach::{AttachedProfile, FunctionCounts};
@@ -187,7 +186,7 @@ fn layout_function(
     options: &OptimizeOptions,
     split_options: &SplitOptions,
     in_place: bool,
-) -> (FunctionLayout, u64, Vec<HotCallSite>) {
+) -> (FunctionLayout, u64) {
     let empty;
     let counts = match counts {
         Some(c) => c,
@@ -243,52 +242,7 @@ fn layout_function(
         Some(a) if !in_place => blocks_to_align(f, counts, &fragments[0], a),
         _ => Vec::new(),
     };
-    let calls = hot_call_sites(f, counts, &fragments[0]);
-    (FunctionLayout { fragments, aligned }, hot_size, calls)
-}
-
-/// The direct calls that ran in `f`'s first fragment `hot`: (callee, offset of the call in
-/// the fragment as laid out, times its block ran). Function ordering measures how far a call
-/// travels from where it leaves, which block layout has just decided.
-fn hot_call_sites(f: &Function, counts: &FunctionCounts, hot: &[BlockId]) -> Vec<HotCallSite> {
-    let callees: HashMap<Vaddr, FuncId> = f
-        .calls
-        .iter()
-        .filter_map(|c| match c.target {
-            CallTarget::Function { function, .. } => Some((c.at, function)),
-            _ => None,
-        })
-        .collect();
-    let mut sites = Vec::new();
-    if callees.is_empty() {
-        return sites;
-    }
-    let mut offset = 0u64;
-    for &b in hot {
-        let block = f.block(b);
-        let count = counts.blocks.get(b.0 as usize).copied().unwrap_or(0);
-        for inst in f.kept_insts(block) {
-            if count > 0
-                && let Some(&callee) = callees.get(&inst.addr())
-            {
-                sites.push(HotCallSite {
-                    callee,
-                    offset,
-                    count,
-                });
-            }
-            offset += u64::from(inst.len());
-        }
-    }
-    sites
-}
-
-/// A call that ran, in the hot fragment of its caller.
-#[derive(Clone, Copy, Debug)]
-struct HotCallSite {
-    callee: FuncId,
-    offset: u64,
-    count: u64,
+    (FunctionLayout { fragments, aligned }, hot_size)
 }
 
 /// Moves every dead padding block (`Function::is_dead_padding`) right before its fall-through
@@ -432,26 +386,19 @@ pub fn optimized_layout(
         .filter(|f| rewritten[f.id.0 as usize] && !f.blocks.is_empty())
         .collect();
     todo.sort_by_key(|f| std::cmp::Reverse(f.blocks.len()));
-    let laid_out: Vec<(FuncId, FunctionLayout, u64, Vec<HotCallSite>)> = todo
+    let laid_out: Vec<(FuncId, FunctionLayout, u64)> = todo
         .par_iter()
         .map(|f| {
-            let (layout, hot_size, calls) =
+            let (layout, hot_size) =
                 layout_function(f, counts_of(f.id), options, &split_options, in_place);
-            (f.id, layout, hot_size, calls)
+            (f.id, layout, hot_size)
         })
         .collect();
     let mut functions: Vec<Option<FunctionLayout>> = vec![None; nfuncs];
     let mut hot_sizes = vec![0u64; nfuncs];
-    // (caller, callee) -> (sum of offset * count, sum of count) over the call sites.
-    let mut call_sites: HashMap<(FuncId, FuncId), (u128, u128)> = HashMap::new();
-    for (id, layout, hot_size, calls) in laid_out {
+    for (id, layout, hot_size) in laid_out {
         functions[id.0 as usize] = Some(layout);
         hot_sizes[id.0 as usize] = hot_size;
-        for site in calls {
-            let sums = call_sites.entry((id, site.callee)).or_default();
-            sums.0 += u128::from(site.offset) * u128::from(site.count);
-            sums.1 += u128::from(site.count);
-        }
     }
 
     // Function order over the rewritten functions (dense ids in input order).
@@ -478,22 +425,8 @@ pub fn optimized_layout(
         .collect();
     // The call graph comes from a hash map: sort it so the order is deterministic.
     calls.sort_unstable();
-    // Where each call leaves its caller: the average of its call sites, or the caller's middle
-    // for calls with no direct call site that ran in the hot fragment (tail calls, calls
-    // through a pointer).
-    let call_offsets: Vec<u64> = calls
-        .iter()
-        .map(|&(caller, callee, _)| {
-            match call_sites.get(&(ids[caller as usize], ids[callee as usize])) {
-                Some(&(weighted, n)) if n > 0 => (weighted / n) as u64,
-                _ => sizes[caller as usize] / 2,
-            }
-        })
-        .collect();
     let order: Vec<u32> = match &options.function_order {
-        FunctionOrder::CdSort => {
-            rivet_layout::cdsort_order_with_call_sites(&sizes, &entry_counts, &calls, &call_offsets)
-        }
+        FunctionOrder::CdSort => rivet_layout::cdsort_order(&sizes, &entry_counts, &calls),
         FunctionOrder::C3 => rivet_layout::c3_order(&sizes, &entry_counts, &calls),
         FunctionOrder::ExecCount => rivet_layout::exec_count_order(&entry_counts),
         FunctionOrder::None => (0..ids.len() as u32).collect(),
