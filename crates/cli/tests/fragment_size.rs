@@ -1,18 +1,79 @@
-//! `fragment_size::estimated_fragment_size` against the emitter's own plan of the same
-//! fragment: every order of every subset of blocks (entry first) of small functions decoded
-//! from real x86-64 bytes, including one whose branches only reach in their near form and one
-//! with unreachable padding.
+//! `rivet_passes::fragment_size::estimated_fragment_size` against the emitter's own plan of
+//! the same fragment: every order of every subset of blocks (entry first) of small functions
+//! decoded from real x86-64 bytes, including one whose branches only reach in their near form
+//! and one with unreachable padding. It lives with the CLI's tests because only the CLI crate
+//! may depend on both the passes and the emitter.
 
-// Programs and profiles of the shared builders are for the layout tests, not needed here.
-#[allow(dead_code)]
-mod common;
-
-use common::{fall, function, taken};
-use rivet_arch::BranchEncoder;
+use rivet_arch::{BranchEncoder, decode_all};
+use rivet_elf::{Vaddr, VaddrRange};
 use rivet_emit::code::plan_fragment;
 use rivet_ir::layout::FragmentRef;
-use rivet_ir::{BlockId, Function, Terminator};
+use rivet_ir::{Block, BlockId, Edge, EdgeKind, FuncId, Function, Origin, Status, Terminator};
 use rivet_passes::fragment_size::estimated_fragment_size;
+
+fn taken(to: u32) -> Edge {
+    Edge {
+        to: BlockId(to),
+        kind: EdgeKind::Taken,
+    }
+}
+
+fn fall(to: u32) -> Edge {
+    Edge {
+        to: BlockId(to),
+        kind: EdgeKind::FallThrough,
+    }
+}
+
+/// A function of `code` at `start`, cut into blocks at the given addresses; the first block is
+/// the entry, and blocks no edge path reaches from it are unreachable.
+fn function(start: u64, code: &[u8], blocks: Vec<(u64, Terminator, Vec<Edge>)>) -> Function {
+    let insts = decode_all(code, Vaddr(start));
+    let index_of = |addr: u64| insts.iter().position(|i| i.addr().get() >= addr).unwrap() as u32;
+    let starts: Vec<u64> = blocks.iter().map(|b| b.0).collect();
+    let mut blocks: Vec<Block> = blocks
+        .into_iter()
+        .enumerate()
+        .map(|(i, (at, terminator, succs))| Block {
+            start: Vaddr(at),
+            insts: index_of(at)
+                ..starts
+                    .get(i + 1)
+                    .map_or(insts.len() as u32, |&s| index_of(s)),
+            terminator,
+            succs,
+            fragment_succs: Vec::new(),
+            is_entry: i == 0,
+            is_landing_pad: false,
+            is_address_taken: false,
+            is_reachable: false,
+        })
+        .collect();
+    let mut todo = vec![0usize];
+    while let Some(b) = todo.pop() {
+        if !std::mem::replace(&mut blocks[b].is_reachable, true) {
+            todo.extend(blocks[b].succs.iter().map(|e| e.to.0 as usize));
+        }
+    }
+    Function {
+        id: FuncId(0),
+        names: vec!["f".into()],
+        file: None,
+        is_local: false,
+        range: VaddrRange::new(Vaddr(start), code.len() as u64),
+        origin: Origin::Symbol,
+        parent: None,
+        secondary_entries: Vec::new(),
+        padding_after: 0,
+        insts,
+        blocks,
+        calls: Vec::new(),
+        jump_tables: Vec::new(),
+        lsda: None,
+        cfi: Vec::new(),
+        status: Status::Simple,
+    }
+}
 
 /// B0 `test %edi,%edi; je B3`, B1 `mov $1,%eax; jmp B4`, B2 `nopl 0(%rax)` (unreachable
 /// padding, falls into B3), B3 `xor %eax,%eax` (falls into B4), B4 `ret`.
@@ -25,7 +86,6 @@ fn padded() -> Function {
         0xc3, // ret
     ];
     function(
-        0,
         0x1000,
         &code,
         vec![
@@ -35,7 +95,6 @@ fn padded() -> Function {
             (0x100f, Terminator::FallThrough, vec![fall(4)]),
             (0x1011, Terminator::Return, vec![]),
         ],
-        vec![],
     )
 }
 
@@ -54,7 +113,6 @@ fn long_body() -> Function {
     code.extend(back.to_le_bytes());
     code.push(0xc3); // ret
     function(
-        0,
         0x1000,
         &code,
         vec![
@@ -63,7 +121,6 @@ fn long_body() -> Function {
             (b2, Terminator::CondJump, vec![taken(1), fall(3)]),
             (b2 + 9, Terminator::Return, vec![]),
         ],
-        vec![],
     )
 }
 
