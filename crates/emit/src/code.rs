@@ -324,9 +324,10 @@ pub fn plan_fragment(
             None => to,
         }
     };
+    let placed_next = f.placed_next(blocks);
     for (pos, &b) in blocks.iter().enumerate() {
         let block = f.block(b);
-        let next = f.next_placed(blocks, pos).map(Target::Block);
+        let next = placed_next[pos].map(Target::Block);
         if pos > 0
             && let Some(a) = aligned.iter().find(|a| a.block == b)
         {
@@ -904,5 +905,9 @@ mod tests {
         // Away from B3 either kind jumps there, so it still arrives where it did.
         assert_eq!(size(&dead, &[0, 3, 1, 2]), 10);
         assert_eq!(size(&live, &[0, 3, 1, 2]), 10);
+        // Then it takes bytes, and B0 before it is not followed by B1: `je` + `jmp` (6), the
+        // padding's `jmp` (2), B1 (1), B3 (3).
+        assert_eq!(size(&dead, &[0, 2, 1, 3]), 12);
+        assert_eq!(size(&live, &[0, 2, 1, 3]), 12);
     }
 }

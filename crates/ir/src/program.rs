@@ -288,22 +288,33 @@ impl Function {
     }
 
     /// Whether `block` is dead padding: unreachable, and holding only padding the rewrite
-    /// leaves out (the `nop`s after a `ret` that aligned the next jump target). It takes no
-    /// bytes, so placed right before its fall-through successor it costs nothing and still
-    /// arrives where it did; the layout puts it there, and the block before it counts as
-    /// followed by that successor ([`Function::next_placed`]).
+    /// leaves out (the `nop`s after a `ret` that aligned the next jump target). Placed right
+    /// before its fall-through successor it takes no bytes and still arrives where it did; the
+    /// layout puts it there, and the block before it counts as followed by that successor
+    /// ([`Function::placed_next`]).
     pub fn is_dead_padding(&self, block: &Block) -> bool {
         !block.is_reachable && self.kept_insts(block).next().is_none()
     }
 
-    /// The block that follows position `pos` of `blocks` (one fragment, in order) in rewritten
-    /// code: dead padding in between takes no bytes and does not count.
-    pub fn next_placed(&self, blocks: &[BlockId], pos: usize) -> Option<BlockId> {
-        blocks.iter().skip(pos + 1).copied().find(|&b| {
-            self.blocks
-                .get(b.0 as usize)
-                .is_none_or(|block| !self.is_dead_padding(block))
-        })
+    /// For each position of `blocks` (one fragment, in order), the block that follows it in
+    /// rewritten code. Dead padding followed by its own fall-through successor takes no bytes
+    /// and does not count; anywhere else it ends with a jump to that successor, so it does.
+    pub fn placed_next(&self, blocks: &[BlockId]) -> Vec<Option<BlockId>> {
+        let mut next = vec![None; blocks.len()];
+        for i in (0..blocks.len().saturating_sub(1)).rev() {
+            let j = i + 1;
+            let b = blocks[j];
+            let invisible = self.blocks.get(b.0 as usize).is_some_and(|block| {
+                self.is_dead_padding(block)
+                    && self
+                        .block_insts(block)
+                        .last()
+                        .and_then(|last| self.block_at(last.end()))
+                        .is_some_and(|succ| next[j] == Some(succ))
+            });
+            next[i] = if invisible { next[j] } else { Some(b) };
+        }
+        next
     }
 
     pub fn block_insts(&self, block: &Block) -> &[Inst] {

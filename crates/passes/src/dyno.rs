@@ -207,11 +207,12 @@ pub fn function_dyno_stats(
         }
         Some(fl) => {
             for fragment in &fl.fragments {
+                let placed_next = f.placed_next(fragment);
                 for (pos, &b) in fragment.iter().enumerate() {
                     if (b.0 as usize) >= f.blocks.len() {
                         continue;
                     }
-                    let next = f.next_placed(fragment, pos);
+                    let next = placed_next[pos];
                     block_stats(f, counts, b, Placement::Rewritten { next }, &mut s);
                 }
             }

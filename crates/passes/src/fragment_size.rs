@@ -80,10 +80,11 @@ fn block_end(f: &Function, b: BlockId, next: Option<BlockId>) -> (u64, Vec<NewBr
 /// Estimated bytes of `blocks` (one fragment of `f`, in order) once emitted, without
 /// alignment padding.
 pub fn estimated_fragment_size(f: &Function, blocks: &[BlockId]) -> u64 {
+    let placed_next = f.placed_next(blocks);
     let ends: Vec<(u64, Vec<NewBranch>)> = blocks
         .iter()
-        .enumerate()
-        .map(|(pos, &b)| block_end(f, b, f.next_placed(blocks, pos)))
+        .zip(placed_next)
+        .map(|(&b, next)| block_end(f, b, next))
         .collect();
     let short = |br: &NewBranch| match br.kind {
         Kind::Jmp => JMP_SHORT,

@@ -299,11 +299,14 @@ fn blocks_to_align(
     let count = |b: BlockId| counts.blocks.get(b.0 as usize).copied().unwrap_or(0);
     let function_count = counts.entries.max(count(hot[0])).max(1);
     let mut aligned = Vec::new();
-    // Dead padding takes no bytes: the block before it falls into the one after it.
+    // Dead padding before its successor takes no bytes: the block before it falls into the
+    // one after it.
+    let placed_next = f.placed_next(hot);
     let placed: Vec<BlockId> = hot
         .iter()
-        .copied()
-        .filter(|&b| !f.is_dead_padding(f.block(b)))
+        .enumerate()
+        .filter(|&(pos, &b)| pos == 0 || placed_next[pos - 1] == Some(b))
+        .map(|(_, &b)| b)
         .collect();
     for pair in placed.windows(2) {
         let (prev, b) = (pair[0], pair[1]);
