@@ -1,78 +1,29 @@
 //! `rivet_passes::fragment_size::estimated_fragment_size` against the emitter's own plan of
 //! the same fragment: every order of every subset of blocks (entry first) of small functions
 //! decoded from real x86-64 bytes, including one whose branches only reach in their near form
-//! and one with unreachable padding. It lives with the CLI's tests because only the CLI crate
-//! may depend on both the passes and the emitter.
+//! and one with unreachable padding; and what the emitter writes for dead padding. It lives
+//! with the CLI's tests because only the CLI crate may depend on both the passes and the
+//! emitter.
 
-use rivet_arch::{BranchEncoder, decode_all};
-use rivet_elf::{Vaddr, VaddrRange};
+// The hand-built functions of the passes' tests: decoded bytes cut into blocks, reachability
+// from the entry. Their programs and profiles are not needed here.
+#[path = "../../passes/tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use common::{fall, taken};
+use rivet_arch::BranchEncoder;
 use rivet_emit::code::plan_fragment;
 use rivet_ir::layout::FragmentRef;
-use rivet_ir::{Block, BlockId, Edge, EdgeKind, FuncId, Function, Origin, Status, Terminator};
+use rivet_ir::{BlockId, Function, Terminator};
 use rivet_passes::fragment_size::estimated_fragment_size;
 
-fn taken(to: u32) -> Edge {
-    Edge {
-        to: BlockId(to),
-        kind: EdgeKind::Taken,
-    }
-}
-
-fn fall(to: u32) -> Edge {
-    Edge {
-        to: BlockId(to),
-        kind: EdgeKind::FallThrough,
-    }
-}
-
-/// A function of `code` at `start`, cut into blocks at the given addresses; the first block is
-/// the entry, and blocks no edge path reaches from it are unreachable.
-fn function(start: u64, code: &[u8], blocks: Vec<(u64, Terminator, Vec<Edge>)>) -> Function {
-    let insts = decode_all(code, Vaddr(start));
-    let index_of = |addr: u64| insts.iter().position(|i| i.addr().get() >= addr).unwrap() as u32;
-    let starts: Vec<u64> = blocks.iter().map(|b| b.0).collect();
-    let mut blocks: Vec<Block> = blocks
-        .into_iter()
-        .enumerate()
-        .map(|(i, (at, terminator, succs))| Block {
-            start: Vaddr(at),
-            insts: index_of(at)
-                ..starts
-                    .get(i + 1)
-                    .map_or(insts.len() as u32, |&s| index_of(s)),
-            terminator,
-            succs,
-            fragment_succs: Vec::new(),
-            is_entry: i == 0,
-            is_landing_pad: false,
-            is_address_taken: false,
-            is_reachable: false,
-        })
-        .collect();
-    let mut todo = vec![0usize];
-    while let Some(b) = todo.pop() {
-        if !std::mem::replace(&mut blocks[b].is_reachable, true) {
-            todo.extend(blocks[b].succs.iter().map(|e| e.to.0 as usize));
-        }
-    }
-    Function {
-        id: FuncId(0),
-        names: vec!["f".into()],
-        file: None,
-        is_local: false,
-        range: VaddrRange::new(Vaddr(start), code.len() as u64),
-        origin: Origin::Symbol,
-        parent: None,
-        secondary_entries: Vec::new(),
-        padding_after: 0,
-        insts,
-        blocks,
-        calls: Vec::new(),
-        jump_tables: Vec::new(),
-        lsda: None,
-        cfi: Vec::new(),
-        status: Status::Simple,
-    }
+fn function(
+    start: u64,
+    code: &[u8],
+    blocks: Vec<(u64, Terminator, Vec<rivet_ir::Edge>)>,
+) -> Function {
+    common::function(0, start, code, blocks, vec![])
 }
 
 /// B0 `test %edi,%edi; je B3`, B1 `mov $1,%eax; jmp B4`, B2 `nopl 0(%rax)` (unreachable
@@ -206,4 +157,52 @@ fn unreachable_padding_and_dropped_jumps_count_nothing() {
     assert_eq!(estimated_fragment_size(&f, &ids(&[0, 1])), 18);
     // Neither side next: `je rel32` to B3 and `jmp rel32` to B1.
     assert_eq!(estimated_fragment_size(&f, &ids(&[0, 4])), 2 + 6 + 5 + 1);
+}
+
+/// B0 `test %edi,%edi; je B3`, B1 `ret`, B2 `nopl 0(%rax)` (padding after the `ret`, falls
+/// into B3), B3 `xor %eax,%eax; ret`; B2 made reachable when `b2_reachable`.
+fn ret_then_padding(b2_reachable: bool) -> Function {
+    let code = [
+        0x85, 0xff, 0x74, 0x05, // test %edi,%edi; je +9
+        0xc3, // ret
+        0x0f, 0x1f, 0x40, 0x00, // nopl 0x0(%rax)
+        0x31, 0xc0, 0xc3, // xor %eax,%eax; ret
+    ];
+    let mut f = function(
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::CondJump, vec![taken(3), fall(1)]),
+            (0x1004, Terminator::Return, vec![]),
+            (0x1005, Terminator::FallThrough, vec![fall(3)]),
+            (0x1009, Terminator::Return, vec![]),
+        ],
+    );
+    assert!(!f.blocks[2].is_reachable);
+    f.blocks[2].is_reachable = b2_reachable;
+    f
+}
+
+#[test]
+fn dead_padding_takes_no_bytes_and_does_not_separate_its_neighbours() {
+    let size = |f: &Function, order: &[u32]| {
+        let blocks: Vec<BlockId> = order.iter().map(|&b| BlockId(b)).collect();
+        emitted_size(f, &blocks)
+    };
+    let dead = ret_then_padding(false);
+    let live = ret_then_padding(true);
+    // In the input order: 4 + 1 + 3 bytes, the padding left out.
+    assert_eq!(size(&dead, &[0, 1, 2, 3]), 8);
+    assert_eq!(size(&live, &[0, 1, 2, 3]), 8);
+    // Between B0 and B3, dead padding leaves B3 next to B0, whose `je` is inverted to go to
+    // B1: 4 + 3 + 1. Reachable padding there is what follows B0: `je` + `jmp` (6 bytes).
+    assert_eq!(size(&dead, &[0, 2, 3, 1]), 8);
+    assert_eq!(size(&live, &[0, 2, 3, 1]), 10);
+    // Away from B3 either kind jumps there, so it still arrives where it did.
+    assert_eq!(size(&dead, &[0, 3, 1, 2]), 10);
+    assert_eq!(size(&live, &[0, 3, 1, 2]), 10);
+    // Then it takes bytes, and B0 before it is not followed by B1: `je` + `jmp` (6), the
+    // padding's `jmp` (2), B1 (1), B3 (3).
+    assert_eq!(size(&dead, &[0, 2, 1, 3]), 12);
+    assert_eq!(size(&live, &[0, 2, 1, 3]), 12);
 }

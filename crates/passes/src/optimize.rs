@@ -257,7 +257,6 @@ fn place_dead_padding(f: &Function, mut fragments: Vec<Vec<BlockId>>) -> Vec<Vec
         .rev()
         .map(BlockId)
         .filter(|&b| f.is_dead_padding(f.block(b)))
-        .filter(|&b| fragments.first().and_then(|hot| hot.first()) != Some(&b))
         .collect();
     if dead.is_empty() {
         return fragments;

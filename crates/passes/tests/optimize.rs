@@ -64,31 +64,22 @@ fn diamond_counts(n: u64) -> FunctionCounts {
 ///   B2 +0x9: jmp B1                         (the latch)
 ///   B3 +0xb: ret
 fn latch_loop(id: u32, base: u64) -> Function {
-    let code = [
-        0x31, 0xc0, // xor %eax,%eax
-        0xff, 0xc0, // inc %eax
-        0x83, 0xf8, 0x0a, // cmp $10,%eax
-        0x74, 0x02, // je +0xb
-        0xeb, 0xf7, // jmp +0x2
-        0xc3, // ret
-    ];
-    function(
-        id,
-        base,
-        &code,
-        vec![
-            (base, Terminator::FallThrough, vec![fall(1)]),
-            (base + 0x2, Terminator::CondJump, vec![taken(3), fall(2)]),
-            (base + 0x9, Terminator::Jump, vec![taken(1)]),
-            (base + 0xb, Terminator::Return, vec![]),
-        ],
-        vec![],
-    )
+    latch_loop_exiting_with(id, base, &[0xc3]) // ret
 }
 
 /// `latch_loop` with a 16-byte exit block: `mov $1,%eax; mov $2,%eax; mov $3,%eax; ret`
 /// (B3 at +0xb), big enough that moving it and the latch out shrinks the hot part.
 fn latch_loop_long_exit(id: u32, base: u64) -> Function {
+    let mut exit = Vec::new();
+    for k in 1..=3 {
+        exit.extend([0xb8, k, 0, 0, 0]); // mov $k,%eax
+    }
+    exit.push(0xc3); // ret
+    latch_loop_exiting_with(id, base, &exit)
+}
+
+/// `latch_loop`'s head and latch, with `exit` as B3.
+fn latch_loop_exiting_with(id: u32, base: u64, exit: &[u8]) -> Function {
     let mut code = vec![
         0x31, 0xc0, // xor %eax,%eax
         0xff, 0xc0, // inc %eax
@@ -96,10 +87,7 @@ fn latch_loop_long_exit(id: u32, base: u64) -> Function {
         0x74, 0x02, // je +0xb
         0xeb, 0xf7, // jmp +0x2
     ];
-    for k in 1..=3 {
-        code.extend([0xb8, k, 0, 0, 0]); // mov $k,%eax
-    }
-    code.push(0xc3); // ret
+    code.extend_from_slice(exit);
     function(
         id,
         base,
