@@ -20,6 +20,8 @@ use rivet_ir::layout::{AlignedBlock, FragmentRef};
 use rivet_ir::probes::{EdgeTarget, FunctionProbes, ProbeAt};
 use rivet_ir::{BlockId, Function, Program, Terminator};
 
+use crate::cache_sets::BlockExtent;
+
 /// Where a re-created branch goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -172,6 +174,30 @@ pub struct Piece {
 }
 
 impl FragmentPlan {
+    /// The byte range of each block of the fragment, with its count in `counts` (indexed by
+    /// block; 0 where missing). Padding before an aligned block counts as the end of the block
+    /// before it.
+    pub fn block_extents(&self, counts: &[u64]) -> Vec<BlockExtent> {
+        let starts: Vec<(BlockId, u64)> = self
+            .items
+            .iter()
+            .zip(&self.offsets)
+            .filter_map(|(item, &offset)| match *item {
+                Item::Label(b) => Some((b, offset)),
+                _ => None,
+            })
+            .collect();
+        starts
+            .iter()
+            .enumerate()
+            .map(|(i, &(b, start))| BlockExtent {
+                start,
+                end: starts.get(i + 1).map_or(self.size, |&(_, next)| next),
+                count: counts.get(b.0 as usize).copied().unwrap_or(0),
+            })
+            .collect()
+    }
+
     /// The non-empty items of the fragment, in order.
     pub fn pieces(&self, f: &Function) -> Vec<Piece> {
         let mut replaced = None;

@@ -2,6 +2,7 @@
 //! rewritten binary (new text, unwind and exception tables, symbols, patches to original bytes).
 
 pub mod bat;
+pub mod cache_sets;
 pub mod code;
 pub mod debug;
 pub mod frames;

@@ -19,6 +19,7 @@ use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, build_layout};
 use rivet_ir::{FuncId, Program, RelocationMode, TableBound};
 
+use crate::cache_sets::{BlockExtent, SetBalancer};
 use crate::code::{AddressMap, EmitError, FragmentPlan, encode_fragment, plan_fragment};
 use crate::debug;
 use crate::frames::{self, FrameError};
@@ -81,6 +82,9 @@ pub struct TextAlignment {
     /// Boundary for the blocks a layout asks to align (`FunctionLayout::aligned`); at most
     /// `functions`, so that offsets in a fragment keep their alignment once placed.
     pub blocks: u16,
+    /// Up to this many bytes of padding before a hot fragment to spread the hottest cache
+    /// lines over the instruction cache's sets (`cache_sets`); 0 turns that off.
+    pub set_balance_padding: u64,
 }
 
 impl Default for TextAlignment {
@@ -91,6 +95,7 @@ impl Default for TextAlignment {
             hot_text: 64,
             hot_text_offset: 0,
             blocks: 16,
+            set_balance_padding: 0,
         }
     }
 }
@@ -437,6 +442,22 @@ pub fn rewrite(
     let hot_start =
         align(segment.content_start(), alignment.hot_text.max(64)) + alignment.hot_text_offset;
     let mut cursor = hot_start;
+    let hot_extents: Vec<Vec<BlockExtent>> = if alignment.set_balance_padding > 0 {
+        let counts_of = |f: FuncId| {
+            layout
+                .block_counts
+                .get(f.0 as usize)
+                .map_or(&[][..], Vec::as_slice)
+        };
+        layout
+            .hot_order
+            .iter()
+            .map(|r| plans[r].block_extents(counts_of(r.function)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut balancer = SetBalancer::new(&hot_extents, alignment.set_balance_padding);
     // Plans move into `placed` (they are the largest structure of the run).
     let firsts: Vec<FragmentRef> = plans
         .keys()
@@ -450,14 +471,18 @@ pub fn rewrite(
             placed.push((plan, program.function(r.function).range.start));
         }
     }
-    for r in &layout.hot_order {
+    for (i, r) in layout.hot_order.iter().enumerate() {
         let aligned = align(cursor, alignment.functions.max(1));
-        cursor = if aligned - cursor <= alignment.functions_max_padding {
-            aligned
+        let granule = if aligned - cursor <= alignment.functions_max_padding {
+            alignment.functions.max(1)
         } else {
-            align(cursor, alignment.functions.clamp(1, 16))
+            alignment.functions.clamp(1, 16)
         };
+        cursor = align(cursor, granule);
         let plan = take(r);
+        if let Some(balancer) = balancer.as_mut() {
+            cursor = Vaddr(balancer.place(&hot_extents[i], cursor.get(), granule));
+        }
         let size = plan.size;
         placed.push((plan, cursor));
         cursor = cursor + size;

@@ -46,6 +46,10 @@ pub struct Layout {
     pub cold_order: Vec<FragmentRef>,
     /// First fragments are rewritten over the original code instead of moved.
     pub in_place: bool,
+    /// Profile execution count of every block of every function, indexed by `FuncId` then
+    /// `BlockId`; empty where unknown (no profile). The emitter uses it to spread the hottest
+    /// cache lines over the instruction cache's sets.
+    pub block_counts: Vec<Vec<u64>>,
 }
 
 /// A layout that breaks the rules `Layout` documents.
@@ -322,6 +326,7 @@ pub fn build_layout(
         hot_order,
         cold_order,
         in_place,
+        block_counts: Vec::new(),
     }
 }
 

@@ -473,10 +473,14 @@ pub fn optimized_layout(
             }
         }
     }
+    let block_counts = (0..nfuncs)
+        .map(|i| counts_of(FuncId(i as u32)).map_or_else(Vec::new, |c| c.blocks.clone()))
+        .collect();
     Layout {
         functions,
         hot_order,
         cold_order,
         in_place,
+        block_counts,
     }
 }

@@ -1,0 +1,182 @@
+//! Spreading the hottest cache lines of the hot text over the instruction cache's sets.
+//!
+//! An L1 instruction cache of 32 KiB with 8 ways and 64-byte lines (this machine's, and that
+//! of most x86-64 cores of the last decade) picks a line's set from address bits 6-11. Hot
+//! text larger than the cache puts many lines in each set, and when more lines that run
+//! together land in one set than it has ways, they evict each other on every pass: an LRU set
+//! cycled through by nine lines misses every time. Which set a line lands in is an accident of
+//! the sizes of everything placed before it, so a layout can pile its hottest lines into a few
+//! sets while others hold few. Cachegrind on SQLite showed exactly that: most of the simulated
+//! misses were in the handful of sets holding nine or ten lines run 100,000 times or more.
+//!
+//! The balancer counts, set by set, the very hot lines placed so far (the
+//! `VERY_HOT_PER_SET * SETS` hottest lines of the hot text, by profile count), and starts each
+//! hot fragment that holds very hot lines after the padding (16-byte steps, up to a limit)
+//! that adds them to the least occupied sets; a fragment aligned to more than 16 bytes moves in
+//! steps of its alignment. Padding between fragments is never executed: it
+//! costs address space, not cache lines. Fragments without very hot lines are placed as they
+//! come. The profile cannot see the lines of shared libraries, which is why a set is not
+//! filled to its ways.
+
+/// Line size and set count of the cache being balanced (32 KiB, 8 ways, 64-byte lines).
+const LINE: u64 = 64;
+const SETS: usize = 64;
+/// Very hot lines per set, on average: fewer than the 8 ways, leaving room for the lines the
+/// profile does not see (shared libraries, the PLT, code left in place).
+const VERY_HOT_PER_SET: usize = 6;
+/// The smallest padding step: offsets inside a fragment assume its start is a multiple of 16
+/// (aligned blocks).
+const MIN_STEP: u64 = 16;
+
+/// One block of a fragment: its byte range in the fragment and its profile count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockExtent {
+    pub start: u64,
+    pub end: u64,
+    pub count: u64,
+}
+
+/// The lines a fragment placed at address `start` touches (as line numbers, address / 64),
+/// in address order, each with the largest count of a block on it.
+fn line_heat(blocks: &[BlockExtent], start: u64) -> Vec<(u64, u64)> {
+    let mut lines: Vec<(u64, u64)> = Vec::new();
+    for b in blocks.iter().filter(|b| b.end > b.start) {
+        for line in (start + b.start) / LINE..=(start + b.end - 1) / LINE {
+            match lines.last_mut() {
+                Some((l, heat)) if *l == line => *heat = (*heat).max(b.count),
+                _ => lines.push((line, b.count)),
+            }
+        }
+    }
+    lines
+}
+
+/// Chooses where hot fragments start, in their order, so that their very hot lines spread
+/// over the cache's sets.
+#[derive(Debug)]
+pub struct SetBalancer {
+    /// Lines with at least this count are very hot.
+    threshold: u64,
+    max_padding: u64,
+    /// Very hot lines placed so far, per set.
+    occupancy: [u32; SETS],
+}
+
+impl SetBalancer {
+    /// A balancer for these hot fragments (each a list of its blocks), with up to
+    /// `max_padding` bytes before a fragment. `None` when there is nothing to balance: no
+    /// counted block, or less padding than one step.
+    pub fn new(fragments: &[Vec<BlockExtent>], max_padding: u64) -> Option<SetBalancer> {
+        if max_padding < MIN_STEP {
+            return None;
+        }
+        let mut heats: Vec<u64> = fragments
+            .iter()
+            .flat_map(|blocks| line_heat(blocks, 0))
+            .map(|(_, heat)| heat)
+            .filter(|&heat| heat > 0)
+            .collect();
+        if heats.is_empty() {
+            return None;
+        }
+        let rank = (VERY_HOT_PER_SET * SETS).min(heats.len() - 1);
+        let (_, &mut threshold, _) = heats.select_nth_unstable_by(rank, |a, b| b.cmp(a));
+        Some(SetBalancer {
+            threshold: threshold.max(1),
+            max_padding,
+            occupancy: [0; SETS],
+        })
+    }
+
+    /// Where the fragment made of `blocks` starts when the next free address is `cursor`, a
+    /// multiple of `step` (the fragment's alignment, at least 16, which padding keeps);
+    /// records its very hot lines.
+    pub fn place(&mut self, blocks: &[BlockExtent], cursor: u64, step: u64) -> u64 {
+        let step = step.max(MIN_STEP);
+        let mut best: Option<(u64, u64, Vec<usize>)> = None;
+        for padding in (0..=self.max_padding).step_by(step as usize) {
+            let sets: Vec<usize> = line_heat(blocks, cursor + padding)
+                .into_iter()
+                .filter(|&(_, heat)| heat >= self.threshold)
+                .map(|(line, _)| (line % SETS as u64) as usize)
+                .collect();
+            if sets.is_empty() {
+                return cursor;
+            }
+            // Each line costs the occupancy it meets, counting the fragment's own lines
+            // before it: the increase of the sum of squared occupancies, which a balanced
+            // cache keeps lowest.
+            let mut occupancy = self.occupancy;
+            let cost: u64 = sets
+                .iter()
+                .map(|&s| {
+                    occupancy[s] += 1;
+                    u64::from(occupancy[s] - 1)
+                })
+                .sum();
+            if best.as_ref().is_none_or(|&(c, _, _)| cost < c) {
+                best = Some((cost, padding, sets));
+            }
+        }
+        let (_, padding, sets) = best.expect("padding 0 is always tried");
+        for s in sets {
+            self.occupancy[s] += 1;
+        }
+        cursor + padding
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(start: u64, end: u64, count: u64) -> BlockExtent {
+        BlockExtent { start, end, count }
+    }
+
+    #[test]
+    fn a_line_takes_the_largest_count_of_its_blocks() {
+        let blocks = [block(0, 40, 5), block(40, 100, 9), block(100, 130, 2)];
+        assert_eq!(line_heat(&blocks, 0), vec![(0, 9), (1, 9), (2, 2)]);
+        // Placed 32 bytes further, the last block shares its line with the end of the second.
+        assert_eq!(line_heat(&blocks, 32), vec![(0, 5), (1, 9), (2, 9)]);
+        assert_eq!(line_heat(&[block(8, 8, 7)], 0), vec![]);
+    }
+
+    /// Fragments of one very hot line each: every one lands in a set no other one holds
+    /// until all 64 sets have one, whatever their sizes would have made of the addresses.
+    #[test]
+    fn very_hot_lines_go_to_the_emptiest_sets() {
+        // 64 fragments of 16 hot bytes followed by 112 cold ones: placed back to back, every
+        // hot line would fall in an even set.
+        // Lukewarm code elsewhere keeps the cold halves below the very hot threshold.
+        let fragment = vec![block(0, 16, 1000), block(16, 128, 1)];
+        let mut fragments = vec![fragment.clone(); 64];
+        fragments.extend(vec![vec![block(0, 64, 10)]; 400]);
+        let mut balancer = SetBalancer::new(&fragments, 1024).expect("counted blocks");
+        let mut cursor = 0x10000;
+        let mut sets = Vec::new();
+        for blocks in &fragments[..64] {
+            let start = balancer.place(blocks, cursor, 16);
+            assert!(start >= cursor && start - cursor <= 1024 && start.is_multiple_of(16));
+            sets.push((start / 64) % 64);
+            cursor = start + 128;
+        }
+        sets.sort_unstable();
+        sets.dedup();
+        assert_eq!(sets.len(), 64, "one very hot line per set");
+    }
+
+    /// Lines below the threshold do not move a fragment, and no profile means no balancing.
+    #[test]
+    fn cold_fragments_and_unprofiled_code_are_not_padded() {
+        // 400 very hot lines (over 6 per set) make the threshold 1000; the lukewarm fragment
+        // stays where it comes.
+        let mut fragments = vec![vec![block(0, 64, 1000)]; 400];
+        fragments.push(vec![block(0, 64, 10)]);
+        let mut balancer = SetBalancer::new(&fragments, 256).expect("counted blocks");
+        assert_eq!(balancer.place(&[block(0, 64, 10)], 0x1230, 16), 0x1230);
+        assert!(SetBalancer::new(&[vec![block(0, 64, 0)]], 256).is_none());
+        assert!(SetBalancer::new(&fragments, 8).is_none());
+    }
+}
