@@ -633,6 +633,7 @@ pub fn run_with(
         "rewritten_with_profile": profiled_rewritten,
         "split": split,
         "aligned_blocks": aligned_blocks,
+        "cache_set_padding": { "functions": s.set_balanced, "bytes": s.set_balance_bytes },
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,
         "profile": {
@@ -679,6 +680,12 @@ pub fn run_with(
         );
         if aligned_blocks > 0 {
             println!("  {aligned_blocks} hot blocks aligned");
+        }
+        if s.set_balanced > 0 {
+            println!(
+                "  {} hot functions padded to spread the hottest cache lines over the sets ({} bytes)",
+                s.set_balanced, s.set_balance_bytes
+            );
         }
         println!(
             "  taken branches {:+.1}%, unconditional jumps {:+.1}%, executed instructions {:+.2}% (profiled run)",

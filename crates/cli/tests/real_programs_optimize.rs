@@ -73,11 +73,13 @@ const OPTION_SETS: [&[&str]; 4] = [
         "-split-functions",
         "-split-all-cold=0",
         "-split-eh",
+        "-align-functions=64",
     ],
     &[
         "--reorder-blocks=reverse",
         "--reorder-functions=exec-count",
         "--split-functions=false",
+        "--cache-set-padding=0",
     ],
     &[
         "--reorder-blocks=none",
@@ -85,6 +87,7 @@ const OPTION_SETS: [&[&str]; 4] = [
         "--cold-landing-pads",
         "--hot-text",
         "--align-blocks",
+        "--cache-set-padding=512",
     ],
 ];
 

@@ -177,6 +177,10 @@ pub struct Summary {
     pub relocation_mode: bool,
     pub hot_bytes: u64,
     pub cold_bytes: u64,
+    /// Hot fragments started later to spread the hottest cache lines over the sets
+    /// (`TextAlignment::set_balance_padding`), and the padding bytes that took.
+    pub set_balanced: usize,
+    pub set_balance_bytes: u64,
     pub fragments: usize,
     pub patched_references: usize,
     pub frames: usize,
@@ -481,7 +485,12 @@ pub fn rewrite(
         cursor = align(cursor, granule);
         let plan = take(r);
         if let Some(balancer) = balancer.as_mut() {
-            cursor = Vaddr(balancer.place(&hot_extents[i], cursor.get(), granule));
+            let start = balancer.place(&hot_extents[i], cursor.get(), granule);
+            if start > cursor.get() {
+                summary.set_balanced += 1;
+                summary.set_balance_bytes += start - cursor.get();
+            }
+            cursor = Vaddr(start);
         }
         let size = plan.size;
         placed.push((plan, cursor));
