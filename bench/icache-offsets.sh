@@ -28,6 +28,8 @@
 # Usage: bench/icache-offsets.sh [SHIFTS] > docs/icache-offsets.md   (SHIFTS defaults to 16)
 # Env:   RIVET=path  a rivet binary (default: cargo build --release -p rivet)
 #        PROGRAMS    "lua sqlite" (default) or a subset
+#        RIVET_OPTIONS  more options for rivet optimize, space-separated (say
+#                    --cache-set-padding=0 to see the placements without the set balancing)
 # Needs: llvm-bolt-19 (apt-get install bolt-19), valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -113,8 +115,9 @@ for program in $PROGRAMS; do
     for ((k = 0; k < SHIFTS; k++)); do
         shift_bytes=$((k * STEP))
         log "$program: shift $((k + 1))/$SHIFTS ($shift_bytes bytes)"
+        # shellcheck disable=SC2086 # RIVET_OPTIONS is a list of words
         "$RIVET" optimize "$bin" --profile "$dir/P" -o "$dir/rivet.$k" --hot-text-offset "$shift_bytes" \
-            >"$dir/rivet.$k.log" 2>&1 || die "rivet optimize failed on $program: $(tail -n 1 "$dir/rivet.$k.log")"
+            ${RIVET_OPTIONS:-} >"$dir/rivet.$k.log" 2>&1 || die "rivet optimize failed on $program: $(tail -n 1 "$dir/rivet.$k.log")"
         if ((k > 0)); then
             "${bolt_cmd[@]}" -o "$dir/bolt.$k" -pad-funcs="$pad_name:$shift_bytes" >"$dir/bolt.$k.log" 2>&1 ||
                 die "llvm-bolt failed on $program: $(tail -n 1 "$dir/bolt.$k.log")"
@@ -189,7 +192,7 @@ done
     echo "# Instruction-cache misses over hot text placements: Rivet and llvm-bolt-19"
     echo
     echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')),"
-    echo "$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); rivet $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes in crates/)'),"
+    echo "$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); rivet $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes in crates/)')${RIVET_OPTIONS:+ with $RIVET_OPTIONS},"
     echo "$("$BOLT" --version 2>/dev/null | grep -m1 -o 'LLVM version [0-9.]*' | sed 's/LLVM/llvm-bolt/'), $(valgrind --version)."
     echo "Reproduce: \`bench/icache-offsets.sh $SHIFTS > docs/icache-offsets.md\` (took $(( ($(date +%s) - started + 59) / 60 )) minutes)."
     echo
