@@ -92,17 +92,20 @@ impl SetBalancer {
     /// multiple of `step` (the fragment's alignment, at least 16, which padding keeps);
     /// records its very hot lines.
     pub fn place(&mut self, blocks: &[BlockExtent], cursor: u64, step: u64) -> u64 {
-        let step = step.max(MIN_STEP);
-        let mut best: Option<(u64, u64, Vec<usize>)> = None;
-        for padding in (0..=self.max_padding).step_by(step as usize) {
-            let sets: Vec<usize> = line_heat(blocks, cursor + padding)
+        let very_hot_sets = |start: u64| -> Vec<usize> {
+            line_heat(blocks, start)
                 .into_iter()
                 .filter(|&(_, heat)| heat >= self.threshold)
                 .map(|(line, _)| (line % SETS as u64) as usize)
-                .collect();
-            if sets.is_empty() {
-                return cursor;
-            }
+                .collect()
+        };
+        // Padding moves lines, it does not change which blocks are very hot.
+        if very_hot_sets(cursor).is_empty() {
+            return cursor;
+        }
+        let mut best: Option<(u64, u64, Vec<usize>)> = None;
+        for padding in (0..=self.max_padding).step_by(step.max(MIN_STEP) as usize) {
+            let sets = very_hot_sets(cursor + padding);
             // Each line costs the occupancy it meets, counting the fragment's own lines
             // before it: the increase of the sum of squared occupancies, which a balanced
             // cache keeps lowest.

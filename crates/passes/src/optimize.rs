@@ -473,8 +473,15 @@ pub fn optimized_layout(
             }
         }
     }
-    let block_counts = (0..nfuncs)
-        .map(|i| counts_of(FuncId(i as u32)).map_or_else(Vec::new, |c| c.blocks.clone()))
+    // The emitter balances cache sets with the counts of the functions it rewrites; the
+    // others' would be dead weight.
+    let block_counts = functions
+        .iter()
+        .enumerate()
+        .map(|(i, fl)| match (fl, counts_of(FuncId(i as u32))) {
+            (Some(_), Some(c)) => c.blocks.clone(),
+            _ => Vec::new(),
+        })
         .collect();
     Layout {
         functions,
