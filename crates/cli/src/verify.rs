@@ -17,7 +17,7 @@ use rivet_arch::{Flow, Inst, decode_all};
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::lines::{LineTable, SourcePosition};
 use rivet_elf::{ElfFile, MappedFile, Vaddr};
-use rivet_emit::code::{AddressMap, terminator_is_recreated};
+use rivet_emit::code::AddressMap;
 use rivet_emit::references::{RefField, collect};
 use rivet_emit::rewrite::RewriteOutput;
 use rivet_ir::{Function, Program, Terminator};
@@ -131,7 +131,7 @@ impl Checker<'_> {
             .in_function(f.id, b.start)
             .ok_or_else(|| format!("block {} of {} has no new address", b.start, f.name()))?;
         let insts = f.block_insts(b);
-        let recreated = terminator_is_recreated(f, b);
+        let recreated = f.block_exit(b).is_some_and(|exit| exit.recreates_last());
         // The input's alignment padding is left out of rewritten code; a re-created terminator
         // (a branch, never padding) is checked apart.
         let mut body: Vec<&Inst> = f.kept_insts(b).collect();

@@ -13,12 +13,12 @@
 use std::collections::HashMap;
 
 use rivet_arch::{
-    Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, ProbeShape, encode_probe, relocate,
+    Branch, BranchEncoder, BranchForm, EncodeError, Flow, ProbeShape, encode_probe, relocate,
 };
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{AlignedBlock, FragmentRef};
 use rivet_ir::probes::{EdgeTarget, FunctionProbes, ProbeAt};
-use rivet_ir::{BlockId, Function, Program, Terminator};
+use rivet_ir::{BlockExit, BlockId, Function, Program, WrittenEnd};
 
 use crate::cache_sets::BlockExtent;
 
@@ -382,52 +382,78 @@ pub fn plan_fragment(
             end_probes(items);
             items.push(Item::Replaced { inst: last_index });
         };
-        let fall = target_of(f, last.end());
-        match &block.terminator {
-            Terminator::FallThrough => {
-                copy(&mut items, first, block.insts.end);
-                end_probes(&mut items);
-                if Some(fall) != next {
-                    branch(&mut items, encoder, NewBranch::Jump, fall, last.end())?;
-                }
-            }
-            Terminator::Jump | Terminator::TailCall { .. } if direct_target(last).is_some() => {
-                let taken = target_of(f, direct_target(last).unwrap());
-                copy_body(&mut items);
-                if Some(taken) != next {
-                    branch(&mut items, encoder, NewBranch::Jump, taken, last.addr())?;
-                }
-            }
-            Terminator::CondJump | Terminator::CondTailCall { .. } => {
-                let Flow::CondJump { target } = last.flow() else {
-                    return Err(EmitError::Unsupported {
-                        what: "conditional block end without a jump",
-                        at: last.addr(),
-                    });
+        let Some(exit) = f.block_exit(block) else {
+            unreachable!("the block has a last instruction");
+        };
+        // The block placed next, as the emitter names its targets.
+        let is_next = |addr| Some(target_of(f, addr)) == next;
+        match exit {
+            BlockExit::FallThrough { .. } | BlockExit::Jump { .. } => {
+                // A fall-through block is copied whole and a `jmp` added after it runs in the
+                // unwind state of the block's end; a re-created jump keeps the state of the
+                // one it replaces.
+                let state_at = if let BlockExit::FallThrough { .. } = exit {
+                    copy(&mut items, first, block.insts.end);
+                    end_probes(&mut items);
+                    last.end()
+                } else {
+                    copy_body(&mut items);
+                    last.addr()
                 };
-                if !last.is_invertible_cond_jump() {
-                    return Err(EmitError::Unsupported {
-                        what: "loop/jrcxz/xbegin",
-                        at: last.addr(),
-                    });
+                if let Some(WrittenEnd::Jump { to }) = exit.written(is_next) {
+                    let to = target_of(f, to);
+                    branch(&mut items, encoder, NewBranch::Jump, to, state_at)?;
                 }
-                let taken = via_probe(b, target_of(f, target), last.addr());
-                let fall = via_probe(b, fall, last.addr());
+            }
+            BlockExit::Malformed { at } => {
+                return Err(EmitError::Unsupported {
+                    what: "conditional block end without a jump",
+                    at,
+                });
+            }
+            BlockExit::Cond {
+                invertible: false, ..
+            } => {
+                return Err(EmitError::Unsupported {
+                    what: "loop/jrcxz/xbegin",
+                    at: last.addr(),
+                });
+            }
+            BlockExit::Cond { taken, fall, .. } => {
+                // An edge with a probe goes through a trampoline, which is never placed next.
+                let taken_target = via_probe(b, target_of(f, taken), last.addr());
+                let fall_target = via_probe(b, target_of(f, fall), last.addr());
                 copy_body(&mut items);
                 let cond = |inverted| NewBranch::Cond {
                     inst: last_index,
                     inverted,
                 };
-                if Some(fall) == next {
-                    branch(&mut items, encoder, cond(false), taken, last.addr())?;
-                } else if Some(taken) == next && matches!(block.terminator, Terminator::CondJump) {
-                    branch(&mut items, encoder, cond(true), fall, last.addr())?;
-                } else {
-                    branch(&mut items, encoder, cond(false), taken, last.addr())?;
-                    branch(&mut items, encoder, NewBranch::Jump, fall, last.end())?;
+                let target_is_next = |addr| {
+                    let target = if addr == fall {
+                        fall_target
+                    } else {
+                        taken_target
+                    };
+                    Some(target) == next
+                };
+                match exit.written(target_is_next) {
+                    Some(WrittenEnd::Cond { inverted: true, .. }) => {
+                        branch(&mut items, encoder, cond(true), fall_target, last.addr())?;
+                    }
+                    Some(WrittenEnd::CondThenJump { .. }) => {
+                        branch(&mut items, encoder, cond(false), taken_target, last.addr())?;
+                        branch(
+                            &mut items,
+                            encoder,
+                            NewBranch::Jump,
+                            fall_target,
+                            last.end(),
+                        )?;
+                    }
+                    _ => branch(&mut items, encoder, cond(false), taken_target, last.addr())?,
                 }
             }
-            _ => {
+            BlockExit::Copied => {
                 copy(&mut items, first, last_index);
                 end_probes(&mut items);
                 copy(&mut items, last_index, block.insts.end);
@@ -533,26 +559,6 @@ pub fn plan_fragment(
             })
             .collect(),
     })
-}
-
-/// True when the emitter re-creates (or drops) the block's last instruction instead of copying
-/// it: direct jumps, direct tail calls, conditional jumps.
-pub fn terminator_is_recreated(f: &Function, block: &rivet_ir::Block) -> bool {
-    let Some(last) = f.block_insts(block).last() else {
-        return false;
-    };
-    match block.terminator {
-        Terminator::Jump | Terminator::TailCall { .. } => direct_target(last).is_some(),
-        Terminator::CondJump | Terminator::CondTailCall { .. } => true,
-        _ => false,
-    }
-}
-
-fn direct_target(inst: &Inst) -> Option<Vaddr> {
-    match inst.flow() {
-        Flow::Jump { target } => Some(target),
-        _ => None,
-    }
 }
 
 /// The new address of every instruction of every rewritten function.

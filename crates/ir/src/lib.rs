@@ -9,11 +9,13 @@
 //! is resolved to blocks, other functions, or a known exit) or `Skipped` with a reason naming
 //! the construct and its address. Later phases may only transform simple functions.
 
+pub mod block_end;
 pub mod dump;
 pub mod layout;
 pub mod probes;
 pub mod program;
 pub mod skip;
 
+pub use block_end::{BlockExit, WrittenEnd};
 pub use program::*;
 pub use skip::SkipReason;

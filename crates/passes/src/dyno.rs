@@ -39,10 +39,11 @@ use std::fmt::Write as _;
 use std::iter::Sum;
 use std::ops::{Add, AddAssign};
 
-use rivet_arch::Flow;
 use rivet_elf::Vaddr;
 use rivet_ir::layout::{FunctionLayout, Layout};
-use rivet_ir::{BlockId, CallTarget, EdgeKind, Function, Program, Terminator};
+use rivet_ir::{
+    BlockExit, BlockId, CallTarget, EdgeKind, Function, Program, Terminator, WrittenEnd,
+};
 
 use crate::attach::{AttachedProfile, FunctionCounts};
 
@@ -273,67 +274,72 @@ fn block_stats(
         Placement::Rewritten { .. } => f.kept_insts(block).count() as u64,
     };
     s.instructions = s.instructions.saturating_add(n.saturating_mul(len));
-    let Some(last) = f.block_insts(block).last() else {
+    let Some(exit) = f.block_exit(block) else {
         return;
     };
-    // Whether `addr` starts the block placed next. The emitter compares targets as blocks of
-    // this function, so an address in another function or fragment never matches, and in the
-    // original code nothing is dropped or inverted.
-    let is_next = |addr| match placement {
-        Placement::Original => false,
-        Placement::Rewritten { next } => next.is_some() && f.block_at(addr) == next,
+    // What the emitter writes at the end of the block; the original code keeps its branches.
+    // The emitter compares targets as blocks of this function, so an address in another
+    // function or fragment is never the block placed next.
+    let written = match placement {
+        Placement::Original => None,
+        Placement::Rewritten { next } => {
+            exit.written(|addr| next.is_some() && f.block_at(addr) == next)
+        }
     };
-    let rewritten = matches!(placement, Placement::Rewritten { .. });
-    match (&block.terminator, last.flow()) {
+    match exit {
         // The original falls into the next address; rewritten code needs a `jmp` unless the
         // fall-through block comes next.
-        (Terminator::FallThrough, _) if rewritten && !is_next(last.end()) => add_jumps(s, n),
-        (Terminator::Jump, Flow::Jump { target }) => {
-            if is_next(target) {
+        BlockExit::FallThrough { .. } => {
+            if let Some(WrittenEnd::Jump { .. }) = written {
+                add_jumps(s, n);
+            }
+        }
+        BlockExit::Jump { tail_call, .. } => {
+            if written == Some(WrittenEnd::Nothing) {
                 // The emitter drops a jump to the next block.
                 s.instructions = s.instructions.saturating_sub(n);
+            } else if tail_call {
+                s.tail_calls = s.tail_calls.saturating_add(n);
             } else {
                 s.unconditional = s.unconditional.saturating_add(n);
             }
         }
-        (Terminator::TailCall { .. }, Flow::Jump { target }) => {
-            // Kept unless its target comes next, which a jump to another function never does
-            // (checked anyway, the emitter checks it too).
-            if is_next(target) {
-                s.instructions = s.instructions.saturating_sub(n);
-            } else {
-                s.tail_calls = s.tail_calls.saturating_add(n);
-            }
-        }
-        (Terminator::CondJump | Terminator::CondTailCall { .. }, Flow::CondJump { target }) => {
-            // `loop`, `jrcxz` and `xbegin` cannot be inverted and the emitter refuses them,
-            // so the function keeps its original code.
-            let rewritten = rewritten && last.is_invertible_cond_jump();
+        BlockExit::Cond { tail_call, .. } => {
             let (taken, fall) = cond_counts(f, counts, b);
-            if matches!(block.terminator, Terminator::CondTailCall { .. }) {
+            if tail_call {
                 s.tail_calls = s.tail_calls.saturating_add(taken);
             }
-            if !rewritten || is_next(last.end()) {
-                s.taken_conditional = s.taken_conditional.saturating_add(taken);
-                s.nontaken_conditional = s.nontaken_conditional.saturating_add(fall);
-            } else if is_next(target) && matches!(block.terminator, Terminator::CondJump) {
+            match written {
                 // Inverted: the old fall-through becomes the taken side.
-                s.taken_conditional = s.taken_conditional.saturating_add(fall);
-                s.nontaken_conditional = s.nontaken_conditional.saturating_add(taken);
-            } else {
+                Some(WrittenEnd::Cond { inverted: true, .. }) => {
+                    s.taken_conditional = s.taken_conditional.saturating_add(fall);
+                    s.nontaken_conditional = s.nontaken_conditional.saturating_add(taken);
+                }
                 // Branch to the taken side, then a `jmp` to the fall-through.
-                s.taken_conditional = s.taken_conditional.saturating_add(taken);
-                s.nontaken_conditional = s.nontaken_conditional.saturating_add(fall);
-                add_jumps(s, fall);
+                Some(WrittenEnd::CondThenJump { .. }) => {
+                    s.taken_conditional = s.taken_conditional.saturating_add(taken);
+                    s.nontaken_conditional = s.nontaken_conditional.saturating_add(fall);
+                    add_jumps(s, fall);
+                }
+                // As it was: the original code, a fall-through placed next, or `loop`,
+                // `jrcxz` and `xbegin`, which the emitter refuses (the function keeps its
+                // original code).
+                _ => {
+                    s.taken_conditional = s.taken_conditional.saturating_add(taken);
+                    s.nontaken_conditional = s.nontaken_conditional.saturating_add(fall);
+                }
             }
         }
-        (Terminator::TailCall { .. }, _) => s.tail_calls = s.tail_calls.saturating_add(n),
-        (Terminator::JumpTable { .. }, _) => s.jump_table = s.jump_table.saturating_add(n),
-        (Terminator::ComputedGoto, _) => s.computed_goto = s.computed_goto.saturating_add(n),
-        (Terminator::Return, _) => s.returns = s.returns.saturating_add(n),
-        // Noreturn calls are counted with the calls; traps and malformed ends (which the
-        // emitter refuses) execute no branch.
-        _ => {}
+        BlockExit::Copied => match block.terminator {
+            Terminator::TailCall { .. } => s.tail_calls = s.tail_calls.saturating_add(n),
+            Terminator::JumpTable { .. } => s.jump_table = s.jump_table.saturating_add(n),
+            Terminator::ComputedGoto => s.computed_goto = s.computed_goto.saturating_add(n),
+            Terminator::Return => s.returns = s.returns.saturating_add(n),
+            // Noreturn calls are counted with the calls; traps execute no branch.
+            _ => {}
+        },
+        // The emitter refuses these; they execute no branch the stats know of.
+        BlockExit::Malformed { .. } => {}
     }
 }
 

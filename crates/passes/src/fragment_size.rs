@@ -1,10 +1,10 @@
 //! Estimated size of a fragment as the emitter would write it, for layout decisions that
 //! weigh bytes (whether splitting a function shrinks its hot part).
 //!
-//! The estimate follows the emitter's choices for the branch that ends each block: a jump to
-//! the block placed next is dropped, a conditional jump whose taken side comes next is
-//! inverted, a fall-through whose successor is elsewhere gets a `jmp`, and a conditional jump
-//! with neither side next becomes `jcc` + `jmp`. A branch to a block of the same fragment is
+//! The estimate takes the branch that ends each block from the emitter's own rule
+//! (`rivet_ir::block_end`): a jump to the block placed next is dropped, a conditional jump
+//! whose taken side comes next is inverted, a fall-through whose successor is elsewhere gets a
+//! `jmp`, and a conditional jump with neither side next becomes `jcc` + `jmp`. A branch to a block of the same fragment is
 //! short when the distance, measured on the fragment laid out with short branches, fits in a
 //! byte; a branch anywhere else (the other fragment, another function) is near. The emitter
 //! relaxes until nothing changes; one round is close enough to compare two layouts of one
@@ -12,8 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rivet_arch::Flow;
-use rivet_ir::{BlockId, Function, Terminator};
+use rivet_ir::{BlockId, Function, WrittenEnd};
 
 /// x86-64 encodings: `jmp rel8`, `jmp rel32`, `jcc rel8`, `jcc rel32`.
 const JMP_SHORT: u64 = 2;
@@ -39,42 +38,28 @@ struct NewBranch {
 fn block_end(f: &Function, b: BlockId, next: Option<BlockId>) -> (u64, Vec<NewBranch>) {
     let block = f.block(b);
     let kept = f.kept_size(block);
-    let Some(last) = f.block_insts(block).last() else {
+    let Some(exit) = f.block_exit(block) else {
         return (kept, Vec::new());
     };
-    let to = |addr| f.block_at(addr);
-    let is_next = |addr| next.is_some() && to(addr) == next;
     let branch = |kind, addr| NewBranch {
         kind,
-        target: to(addr),
+        target: f.block_at(addr),
     };
-    let without_last = kept.saturating_sub(u64::from(last.len()));
-    match (&block.terminator, last.flow()) {
-        (Terminator::FallThrough, _) if is_next(last.end()) => (kept, vec![]),
-        (Terminator::FallThrough, _) => (kept, vec![branch(Kind::Jmp, last.end())]),
-        (Terminator::Jump | Terminator::TailCall { .. }, Flow::Jump { target }) => {
-            if is_next(target) {
-                (without_last, vec![])
-            } else {
-                (without_last, vec![branch(Kind::Jmp, target)])
-            }
+    let written = exit.written(|addr| next.is_some() && f.block_at(addr) == next);
+    // A re-created last instruction is replaced by the branches written; any other is kept.
+    let body = match (exit.recreates_last(), f.block_insts(block).last()) {
+        (true, Some(last)) => kept.saturating_sub(u64::from(last.len())),
+        _ => kept,
+    };
+    let branches = match written {
+        None | Some(WrittenEnd::Nothing) => vec![],
+        Some(WrittenEnd::Jump { to }) => vec![branch(Kind::Jmp, to)],
+        Some(WrittenEnd::Cond { to, .. }) => vec![branch(Kind::Jcc, to)],
+        Some(WrittenEnd::CondThenJump { taken, fall }) => {
+            vec![branch(Kind::Jcc, taken), branch(Kind::Jmp, fall)]
         }
-        (Terminator::CondJump | Terminator::CondTailCall { .. }, Flow::CondJump { target })
-            if last.is_invertible_cond_jump() =>
-        {
-            let fall = last.end();
-            if is_next(fall) {
-                (without_last, vec![branch(Kind::Jcc, target)])
-            } else if is_next(target) && matches!(block.terminator, Terminator::CondJump) {
-                (without_last, vec![branch(Kind::Jcc, fall)])
-            } else {
-                let jcc = branch(Kind::Jcc, target);
-                (without_last, vec![jcc, branch(Kind::Jmp, fall)])
-            }
-        }
-        // Copied as they are: returns, indirect jumps, traps, calls that do not return.
-        _ => (kept, vec![]),
-    }
+    };
+    (body, branches)
 }
 
 /// Estimated bytes of `blocks` (one fragment of `f`, in order) once emitted, without
