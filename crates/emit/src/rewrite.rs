@@ -709,6 +709,18 @@ pub fn rewrite(
     let tables = frames::build(elf, program, &layout, &placed, &map, tables_start);
     lap(&mut summary, "unwind tables");
     let moves = debug::CodeMoves::new(program, &map, &placed);
+    // The plans are the largest structure of the run; the symbols need only where each
+    // fragment went, and the debug info rewrite is the run's peak.
+    let fragments: Vec<PlacedFragment> = placed
+        .iter()
+        .map(|(plan, addr)| PlacedFragment {
+            function: plan.fragment.function,
+            fragment: plan.fragment.fragment,
+            addr: *addr,
+            size: plan.size,
+        })
+        .collect();
+    drop(placed);
     let debug_sections = debug::rewrite(elf, &moves, options.debug_writer);
     drop(moves);
     let tables = tables?;
@@ -752,17 +764,6 @@ pub fn rewrite(
 
     lap(&mut summary, "debug info");
     // 6. Symbols.
-    let fragments: Vec<PlacedFragment> = placed
-        .iter()
-        .map(|(plan, addr)| PlacedFragment {
-            function: plan.fragment.function,
-            fragment: plan.fragment.fragment,
-            addr: *addr,
-            size: plan.size,
-        })
-        .collect();
-    // The plans are the largest structure of the run, and the image is yet to be built.
-    drop(placed);
     let mut renames: Vec<(u32, String)> = Vec::new();
     let mut drop_contents: Vec<u32> = Vec::new();
     let mut retype: Vec<u32> = Vec::new();
