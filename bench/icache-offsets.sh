@@ -87,12 +87,8 @@ summary="$WORK/summary.md"
 : >"$body"
 : >"$summary"
 for program in $PROGRAMS; do
-    case $program in
-        lua) bin="${REAL[lua-gcc]:-}"; title="Lua 5.4 (lua-gcc)"; skip=(-skip-funcs=luaV_execute/1) ;;
-        sqlite) bin="${REAL[sqlite3-gcc]:-}"; title="SQLite 3 shell (sqlite3-gcc)"; skip=() ;;
-        *) die "unknown program $program" ;;
-    esac
-    [[ -n $bin ]] || die "build-real-programs.sh gave no binary for $program"
+    select_program "$program"
+    bin=$BIN title=$TITLE skip=("${BOLT_SKIP[@]}")
     dir="$WORK/$program"
     mkdir -p "$dir"
     log "$program: instrumenting and training"
@@ -191,9 +187,7 @@ done
 {
     echo "# Instruction-cache misses over hot text placements: Rivet and llvm-bolt-19"
     echo
-    echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')),"
-    echo "$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); rivet $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes in crates/)')${RIVET_OPTIONS:+ with $RIVET_OPTIONS},"
-    echo "$("$BOLT" --version 2>/dev/null | grep -m1 -o 'LLVM version [0-9.]*' | sed 's/LLVM/llvm-bolt/'), $(valgrind --version)."
+    measured_on
     echo "Reproduce: \`bench/icache-offsets.sh $SHIFTS > docs/icache-offsets.md\` (took $(( ($(date +%s) - started + 59) / 60 )) minutes)."
     echo
     echo "Each optimizer's output is measured at $SHIFTS placements of its hot text, $STEP bytes"

@@ -61,6 +61,24 @@ describe_input() { # PROGRAM INPUT -> markdown text
     echo "${out[*]}" | sed 's/,/, /g'
 }
 
+# select_program PROGRAM: sets BIN (its binary from scripts/build-real-programs.sh), TITLE (its
+# name in reports) and BOLT_SKIP (what llvm-bolt must be told to skip to process it).
+select_program() {
+    case $1 in
+        lua) BIN="${REAL[lua-gcc]:-}"; TITLE="Lua 5.4 (lua-gcc)"; BOLT_SKIP=(-skip-funcs=luaV_execute/1) ;;
+        sqlite) BIN="${REAL[sqlite3-gcc]:-}"; TITLE="SQLite 3 shell (sqlite3-gcc)"; BOLT_SKIP=() ;;
+        *) die "unknown program $1" ;;
+    esac
+    [[ -n $BIN ]] || die "build-real-programs.sh gave no binary for $1"
+}
+# measured_on: a report's lines on when and where it was measured, with which rivet (and
+# RIVET_OPTIONS), llvm-bolt and valgrind.
+measured_on() {
+    echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')),"
+    echo "$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); rivet $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes in crates/)')${RIVET_OPTIONS:+ with $RIVET_OPTIONS},"
+    echo "$("$BOLT" --version 2>/dev/null | grep -m1 -o 'LLVM version [0-9.]*' | sed 's/LLVM/llvm-bolt/'), $(valgrind --version)."
+}
+
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 commas() { printf '%s' "$1" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta'; }
 

@@ -49,12 +49,8 @@ summary="$WORK/summary.md"
 : >"$body"
 : >"$summary"
 for program in $PROGRAMS; do
-    case $program in
-        lua) bin="${REAL[lua-gcc]:-}"; title="Lua 5.4 (lua-gcc)"; skip=(-skip-funcs=luaV_execute/1) ;;
-        sqlite) bin="${REAL[sqlite3-gcc]:-}"; title="SQLite 3 shell (sqlite3-gcc)"; skip=() ;;
-        *) die "unknown program $program" ;;
-    esac
-    [[ -n $bin ]] || die "build-real-programs.sh gave no binary for $program"
+    select_program "$program"
+    bin=$BIN title=$TITLE skip=("${BOLT_SKIP[@]}")
     dir="$WORK/$program"
     mkdir -p "$dir"
     cg_job "$program" train original "$bin" "$dir" &
@@ -136,9 +132,7 @@ done
 {
     echo "# Instruction-cache misses over training runs: Rivet and llvm-bolt-19"
     echo
-    echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')),"
-    echo "$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); rivet $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes in crates/)')${RIVET_OPTIONS:+ with $RIVET_OPTIONS},"
-    echo "$("$BOLT" --version 2>/dev/null | grep -m1 -o 'LLVM version [0-9.]*' | sed 's/LLVM/llvm-bolt/'), $(valgrind --version)."
+    measured_on
     echo "Reproduce: \`bench/training-runs.sh $RUNS > docs/training-runs.md\` (took $(( ($(date +%s) - started + 59) / 60 )) minutes)."
     echo
     echo "Each training run is a fresh run of the instrumented binary on the training input"
