@@ -88,13 +88,12 @@ summary="$WORK/summary.md"
 : >"$summary"
 for program in $PROGRAMS; do
     select_program "$program"
-    bin=$BIN title=$TITLE skip=("${BOLT_SKIP[@]}")
     dir="$WORK/$program"
     mkdir -p "$dir"
     log "$program: instrumenting and training"
-    train_profile "$program" "$bin" "$dir"
-    bolt_cmd=("$BOLT" "$bin" -data="$dir/P.fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort
-        -split-functions -split-all-cold -split-eh "${skip[@]}")
+    train_profile "$program" "$BIN" "$dir"
+    bolt_cmd=("$BOLT" "$BIN" -data="$dir/P.fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort
+        -split-functions -split-all-cold -split-eh "${BOLT_SKIP[@]}")
 
     # BOLT's default placement, and the function whose padding shifts the rest of its hot text.
     "${bolt_cmd[@]}" -o "$dir/bolt.0" >"$dir/bolt.0.log" 2>&1 || die "llvm-bolt failed on $program: $(tail -n 1 "$dir/bolt.0.log")"
@@ -103,8 +102,8 @@ for program in $PROGRAMS; do
     first=$(awk 'NR == 1 { print $2 }' "$dir/bolt.0.hot")
     pad_name=$(fdata_name "$dir/P.fdata" "$first")
     [[ -n $pad_name ]] || die "$program: $first, first in BOLT's hot text, is not in the profile"
-    cg_job "$program" train original "$bin" "$dir" &
-    cg_job "$program" unseen original "$bin" "$dir"
+    cg_job "$program" train original "$BIN" "$dir" &
+    cg_job "$program" unseen original "$BIN" "$dir"
     wait
     : >"$dir/rivet.txt"
     : >"$dir/bolt.txt"
@@ -112,7 +111,7 @@ for program in $PROGRAMS; do
         shift_bytes=$((k * STEP))
         log "$program: shift $((k + 1))/$SHIFTS ($shift_bytes bytes)"
         # shellcheck disable=SC2086 # RIVET_OPTIONS is a list of words
-        "$RIVET" optimize "$bin" --profile "$dir/P" -o "$dir/rivet.$k" --hot-text-offset "$shift_bytes" \
+        "$RIVET" optimize "$BIN" --profile "$dir/P" -o "$dir/rivet.$k" --hot-text-offset "$shift_bytes" \
             ${RIVET_OPTIONS:-} >"$dir/rivet.$k.log" 2>&1 || die "rivet optimize failed on $program: $(tail -n 1 "$dir/rivet.$k.log")"
         if ((k > 0)); then
             "${bolt_cmd[@]}" -o "$dir/bolt.$k" -pad-funcs="$pad_name:$shift_bytes" >"$dir/bolt.$k.log" 2>&1 ||
@@ -151,7 +150,7 @@ for program in $PROGRAMS; do
 
     # ------------------------------------------------------------ report
     {
-        echo "## $title"
+        echo "## $TITLE"
         echo
         echo "Hot text start, offset in its page at shift 0: Rivet $rivet_page, BOLT $bolt_page."
         echo "BOLT's shifts pad \`$pad_name\`, the first function of its hot text."
@@ -168,7 +167,7 @@ for program in $PROGRAMS; do
                 case $v in rivet) name="Rivet"; w="$wins" ;; bolt) name="BOLT"; w="" ;; esac
                 printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$input" "$name" "$(commas "$zero")" "$(commas "$mean")" \
                     "$(commas "$med")" "$(commas "$min")" "$(commas "$max")" "$w"
-                echo "| $title | $input | $name | $(commas "$zero") | $(commas "$med") | $(commas "$min")..$(commas "$max") | $w |" >>"$summary"
+                echo "| $TITLE | $input | $name | $(commas "$zero") | $(commas "$med") | $(commas "$min")..$(commas "$max") | $w |" >>"$summary"
             done
             echo "| $input | original | $(commas "$oi1") | | | | | |"
         done

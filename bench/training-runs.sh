@@ -50,11 +50,10 @@ summary="$WORK/summary.md"
 : >"$summary"
 for program in $PROGRAMS; do
     select_program "$program"
-    bin=$BIN title=$TITLE skip=("${BOLT_SKIP[@]}")
     dir="$WORK/$program"
     mkdir -p "$dir"
-    cg_job "$program" train original "$bin" "$dir" &
-    cg_job "$program" unseen original "$bin" "$dir"
+    cg_job "$program" train original "$BIN" "$dir" &
+    cg_job "$program" unseen original "$BIN" "$dir"
     wait
     # One row per run: run rivet-train rivet-unseen bolt-train bolt-unseen
     : >"$dir/runs.txt"
@@ -63,14 +62,14 @@ for program in $PROGRAMS; do
         log "$program: training run $((k + 1))/$RUNS"
         run="$dir/run.$k"
         mkdir -p "$run"
-        train_profile "$program" "$bin" "$run"
+        train_profile "$program" "$BIN" "$run"
         # Its counts, in the fdata conversion (the counter file also holds its own path).
         sha256sum <"$run/P.fdata" | cut -d' ' -f1 >>"$dir/profiles.txt"
         # shellcheck disable=SC2086 # RIVET_OPTIONS is a list of words
-        "$RIVET" optimize "$bin" --profile "$run/P" -o "$run/rivet" ${RIVET_OPTIONS:-} >"$run/rivet.log" 2>&1 ||
+        "$RIVET" optimize "$BIN" --profile "$run/P" -o "$run/rivet" ${RIVET_OPTIONS:-} >"$run/rivet.log" 2>&1 ||
             die "rivet optimize failed on $program: $(tail -n 1 "$run/rivet.log")"
-        "$BOLT" "$bin" -o "$run/bolt" -data="$run/P.fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort \
-            -split-functions -split-all-cold -split-eh "${skip[@]}" >"$run/bolt.log" 2>&1 ||
+        "$BOLT" "$BIN" -o "$run/bolt" -data="$run/P.fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort \
+            -split-functions -split-all-cold -split-eh "${BOLT_SKIP[@]}" >"$run/bolt.log" 2>&1 ||
             die "llvm-bolt failed on $program: $(tail -n 1 "$run/bolt.log")"
         for v in rivet bolt; do
             for input in train unseen; do
@@ -97,7 +96,7 @@ for program in $PROGRAMS; do
     # ------------------------------------------------------------ report
     distinct=$(sort -u "$dir/profiles.txt" | wc -l)
     {
-        echo "## $title"
+        echo "## $TITLE"
         echo
         echo "$RUNS training runs gave $distinct different profiles."
         echo
@@ -113,7 +112,7 @@ for program in $PROGRAMS; do
                 [[ $v == bolt ]] && col=$bc name=BOLT w=""
                 read -r min med max < <(range "$dir/runs.txt" "$col")
                 echo "| $input | $name | $(commas "$min") | $(commas "$med") | $(commas "$max") | $w |"
-                echo "| $title | $input | $name | $(commas "$med") | $(commas "$min")..$(commas "$max") | $w |" >>"$summary"
+                echo "| $TITLE | $input | $name | $(commas "$med") | $(commas "$min")..$(commas "$max") | $w |" >>"$summary"
             done
             echo "| $input | original | $(commas "$oi1") | | | |"
         done

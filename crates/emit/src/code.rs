@@ -367,7 +367,7 @@ pub fn plan_fragment(
         probe_items(&mut items, ProbeAt::BlockStart(b), block.start);
         let first = block.insts.start;
         let insts = f.block_insts(block);
-        let Some(last) = insts.last() else {
+        let (Some(last), Some(exit)) = (insts.last(), f.block_exit(block)) else {
             return Err(EmitError::Unsupported {
                 what: "empty block",
                 at: block.start,
@@ -381,9 +381,6 @@ pub fn plan_fragment(
             copy(items, first, last_index);
             end_probes(items);
             items.push(Item::Replaced { inst: last_index });
-        };
-        let Some(exit) = f.block_exit(block) else {
-            unreachable!("the block has a last instruction");
         };
         // The block placed next, as the emitter names its targets.
         let is_next = |addr| Some(target_of(f, addr)) == next;

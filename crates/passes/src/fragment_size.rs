@@ -4,11 +4,11 @@
 //! The estimate takes the branch that ends each block from the emitter's own rule
 //! (`rivet_ir::block_end`): a jump to the block placed next is dropped, a conditional jump
 //! whose taken side comes next is inverted, a fall-through whose successor is elsewhere gets a
-//! `jmp`, and a conditional jump with neither side next becomes `jcc` + `jmp`. A branch to a block of the same fragment is
-//! short when the distance, measured on the fragment laid out with short branches, fits in a
-//! byte; a branch anywhere else (the other fragment, another function) is near. The emitter
-//! relaxes until nothing changes; one round is close enough to compare two layouts of one
-//! function, and the emitter stays the authority on real sizes.
+//! `jmp`, and a conditional jump with neither side next becomes `jcc` + `jmp`. A branch to a
+//! block of the same fragment is short when the distance, measured on the fragment laid out
+//! with short branches, fits in a byte; a branch anywhere else (the other fragment, another
+//! function) is near. The emitter relaxes until nothing changes; one round is close enough to
+//! compare two layouts of one function, and the emitter stays the authority on real sizes.
 
 use std::collections::{HashMap, HashSet};
 
