@@ -7,7 +7,10 @@
 
 pub mod x86_64;
 
-pub use x86_64::encode::{Branch, BranchEncoder, BranchForm, EncodeError, relocate, write_nops};
+pub use x86_64::encode::{
+    Branch, BranchEncoder, BranchForm, EncodeError, VIA_SLOT_SIZE, encode_via_slot, relocate,
+    write_nops,
+};
 pub use x86_64::inst::{Flow, Inst, decode_all};
 pub use x86_64::jump_table::{
     IndexBound, IndirectJump, RegisterId, analyze_indirect_jump, analyze_indirect_jump_path,

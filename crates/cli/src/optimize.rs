@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, MappedFile};
-use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
+use rivet_emit::rewrite::{LayoutSource, PltCalls, RewriteOptions, TextAlignment, rewrite};
 use rivet_ir::{FuncId, Program};
 use rivet_layout::LandingPads;
 use rivet_passes::dyno::{DynoStats, dyno_stats, format_comparison};
@@ -51,6 +51,17 @@ pub enum FunctionOrderArg {
     None,
     /// The order of the file given with --function-order (one function name per line).
     User,
+}
+
+/// Which calls into PLT stubs go straight through the GOT (BOLT's `-plt`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PltArg {
+    /// Leave every call to a PLT stub as it is.
+    None,
+    /// Calls in hot code: `call *slot(%rip)` instead of `call stub` (the stub's GOT slot).
+    Hot,
+    /// Calls in all rewritten code, cold fragments included.
+    All,
 }
 
 /// A `bool` option that also takes `=true`/`=false` (`=1`/`=0`), as BOLT's do.
@@ -140,6 +151,13 @@ pub struct OptimizeArgs {
     /// better than 256 (docs/icache-offsets.md).
     #[arg(long, default_value_t = 64)]
     pub cache_set_padding: u64,
+    /// Calls (and tail calls) into PLT stubs made through the stub's GOT slot instead: the
+    /// same function is reached without the stub's jump. Works with lazy binding and with
+    /// `-z now` alike. Off by default, as in BOLT: here it saved Lua 0.25% of its
+    /// instructions but made its allocation-heavy benchmark slower (binarytrees: 8% slower
+    /// with only `l_alloc`'s tail call to `realloc` changed, docs/benchmarks.md).
+    #[arg(long, value_enum, default_value_t = PltArg::None)]
+    pub plt: PltArg,
     /// Only optimize these functions (comma-separated names or regular expressions, matched
     /// against whole names; `name/N` profile names work too).
     #[arg(long, value_delimiter = ',')]
@@ -182,6 +200,7 @@ const BOLT_OPTIONS: &[(&str, bool)] = &[
     ("align-blocks", false),
     ("block-alignment", true),
     ("align-blocks-threshold", true),
+    ("plt", true),
 ];
 
 /// BOLT options that Rivet honours by design, silently: DWARF is always updated.
@@ -548,6 +567,11 @@ pub fn run_with(
             set_balance_padding: args.cache_set_padding,
         },
         debug_writer: rivet_emit::debug::DebugWriter::default(),
+        plt_calls: match args.plt {
+            PltArg::None => PltCalls::Keep,
+            PltArg::Hot => PltCalls::Hot,
+            PltArg::All => PltCalls::All,
+        },
     };
     let relocation_mode = program.info.relocation_mode == rivet_ir::RelocationMode::Available;
     let rewrite_options = if relocation_mode {
@@ -634,6 +658,7 @@ pub fn run_with(
         "split": split,
         "aligned_blocks": aligned_blocks,
         "cache_set_padding": { "functions": s.set_balanced, "bytes": s.set_balance_bytes },
+        "calls_via_got": s.calls_via_got,
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,
         "profile": {
@@ -685,6 +710,12 @@ pub fn run_with(
             println!(
                 "  {} hot functions padded to spread the hottest cache lines over the sets ({} bytes)",
                 s.set_balanced, s.set_balance_bytes
+            );
+        }
+        if s.calls_via_got > 0 {
+            println!(
+                "  {} calls into PLT stubs now go straight through the GOT",
+                s.calls_via_got
             );
         }
         println!(

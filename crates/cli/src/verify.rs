@@ -84,7 +84,25 @@ impl Checker<'_> {
         Ok(next == want)
     }
 
+    /// Whether `new` is `old`, a direct call or jump into a PLT stub, made through the stub's
+    /// GOT slot instead (`rivet optimize --plt`).
+    fn goes_through_slot(&self, old: &Inst, new: &Inst) -> bool {
+        let (target, want) = match (old.flow(), new.flow()) {
+            (Flow::Call { target }, Flow::IndirectCall) => (target, true),
+            (Flow::Jump { target }, Flow::IndirectJump) => (target, true),
+            _ => (old.addr(), false),
+        };
+        want && self
+            .program
+            .plt
+            .binary_search_by_key(&target, |e| e.addr)
+            .is_ok_and(|i| new.indirect_slot() == Some(self.program.plt[i].slot))
+    }
+
     fn same_instruction(&self, old: &Inst, new: &Inst) -> Result<(), String> {
+        if self.goes_through_slot(old, new) {
+            return Ok(());
+        }
         let fail = |why: &str| {
             Err(format!(
                 "{}: `{}` became `{}` at {} ({why})",
@@ -138,7 +156,8 @@ impl Checker<'_> {
         if recreated {
             body.pop();
         }
-        let body_len: u64 = body.iter().map(|i| u64::from(i.len())).sum();
+        // A call made through a GOT slot is one byte longer than the original.
+        let body_len: u64 = body.iter().map(|i| u64::from(i.len()) + 1).sum();
         let decoded = self.decode_at(new_start, body_len + 16)?;
         for (k, old) in body.iter().enumerate() {
             let new = decoded
@@ -147,7 +166,10 @@ impl Checker<'_> {
             self.same_instruction(old, new)?;
             report.instructions += 1;
         }
-        let end = new_start + body_len;
+        let end = body
+            .len()
+            .checked_sub(1)
+            .map_or(new_start, |k| decoded[k].end());
         if !recreated {
             return Ok(());
         }
@@ -164,8 +186,9 @@ impl Checker<'_> {
                 if self.reaches(end, want)? {
                     return Ok(());
                 }
-                match first.map(Inst::flow) {
-                    Some(Flow::Jump { target }) if target == want => {}
+                match first {
+                    Some(new) if new.flow() == (Flow::Jump { target: want }) => {}
+                    Some(new) if self.goes_through_slot(last, new) => {}
                     _ => return Err(format!("{}: does not jump to {want}", block_name())),
                 }
             }
@@ -213,11 +236,15 @@ impl Checker<'_> {
             .map
             .in_function(f.id, last.addr())
             .unwrap_or(last.addr());
-        // Left-out padding at the end of the block takes no bytes.
+        // Left-out padding at the end of the block takes no bytes; a call made through a GOT
+        // slot one more than the original.
         let end = if f.is_dropped_padding(b.insts.end - 1) {
             new_last
         } else {
-            new_last + u64::from(last.len())
+            match self.decode_at(new_last, 16)?.first() {
+                Some(new) if self.goes_through_slot(last, new) => new.end(),
+                _ => new_last + u64::from(last.len()),
+            }
         };
         let want = self.tr(last.end())?;
         if self.reaches(end, want)? {

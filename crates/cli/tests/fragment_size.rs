@@ -13,7 +13,7 @@ mod common;
 
 use common::{fall, taken};
 use rivet_arch::BranchEncoder;
-use rivet_emit::code::plan_fragment;
+use rivet_emit::code::{PlanOptions, plan_fragment};
 use rivet_ir::layout::FragmentRef;
 use rivet_ir::{BlockId, Function, Terminator};
 use rivet_passes::fragment_size::estimated_fragment_size;
@@ -85,9 +85,10 @@ fn emitted_size(f: &Function, blocks: &[BlockId]) -> u64 {
         fragment,
         blocks,
         &mut BranchEncoder::default(),
-        None,
-        &[],
-        16,
+        PlanOptions {
+            block_alignment: 16,
+            ..PlanOptions::default()
+        },
     )
     .expect("the emitter plans the fragment")
     .size

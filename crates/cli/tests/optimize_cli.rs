@@ -242,7 +242,7 @@ fn bolt_recipes_work_with_warnings_for_what_rivet_lacks() {
         "-split-eh",
         "-dyno-stats",
         "-icf=1",
-        "-plt=hot",
+        "-peepholes=all",
     ]);
     assert!(
         out.status.success(),
@@ -256,7 +256,7 @@ fn bolt_recipes_work_with_warnings_for_what_rivet_lacks() {
     let warnings: Vec<&str> = stderr.lines().collect();
     assert_eq!(warnings.len(), 2, "{stderr}");
     assert!(warnings[0].starts_with("rivet: warning: ignoring llvm-bolt option -icf=1"));
-    assert!(warnings[1].contains("-plt=hot"));
+    assert!(warnings[1].contains("-peepholes=all"));
     let a = Command::new(&bin).args(["switch", "99"]).output().unwrap();
     let b = Command::new(&opt).args(["switch", "99"]).output().unwrap();
     assert_eq!(a.stdout, b.stdout);
@@ -431,4 +431,78 @@ fn hot_loop_heads_are_aligned_by_default_and_can_be_left_unaligned() {
     // With functions aligned to 8, blocks follow them down instead of failing.
     let (_, small) = optimize("small", &[], &["--align-functions", "8"]);
     assert!(small > 0);
+}
+
+/// `--plt`: calls and tail calls into PLT stubs go through the stubs' GOT slots instead,
+/// and the program prints the same with lazy binding and with `LD_BIND_NOW`.
+#[test]
+fn plt_calls_go_through_the_got_and_behave_the_same() {
+    let dir = scratch("optimize_cli", "plt");
+    let bin = build_instrument_program(&dir, "libcalls.c", "gcc", &["-O2"], "libcalls");
+    let counts = instrument_and_train(&bin, &dir, &[&["2000"]]);
+    let run = |b: &Path, bind_now: bool| {
+        let mut c = Command::new(b);
+        c.arg("3000").env_remove("LD_BIND_NOW");
+        if bind_now {
+            c.env("LD_BIND_NOW", "1");
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{} failed", b.display());
+        out.stdout
+    };
+    let expected = run(&bin, false);
+    let mut via_got = Vec::new();
+    for plt in ["none", "hot", "all"] {
+        let out = dir.join(format!("libcalls.{plt}"));
+        let summary = json(&rivet(&[
+            "optimize",
+            s(&bin),
+            "--profile",
+            s(&counts),
+            "-o",
+            s(&out),
+            "--verify",
+            "--json",
+            &format!("--plt={plt}"),
+        ]));
+        via_got.push(summary["calls_via_got"].as_u64().unwrap());
+        for bind_now in [false, true] {
+            assert_eq!(
+                run(&out, bind_now),
+                expected,
+                "--plt={plt}, LD_BIND_NOW: {bind_now}"
+            );
+        }
+        // The output's own code says the same: an indirect call or jump through a GOT slot
+        // wherever --plt applies.
+        let listing = Command::new("objdump")
+            .args(["-d", "--no-show-raw-insn"])
+            .arg(&out)
+            .output()
+            .expect("objdump is required (apt-get install binutils)");
+        let listing = String::from_utf8_lossy(&listing.stdout);
+        let resize = listing
+            .split("\n\n")
+            .find(|f| f.contains("<resize>:"))
+            .expect("resize in the output");
+        let through_got = resize.contains("jmp    *") && resize.contains("call   *");
+        assert_eq!(through_got, plt != "none", "--plt={plt}:\n{resize}");
+    }
+    // none < hot <= all: cold code keeps its PLT calls under `hot`.
+    assert_eq!(via_got[0], 0);
+    assert!(via_got[1] >= 4, "{via_got:?}");
+    assert!(via_got[2] >= via_got[1], "{via_got:?}");
+    // BOLT's spelling.
+    let bolt = dir.join("libcalls.bolt");
+    let summary = json(&rivet(&[
+        "optimize",
+        s(&bin),
+        "-data",
+        s(&counts),
+        "-o",
+        s(&bolt),
+        "-plt=hot",
+        "--json",
+    ]));
+    assert_eq!(summary["calls_via_got"].as_u64(), Some(via_got[1]));
 }

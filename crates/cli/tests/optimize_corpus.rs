@@ -1,8 +1,9 @@
 //! Differential tests of `rivet optimize` over the corpus: every program is profiled by
 //! running its instrumented build once, then optimized from that profile with every block
-//! order, function order and splitting option (`--verify` on), with llvm-bolt's spellings, and
-//! without relocations (in place); each output must print the same and exit the same as the
-//! original. Shared libraries are profiled and checked through the executable that loads them.
+//! order, function order and splitting option (`--verify` on), with llvm-bolt's spellings
+//! (PLT calls through the GOT among them), and without relocations (in place); each output
+//! must print the same and exit the same as the original. Shared libraries are profiled and
+//! checked through the executable that loads them.
 
 mod common;
 
@@ -32,6 +33,7 @@ fn configs() -> Vec<Vec<&'static str>> {
             "-split-eh",
             "-dyno-stats",
             "-update-debug-sections",
+            "-plt=all",
         ],
         vec![
             "--reorder-blocks",

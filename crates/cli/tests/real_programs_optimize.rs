@@ -74,12 +74,14 @@ const OPTION_SETS: [&[&str]; 4] = [
         "-split-all-cold=0",
         "-split-eh",
         "-align-functions=64",
+        "-plt=hot",
     ],
     &[
         "--reorder-blocks=reverse",
         "--reorder-functions=exec-count",
         "--split-functions=false",
         "--cache-set-padding=0",
+        "--plt=all",
     ],
     &[
         "--reorder-blocks=none",

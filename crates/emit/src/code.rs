@@ -13,7 +13,8 @@
 use std::collections::HashMap;
 
 use rivet_arch::{
-    Branch, BranchEncoder, BranchForm, EncodeError, Flow, ProbeShape, encode_probe, relocate,
+    Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, ProbeShape, VIA_SLOT_SIZE,
+    encode_probe, encode_via_slot, relocate,
 };
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{AlignedBlock, FragmentRef};
@@ -31,6 +32,46 @@ pub enum Target {
     Address(Vaddr),
     /// An edge probe's block at the end of the same fragment (instrumentation).
     Trampoline(u32),
+}
+
+/// Calls and tail calls into PLT stubs that rewritten code makes through the stub's GOT slot
+/// instead (`rivet optimize --plt`), by stub address.
+///
+/// A stub only loads its slot and jumps there, so `call *slot(%rip)` reaches the same function
+/// with one indirect jump fewer, and the stub's cache line stays cold. Lazy binding still
+/// works: until the first call resolves it, the slot points back into the stub's own resolver
+/// path, which finds the same stack as after `call stub`.
+#[derive(Clone, Debug, Default)]
+pub struct ViaSlots {
+    slot_of_stub: HashMap<Vaddr, Vaddr>,
+}
+
+impl ViaSlots {
+    /// Every PLT stub of `program` whose slot is known.
+    pub fn of_program(program: &Program) -> ViaSlots {
+        ViaSlots {
+            slot_of_stub: program.plt.iter().map(|e| (e.addr, e.slot)).collect(),
+        }
+    }
+
+    /// The slot `inst`, a direct call or jump, should go through instead; `None` otherwise.
+    fn slot_for(&self, inst: &Inst) -> Option<Vaddr> {
+        match inst.flow() {
+            Flow::Call { target } | Flow::Jump { target } => {
+                self.slot_of_stub.get(&target).copied()
+            }
+            _ => None,
+        }
+    }
+
+    /// How many stubs there are.
+    pub fn len(&self) -> usize {
+        self.slot_of_stub.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slot_of_stub.is_empty()
+    }
 }
 
 /// Where a label of a fragment is.
@@ -57,6 +98,9 @@ enum Item {
     },
     /// An original instruction, copied (PC-relative field recomputed).
     Copy { inst: u32 },
+    /// An original direct call or jump into a PLT stub, written as the same transfer through
+    /// the stub's GOT slot (see `ViaSlots`).
+    ViaSlot { inst: u32, slot: Vaddr },
     /// Alignment padding of the input, left out (no bytes; see `Function::is_dropped_padding`).
     Dropped { inst: u32 },
     /// Where a block-ending branch was (no bytes): it was dropped or is re-created by the
@@ -111,6 +155,7 @@ impl Item {
             Item::Probe { shape, .. } => u64::from(shape.size()),
             Item::IndirectProbe { size, .. } => u64::from(size),
             Item::Copy { inst } => u64::from(f.insts[inst as usize].len()),
+            Item::ViaSlot { .. } => u64::from(VIA_SLOT_SIZE),
             Item::Branch {
                 form,
                 short_size,
@@ -198,6 +243,14 @@ impl FragmentPlan {
             .collect()
     }
 
+    /// How many calls and tail calls the fragment makes through a PLT stub's GOT slot.
+    pub fn calls_via_slot(&self) -> usize {
+        self.items
+            .iter()
+            .filter(|item| matches!(item, Item::ViaSlot { .. }))
+            .count()
+    }
+
     /// The non-empty items of the fragment, in order.
     pub fn pieces(&self, f: &Function) -> Vec<Piece> {
         let mut replaced = None;
@@ -209,7 +262,7 @@ impl FragmentPlan {
                 let (state_at, inst, replaces) = match *item {
                     // Padding runs (when fallen into) in the state of the block it precedes.
                     Item::Align { state_at, .. } => (state_at, None, None),
-                    Item::Copy { inst } => {
+                    Item::Copy { inst } | Item::ViaSlot { inst, .. } => {
                         replaced = None;
                         (f.insts[inst as usize].addr(), Some(inst), None)
                     }
@@ -264,16 +317,33 @@ fn target_of(f: &Function, addr: Vaddr) -> Target {
     }
 }
 
+/// What a fragment holds besides its blocks' own code.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlanOptions<'a> {
+    /// The function's instrumentation probes.
+    pub probes: Option<&'a FunctionProbes>,
+    /// Blocks to start at a multiple of `block_alignment` (hot loop heads).
+    pub aligned: &'a [AlignedBlock],
+    pub block_alignment: u16,
+    /// Calls into PLT stubs to write through the stubs' GOT slots.
+    pub via_slots: Option<&'a ViaSlots>,
+}
+
 /// Pass one: lays out `blocks` (one fragment of `f`) and relaxes branches inside it.
 pub fn plan_fragment(
     f: &Function,
     fragment: FragmentRef,
     blocks: &[BlockId],
     encoder: &mut BranchEncoder,
-    probes: Option<&FunctionProbes>,
-    aligned: &[AlignedBlock],
-    block_alignment: u16,
+    options: PlanOptions<'_>,
 ) -> Result<FragmentPlan, EmitError> {
+    let PlanOptions {
+        probes,
+        aligned,
+        block_alignment,
+        via_slots,
+    } = options;
+    let slot_for = |inst: u32| via_slots.and_then(|v| v.slot_for(&f.insts[inst as usize]));
     // Plans of every fragment live until the end of the rewrite: size them for this
     // fragment's blocks, not the whole function.
     let fragment_insts: usize = blocks.iter().map(|&b| f.block(b).insts.len()).sum();
@@ -318,7 +388,12 @@ pub fn plan_fragment(
             {
                 items.push(Item::IndirectProbe { inst, table, size });
             }
-            items.push(Item::Copy { inst });
+            match slot_for(inst)
+                .filter(|_| matches!(f.insts[inst as usize].flow(), Flow::Call { .. }))
+            {
+                Some(slot) => items.push(Item::ViaSlot { inst, slot }),
+                None => items.push(Item::Copy { inst }),
+            }
             if probes.is_some()
                 && matches!(
                     f.insts[inst as usize].flow(),
@@ -389,6 +464,22 @@ pub fn plan_fragment(
                 // A fall-through block is copied whole and a `jmp` added after it runs in the
                 // unwind state of the block's end; a re-created jump keeps the state of the
                 // one it replaces.
+                let tail_call_slot = match exit {
+                    BlockExit::Jump {
+                        tail_call: true, ..
+                    } => slot_for(last_index),
+                    _ => None,
+                };
+                if let Some(slot) = tail_call_slot {
+                    // A tail call into a PLT stub: the jump itself goes through the slot.
+                    copy(&mut items, first, last_index);
+                    end_probes(&mut items);
+                    items.push(Item::ViaSlot {
+                        inst: last_index,
+                        slot,
+                    });
+                    continue;
+                }
                 let state_at = if let BlockExit::FallThrough { .. } = exit {
                     copy(&mut items, first, block.insts.end);
                     end_probes(&mut items);
@@ -535,7 +626,10 @@ pub fn plan_fragment(
     for (item, &off) in items.iter().zip(&offsets) {
         match *item {
             Item::Label(_) => label_at = Some(off),
-            Item::Copy { inst } | Item::Replaced { inst } | Item::Dropped { inst } => {
+            Item::Copy { inst }
+            | Item::ViaSlot { inst, .. }
+            | Item::Replaced { inst }
+            | Item::Dropped { inst } => {
                 inst_offsets.push((inst, label_at.take().unwrap_or(off)));
             }
             _ => {}
@@ -790,6 +884,9 @@ pub fn encode_fragment(
                         }),
                     )?;
                 }
+            }
+            Item::ViaSlot { inst, slot } => {
+                encode_via_slot(&f.insts[inst as usize], at, slot, &mut out)?;
             }
             Item::Branch {
                 branch,

@@ -20,7 +20,9 @@ use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, build_layout};
 use rivet_ir::{FuncId, Program, RelocationMode, TableBound};
 
 use crate::cache_sets::{BlockExtent, SetBalancer};
-use crate::code::{AddressMap, EmitError, FragmentPlan, encode_fragment, plan_fragment};
+use crate::code::{
+    AddressMap, EmitError, FragmentPlan, PlanOptions, ViaSlots, encode_fragment, plan_fragment,
+};
 use crate::debug;
 use crate::frames::{self, FrameError};
 use crate::references;
@@ -100,11 +102,26 @@ impl Default for TextAlignment {
     }
 }
 
+/// Which calls into PLT stubs rewritten code makes through the stubs' GOT slots
+/// (`code::ViaSlots`; BOLT's `-plt`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PltCalls {
+    /// Every call stays as it was.
+    #[default]
+    Keep,
+    /// Calls and tail calls in hot fragments.
+    Hot,
+    /// Calls and tail calls in every rewritten fragment.
+    All,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct RewriteOptions<'a> {
     pub layout: LayoutSource<'a>,
     pub alignment: TextAlignment,
     pub debug_writer: debug::DebugWriter,
+    /// Ignored for functions rewritten in place, where the longer calls might not fit.
+    pub plt_calls: PltCalls,
 }
 
 impl RewriteOptions<'_> {
@@ -114,6 +131,7 @@ impl RewriteOptions<'_> {
             layout: LayoutSource::Strategy(strategy),
             alignment: TextAlignment::default(),
             debug_writer: debug::DebugWriter::default(),
+            plt_calls: PltCalls::Keep,
         }
     }
 }
@@ -181,6 +199,9 @@ pub struct Summary {
     /// (`TextAlignment::set_balance_padding`), and the padding bytes that took.
     pub set_balanced: usize,
     pub set_balance_bytes: u64,
+    /// Calls and tail calls into PLT stubs written through the stubs' GOT slots
+    /// (`RewriteOptions::plt_calls`).
+    pub calls_via_got: usize,
     pub fragments: usize,
     pub patched_references: usize,
     pub frames: usize,
@@ -358,6 +379,11 @@ pub fn rewrite(
             })
         })
         .collect();
+    let via_slots = if in_place || options.plt_calls == PltCalls::Keep {
+        ViaSlots::default()
+    } else {
+        ViaSlots::of_program(program)
+    };
     let planned: Vec<(FragmentRef, Result<FragmentPlan, EmitError>)> = refs
         .par_iter()
         .map_init(BranchEncoder::default, |encoder, r| {
@@ -371,15 +397,22 @@ pub fn rewrite(
                     *r,
                     layout.fragment(*r),
                     encoder,
-                    probes,
-                    if r.fragment == 0 {
-                        layout
-                            .function(r.function)
-                            .map_or(&[][..], |fl| &fl.aligned)
-                    } else {
-                        &[]
+                    PlanOptions {
+                        probes,
+                        aligned: if r.fragment == 0 {
+                            layout
+                                .function(r.function)
+                                .map_or(&[][..], |fl| &fl.aligned)
+                        } else {
+                            &[]
+                        },
+                        block_alignment: alignment.blocks,
+                        via_slots: match options.plt_calls {
+                            PltCalls::All => Some(&via_slots),
+                            PltCalls::Hot if r.fragment == 0 => Some(&via_slots),
+                            _ => None,
+                        },
                     },
-                    alignment.blocks,
                 ),
             )
         })
@@ -510,6 +543,7 @@ pub fn rewrite(
     summary.hot_bytes = hot_end - hot_start;
     summary.cold_bytes = cold_end - cold_start;
     summary.fragments = placed.len();
+    summary.calls_via_got = placed.iter().map(|(plan, _)| plan.calls_via_slot()).sum();
     let map = AddressMap::new(program, &placed);
 
     // The instrumentation runtime, after the cold text.
