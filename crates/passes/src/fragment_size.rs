@@ -9,6 +9,8 @@
 //! with short branches, fits in a byte; a branch anywhere else (the other fragment, another
 //! function) is near. The emitter relaxes until nothing changes; one round is close enough to
 //! compare two layouts of one function, and the emitter stays the authority on real sizes.
+//! Calls the emitter writes through a PLT stub's GOT slot (`rivet optimize --plt`, off by
+//! default) take one byte more each, which the estimate leaves out.
 
 use std::collections::{HashMap, HashSet};
 
