@@ -466,6 +466,16 @@ fn plt_calls_go_through_the_got_and_behave_the_same() {
             &format!("--plt={plt}"),
         ]));
         via_got.push(summary["calls_via_got"].as_u64().unwrap());
+        // The dyno stats count the PLT calls made through the GOT as indirect calls.
+        let row = |when: &str, name: &str| summary["dyno_stats"][when][name].as_u64().unwrap();
+        let plt_before = row("before", "PLT calls");
+        assert!(plt_before > 2000, "{plt_before}");
+        let moved = plt_before - row("after", "PLT calls");
+        assert_eq!(
+            row("after", "indirect calls") - row("before", "indirect calls"),
+            moved
+        );
+        assert_eq!(moved == 0, plt == "none", "--plt={plt}: {moved}");
         for bind_now in [false, true] {
             assert_eq!(
                 run(&out, bind_now),

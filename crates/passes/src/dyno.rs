@@ -18,7 +18,8 @@
 //! - function entries: entries at a function's start;
 //! - function calls: `call` instructions executed (direct, indirect, PLT; noreturn calls
 //!   included, tail calls not); indirect calls and PLT calls are the subsets through a
-//!   register or memory, and to a PLT stub;
+//!   register or memory, and to a PLT stub (a PLT call made through the stub's GOT slot, as
+//!   `--plt` writes it, is an indirect call: `move_plt_calls_via_got`);
 //! - tail calls: jumps to other functions (unconditional, and taken conditional ones);
 //! - returns;
 //! - taken / non-taken conditional branches (a taken conditional tail call is both a taken
@@ -164,6 +165,61 @@ pub fn dyno_stats(
             Some(function_dyno_stats(f, counts, fl))
         })
         .sum()
+}
+
+/// Which rewritten fragments make their PLT calls through the stubs' GOT slots
+/// (`rivet optimize --plt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PltViaGot {
+    /// First (hot) fragments only.
+    Hot,
+    /// Every fragment.
+    All,
+}
+
+/// Counts as indirect calls, in `stats` (of `layout`), the PLT calls that the code of
+/// `layout` makes through the stubs' GOT slots (`scope`): they still run as often, but no
+/// longer go through a stub. Tail calls into stubs stay tail calls.
+pub fn move_plt_calls_via_got(
+    stats: &mut DynoStats,
+    program: &Program,
+    profile: &AttachedProfile,
+    layout: &Layout,
+    scope: PltViaGot,
+) {
+    for f in &program.functions {
+        let (Some(Some(counts)), Some(fl)) = (
+            profile.functions.get(f.id.0 as usize),
+            layout.function(f.id),
+        ) else {
+            continue;
+        };
+        let mut fragment_of = vec![usize::MAX; f.blocks.len()];
+        for (k, fragment) in fl.fragments.iter().enumerate() {
+            for b in fragment {
+                if let Some(slot) = fragment_of.get_mut(b.0 as usize) {
+                    *slot = k;
+                }
+            }
+        }
+        for call in &f.calls {
+            let CallTarget::Plt { .. } = call.target else {
+                continue;
+            };
+            let Some(b) = block_holding(f, call.at) else {
+                continue;
+            };
+            let via_got = match scope {
+                PltViaGot::Hot => fragment_of[b.0 as usize] == 0,
+                PltViaGot::All => fragment_of[b.0 as usize] != usize::MAX,
+            };
+            if via_got {
+                let n = block_count(counts, b);
+                stats.plt_calls = stats.plt_calls.saturating_sub(n);
+                stats.indirect_calls = stats.indirect_calls.saturating_add(n);
+            }
+        }
+    }
 }
 
 /// Where a block sits, which decides which of its branches the code holds.

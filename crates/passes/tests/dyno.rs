@@ -8,7 +8,10 @@ use rivet_elf::Vaddr;
 use rivet_ir::layout::{FragmentRef, FunctionLayout, Layout, LayoutStrategy, build_layout};
 use rivet_ir::{BlockId, Call, CallTarget, FuncId, Function, Program, Terminator};
 use rivet_passes::attach::{AttachedProfile, FunctionCounts};
-use rivet_passes::dyno::{DynoStats, dyno_stats, format_comparison, function_dyno_stats};
+use rivet_passes::dyno::{
+    DynoStats, PltViaGot, dyno_stats, format_comparison, function_dyno_stats,
+    move_plt_calls_via_got,
+};
 
 const PLT: Vaddr = Vaddr(0x5000);
 
@@ -561,4 +564,61 @@ fn padding_runs_in_the_original_only() {
     let after = dyno_stats(&p, &prof, Some(&identity));
     assert_eq!(after.instructions, original.instructions - 1);
     assert_eq!(after.unconditional, 0);
+}
+
+/// f3: a PLT call on the cold side of a branch.
+///   B0 0x4000: test %edi,%edi; je B2
+///   B1 0x4004: call ext@plt; ret
+///   B2 0x400a: ret
+fn plt_call_fn() -> Function {
+    let code = [
+        0x85, 0xff, // test %edi,%edi
+        0x74, 0x06, // je 0x400a
+        0xe8, 0xf7, 0x0f, 0x00, 0x00, // call 0x5000 (ext@plt)
+        0xc3, // ret
+        0xc3, // ret
+    ];
+    function(
+        3,
+        0x4000,
+        &code,
+        vec![
+            (0x4000, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (0x4004, Terminator::Return, vec![]),
+            (0x400a, Terminator::Return, vec![]),
+        ],
+        vec![Call {
+            at: Vaddr(0x4004),
+            target: plt(),
+            noreturn: false,
+            landing_pad: None,
+        }],
+    )
+}
+
+#[test]
+fn plt_calls_made_through_the_got_count_as_indirect_calls() {
+    let p = single(plt_call_fn());
+    let prof = profile(vec![Some(FunctionCounts {
+        blocks: vec![10, 2, 8],
+        edges: vec![vec![8, 2], vec![], vec![]],
+        entries: 10,
+    })]);
+    let whole = one_function_layout(vec![vec![0, 1, 2]]);
+    let split = one_function_layout(vec![vec![0, 2], vec![1]]);
+    whole.validate(&p).unwrap();
+    split.validate(&p).unwrap();
+    // (PLT calls, indirect calls, all calls)
+    let stats = |layout: &Layout, scope: Option<PltViaGot>| {
+        let mut s = dyno_stats(&p, &prof, Some(layout));
+        if let Some(scope) = scope {
+            move_plt_calls_via_got(&mut s, &p, &prof, layout, scope);
+        }
+        (s.plt_calls, s.indirect_calls, s.function_calls)
+    };
+    assert_eq!(stats(&whole, None), (2, 0, 2));
+    assert_eq!(stats(&whole, Some(PltViaGot::Hot)), (0, 2, 2));
+    // Cold code keeps its PLT calls under `hot`, not under `all`.
+    assert_eq!(stats(&split, Some(PltViaGot::Hot)), (2, 0, 2));
+    assert_eq!(stats(&split, Some(PltViaGot::All)), (0, 2, 2));
 }
