@@ -441,7 +441,7 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
     let program = discover(&input, &DiscoverOptions::default()).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.input, &e),
     })?;
-    let map = AddressMap::from_blocks(&program, &pairs).ok_or_else(|| {
+    let map = AddressMap::from_blocks(&program, &pairs, &out).ok_or_else(|| {
         UserError::new(format!(
             "{} does not describe {}",
             args.output.display(),

@@ -483,6 +483,13 @@ fn plt_calls_go_through_the_got_and_behave_the_same() {
                 "--plt={plt}, LD_BIND_NOW: {bind_now}"
             );
         }
+        // Checked again after the fact, from the output's block table alone.
+        let verify = rivet(&["verify", s(&bin), s(&out)]);
+        assert!(
+            verify.status.success(),
+            "--plt={plt}: {}",
+            String::from_utf8_lossy(&verify.stderr)
+        );
         // The output's own code says the same: an indirect call or jump through a GOT slot
         // wherever --plt applies.
         let listing = Command::new("objdump")

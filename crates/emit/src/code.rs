@@ -694,8 +694,14 @@ impl AddressMap {
     /// Rebuilds the map from block starts alone (as recorded in an output's `.rivet.bat`):
     /// inside a block, instructions follow each other as in the input, less the padding
     /// rewritten code leaves out (a block's body is copied whole and its re-created branch
-    /// sits where the body ends).
-    pub fn from_blocks(program: &Program, blocks: &[(Vaddr, Vaddr)]) -> Option<AddressMap> {
+    /// sits where the body ends). A call into a PLT stub may have been written through the
+    /// stub's GOT slot (`ViaSlots`), one byte longer: `output`, the rewritten file, says which.
+    pub fn from_blocks(
+        program: &Program,
+        blocks: &[(Vaddr, Vaddr)],
+        output: &ElfFile<'_>,
+    ) -> Option<AddressMap> {
+        let via_slots = ViaSlots::of_program(program);
         let mut functions: Vec<Option<Vec<(Vaddr, Vaddr)>>> = vec![None; program.functions.len()];
         for &(old, new) in blocks {
             let f = program.function_containing(old)?;
@@ -705,9 +711,19 @@ impl AddressMap {
             for i in block.insts.clone() {
                 let inst = &f.insts[i as usize];
                 entries.push((inst.addr(), at));
-                if !f.is_dropped_padding(i) {
-                    at = at + u64::from(inst.len());
+                if f.is_dropped_padding(i) {
+                    continue;
                 }
+                let through_slot = via_slots.slot_for(inst).is_some()
+                    && output
+                        .bytes_at(at, 2)
+                        .is_some_and(|b| b == [0xff, 0x15] || b == [0xff, 0x25]);
+                at = at
+                    + if through_slot {
+                        u64::from(VIA_SLOT_SIZE)
+                    } else {
+                        u64::from(inst.len())
+                    };
             }
         }
         for entries in functions.iter_mut().flatten() {
