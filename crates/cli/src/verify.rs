@@ -87,13 +87,12 @@ impl Checker<'_> {
     /// Whether `new` is `old`, a direct call or jump into a PLT stub, made through the stub's
     /// GOT slot instead (`rivet optimize --plt`).
     fn goes_through_slot(&self, old: &Inst, new: &Inst) -> bool {
-        let (target, want) = match (old.flow(), new.flow()) {
-            (Flow::Call { target }, Flow::IndirectCall) => (target, true),
-            (Flow::Jump { target }, Flow::IndirectJump) => (target, true),
-            _ => (old.addr(), false),
+        let target = match (old.flow(), new.flow()) {
+            (Flow::Call { target }, Flow::IndirectCall)
+            | (Flow::Jump { target }, Flow::IndirectJump) => target,
+            _ => return false,
         };
-        want && self
-            .program
+        self.program
             .plt
             .binary_search_by_key(&target, |e| e.addr)
             .is_ok_and(|i| new.indirect_slot() == Some(self.program.plt[i].slot))
@@ -156,7 +155,7 @@ impl Checker<'_> {
         if recreated {
             body.pop();
         }
-        // A call made through a GOT slot is one byte longer than the original.
+        // Enough bytes for every instruction to be one longer (a call through a GOT slot).
         let body_len: u64 = body.iter().map(|i| u64::from(i.len()) + 1).sum();
         let decoded = self.decode_at(new_start, body_len + 16)?;
         for (k, old) in body.iter().enumerate() {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use rivet_arch::{
     Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, ProbeShape, VIA_SLOT_SIZE,
-    encode_probe, encode_via_slot, relocate,
+    decode_all, encode_probe, encode_via_slot, relocate,
 };
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{AlignedBlock, FragmentRef};
@@ -62,15 +62,6 @@ impl ViaSlots {
             }
             _ => None,
         }
-    }
-
-    /// How many stubs there are.
-    pub fn len(&self) -> usize {
-        self.slot_of_stub.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.slot_of_stub.is_empty()
     }
 }
 
@@ -461,9 +452,6 @@ pub fn plan_fragment(
         let is_next = |addr| Some(target_of(f, addr)) == next;
         match exit {
             BlockExit::FallThrough { .. } | BlockExit::Jump { .. } => {
-                // A fall-through block is copied whole and a `jmp` added after it runs in the
-                // unwind state of the block's end; a re-created jump keeps the state of the
-                // one it replaces.
                 let tail_call_slot = match exit {
                     BlockExit::Jump {
                         tail_call: true, ..
@@ -480,6 +468,9 @@ pub fn plan_fragment(
                     });
                     continue;
                 }
+                // A fall-through block is copied whole and a `jmp` added after it runs in the
+                // unwind state of the block's end; a re-created jump keeps the state of the
+                // one it replaces.
                 let state_at = if let BlockExit::FallThrough { .. } = exit {
                     copy(&mut items, first, block.insts.end);
                     end_probes(&mut items);
@@ -714,10 +705,14 @@ impl AddressMap {
                 if f.is_dropped_padding(i) {
                     continue;
                 }
-                let through_slot = via_slots.slot_for(inst).is_some()
-                    && output
-                        .bytes_at(at, 2)
-                        .is_some_and(|b| b == [0xff, 0x15] || b == [0xff, 0x25]);
+                let through_slot = via_slots.slot_for(inst).is_some_and(|slot| {
+                    output
+                        .bytes_at(at, u64::from(VIA_SLOT_SIZE))
+                        .and_then(|bytes| decode_all(bytes, at).into_iter().next())
+                        .is_some_and(|new| {
+                            new.len() == VIA_SLOT_SIZE && new.indirect_slot() == Some(slot)
+                        })
+                });
                 at = at
                     + if through_slot {
                         u64::from(VIA_SLOT_SIZE)
