@@ -88,12 +88,9 @@ summary="$WORK/summary.md"
 : >"$summary"
 for program in $PROGRAMS; do
     select_program "$program"
-    dir="$WORK/$program"
-    mkdir -p "$dir"
     log "$program: instrumenting and training"
     train_profile "$program" "$BIN" "$dir"
-    bolt_cmd=("$BOLT" "$BIN" -data="$dir/P.fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort
-        -split-functions -split-all-cold -split-eh "${BOLT_SKIP[@]}")
+    bolt_cmd=("$BOLT" "$BIN" -data="$dir/P.fdata" "${BOLT_LAYOUT[@]}" "${BOLT_SKIP[@]}")
 
     # BOLT's default placement, and the function whose padding shifts the rest of its hot text.
     "${bolt_cmd[@]}" -o "$dir/bolt.0" >"$dir/bolt.0.log" 2>&1 || die "llvm-bolt failed on $program: $(tail -n 1 "$dir/bolt.0.log")"
@@ -122,13 +119,7 @@ for program in $PROGRAMS; do
                 NR > 1 && ($2 != $4 || $3 - $1 != d) { bad = 1 } END { exit bad }' ||
                 die "$program: -pad-funcs=$pad_name:$shift_bytes did not shift BOLT's hot text by $shift_bytes bytes"
         fi
-        for v in rivet bolt; do
-            for input in train unseen; do
-                while [[ $(jobs -rp | wc -l) -ge $(nproc) ]]; do wait -n || true; done
-                cg_job "$program" "$input" "$v.$k" "$dir/$v.$k" "$dir" &
-            done
-        done
-        wait
+        cg_both "$program" "$dir" "$k" "$dir/rivet.$k" "$dir/bolt.$k"
         if ((k == 0)); then
             rivet_page=$(($(addr_of "$dir/rivet.0" __hot_start) % 4096))
             bolt_page=$(($(addr_of "$dir/bolt.0" __hot_start) % 4096))
@@ -136,12 +127,8 @@ for program in $PROGRAMS; do
         for v in rivet bolt; do
             row="$shift_bytes"
             for input in train unseen; do
-                if ! cmp -s "$dir/cg.$input.$v.$k.out" "$dir/cg.$input.original.out"; then
-                    diff "$dir/cg.$input.original.out" "$dir/cg.$input.$v.$k.out" | head -n 20 >&2 || true
-                    die "$program: $v shifted by $shift_bytes prints something else than the original on the $input input"
-                fi
-                read -r _ i1 _ _ < <(cg_sum "$dir" "$input" "$v.$k")
-                row+=" $i1"
+                checked_i1 "$program" "$dir" "$input" "$v.$k" "$v shifted by $shift_bytes"
+                row+=" $I1"
             done
             echo "$row" >>"$dir/$v.txt"
             rm -f "$dir/$v.$k"

@@ -126,10 +126,8 @@ set_cmd() {
                 CMD=("$RIVET" optimize "$bin" --profile "$prof" -o "$out")
             fi ;;
         rivet-skip) CMD=("$RIVET" optimize "$bin" --profile "$prof" -o "$out" --skip-funcs luaV_execute/1) ;;
-        bolt) CMD=("$BOLT" "$bin" -o "$out" "-data=$fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort
-            -split-functions -split-all-cold -split-eh -dyno-stats -update-debug-sections "${skip[@]}") ;;
-        bolt-nodebug) CMD=("$BOLT" "$bin" -o "$out" "-data=$fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort
-            -split-functions -split-all-cold -split-eh -dyno-stats "${skip[@]}") ;;
+        bolt) CMD=("$BOLT" "$bin" -o "$out" "-data=$fdata" "${BOLT_LAYOUT[@]}" -dyno-stats -update-debug-sections "${skip[@]}") ;;
+        bolt-nodebug) CMD=("$BOLT" "$bin" -o "$out" "-data=$fdata" "${BOLT_LAYOUT[@]}" -dyno-stats "${skip[@]}") ;;
     esac
 }
 # Prints a command line for the report, paths shortened.

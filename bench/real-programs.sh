@@ -5,6 +5,8 @@
 
 BOLT=/usr/lib/llvm-19/bin/llvm-bolt
 [[ -x $BOLT ]] || die "$BOLT missing (apt-get install bolt-19)"
+# llvm-bolt's recommended layout options, the counterpart of `rivet optimize`'s defaults.
+BOLT_LAYOUT=(-reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions -split-all-cold -split-eh)
 command -v valgrind >/dev/null || die "valgrind missing (apt-get install valgrind)"
 [[ -x /usr/bin/time ]] || die "/usr/bin/time missing (apt-get install time)"
 if [[ -z ${RIVET:-} ]]; then
@@ -62,7 +64,8 @@ describe_input() { # PROGRAM INPUT -> markdown text
 }
 
 # select_program PROGRAM: sets BIN (its binary from scripts/build-real-programs.sh), TITLE (its
-# name in reports) and BOLT_SKIP (what llvm-bolt must be told to skip to process it).
+# name in reports), BOLT_SKIP (what llvm-bolt must be told to skip to process it) and dir (its
+# work directory under WORK, created).
 select_program() {
     case $1 in
         lua) BIN="${REAL[lua-gcc]:-}"; TITLE="Lua 5.4 (lua-gcc)"; BOLT_SKIP=(-skip-funcs=luaV_execute/1) ;;
@@ -70,6 +73,8 @@ select_program() {
         *) die "unknown program $1" ;;
     esac
     [[ -n $BIN ]] || die "build-real-programs.sh gave no binary for $1"
+    dir="$WORK/$1"
+    mkdir -p "$dir"
 }
 # measured_on: a report's lines on when and where it was measured, with which rivet (and
 # RIVET_OPTIONS), llvm-bolt and valgrind.
@@ -120,6 +125,31 @@ cg_job() {
         run_one "$program" "$item" valgrind "${opts[@]}" "--log-file=$dir/$kind.$input.$variant.$n" "$bin" \
             >>"$dir/$kind.$input.$variant.out" 2>&1
     done
+}
+# cg_both PROGRAM DIR K RIVET_BIN BOLT_BIN: cg_job of both optimizers' binaries on both inputs,
+# as variants rivet.K and bolt.K, as many at once as there are cores.
+cg_both() {
+    local program=$1 dir=$2 k=$3 rivet_bin=$4 bolt_bin=$5 v input bin
+    for v in rivet bolt; do
+        bin=$rivet_bin
+        [[ $v == bolt ]] && bin=$bolt_bin
+        for input in train unseen; do
+            while [[ $(jobs -rp | wc -l) -ge $(nproc) ]]; do wait -n || true; done
+            cg_job "$program" "$input" "$v.$k" "$bin" "$dir" &
+        done
+    done
+    wait
+}
+# checked_i1 PROGRAM DIR INPUT VARIANT WHAT: sets I1 to the I1 misses of cg_job's runs of
+# VARIANT on INPUT, after checking that they printed what the original's did (cg_job's
+# "original" variant); WHAT names the binary in the error.
+checked_i1() {
+    local program=$1 dir=$2 input=$3 variant=$4 what=$5
+    if ! cmp -s "$dir/cg.$input.$variant.out" "$dir/cg.$input.original.out"; then
+        diff "$dir/cg.$input.original.out" "$dir/cg.$input.$variant.out" | head -n 20 >&2 || true
+        die "$program: $what prints something else than the original on the $input input"
+    fi
+    read -r _ I1 _ _ < <(cg_sum "$dir" "$input" "$variant")
 }
 # cg_sum DIR INPUT VARIANT [fa] -> "irefs i1 lli mispredicts", summed over the runs
 cg_sum() {

@@ -50,8 +50,6 @@ summary="$WORK/summary.md"
 : >"$summary"
 for program in $PROGRAMS; do
     select_program "$program"
-    dir="$WORK/$program"
-    mkdir -p "$dir"
     cg_job "$program" train original "$BIN" "$dir" &
     cg_job "$program" unseen original "$BIN" "$dir"
     wait
@@ -68,25 +66,14 @@ for program in $PROGRAMS; do
         # shellcheck disable=SC2086 # RIVET_OPTIONS is a list of words
         "$RIVET" optimize "$BIN" --profile "$run/P" -o "$run/rivet" ${RIVET_OPTIONS:-} >"$run/rivet.log" 2>&1 ||
             die "rivet optimize failed on $program: $(tail -n 1 "$run/rivet.log")"
-        "$BOLT" "$BIN" -o "$run/bolt" -data="$run/P.fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort \
-            -split-functions -split-all-cold -split-eh "${BOLT_SKIP[@]}" >"$run/bolt.log" 2>&1 ||
+        "$BOLT" "$BIN" -o "$run/bolt" -data="$run/P.fdata" "${BOLT_LAYOUT[@]}" "${BOLT_SKIP[@]}" >"$run/bolt.log" 2>&1 ||
             die "llvm-bolt failed on $program: $(tail -n 1 "$run/bolt.log")"
-        for v in rivet bolt; do
-            for input in train unseen; do
-                while [[ $(jobs -rp | wc -l) -ge $(nproc) ]]; do wait -n || true; done
-                cg_job "$program" "$input" "$v.$k" "$run/$v" "$dir" &
-            done
-        done
-        wait
+        cg_both "$program" "$dir" "$k" "$run/rivet" "$run/bolt"
         row="$k"
         for v in rivet bolt; do
             for input in train unseen; do
-                if ! cmp -s "$dir/cg.$input.$v.$k.out" "$dir/cg.$input.original.out"; then
-                    diff "$dir/cg.$input.original.out" "$dir/cg.$input.$v.$k.out" | head -n 20 >&2 || true
-                    die "$program: $v from training run $k prints something else than the original on the $input input"
-                fi
-                read -r _ i1 _ _ < <(cg_sum "$dir" "$input" "$v.$k")
-                row+=" $i1"
+                checked_i1 "$program" "$dir" "$input" "$v.$k" "$v from training run $k"
+                row+=" $I1"
             done
         done
         echo "$row" >>"$dir/runs.txt"

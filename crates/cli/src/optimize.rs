@@ -14,12 +14,11 @@ use std::time::{Duration, Instant};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, MappedFile};
-use rivet_emit::rewrite::{LayoutSource, PltCalls, RewriteOptions, TextAlignment, rewrite};
+use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
+use rivet_ir::layout::PltCalls;
 use rivet_ir::{FuncId, Program};
 use rivet_layout::LandingPads;
-use rivet_passes::dyno::{
-    DynoStats, PltViaGot, dyno_stats, format_comparison, move_plt_calls_via_got,
-};
+use rivet_passes::dyno::{DynoStats, dyno_stats, format_comparison, move_plt_calls_via_got};
 use rivet_passes::optimize::{
     BlockAlignment, BlockOrder, FunctionOrder, OptimizeOptions, Splitting, optimized_layout,
 };
@@ -638,15 +637,13 @@ pub fn run_with(
     let r = &attached.report;
     let before = dyno_stats(&program, &attached, None);
     let mut after = dyno_stats(&program, &attached, Some(&output.layout));
-    let plt_scope = match args.plt {
-        _ if !s.relocation_mode => None,
-        PltArg::None => None,
-        PltArg::Hot => Some(PltViaGot::Hot),
-        PltArg::All => Some(PltViaGot::All),
-    };
-    if let Some(scope) = plt_scope {
-        move_plt_calls_via_got(&mut after, &program, &attached, &output.layout, scope);
-    }
+    move_plt_calls_via_got(
+        &mut after,
+        &program,
+        &attached,
+        &output.layout,
+        rewrite_options.plt_calls,
+    );
     let change = |b: u64, a: u64| {
         if b == 0 {
             0.0

@@ -17,7 +17,7 @@ use rivet_arch::{Flow, Inst, decode_all};
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::lines::{LineTable, SourcePosition};
 use rivet_elf::{ElfFile, MappedFile, Vaddr};
-use rivet_emit::code::AddressMap;
+use rivet_emit::code::{AddressMap, ViaSlots};
 use rivet_emit::references::{RefField, collect};
 use rivet_emit::rewrite::RewriteOutput;
 use rivet_ir::{Function, Program, Terminator};
@@ -42,6 +42,8 @@ struct Checker<'a> {
     input: &'a ElfFile<'a>,
     map: &'a AddressMap,
     new_block_starts: HashSet<Vaddr>,
+    /// The PLT stubs' slots, for calls `--plt` made through them.
+    via_slots: ViaSlots,
 }
 
 impl Checker<'_> {
@@ -87,15 +89,13 @@ impl Checker<'_> {
     /// Whether `new` is `old`, a direct call or jump into a PLT stub, made through the stub's
     /// GOT slot instead (`rivet optimize --plt`).
     fn goes_through_slot(&self, old: &Inst, new: &Inst) -> bool {
-        let target = match (old.flow(), new.flow()) {
-            (Flow::Call { target }, Flow::IndirectCall)
-            | (Flow::Jump { target }, Flow::IndirectJump) => target,
-            _ => return false,
-        };
-        self.program
-            .plt
-            .binary_search_by_key(&target, |e| e.addr)
-            .is_ok_and(|i| new.indirect_slot() == Some(self.program.plt[i].slot))
+        matches!(
+            (old.flow(), new.flow()),
+            (Flow::Call { .. }, Flow::IndirectCall) | (Flow::Jump { .. }, Flow::IndirectJump)
+        ) && self
+            .via_slots
+            .slot_for(old)
+            .is_some_and(|slot| new.indirect_slot() == Some(slot))
     }
 
     fn same_instruction(&self, old: &Inst, new: &Inst) -> Result<(), String> {
@@ -281,6 +281,7 @@ pub fn check(
         input,
         map,
         new_block_starts,
+        via_slots: ViaSlots::of_program(program),
     };
     let mut report = VerifyReport::default();
     for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {

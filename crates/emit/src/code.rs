@@ -55,7 +55,7 @@ impl ViaSlots {
     }
 
     /// The slot `inst`, a direct call or jump, should go through instead; `None` otherwise.
-    fn slot_for(&self, inst: &Inst) -> Option<Vaddr> {
+    pub fn slot_for(&self, inst: &Inst) -> Option<Vaddr> {
         match inst.flow() {
             Flow::Call { target } | Flow::Jump { target } => {
                 self.slot_of_stub.get(&target).copied()

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use rivet_arch::{Branch, BranchEncoder, BranchForm};
 use rivet_elf::writer::{NewSection, Rewrite, SectionLink, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
-use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, build_layout};
+use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
 use rivet_ir::{FuncId, Program, RelocationMode, TableBound};
 
 use crate::cache_sets::{BlockExtent, SetBalancer};
@@ -102,25 +102,12 @@ impl Default for TextAlignment {
     }
 }
 
-/// Which calls into PLT stubs rewritten code makes through the stubs' GOT slots
-/// (`code::ViaSlots`; BOLT's `-plt`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PltCalls {
-    /// Every call stays as it was.
-    #[default]
-    Keep,
-    /// Calls and tail calls in hot fragments.
-    Hot,
-    /// Calls and tail calls in every rewritten fragment.
-    All,
-}
-
 #[derive(Clone, Copy, Debug)]
 pub struct RewriteOptions<'a> {
     pub layout: LayoutSource<'a>,
     pub alignment: TextAlignment,
     pub debug_writer: debug::DebugWriter,
-    /// Ignored for functions rewritten in place, where the longer calls might not fit.
+    /// Written by `code::ViaSlots`.
     pub plt_calls: PltCalls,
 }
 
@@ -407,11 +394,10 @@ pub fn rewrite(
                             &[]
                         },
                         block_alignment: alignment.blocks,
-                        via_slots: match options.plt_calls {
-                            PltCalls::All => Some(&via_slots),
-                            PltCalls::Hot if r.fragment == 0 => Some(&via_slots),
-                            _ => None,
-                        },
+                        via_slots: options
+                            .plt_calls
+                            .applies_to(r.fragment)
+                            .then_some(&via_slots),
                     },
                 ),
             )

@@ -18,6 +18,31 @@ pub struct FragmentRef {
     pub fragment: u32,
 }
 
+/// Which calls into PLT stubs rewritten code makes through the stubs' GOT slots instead
+/// (`rivet optimize --plt`, BOLT's `-plt`). Functions rewritten in place keep theirs: the
+/// longer calls might not fit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PltCalls {
+    /// Every call stays as it was.
+    #[default]
+    Keep,
+    /// Calls and tail calls in first (hot) fragments.
+    Hot,
+    /// Calls and tail calls in every rewritten fragment.
+    All,
+}
+
+impl PltCalls {
+    /// Whether fragment number `fragment` of a moved function goes through the slots.
+    pub fn applies_to(self, fragment: u32) -> bool {
+        match self {
+            PltCalls::Keep => false,
+            PltCalls::Hot => fragment == 0,
+            PltCalls::All => true,
+        }
+    }
+}
+
 /// A block that starts at an alignment boundary (`TextAlignment::blocks` in the emitter),
 /// unless that takes more than `max_padding` bytes of padding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -41,7 +41,7 @@ use std::iter::Sum;
 use std::ops::{Add, AddAssign};
 
 use rivet_elf::Vaddr;
-use rivet_ir::layout::{FunctionLayout, Layout};
+use rivet_ir::layout::{FunctionLayout, Layout, PltCalls};
 use rivet_ir::{
     BlockExit, BlockId, CallTarget, EdgeKind, Function, Program, Terminator, WrittenEnd,
 };
@@ -167,26 +167,19 @@ pub fn dyno_stats(
         .sum()
 }
 
-/// Which rewritten fragments make their PLT calls through the stubs' GOT slots
-/// (`rivet optimize --plt`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PltViaGot {
-    /// First (hot) fragments only.
-    Hot,
-    /// Every fragment.
-    All,
-}
-
 /// Counts as indirect calls, in `stats` (of `layout`), the PLT calls that the code of
-/// `layout` makes through the stubs' GOT slots (`scope`): they still run as often, but no
+/// `layout` makes through the stubs' GOT slots (`plt_calls`): they still run as often, but no
 /// longer go through a stub. Tail calls into stubs stay tail calls.
 pub fn move_plt_calls_via_got(
     stats: &mut DynoStats,
     program: &Program,
     profile: &AttachedProfile,
     layout: &Layout,
-    scope: PltViaGot,
+    plt_calls: PltCalls,
 ) {
+    if layout.in_place || plt_calls == PltCalls::Keep {
+        return;
+    }
     for f in &program.functions {
         let (Some(Some(counts)), Some(fl)) = (
             profile.functions.get(f.id.0 as usize),
@@ -194,11 +187,11 @@ pub fn move_plt_calls_via_got(
         ) else {
             continue;
         };
-        let mut fragment_of = vec![usize::MAX; f.blocks.len()];
+        let mut fragment_of = vec![None; f.blocks.len()];
         for (k, fragment) in fl.fragments.iter().enumerate() {
             for b in fragment {
                 if let Some(slot) = fragment_of.get_mut(b.0 as usize) {
-                    *slot = k;
+                    *slot = Some(k as u32);
                 }
             }
         }
@@ -209,11 +202,7 @@ pub fn move_plt_calls_via_got(
             let Some(b) = block_holding(f, call.at) else {
                 continue;
             };
-            let via_got = match scope {
-                PltViaGot::Hot => fragment_of[b.0 as usize] == 0,
-                PltViaGot::All => fragment_of[b.0 as usize] != usize::MAX,
-            };
-            if via_got {
+            if fragment_of[b.0 as usize].is_some_and(|k| plt_calls.applies_to(k)) {
                 let n = block_count(counts, b);
                 stats.plt_calls = stats.plt_calls.saturating_sub(n);
                 stats.indirect_calls = stats.indirect_calls.saturating_add(n);

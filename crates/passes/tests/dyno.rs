@@ -5,12 +5,13 @@ mod common;
 
 use common::{fall, function, profile, program, taken};
 use rivet_elf::Vaddr;
-use rivet_ir::layout::{FragmentRef, FunctionLayout, Layout, LayoutStrategy, build_layout};
+use rivet_ir::layout::{
+    FragmentRef, FunctionLayout, Layout, LayoutStrategy, PltCalls, build_layout,
+};
 use rivet_ir::{BlockId, Call, CallTarget, FuncId, Function, Program, Terminator};
 use rivet_passes::attach::{AttachedProfile, FunctionCounts};
 use rivet_passes::dyno::{
-    DynoStats, PltViaGot, dyno_stats, format_comparison, function_dyno_stats,
-    move_plt_calls_via_got,
+    DynoStats, dyno_stats, format_comparison, function_dyno_stats, move_plt_calls_via_got,
 };
 
 const PLT: Vaddr = Vaddr(0x5000);
@@ -609,16 +610,20 @@ fn plt_calls_made_through_the_got_count_as_indirect_calls() {
     whole.validate(&p).unwrap();
     split.validate(&p).unwrap();
     // (PLT calls, indirect calls, all calls)
-    let stats = |layout: &Layout, scope: Option<PltViaGot>| {
+    let stats = |layout: &Layout, plt_calls| {
         let mut s = dyno_stats(&p, &prof, Some(layout));
-        if let Some(scope) = scope {
-            move_plt_calls_via_got(&mut s, &p, &prof, layout, scope);
-        }
+        move_plt_calls_via_got(&mut s, &p, &prof, layout, plt_calls);
         (s.plt_calls, s.indirect_calls, s.function_calls)
     };
-    assert_eq!(stats(&whole, None), (2, 0, 2));
-    assert_eq!(stats(&whole, Some(PltViaGot::Hot)), (0, 2, 2));
+    assert_eq!(stats(&whole, PltCalls::Keep), (2, 0, 2));
+    assert_eq!(stats(&whole, PltCalls::Hot), (0, 2, 2));
     // Cold code keeps its PLT calls under `hot`, not under `all`.
-    assert_eq!(stats(&split, Some(PltViaGot::Hot)), (2, 0, 2));
-    assert_eq!(stats(&split, Some(PltViaGot::All)), (0, 2, 2));
+    assert_eq!(stats(&split, PltCalls::Hot), (2, 0, 2));
+    assert_eq!(stats(&split, PltCalls::All), (0, 2, 2));
+    // Functions rewritten in place keep theirs.
+    let in_place = Layout {
+        in_place: true,
+        ..whole.clone()
+    };
+    assert_eq!(stats(&in_place, PltCalls::All), (2, 0, 2));
 }
