@@ -23,7 +23,8 @@
 # Cache (outside the repo), R = ${RIVET_CACHE:-$HOME/.cache/rivet}/real:
 #   R/src/<package>-<debian-version>/       apt-get source output (.dsc, tarballs)
 #   R/src/<package>-<debian-version>/<dir>/ the unpacked, patched source tree
-#   R/<package>-<debian-version>-<cc>/      one build: the binary (lua | sqlite3),
+#   R/<package>-<debian-version>-<cc>/      one build: the binary (lua | sqlite3; Lua's
+#        directory is lua5.4-<debian-version>-fixedseed-<cc>, see build_lua),
 #        `source` -> the unpacked tree, build.log, flags.txt, .complete
 #   R/<package>-<debian-version>-gcc-norelocs/         the same without --emit-relocs
 #   R/sqlite3-<debian-version>-testfixture-<cc>/     testfixture
@@ -245,8 +246,18 @@ finish_build() { # tmp final binary-name kind [relocs|norelocs]
 # Makefile's LUA_A set: core + standard libraries), link lua.c against it
 # statically. -DLUA_USE_LINUX as `make linux` (dlopen, POSIX), no readline;
 # -Wl,-E as upstream so C modules can be loaded.
+# One fixed string-hash seed (LUA_FIXED_SEED): Lua seeds its string hashes from time(NULL)
+# and from addresses (luai_makeseed in lstate.c), so hash chains, and with them the work
+# done, changed from run to run and from one rewritten binary to the next (lua_newstate
+# moves). Three runs of one binary on bench/lua/nbody.lua 20000 executed 524.6 M, 539.6 M
+# and 533.6 M instructions (callgrind); a profile differed with every training run. With
+# the seed fixed, every run of a binary does the same work, so optimizers and layouts are
+# compared on the same work. Nothing here depends on hash flooding protection. The
+# directory name says so, so that builds without it are not reused.
+LUA_FIXED_SEED=0x2545f491
+lua_dir() { printf '%s' "$R/lua5.4-$LUA_VER-fixedseed-$1"; } # cc, or gcc-norelocs
 build_lua() { # cc [relocs|norelocs]
-    local cc=$1 relocs=${2:-relocs} final="$R/lua5.4-$LUA_VER-$1" tmp tool t0 flags f ldflags objs=()
+    local cc=$1 relocs=${2:-relocs} final="$(lua_dir "$1")" tmp tool t0 flags f ldflags objs=()
     ldflags="-Wl,--emit-relocs -Wl,-E"
     if [[ $relocs == norelocs ]]; then final="$final-norelocs" ldflags="-Wl,-E"; fi
     if [[ -f $final/.complete ]]; then
@@ -255,7 +266,7 @@ build_lua() { # cc [relocs|norelocs]
     fi
     t0=$(now)
     tool="$(cc_tool "$cc")"
-    flags="$(cflags_for "$cc" | tr '\n' ' ')-std=gnu99 -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -Igen"
+    flags="$(cflags_for "$cc" | tr '\n' ' ')-std=gnu99 -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -Igen '-Dluai_makeseed(L)=$LUA_FIXED_SEED'"
     rm -rf -- "$final"
     new_tmp "$final"
     tmp=$NEW_TMP
@@ -491,11 +502,11 @@ build_sqlites
 
 # Final checks (also on cached builds) and the result lines.
 for cc in "${COMPILERS[@]}"; do
-    check_binary "$R/lua5.4-$LUA_VER-$cc/lua" lua
+    check_binary "$(lua_dir "$cc")/lua" lua
     check_binary "$R/sqlite3-$SQLITE_VER-$cc/sqlite3" sqlite3
     check_binary "$R/sqlite3-$SQLITE_VER-testfixture-$cc/testfixture" testfixture
 done
-check_binary "$R/lua5.4-$LUA_VER-gcc-norelocs/lua" lua norelocs
+check_binary "$(lua_dir gcc-norelocs)/lua" lua norelocs
 check_binary "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3" sqlite3 norelocs
 check_binary "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture" testfixture norelocs
 check_binary "$R/redis-$REDIS_VER-gcc/redis-server" redis
@@ -503,12 +514,12 @@ log "all done in $(elapsed "$start_all")"
 {
     printf 'lua-src %s\n' "$LUA_SRC"
     printf 'sqlite3-src %s\n' "$SQLITE_SRC"
-    for cc in "${COMPILERS[@]}"; do printf 'lua-%s %s\n' "$cc" "$R/lua5.4-$LUA_VER-$cc/lua"; done
+    for cc in "${COMPILERS[@]}"; do printf 'lua-%s %s\n' "$cc" "$(lua_dir "$cc")/lua"; done
     for cc in "${COMPILERS[@]}"; do printf 'sqlite3-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-$cc/sqlite3"; done
     for cc in "${COMPILERS[@]}"; do
         printf 'testfixture-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-testfixture-$cc/testfixture"
     done
-    printf 'lua-gcc-norelocs %s\n' "$R/lua5.4-$LUA_VER-gcc-norelocs/lua"
+    printf 'lua-gcc-norelocs %s\n' "$(lua_dir gcc-norelocs)/lua"
     printf 'sqlite3-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3"
     printf 'testfixture-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture"
     printf 'redis-gcc %s\n' "$R/redis-$REDIS_VER-gcc/redis-server"

@@ -98,9 +98,7 @@ fn lua_auto_matches_the_manual_steps() {
     let strings = format!("{{}} {} 20000", lua_script("strings.lua"));
 
     // Two training commands: the output behaves like Lua, and optimizes what the same
-    // manual runs profile. Lua seeds its string hashes from the time and addresses, so counts
-    // vary a little from run to run: compare the profiled functions, not the bytes (the SQLite
-    // test below compares bytes).
+    // manual runs profile: the same functions (the SQLite test below compares bytes).
     let out = dir.join("lua.auto");
     let auto_profile = dir.join("auto.fdata");
     let stdout = assert_ok(
