@@ -478,6 +478,8 @@ echo "  wall-time ratios moved by up to about 0.1, and CPU time moves with them 
 echo "  swings within seconds); the cachegrind counts are the stable measure."
 echo "- Lua is built with one fixed string-hash seed (scripts/build-real-programs.sh): a stock Lua"
 echo "  seeds it from the time and from addresses, which made one binary's work vary by about 3%"
-echo "  from run to run. With it, every count here is exact, on Lua as on SQLite."
+echo "  from run to run. With it, one binary's cachegrind counts are the same on every run;"
+echo "  training runs can still differ in a few counts (the garbage collector's steps move with"
+echo "  memory sizes: paths, addresses), and so can the layouts made from them."
 echo
 echo "This run took $(( ($(date +%s) - started + 59) / 60 )) minutes."

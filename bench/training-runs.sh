@@ -4,9 +4,9 @@
 #
 # Some programs do not run the same way twice: a stock Lua seeds its string hashes from the
 # clock and from addresses, so two runs of one training input count slightly different paths,
-# and an optimizer lays the binary out slightly differently from each profile (the Lua of
-# scripts/build-real-programs.sh has one fixed seed, so its profiles no longer differ; this
-# script is how to see whether a program's do). bench/optimize.sh
+# and an optimizer lays the binary out slightly differently from each profile. The Lua of
+# scripts/build-real-programs.sh has one fixed seed, so its profiles differ much less: only
+# where memory sizes (paths, addresses) move the garbage collector's steps. bench/optimize.sh
 # measures one training run. This script trains RUNS profiles (each a fresh run of the
 # instrumented binary on the training input), optimizes the binary from each with both
 # optimizers (bench/optimize.sh's options, each at its default placement), and measures every

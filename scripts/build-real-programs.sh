@@ -250,9 +250,11 @@ finish_build() { # tmp final binary-name kind [relocs|norelocs]
 # and from addresses (luai_makeseed in lstate.c), so hash chains, and with them the work
 # done, changed from run to run and from one rewritten binary to the next (lua_newstate
 # moves). Three runs of one binary on bench/lua/nbody.lua 20000 executed 524.6 M, 539.6 M
-# and 533.6 M instructions (callgrind); a profile differed with every training run. With
-# the seed fixed, every run of a binary does the same work, so optimizers and layouts are
-# compared on the same work. Nothing here depends on hash flooding protection. The
+# and 533.6 M instructions (callgrind), and every training run gave another profile. With
+# the seed fixed, a binary does the same work on every run under valgrind (which places
+# memory the same way each time), so optimizers and layouts are compared on the same work;
+# training runs still differ in a few counts, where memory sizes (paths, addresses) move
+# the garbage collector's steps. Nothing here depends on hash flooding protection. The
 # directory name says so, so that builds without it are not reused.
 LUA_FIXED_SEED=0x2545f491
 lua_dir() { printf '%s' "$R/lua5.4-$LUA_VER-fixedseed-$1"; } # cc, or gcc-norelocs
