@@ -155,8 +155,8 @@ pub struct OptimizeArgs {
     /// Calls (and tail calls) into PLT stubs made through the stub's GOT slot instead: the
     /// same function is reached without the stub's jump. Works with lazy binding and with
     /// `-z now` alike. Off by default, as in BOLT: here it saved Lua 0.25% of its
-    /// instructions but made its allocation-heavy benchmark slower (binarytrees: 8% slower
-    /// with only `l_alloc`'s tail call to `realloc` changed, docs/benchmarks.md).
+    /// instructions, but its allocation-heavy benchmark (binarytrees) ran 8% slower in one
+    /// measurement and no differently in another (docs/from-bolt.md).
     #[arg(long, value_enum, default_value_t = PltArg::None)]
     pub plt: PltArg,
     /// Only optimize these functions (comma-separated names or regular expressions, matched

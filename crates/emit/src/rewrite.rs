@@ -107,7 +107,7 @@ pub struct RewriteOptions<'a> {
     pub layout: LayoutSource<'a>,
     pub alignment: TextAlignment,
     pub debug_writer: debug::DebugWriter,
-    /// Written by `code::ViaSlots`.
+    /// Which calls into PLT stubs go through the stubs' GOT slots (`code::ViaSlots`).
     pub plt_calls: PltCalls,
 }
 
