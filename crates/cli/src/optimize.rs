@@ -156,7 +156,7 @@ pub struct OptimizeArgs {
     /// same function is reached without the stub's jump. Works with lazy binding and with
     /// `-z now` alike. Off by default, as in BOLT: here it saved Lua 0.25% of its
     /// instructions, but its allocation-heavy benchmark (binarytrees) ran 8% slower in one
-    /// measurement and no differently in another (docs/from-bolt.md).
+    /// measurement and no differently in two others, one of 200 rounds (docs/from-bolt.md).
     #[arg(long, value_enum, default_value_t = PltArg::None)]
     pub plt: PltArg,
     /// Only optimize these functions (comma-separated names or regular expressions, matched
