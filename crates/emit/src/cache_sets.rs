@@ -21,7 +21,7 @@
 //! Lines below the very hot threshold do not count. Counting the next ones too (up to the
 //! 1,024 hottest, at a third of a very hot line's weight) was tried: it helped one Lua input
 //! at one placement, and over 16 placements SQLite missed 34% to 53% more (18% when the
-//! warm lines only broke ties; docs/icache-offsets.md, "Warm lines in the balancer").
+//! warm lines only broke ties, over 8; docs/icache-offsets.md, "Warm lines in the balancer").
 
 /// Line size and set count of the cache being balanced (32 KiB, 8 ways, 64-byte lines).
 const LINE: u64 = 64;
