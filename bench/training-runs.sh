@@ -7,11 +7,13 @@
 # and an optimizer lays the binary out slightly differently from each profile. The Lua of
 # scripts/build-real-programs.sh has one fixed seed, so its profiles differ much less: only
 # where memory sizes (paths, addresses) move the garbage collector's steps. bench/optimize.sh
-# measures one training run. This script trains RUNS profiles (each a fresh run of the
-# instrumented binary on the training input), optimizes the binary from each with both
-# optimizers (bench/optimize.sh's options, each at its default placement), and measures every
-# output under cachegrind on both small inputs. Each output must print what the original
-# prints (the script stops otherwise).
+# measures one training run. This script trains RUNS profiles, each a fresh run of the
+# instrumented binary on the training input. Run K works in a directory whose name is K
+# characters longer than run 0's: real training runs differ in their paths and environment,
+# while in one directory the fixed-seed Lua's runs differ in a few counts and give the same
+# layouts. It optimizes the binary from each profile with both optimizers (bench/optimize.sh's
+# options, each at its default placement), and measures every output under cachegrind on both
+# small inputs. Each output must print what the original prints (the script stops otherwise).
 #
 # Report (markdown on stdout): per program and input, each optimizer's minimum, median and
 # maximum I1 misses over the runs, the share of runs in which Rivet's output misses less than
@@ -60,7 +62,7 @@ for program in $PROGRAMS; do
     : >"$dir/profiles.txt"
     for ((k = 0; k < RUNS; k++)); do
         log "$program: training run $((k + 1))/$RUNS"
-        run="$dir/run.$k"
+        run="$dir/run.$k$(printf '%*s' "$k" '' | tr ' ' x)"
         mkdir -p "$run"
         train_profile "$program" "$BIN" "$run"
         # Its counts, in the fdata conversion (the counter file also holds its own path).
