@@ -89,7 +89,11 @@ for program in $PROGRAMS; do
     {
         echo "## $TITLE"
         echo
-        echo "$RUNS training runs gave $distinct different profiles."
+        if ((distinct == 1)); then
+            echo "$RUNS training runs gave 1 profile."
+        else
+            echo "$RUNS training runs gave $distinct different profiles."
+        fi
         echo
         echo "| input | optimizer | min | median | max | Rivet below BOLT |"
         echo "|---|---|---:|---:|---:|---:|"
@@ -128,6 +132,8 @@ done
     echo "Each training run is a fresh run of the instrumented binary on the training input"
     echo "(bench/optimize.sh's); both optimizers get its profile (Rivet's counter file, converted to"
     echo "fdata for BOLT) with bench/optimize.sh's options, each output at its default placement."
+    echo "Run K trains in a directory whose name is K characters longer than run 0's, as real training"
+    echo "runs differ in their paths."
     echo "Cachegrind: I1 32 KiB 8-way, 64 B lines; small inputs of bench/optimize.sh. *Rivet below"
     echo "BOLT*: the share of runs in which Rivet's output misses less than BOLT's from the same"
     echo "profile. Placements, for one profile: docs/icache-offsets.md."
