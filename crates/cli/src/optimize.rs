@@ -542,6 +542,12 @@ pub fn run_with(
         ))
         .hint("the profile describes another program; `rivet inspect BINARY --profile P` shows what it names"));
     }
+    warnings.extend(crate::profile_use::partial_match_warning(
+        &elf,
+        &attached,
+        &args.profile,
+        &args.binary,
+    ));
     let options = options_from(args, &program, &names, &mut warnings)?;
     let only = FunctionFilter::new(&args.funcs, "funcs")?;
     let skip = FunctionFilter::new(&args.skip_funcs, "skip-funcs")?;

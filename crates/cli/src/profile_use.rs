@@ -55,6 +55,84 @@ pub fn attach_profile(program: &Program, profile: &Profile) -> AttachedProfile {
     attach(program, &names, profile)
 }
 
+/// Below this share of its counts matched, a profile is reported as only partly fitting.
+/// Profiles of the same build match fully (100.0% on Lua and SQLite here); a few percent lost
+/// is a small edit to the program, more is another build or a stripped binary.
+const WELL_MATCHED: f64 = 0.9;
+
+/// One warning line when less than [`WELL_MATCHED`] of the profile's counts matched: how much
+/// went to functions the binary lacks and to stale records, the functions that lost most, and
+/// the likeliest cause. `None` when the profile fits (or is empty).
+pub fn partial_match_warning(
+    elf: &ElfFile<'_>,
+    attached: &AttachedProfile,
+    profile: &Path,
+    binary: &Path,
+) -> Option<String> {
+    let r = &attached.report;
+    if r.records_count == 0 || r.matched_share() >= WELL_MATCHED {
+        return None;
+    }
+    let share = |count: u64| 100.0 * count as f64 / r.records_count as f64;
+    let part = |list: &[(String, u64)], what: &str| -> Option<(u64, String)> {
+        let lost: u64 = list.iter().map(|x| x.1).sum();
+        (!list.is_empty()).then(|| {
+            let names: Vec<&str> = list.iter().take(3).map(|x| x.0.as_str()).collect();
+            let more = if list.len() > 3 { ", ..." } else { "" };
+            let text = format!(
+                "{} {what} ({:.1}% of the counts: {}{more})",
+                list.len(),
+                share(lost),
+                names.join(", ")
+            );
+            (lost, text)
+        })
+    };
+    let plural = |list: &[(String, u64)], one: &'static str, many: &'static str| {
+        if list.len() == 1 { one } else { many }
+    };
+    let unknown = part(
+        &r.unknown_functions,
+        plural(
+            &r.unknown_functions,
+            "function it names is not in the binary",
+            "functions it names are not in the binary",
+        ),
+    );
+    let stale = part(
+        &r.stale_functions,
+        plural(
+            &r.stale_functions,
+            "function has records that fit no block or edge",
+            "functions have records that fit no block or edge",
+        ),
+    );
+    let unknown_lost = unknown.as_ref().map_or(0, |x| x.0);
+    let stale_lost = stale.as_ref().map_or(0, |x| x.0);
+    let cause = if unknown_lost >= stale_lost && !elf.has_static_symbols() {
+        format!(
+            "{} has no symbol table (stripped) and profiles name functions by symbol: optimize the unstripped build and strip the result",
+            binary.display()
+        )
+    } else if unknown_lost >= stale_lost {
+        "the profile is of another build or program: `rivet inspect BINARY --profile P` lists what it names".to_string()
+    } else {
+        "the code changed since the profile was taken: profile this build".to_string()
+    };
+    let lost: Vec<String> = [unknown, stale]
+        .into_iter()
+        .flatten()
+        .map(|x| x.1)
+        .collect();
+    Some(format!(
+        "only {:.1}% of the counts in {} matched {}: {}; {cause}",
+        100.0 * r.matched_share(),
+        profile.display(),
+        binary.display(),
+        lost.join("; ")
+    ))
+}
+
 /// The match report and the `top` hottest functions (by executed instructions), as text.
 pub fn describe(program: &Program, attached: &AttachedProfile, top: usize) -> String {
     use std::fmt::Write as _;

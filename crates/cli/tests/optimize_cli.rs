@@ -523,3 +523,69 @@ fn plt_calls_go_through_the_got_and_behave_the_same() {
     ]));
     assert_eq!(summary["calls_via_got"].as_u64(), Some(via_got[1]));
 }
+
+#[test]
+fn a_partly_matching_profile_gets_a_warning_with_its_likely_cause() {
+    let dir = scratch("optimize_cli", "partial");
+    let (bin, counts) = profiled_program(&dir);
+    let optimize = |input: &Path, output: &str, extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rivet"))
+            .args(["optimize", s(input), "--profile", s(&counts), "-o"])
+            .arg(dir.join(output))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        stderr
+            .lines()
+            .filter(|l| l.contains("of the counts in"))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    // The build the profile was taken on: no warning.
+    assert_eq!(optimize(&bin, "same.opt", &[]), Vec::<String>::new());
+
+    // The same build stripped: its functions have no names to match, and the warning says so.
+    let stripped = dir.join("counts.stripped");
+    let status = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&bin)
+        .status()
+        .expect("strip is required (apt-get install binutils)");
+    assert!(status.success());
+    let warned = optimize(&stripped, "stripped.opt", &[]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].starts_with("rivet: warning: only ")
+            && warned[0].contains("not in the binary")
+            && warned[0].contains("no symbol table (stripped)")
+            && warned[0].contains("optimize the unstripped build"),
+        "{}",
+        warned[0]
+    );
+    // What it writes still behaves as the original.
+    let expected = Command::new(&bin).args(["switch", "777"]).output().unwrap();
+    let got = Command::new(dir.join("stripped.opt"))
+        .args(["switch", "777"])
+        .output()
+        .unwrap();
+    assert_eq!(got.stdout, expected.stdout);
+
+    // Another build of the same source (-O1 instead of -O2), forced: the functions are there
+    // but the profile's branches no longer fit their code.
+    let other = build_instrument_program(&dir, "counts.c", "gcc", &["-O1"], "counts-O1");
+    let warned = optimize(&other, "other.opt", &["--force"]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("fit no block or edge")
+            && warned[0].contains("the code changed since the profile was taken"),
+        "{}",
+        warned[0]
+    );
+}

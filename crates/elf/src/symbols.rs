@@ -95,6 +95,13 @@ impl<'data> ElfFile<'data> {
         self.read_symbol_table(elf::SHT_SYMTAB.0)
     }
 
+    /// Whether the binary has a `.symtab` (`strip` removes it, leaving only `.dynsym`).
+    pub fn has_static_symbols(&self) -> bool {
+        self.sections()
+            .iter()
+            .any(|s| s.sh_type == elf::SHT_SYMTAB.0)
+    }
+
     /// Symbols of `.dynsym` (empty for a static executable).
     pub fn dynamic_symbols(&self) -> Result<Vec<Symbol<'data>>> {
         self.read_symbol_table(elf::SHT_DYNSYM.0)
