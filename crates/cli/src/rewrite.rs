@@ -75,6 +75,13 @@ pub(crate) struct PendingOutput {
 
 impl PendingOutput {
     pub(crate) fn create(dest: &Path) -> Result<(PendingOutput, File), UserError> {
+        // Found now rather than at the final rename, after all the work.
+        if dest.is_dir() {
+            return Err(
+                UserError::new(format!("the output {} is a directory", dest.display()))
+                    .hint("give a file path for the output, e.g. DIR/NAME"),
+            );
+        }
         let dir = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -111,7 +118,10 @@ impl PendingOutput {
     pub(crate) fn finish(self, mut file: File, bytes: &[u8], mode: u32) -> Result<(), UserError> {
         file.write_all(bytes)
             .and_then(|_| file.sync_all())
-            .map_err(|e| UserError::new(format!("cannot write {}: {e}", self.dest.display())))?;
+            .map_err(|e| {
+                UserError::new(format!("cannot write {}: {e}", self.dest.display()))
+                    .hint("check the free space of its file system")
+            })?;
         drop(file);
         self.commit(mode)
     }
@@ -119,6 +129,7 @@ impl PendingOutput {
     fn commit(mut self, mode: u32) -> Result<(), UserError> {
         let fail = |e: std::io::Error| {
             UserError::new(format!("cannot write {}: {e}", self.dest.display()))
+                .hint("check that the output path can be replaced (not a directory, not busy)")
         };
         std::fs::set_permissions(&self.temp, std::fs::Permissions::from_mode(mode))
             .map_err(fail)?;

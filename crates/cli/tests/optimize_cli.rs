@@ -335,6 +335,19 @@ fn bad_requests_get_one_error_line_and_write_nothing() {
     // The input as the output.
     let out = rivet(&["optimize", s(&bin), "-o", s(&bin), "--profile", s(&counts)]);
     assert_one_error_line(&out, "is the input");
+    // A directory as the output: refused before any work, the directory left as it was.
+    let out_dir = dir.join("a-directory");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = rivet(&[
+        "optimize",
+        s(&bin),
+        "-o",
+        s(&out_dir),
+        "--profile",
+        s(&counts),
+    ]);
+    assert_one_error_line(&out, "is a directory");
+    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);
     // No leftover temporary files.
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
