@@ -8,6 +8,8 @@
 //! - Plain samples: `perf record -e cpu-clock:u` of a real run, aggregated, lands in the
 //!   program's functions; a recording of another build is refused; a file that is not a
 //!   recording gets one error line.
+//! - Samples of a stripped copy: they name functions by address, and optimize the unstripped
+//!   build exactly as the same samples aggregated against it do.
 
 mod common;
 
@@ -337,4 +339,98 @@ fn samples_of_a_shared_library_land_in_its_functions() {
     let summary: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(summary["outside_functions"], 0, "{summary}");
     assert_eq!(summary["samples_in_binary"], total, "{summary}");
+}
+
+/// Production binaries are often stripped. Samples of the stripped copy name its functions by
+/// address (`__rivet_fde_ADDR`, as discovery names functions without symbols); the unstripped
+/// build, the same code by its build-id, takes them as they are, and optimizes exactly as with
+/// the same samples aggregated against itself.
+#[test]
+fn samples_of_a_stripped_copy_optimize_the_unstripped_build() {
+    let dir = scratch("aggregate", "stripped");
+    let binary = dir.join("prog");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-Wl,--emit-relocs"])
+        .arg(instrument_source("counts.c"))
+        .arg("-o")
+        .arg(&binary)
+        .arg("-lpthread")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let stripped = dir.join("prog.stripped");
+    let status = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&binary)
+        .status()
+        .expect("strip is required (apt-get install binutils)");
+    assert!(status.success());
+    let perf_data = dir.join("perf.data");
+    let out = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "5000", "-o"])
+        .arg(&perf_data)
+        .arg("--")
+        .arg(&stripped)
+        .args(["switch", "30000000"])
+        .output()
+        .expect("perf is required (apt-get install linux-perf)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut optimized = Vec::new();
+    for (name, aggregate_with) in [("from-stripped", &stripped), ("from-unstripped", &binary)] {
+        let profile = dir.join(format!("{name}.prof"));
+        let r = rivet(&[
+            "aggregate",
+            s(&perf_data),
+            s(aggregate_with),
+            "-o",
+            s(&profile),
+        ]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let text = std::fs::read_to_string(&profile).unwrap();
+        let names_addresses = text.contains("__rivet_fde_");
+        assert_eq!(names_addresses, aggregate_with == &stripped, "{text}");
+
+        let output = dir.join(format!("{name}.opt"));
+        let r = rivet(&[
+            "optimize",
+            s(&binary),
+            "--profile",
+            s(&profile),
+            "-o",
+            s(&output),
+            "--json",
+        ]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(
+            r.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(
+            summary["profile"]["matched_share"].as_f64(),
+            Some(1.0),
+            "{summary}"
+        );
+        assert!(summary["profile"]["profiled_functions"].as_u64() >= Some(1));
+        let expected = Command::new(&binary)
+            .args(["switch", "777"])
+            .output()
+            .unwrap();
+        let got = Command::new(&output)
+            .args(["switch", "777"])
+            .output()
+            .unwrap();
+        assert_eq!(got.stdout, expected.stdout);
+        optimized.push(std::fs::read(&output).unwrap());
+    }
+    assert!(
+        optimized[0] == optimized[1],
+        "the two profiles gave different outputs"
+    );
 }

@@ -7,6 +7,9 @@
 //! call or tail call; a branch from `[unknown]` to offset 0 is an entry from code the profile
 //! does not see. Records that fit nothing are *stale* (the profile describes another build, or
 //! another disassembly); records naming functions the binary does not have are *unknown*.
+//! A profile of the stripped copy of a build names functions by address (`__rivet_fde_ADDR`,
+//! discovery's names where there are no symbols): in the unstripped build those resolve to
+//! the function starting there.
 //!
 //! A sample profile (no branch stacks) gives samples per address; the samples of a block,
 //! divided by the time one execution of it takes (its instructions' latency classes summed),
@@ -81,9 +84,11 @@ pub struct AttachedProfile {
     pub inferred: bool,
 }
 
-/// Functions by the names profiles use: profile names, then plain and qualified names.
+/// Functions by the names profiles use: profile names, then plain and qualified names, then
+/// the names discovery gives functions of a stripped binary (`__rivet_fde_ADDR`), by address.
 struct NameIndex<'a> {
     by_name: HashMap<&'a str, FuncId>,
+    program: &'a Program,
 }
 
 impl<'a> NameIndex<'a> {
@@ -98,11 +103,27 @@ impl<'a> NameIndex<'a> {
         for (i, n) in names.iter().enumerate() {
             by_name.insert(n.as_str(), FuncId(i as u32));
         }
-        NameIndex { by_name }
+        NameIndex { by_name, program }
     }
 
     fn get(&self, name: &str) -> Option<FuncId> {
-        self.by_name.get(name).copied()
+        self.by_name
+            .get(name)
+            .copied()
+            .or_else(|| self.by_fde_name(name))
+    }
+
+    /// A profile taken on the stripped copy of a build (perf in production, say) names its
+    /// functions by the address of their FDE; in the unstripped build, which the build-id check
+    /// has shown to be the same code, that is the start of the function of the same bytes.
+    fn by_fde_name(&self, name: &str) -> Option<FuncId> {
+        let hex = name.strip_prefix("__rivet_fde_")?;
+        let hex = hex.split_once('/').map_or(hex, |(h, _)| h);
+        let start = Vaddr(u64::from_str_radix(hex, 16).ok()?);
+        self.program
+            .function_containing(start)
+            .filter(|f| f.range.start == start)
+            .map(|f| f.id)
     }
 }
 
