@@ -602,3 +602,60 @@ fn a_partly_matching_profile_gets_a_warning_with_its_likely_cause() {
         warned[0]
     );
 }
+
+/// Release builds are stripped, often by binutils (`strip`, `objcopy --strip-debug`, as
+/// Debian's packaging does), which writes the program header table right after the ELF header
+/// whatever the input said. The output keeps its table there, so a stripped output runs as the
+/// original does (llvm-bolt's outputs crash at startup once stripped that way).
+#[test]
+fn the_output_can_be_stripped_with_binutils() {
+    let dir = scratch("optimize_cli", "strip");
+    let (bin, counts) = profiled_program(&dir);
+    let opt = dir.join("counts.opt");
+    let out = rivet(&["optimize", s(&bin), "--profile", s(&counts), "-o", s(&opt)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let header = Command::new("readelf")
+        .args(["-h", "-W"])
+        .arg(&opt)
+        .output()
+        .expect("readelf is required (apt-get install binutils)");
+    let header = String::from_utf8_lossy(&header.stdout).into_owned();
+    assert!(
+        header.contains("Start of program headers:          64 (bytes into file)"),
+        "{header}"
+    );
+    let expected = Command::new(&bin).args(["switch", "777"]).output().unwrap();
+    for (tool, args) in [
+        ("strip", &["-o"][..]),
+        ("strip", &["--strip-debug", "-o"][..]),
+        ("objcopy", &["--strip-debug"][..]),
+    ] {
+        let stripped = dir.join(format!("counts.{tool}.{}", args.len()));
+        let mut command = Command::new(tool);
+        command.args(args);
+        // `objcopy IN OUT`; `strip -o OUT IN`.
+        if tool == "objcopy" {
+            command.arg(&opt).arg(&stripped);
+        } else {
+            command.arg(&stripped).arg(&opt);
+        }
+        let run = command
+            .output()
+            .unwrap_or_else(|e| panic!("{tool} is required (apt-get install binutils): {e}"));
+        assert!(
+            run.status.success() && run.stderr.is_empty(),
+            "{tool} {args:?}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let got = Command::new(&stripped)
+            .args(["switch", "777"])
+            .output()
+            .unwrap();
+        assert!(got.status.success(), "{tool} {args:?}: {got:?}");
+        assert_eq!(got.stdout, expected.stdout, "{tool} {args:?}");
+    }
+}

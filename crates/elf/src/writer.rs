@@ -4,14 +4,24 @@
 //! that was not rewritten, data, dynamic tables, everything the loader already knows how to
 //! map. What changes is (1) a list of small in-place patches at virtual addresses (relocated
 //! pointers, jump-table entries, forwarding jumps, symbol values), and (2) one new PT_LOAD after
-//! the last one, holding the moved program header table followed by all new allocated
-//! content. Non-allocated additions (symbol tables, notes) and a fresh section header table
-//! go after it in the file. Original sections may be renamed or re-typed (so tools stop
-//! reading stale tables) but never removed, so section indices stay valid.
+//! the last one, holding all new allocated content. Non-allocated additions (symbol tables,
+//! notes) and a fresh section header table go after it in the file. Original sections may be
+//! renamed or re-typed (so tools stop reading stale tables) but never removed, so section
+//! indices stay valid.
 //!
 //! The kernel computes the span of an executable's mapping from the first and last PT_LOAD in
 //! table order, and `ld.so` wants PT_LOADs sorted by address: the new PT_LOAD is inserted
 //! right after the last existing one and sits above all of them.
+//!
+//! The program header table stays where the linker put it, right after the ELF header, when
+//! the new PT_LOAD can take the slot of a redundant header: the PT_NOTE that covers exactly
+//! what PT_GNU_PROPERTY covers (GNU ld and lld emit both; the kernel and `ld.so` read
+//! properties through PT_GNU_PROPERTY). That matters beyond tidiness: binutils' `strip` and
+//! `objcopy` always write the table right after the ELF header, and a table found anywhere
+//! else comes out of them as a binary that crashes at startup (llvm-bolt's outputs have that
+//! problem). Without such a slot, or when two headers are added (instrumentation counters),
+//! the table moves to the start of the new segment, which `llvm-strip` handles and binutils
+//! does not.
 
 use object::LittleEndian as LE;
 use object::elf;
@@ -31,25 +41,54 @@ const PHDR_SIZE: u64 = std::mem::size_of::<elf::ProgramHeader64<LE>>() as u64;
 pub struct NewSegment {
     pub vaddr: Vaddr,
     pub offset: FileOffset,
-    /// Bytes reserved at its start for the program header table.
+    /// Bytes reserved at its start for the program header table: 0 when the table stays in
+    /// place (`reused_slot`).
     pub phdr_size: u64,
+    /// The input's program header (by index) the new PT_LOAD replaces, so that the table keeps
+    /// its size and place: a PT_NOTE duplicating PT_GNU_PROPERTY.
+    pub reused_slot: Option<usize>,
+    /// Program headers of the input.
+    input_headers: u64,
 }
 
 impl NewSegment {
-    /// First address after the program header table.
+    /// First address after the program header table, if the segment holds it.
     pub fn content_start(&self) -> Vaddr {
         self.vaddr + self.phdr_size
     }
 
+    /// Whether the program header table stays where the input has it.
+    pub fn keeps_header_table(&self) -> bool {
+        self.reused_slot.is_some()
+    }
+
     /// Makes room, right below the new segment, for a zero-filled segment of `size` bytes
-    /// (`Rewrite::counters`), and returns its address.
+    /// (`Rewrite::counters`), and returns its address. Its PT_LOAD is a second header to add,
+    /// more than a reused slot makes room for: the table moves into the new segment.
     pub fn reserve_counters(&mut self, size: u64) -> Vaddr {
         let size = size.div_ceil(PAGE) * PAGE;
         let at = self.vaddr;
         self.vaddr = self.vaddr + size;
-        self.phdr_size += PHDR_SIZE;
+        self.reused_slot = None;
+        self.phdr_size = (self.input_headers + 2) * PHDR_SIZE;
         at
     }
+}
+
+/// The index of a PT_NOTE that covers exactly the bytes PT_GNU_PROPERTY covers: the loaders
+/// find the properties through PT_GNU_PROPERTY, so that header slot can hold another.
+fn redundant_note(elf: &ElfFile<'_>) -> Option<usize> {
+    let segments = elf.segments();
+    let property = segments
+        .iter()
+        .find(|s| s.p_type == elf::PT_GNU_PROPERTY.0)?;
+    segments.iter().position(|s| {
+        s.p_type == elf::PT_NOTE.0
+            && s.offset == property.offset
+            && s.vaddr == property.vaddr
+            && s.filesz == property.filesz
+            && s.memsz == property.memsz
+    })
 }
 
 /// How a new section names the section its `sh_link` points to.
@@ -161,10 +200,17 @@ pub fn new_segment(elf: &ElfFile<'_>) -> Result<NewSegment> {
     // (debug info, symbols) move behind the new segment, which lets the writer leave out the
     // ones the output replaces.
     let offset = (loaded_end(elf) + PAGE - 1) & !(PAGE - 1);
+    let reused_slot = redundant_note(elf);
     Ok(NewSegment {
         vaddr: Vaddr(vaddr),
         offset: FileOffset(offset),
-        phdr_size: (phnum + 1) * PHDR_SIZE,
+        phdr_size: if reused_slot.is_some() {
+            0
+        } else {
+            (phnum + 1) * PHDR_SIZE
+        },
+        reused_slot,
+        input_headers: phnum,
     })
 }
 
@@ -248,12 +294,23 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
         alloc_offsets.push(off as u64);
     }
 
-    // Program header table: the input's, the new PT_LOAD after the last PT_LOAD, PT_PHDR and
-    // PT_GNU_EH_FRAME repointed.
+    // Program header table: the input's (less the slot the new PT_LOAD reuses), the new
+    // PT_LOAD after the last PT_LOAD, PT_PHDR (if the table moves) and PT_GNU_EH_FRAME
+    // repointed.
     let mut phdrs: Vec<elf::ProgramHeader64<LE>> = hdr
         .program_headers(LE, input)
         .map_err(|e| bad("program header table", e.to_string()))?
         .to_vec();
+    let input_phnum = phdrs.len();
+    if let Some(slot) = segment.reused_slot {
+        if rewrite.counters.is_some() || slot >= phdrs.len() {
+            return Err(bad(
+                "program header table",
+                "no slot for the headers to add".into(),
+            ));
+        }
+        phdrs.remove(slot);
+    }
     let last_load = phdrs
         .iter()
         .rposition(|p| p.p_type(LE) == elf::PT_LOAD)
@@ -291,7 +348,7 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     }
     for p in &mut phdrs {
         match p.p_type(LE) {
-            elf::PT_PHDR => {
+            elf::PT_PHDR if !segment.keeps_header_table() => {
                 p.p_offset = U64::new(LE, segment.offset.0);
                 p.p_vaddr = U64::new(LE, segment.vaddr.get());
                 p.p_paddr = U64::new(LE, segment.vaddr.get());
@@ -315,8 +372,14 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
         .iter()
         .flat_map(|p| object::bytes_of(p).iter().copied())
         .collect();
-    debug_assert_eq!(phdr_bytes.len() as u64, segment.phdr_size);
-    out[seg_start..seg_start + phdr_bytes.len()].copy_from_slice(&phdr_bytes);
+    let phoff = if segment.keeps_header_table() {
+        debug_assert_eq!(phdrs.len(), input_phnum);
+        hdr.e_phoff(LE) as usize
+    } else {
+        debug_assert_eq!(phdr_bytes.len() as u64, segment.phdr_size);
+        seg_start
+    };
+    out[phoff..phoff + phdr_bytes.len()].copy_from_slice(&phdr_bytes);
 
     // 3. The input's non-allocated sections that lay beyond the new segment's offset, moved
     //    behind it (contents the output replaces left out), then the new ones.
@@ -471,7 +534,7 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     if let Some(entry) = rewrite.entry {
         new_hdr.e_entry = U64::new(LE, entry.get());
     }
-    new_hdr.e_phoff = U64::new(LE, segment.offset.0);
+    new_hdr.e_phoff = U64::new(LE, phoff as u64);
     new_hdr.e_phnum = U16::new(LE, phdrs.len() as u16);
     new_hdr.e_shoff = U64::new(LE, shoff);
     new_hdr.e_shnum = U16::new(LE, shdrs.len() as u16);
@@ -504,11 +567,26 @@ mod tests {
         let seg = new_segment(&elf).unwrap();
         let out = write_output(&elf, &seg, &Rewrite::default()).unwrap();
         let again = ElfFile::parse(&out).unwrap();
-        assert_eq!(again.segments().len(), elf.segments().len() + 1);
+        // Debian's /bin/true has a PT_NOTE duplicating PT_GNU_PROPERTY: its slot holds the new
+        // PT_LOAD, and the table stays right after the ELF header.
+        assert!(seg.keeps_header_table());
+        assert_eq!(again.segments().len(), elf.segments().len());
+        assert_eq!(&out[32..40], &data[32..40], "e_phoff moved");
+        let loads = |e: &ElfFile<'_>| e.segments().iter().filter(|s| s.is_load()).count();
+        assert_eq!(loads(&again), loads(&elf) + 1);
+        let notes = |e: &ElfFile<'_>| {
+            e.segments()
+                .iter()
+                .filter(|s| s.p_type == elf::PT_NOTE.0)
+                .count()
+        };
+        assert_eq!(notes(&again), notes(&elf) - 1);
         assert_eq!(again.sections().len(), elf.sections().len() + 1);
-        // Loaded bytes are untouched (except the ELF header); the rest moved with its section.
+        // Loaded bytes are untouched (except the ELF header and the program header table);
+        // the rest moved with its section.
         let end = loaded_end(&elf) as usize;
-        assert_eq!(&out[64..end], &data[64..end]);
+        let table_end = 64 + elf.segments().len() * PHDR_SIZE as usize;
+        assert_eq!(&out[table_end..end], &data[table_end..end]);
         for (a, b) in elf.sections().iter().zip(again.sections()) {
             assert_eq!(a.data, b.data, "{}", a.name);
         }
@@ -516,13 +594,42 @@ mod tests {
             assert_eq!(a.name, b.name);
             assert_eq!(a.addr, b.addr);
         }
-        // And the kernel and ld.so still load it, with the program headers in the new segment.
-        let path = std::env::temp_dir().join(format!("rivet-writer-{}", std::process::id()));
-        std::fs::write(&path, &out).unwrap();
+        // And the kernel and ld.so still load it.
+        assert!(runs(&out, "in-place"));
+    }
+
+    /// Writes `image` to a temporary file and runs it.
+    fn runs(image: &[u8], tag: &str) -> bool {
+        let path = std::env::temp_dir().join(format!("rivet-writer-{tag}-{}", std::process::id()));
+        std::fs::write(&path, image).unwrap();
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         let status = std::process::Command::new(&path).status().unwrap();
         std::fs::remove_file(&path).unwrap();
-        assert!(status.success());
+        status.success()
+    }
+
+    #[test]
+    fn a_second_new_header_moves_the_table_into_the_new_segment() {
+        let data = std::fs::read("/bin/true").unwrap();
+        let elf = ElfFile::parse(&data).unwrap();
+        let mut seg = new_segment(&elf).unwrap();
+        let counters = seg.reserve_counters(4096);
+        assert!(!seg.keeps_header_table());
+        let rewrite = Rewrite {
+            counters: Some((counters, 4096)),
+            ..Rewrite::default()
+        };
+        let out = write_output(&elf, &seg, &rewrite).unwrap();
+        let again = ElfFile::parse(&out).unwrap();
+        assert_eq!(again.segments().len(), elf.segments().len() + 2);
+        let phdr = again
+            .segments()
+            .iter()
+            .find(|s| s.p_type == elf::PT_PHDR.0)
+            .unwrap();
+        assert_eq!(phdr.vaddr, seg.vaddr);
+        assert_eq!(phdr.offset, seg.offset);
+        assert!(runs(&out, "moved"));
     }
 }
