@@ -161,25 +161,26 @@ fn synthesized_branch_stacks_give_exact_branches_and_fall_throughs() {
     }
 }
 
-#[test]
-fn plain_samples_of_a_real_run_land_in_its_functions() {
-    let dir = scratch("aggregate", "samples");
-    let binary = dir.join("prog");
+/// Builds tests/instrument/counts.c at `opt` (with relocations) into `binary`.
+fn build_counts(binary: &Path, opt: &str) {
     let status = Command::new("gcc")
-        .args(["-O2", "-g", "-Wl,--emit-relocs"])
+        .args([opt, "-g", "-Wl,--emit-relocs"])
         .arg(instrument_source("counts.c"))
         .arg("-o")
-        .arg(&binary)
+        .arg(binary)
         .arg("-lpthread")
         .status()
         .unwrap();
     assert!(status.success());
-    let perf_data = dir.join("perf.data");
+}
+
+/// `perf record -e cpu-clock:u` of `binary switch 30000000` into `perf_data`.
+fn record_samples(binary: &Path, perf_data: &Path) {
     let out = Command::new("perf")
         .args(["record", "-q", "-e", "cpu-clock:u", "-F", "5000", "-o"])
-        .arg(&perf_data)
+        .arg(perf_data)
         .arg("--")
-        .arg(&binary)
+        .arg(binary)
         .args(["switch", "30000000"])
         .output()
         .expect("perf is required (apt-get install linux-perf)");
@@ -188,6 +189,15 @@ fn plain_samples_of_a_real_run_land_in_its_functions() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn plain_samples_of_a_real_run_land_in_its_functions() {
+    let dir = scratch("aggregate", "samples");
+    let binary = dir.join("prog");
+    build_counts(&binary, "-O2");
+    let perf_data = dir.join("perf.data");
+    record_samples(&binary, &perf_data);
     let profile_path = dir.join("prog.fdata");
     let r = rivet(&[
         "aggregate",
@@ -223,15 +233,7 @@ fn plain_samples_of_a_real_run_land_in_its_functions() {
     );
 
     // Another build of the same path: refused, unless forced.
-    let status = Command::new("gcc")
-        .args(["-O1", "-g", "-Wl,--emit-relocs"])
-        .arg(instrument_source("counts.c"))
-        .arg("-o")
-        .arg(&binary)
-        .arg("-lpthread")
-        .status()
-        .unwrap();
-    assert!(status.success());
+    build_counts(&binary, "-O1");
     let again = dir.join("again.fdata");
     let r = rivet(&["aggregate", s(&perf_data), s(&binary), "-o", s(&again)]);
     assert_one_error_line(&r, "another build");
@@ -349,15 +351,7 @@ fn samples_of_a_shared_library_land_in_its_functions() {
 fn samples_of_a_stripped_copy_optimize_the_unstripped_build() {
     let dir = scratch("aggregate", "stripped");
     let binary = dir.join("prog");
-    let status = Command::new("gcc")
-        .args(["-O2", "-g", "-Wl,--emit-relocs"])
-        .arg(instrument_source("counts.c"))
-        .arg("-o")
-        .arg(&binary)
-        .arg("-lpthread")
-        .status()
-        .unwrap();
-    assert!(status.success());
+    build_counts(&binary, "-O2");
     let stripped = dir.join("prog.stripped");
     let status = Command::new("strip")
         .arg("-o")
@@ -367,19 +361,7 @@ fn samples_of_a_stripped_copy_optimize_the_unstripped_build() {
         .expect("strip is required (apt-get install binutils)");
     assert!(status.success());
     let perf_data = dir.join("perf.data");
-    let out = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "5000", "-o"])
-        .arg(&perf_data)
-        .arg("--")
-        .arg(&stripped)
-        .args(["switch", "30000000"])
-        .output()
-        .expect("perf is required (apt-get install linux-perf)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    record_samples(&stripped, &perf_data);
     let mut optimized = Vec::new();
     for (name, aggregate_with) in [("from-stripped", &stripped), ("from-unstripped", &binary)] {
         let profile = dir.join(format!("{name}.prof"));
