@@ -74,50 +74,43 @@ pub fn partial_match_warning(
         return None;
     }
     let share = |count: u64| 100.0 * count as f64 / r.records_count as f64;
-    let part = |list: &[(String, u64)], what: &str| -> Option<(u64, String)> {
+    // (count lost, description) of one kind of loss, if any.
+    let part = |list: &[(String, u64)], one: &str, many: &str| -> Option<(u64, String)> {
+        if list.is_empty() {
+            return None;
+        }
         let lost: u64 = list.iter().map(|x| x.1).sum();
-        (!list.is_empty()).then(|| {
-            let names: Vec<&str> = list.iter().take(3).map(|x| x.0.as_str()).collect();
-            let more = if list.len() > 3 { ", ..." } else { "" };
-            let text = format!(
-                "{} {what} ({:.1}% of the counts: {}{more})",
-                list.len(),
-                share(lost),
-                names.join(", ")
-            );
-            (lost, text)
-        })
-    };
-    let plural = |list: &[(String, u64)], one: &'static str, many: &'static str| {
-        if list.len() == 1 { one } else { many }
+        let what = if list.len() == 1 { one } else { many };
+        let names: Vec<&str> = list.iter().take(3).map(|x| x.0.as_str()).collect();
+        let more = if list.len() > 3 { ", ..." } else { "" };
+        let text = format!(
+            "{} {what} ({:.1}% of the counts: {}{more})",
+            list.len(),
+            share(lost),
+            names.join(", ")
+        );
+        Some((lost, text))
     };
     let unknown = part(
         &r.unknown_functions,
-        plural(
-            &r.unknown_functions,
-            "function it names is not in the binary",
-            "functions it names are not in the binary",
-        ),
+        "function it names is not in the binary",
+        "functions it names are not in the binary",
     );
     let stale = part(
         &r.stale_functions,
-        plural(
-            &r.stale_functions,
-            "function has records that fit no block or edge",
-            "functions have records that fit no block or edge",
-        ),
+        "function has records that fit no block or edge",
+        "functions have records that fit no block or edge",
     );
-    let unknown_lost = unknown.as_ref().map_or(0, |x| x.0);
-    let stale_lost = stale.as_ref().map_or(0, |x| x.0);
-    let cause = if unknown_lost >= stale_lost && !elf.has_static_symbols() {
+    let lost = |p: &Option<(u64, String)>| p.as_ref().map_or(0, |x| x.0);
+    let cause = if lost(&stale) > lost(&unknown) {
+        "the code changed since the profile was taken: profile this build".to_string()
+    } else if !elf.has_static_symbols() {
         format!(
             "{} has no symbol table (stripped) and profiles name functions by symbol: optimize the unstripped build and strip the result",
             binary.display()
         )
-    } else if unknown_lost >= stale_lost {
-        "the profile is of another build or program: `rivet inspect BINARY --profile P` lists what it names".to_string()
     } else {
-        "the code changed since the profile was taken: profile this build".to_string()
+        "the profile is of another build or program: `rivet inspect BINARY --profile P` lists what it names".to_string()
     };
     let lost: Vec<String> = [unknown, stale]
         .into_iter()

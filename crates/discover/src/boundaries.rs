@@ -124,7 +124,7 @@ pub fn find_candidates(elf: &ElfFile, symbols: &[Symbol], fdes: &[Fde]) -> Vec<C
             if !covered {
                 from_fdes.push(Candidate {
                     range: fde.range,
-                    names: vec![format!("__rivet_fde_{:x}", fde.range.start.get())],
+                    names: vec![rivet_ir::unnamed_function_name(fde.range.start)],
                     file: None,
                     is_local: true,
                     origin: Origin::Fde,

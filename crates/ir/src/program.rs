@@ -353,6 +353,22 @@ pub struct Program {
     pub warnings: Vec<String>,
 }
 
+/// The name discovery gives a function that has no symbol (stripped binaries), found by its
+/// FDE: its start address, so that a profile of the stripped copy still says which function
+/// of the unstripped build it means (`unnamed_function_start`).
+pub fn unnamed_function_name(start: Vaddr) -> String {
+    format!("{UNNAMED_PREFIX}{:x}", start.get())
+}
+
+/// The start address an `unnamed_function_name` encodes (a profile's `/N` suffix allowed).
+pub fn unnamed_function_start(name: &str) -> Option<Vaddr> {
+    let hex = name.strip_prefix(UNNAMED_PREFIX)?;
+    let hex = hex.split_once('/').map_or(hex, |(h, _)| h);
+    u64::from_str_radix(hex, 16).ok().map(Vaddr)
+}
+
+const UNNAMED_PREFIX: &str = "__rivet_fde_";
+
 impl Program {
     pub fn function(&self, id: FuncId) -> &Function {
         &self.functions[id.0 as usize]

@@ -117,9 +117,7 @@ impl<'a> NameIndex<'a> {
     /// functions by the address of their FDE; in the unstripped build, which the build-id check
     /// has shown to be the same code, that is the start of the function of the same bytes.
     fn by_fde_name(&self, name: &str) -> Option<FuncId> {
-        let hex = name.strip_prefix("__rivet_fde_")?;
-        let hex = hex.split_once('/').map_or(hex, |(h, _)| h);
-        let start = Vaddr(u64::from_str_radix(hex, 16).ok()?);
+        let start = rivet_ir::unnamed_function_start(name)?;
         self.program
             .function_containing(start)
             .filter(|f| f.range.start == start)
