@@ -598,8 +598,12 @@ mod tests {
         assert!(runs(&out, "in-place"));
     }
 
-    /// Writes `image` to a temporary file and runs it.
+    /// Writes `image` to a temporary file and runs it. One at a time: a test thread forking
+    /// while another still holds its file open for writing would make that file's exec fail
+    /// with ETXTBSY (the child inherits the descriptor until its own exec).
     fn runs(image: &[u8], tag: &str) -> bool {
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let path = std::env::temp_dir().join(format!("rivet-writer-{tag}-{}", std::process::id()));
         std::fs::write(&path, image).unwrap();
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
