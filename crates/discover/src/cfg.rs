@@ -8,6 +8,7 @@
 //! re-run when the set of noreturn functions grows.
 
 use rivet_arch::{Flow, IndirectJump, Inst, analyze_indirect_jump, decode_all};
+use rivet_elf::eh_frame::{Cfa, EhFrameTable};
 use rivet_elf::relocs::StaticReloc;
 use rivet_elf::{ElfFile, ElfKind, Vaddr, VaddrRange};
 use rivet_ir::*;
@@ -38,6 +39,9 @@ pub struct Context<'a> {
     pub relative_refs: Vec<(Vaddr, Vaddr)>,
     /// Static relocations sorted by site.
     pub static_relocs: &'a [StaticReloc],
+    /// The unwind tables, when the file has them: they tell whether a frame is still on the
+    /// stack at an indirect jump.
+    pub eh: Option<&'a EhFrameTable<'a>>,
 }
 
 impl Context<'_> {
@@ -67,6 +71,24 @@ impl Context<'_> {
 
     pub fn is_noreturn(&self, addr: Vaddr) -> bool {
         self.noreturn.binary_search(&addr).is_ok()
+    }
+
+    /// Whether the stack frame is gone at `at`, as it must be for a tail call: the unwind
+    /// row there has the CFA at the stack pointer plus 8, so the stack pointer points at the
+    /// caller's return address. `None` without unwind information for `at`.
+    pub fn frame_released_at(&self, at: Vaddr) -> Option<bool> {
+        /// rsp's DWARF register number on x86-64.
+        const DWARF_RSP: u16 = 7;
+        let eh = self.eh?;
+        let rows = eh.rows(eh.fde_for(at)?).ok()?;
+        let row = rows.iter().find(|r| r.range.contains(at))?;
+        Some(matches!(
+            row.cfa,
+            Cfa::RegisterOffset {
+                register: DWARF_RSP,
+                offset: 8
+            }
+        ))
     }
 
     /// True when `a` and `b` are parts of one function split by the compiler (`foo`,
@@ -473,6 +495,12 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         let at = insts[i].addr();
         if labels.is_empty() {
             if relative_into_function {
+                b.fail(SkipReason::UnresolvedIndirectJump { at });
+            } else if ctx.frame_released_at(at) == Some(false) {
+                // A jump that leaves the frame on the stack is no tail call: the callee
+                // would return into it. It is a dispatch the analysis could not follow
+                // (a table of offsets from a base it did not find), and the table in data
+                // would still point at the old code.
                 b.fail(SkipReason::UnresolvedIndirectJump { at });
             } else {
                 // No label of this function is stored anywhere: the jump can only reach
@@ -1075,6 +1103,40 @@ fn resolve_table(
         bound: table_bound,
         default_target,
     })
+}
+
+/// The callees among `candidates` (sorted) that `f` shows to return: a direct call to one of
+/// them followed by code that only the call's return can reach. The next instruction is in
+/// the middle of a block (no jump, table or unwinder enters it there) and is not padding.
+/// Compilers emit nothing after a call they know does not return, so such code is live only
+/// if the callee returns. A call as a function's last instruction is weaker evidence the
+/// other way: a compiler also ends a function with a call when what would follow is
+/// unreachable for another reason (`__builtin_unreachable()` after an ordinary call, or code
+/// it proved undefined), so that evidence yields to this. libLLVM ends a function with a
+/// call to `llvm::Twine::str()` that way; taking that for noreturn broke every caller.
+/// Errors here only cost coverage: a callee wrongly kept returning makes the calls to it
+/// look as if they fall through, and functions ending with such a call are left alone. That
+/// happens when a caller was compiled without knowing: glibc loops on its fatal-message
+/// function (`for (;;) __libc_message (...)`), so 11 of libc.so.6's malloc functions that
+/// end with a call to it are skipped.
+pub fn callees_returned_to(f: &Function, candidates: &[Vaddr]) -> Vec<Vaddr> {
+    if f.blocks.is_empty() {
+        return Vec::new();
+    }
+    f.insts
+        .windows(2)
+        .filter_map(|pair| match pair[0].flow() {
+            Flow::Call { target }
+                if candidates.binary_search(&target).is_ok()
+                    && !pair[1].is_padding_nop()
+                    && !pair[1].is_int3()
+                    && f.block_at(pair[1].addr()).is_none() =>
+            {
+                Some(target)
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// True when the function, as built, has no way to return to its caller.

@@ -165,6 +165,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         code_ref_sites,
         relative_refs: data.relative,
         static_relocs: &static_relocs,
+        eh: eh.as_ref(),
     };
     let mut entries: Vec<(Vaddr, FuncId)> =
         functions.iter().map(|f| (f.range.start, f.id)).collect();
@@ -267,7 +268,9 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
             .filter(|f| !ctx.is_noreturn(f.range.start) && cfg::never_returns(&ctx, f))
             .map(|f| f.range.start)
             .collect();
-        // A call as the very last instruction of a function: the callee cannot return.
+        // A call as the very last instruction of a function: the callee does not return,
+        // unless a call to it elsewhere is followed by code only its return reaches.
+        let mut trailing: Vec<Vaddr> = Vec::new();
         for (f, d) in functions.iter().zip(&decoded) {
             // Extents from symbol sizes and FDEs are the compiler's; one guessed up to the
             // next symbol proves nothing about where the code ends.
@@ -276,9 +279,24 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
             }
             for &t in &d.trailing_call_targets {
                 if !ctx.is_noreturn(t) && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some()) {
-                    added.push(t);
+                    trailing.push(t);
                 }
             }
+        }
+        trailing.sort();
+        trailing.dedup();
+        if !trailing.is_empty() {
+            let mut returning: Vec<Vaddr> = functions
+                .par_iter()
+                .flat_map_iter(|f| cfg::callees_returned_to(f, &trailing))
+                .collect();
+            returning.sort();
+            returning.dedup();
+            added.extend(
+                trailing
+                    .into_iter()
+                    .filter(|t| returning.binary_search(t).is_err()),
+            );
         }
         added.sort();
         added.dedup();

@@ -1,0 +1,158 @@
+//! Machine code that breaks an assumption a binary analysis could make, from `tests/unusual`:
+//! each program is built, modelled and rewritten, and the rewritten program must print what
+//! the original prints. Both cases were found in libLLVM (Debian's libLLVM.so.19.1, optimized
+//! in place from perf samples of clang), whose rewritten copy crashed clang before the fixes.
+
+mod common;
+
+use common::{rivet, s, scratch};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/unusual")
+        .join(name)
+}
+
+/// Builds `sources` with `compiler -O2 -g` and `flags` into `dir/name`.
+fn build(dir: &Path, compiler: &str, sources: &[&str], flags: &[&str], name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let status = Command::new(compiler)
+        .args(["-O2", "-g"])
+        .args(flags)
+        .args(sources.iter().map(|f| source(f)))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} is required (scripts/test.sh installs it): {e}"));
+    assert!(status.success(), "{compiler} {sources:?} failed");
+    out
+}
+
+/// Runs `bin` with `args` for at most 20 seconds and returns its exit status (None when a
+/// signal ended it) and the first 64 KiB of its stdout: a miscompiled program may loop
+/// printing forever.
+fn run_bounded(bin: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new("timeout")
+        .arg("20")
+        .arg(bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("timeout (coreutils)");
+    let mut out = Vec::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .take(64 << 10)
+        .read_to_end(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    (status.code(), String::from_utf8_lossy(&out).into_owned())
+}
+
+fn inspect_function(bin: &Path, name: &str) -> String {
+    let out = rivet(&["inspect", s(bin), "--function", name]);
+    assert!(out.status.success(), "inspect {name}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn a_call_that_ends_a_function_does_not_make_a_returning_callee_noreturn() {
+    let dir = scratch("unusual_code", "trailing_call");
+    for compiler in ["gcc", "clang-19"] {
+        let bin = build(
+            &dir,
+            compiler,
+            &["trailing_call.c"],
+            &["-Wl,--emit-relocs"],
+            compiler,
+        );
+        // The premise: the compiler ended `checked` with the call to `twice`.
+        let checked = inspect_function(&bin, "checked");
+        let last_instruction = checked
+            .lines()
+            .rfind(|l| l.trim_start().starts_with("0x"))
+            .unwrap_or_default();
+        assert!(
+            last_instruction.contains("call") && last_instruction.contains("<twice>"),
+            "{compiler} did not end `checked` with the call to `twice`, the test proves \
+             nothing:\n{checked}"
+        );
+        // `twice` returns: main's call to it goes on to the loop.
+        let main = inspect_function(&bin, "main");
+        let calls: Vec<&str> = main.lines().filter(|l| l.contains("<twice>")).collect();
+        assert!(
+            !calls.is_empty(),
+            "{compiler}: no call to twice in main:\n{main}"
+        );
+        for call in calls {
+            assert!(
+                !call.contains("noreturn"),
+                "{compiler}: `twice` taken for a function that never returns: {call}"
+            );
+        }
+        let expected = run_bounded(&bin, &[]);
+        assert_eq!(expected.0, Some(0), "{compiler}: the original failed");
+        for layout in ["reverse", "shuffle"] {
+            let out = dir.join(format!("{compiler}.{layout}"));
+            let rewrite = rivet(&["rewrite", s(&bin), "-o", s(&out), "--layout", layout]);
+            assert!(rewrite.status.success(), "{compiler} {layout}: {rewrite:?}");
+            assert_eq!(
+                run_bounded(&out, &[]),
+                expected,
+                "{compiler}: the {layout} rewrite behaves differently"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unresolved_jump_with_the_frame_on_the_stack_is_not_a_tail_call() {
+    let dir = scratch("unusual_code", "register_table");
+    // Without relocations the table's offsets are invisible: only the jump itself can tell
+    // Rivet that the function must stay as it is.
+    let bin = build(
+        &dir,
+        "gcc",
+        &["register_table_main.c", "register_table.S"],
+        &[],
+        "register_table",
+    );
+    let dispatch = inspect_function(&bin, "dispatch");
+    assert!(
+        dispatch
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains("skipped: unresolved-indirect-jump"),
+        "dispatch should be left alone:\n{dispatch}"
+    );
+    let expected = run_bounded(&bin, &["10"]);
+    assert_eq!(expected.0, Some(0), "the original failed");
+    assert!(expected.1.contains("dispatch(10) = 2233"), "{}", expected.1);
+    for seed in 1..=4 {
+        let out = dir.join(format!("shuffled.{seed}"));
+        let seed = seed.to_string();
+        let rewrite = rivet(&[
+            "rewrite",
+            s(&bin),
+            "-o",
+            s(&out),
+            "--layout",
+            "shuffle-blocks",
+            "--seed",
+            &seed,
+        ]);
+        assert!(rewrite.status.success(), "seed {seed}: {rewrite:?}");
+        assert_eq!(
+            run_bounded(&out, &["10"]),
+            expected,
+            "seed {seed}: the rewritten program behaves differently"
+        );
+    }
+}
