@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use common::{assert_one_error_line, instrument_source, rivet, s, scratch};
+use common::{assert_one_error_line, instrument_source, perf_record, rivet, s, scratch};
 use rivet_profile::{Location, Mode, native};
 
 /// Addresses of the loop's instructions, from the binary (see lbr_loop.S).
@@ -176,19 +176,9 @@ fn build_counts(binary: &Path, opt: &str) {
 
 /// `perf record -e cpu-clock:u` of `binary switch 30000000` into `perf_data`.
 fn record_samples(binary: &Path, perf_data: &Path) {
-    let out = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "5000", "-o"])
-        .arg(perf_data)
-        .arg("--")
-        .arg(binary)
-        .args(["switch", "30000000"])
-        .output()
-        .expect("perf is required (apt-get install linux-perf)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    perf_record(perf_data, 5000, |perf| {
+        perf.arg(binary).args(["switch", "30000000"]);
+    });
 }
 
 #[test]
@@ -278,20 +268,11 @@ fn samples_of_a_shared_library_land_in_its_functions() {
         .unwrap();
     assert!(status.success());
     let perf_data = dir.join("perf.data");
-    let out = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "5000", "-o"])
-        .arg(&perf_data)
-        .arg("--")
-        .arg(&user)
-        .args(["3000000", "20"])
-        .env("LD_LIBRARY_PATH", &dir)
-        .output()
-        .expect("perf is required (apt-get install linux-perf)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    perf_record(&perf_data, 5000, |perf| {
+        perf.arg(&user)
+            .args(["3000000", "20"])
+            .env("LD_LIBRARY_PATH", &dir);
+    });
     let profile_path = dir.join("lib.rprof");
     let r = rivet(&[
         "aggregate",

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{rivet, s, scratch};
+use common::{perf_record, rivet, s, scratch};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -82,17 +82,9 @@ fn libllvm_optimized_in_place_from_perf_samples_compiles_identically() {
         }
     }
     let perf_data = dir.join("perf.data");
-    let out = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "4000", "-o"])
-        .arg(&perf_data)
-        .args(["--", "sh", "-c", &script])
-        .output()
-        .expect("perf is required (apt-get install linux-perf)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    perf_record(&perf_data, 4000, |perf| {
+        perf.args(["sh", "-c", &script]);
+    });
     let profile = dir.join("libLLVM.prof");
     let r = rivet(&["aggregate", s(&perf_data), LIBRARY, "-o", s(&profile)]);
     assert!(r.status.success(), "aggregate: {r:?}");

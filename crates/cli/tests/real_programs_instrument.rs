@@ -6,8 +6,8 @@
 
 mod common;
 
+use common::{perf_record, rivet, s, scratch};
 use common::{real_program, repo_root};
-use common::{rivet, s, scratch};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -203,18 +203,9 @@ fn lua_samples_rank_hot_functions_like_instrumentation() {
         .unwrap();
     assert!(run.success());
     let perf_data = dir.join("perf.data");
-    let out = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock:u", "-F", "20000", "-o"])
-        .arg(&perf_data)
-        .args(["--", "bash", "-c"])
-        .arg(lua_workload_script(original))
-        .output()
-        .expect("perf is required (apt-get install linux-perf)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    perf_record(&perf_data, 20000, |perf| {
+        perf.args(["bash", "-c"]).arg(lua_workload_script(original));
+    });
     let sampled = dir.join("lua.samples");
     let r = rivet(&["aggregate", s(&perf_data), s(original), "-o", s(&sampled)]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));

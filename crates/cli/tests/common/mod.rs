@@ -1,7 +1,7 @@
 //! Helpers shared by the CLI's integration tests.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 
 #[allow(dead_code)] // only the differential tests use it
 pub mod corpus;
@@ -194,6 +194,28 @@ pub fn check_script(script: &str, args: &[&Path], extra: &[&str]) {
         out.status.success(),
         "{script} {args:?} {extra:?} found differences:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `perf record -e cpu-clock:u -F FREQUENCY -o PERF_DATA -- ...`: samples of user code, which
+/// need no hardware counters. `command` adds the sampled command, its arguments and its
+/// environment after the `--`. Panics when perf is missing or fails.
+#[allow(dead_code)]
+pub fn perf_record(perf_data: &Path, frequency: u32, command: impl FnOnce(&mut Command)) {
+    let mut perf = Command::new("perf");
+    perf.args(["record", "-q", "-e", "cpu-clock:u", "-F"])
+        .arg(frequency.to_string())
+        .arg("-o")
+        .arg(perf_data)
+        .arg("--");
+    command(&mut perf);
+    let out = perf
+        .output()
+        .expect("perf is required (apt-get install linux-perf)");
+    assert!(
+        out.status.success(),
+        "perf record: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
