@@ -310,6 +310,8 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // Indirect jumps: tables, tail calls, computed gotos.
     let mut indirect: Vec<(usize, IndirectKind)> = Vec::new();
     let mut unknown_jumps = Vec::new();
+    // A jump made with the frame still on the stack is no tail call (see `frame_released_at`).
+    let frame_live = |at: Vaddr| ctx.frame_released_at(at) == Some(false);
     let mut constants: Option<Vec<(rivet_arch::RegisterId, u64)>> = None;
     let mut branch_preds: Option<Vec<(usize, usize)>> = None;
     let mut merge_points: Option<Vec<bool>> = None;
@@ -421,6 +423,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 let kind = JumpTableKind::Absolute;
                 match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, bound) {
                     TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
+                    TableResult::FunctionPointers if frame_live(inst.addr()) => {
+                        unknown_jumps.push(i)
+                    }
                     TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
                     TableResult::Failed => {}
                 }
@@ -434,15 +439,20 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 let kind = JumpTableKind::Relative { base };
                 match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, bound) {
                     TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
+                    TableResult::FunctionPointers if frame_live(inst.addr()) => {
+                        unknown_jumps.push(i)
+                    }
                     TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
                     TableResult::Failed => {}
                 }
             }
             // A pointer read from a fixed address is a tail call, unless what is stored there
             // is a label of this very function: then it is a computed goto whose table base
-            // the compiler folded into the load.
+            // the compiler folded into the load. Neither is a tail call made with the frame
+            // still on the stack.
             IndirectJump::MemorySlot { slot } => match ctx.stored_code_at(slot) {
                 Some(t) if f.range.contains(t) && t != f.range.start => unknown_jumps.push(i),
+                _ if frame_live(inst.addr()) => unknown_jumps.push(i),
                 _ => indirect.push((i, IndirectKind::TailCall)),
             },
             IndirectJump::Unknown => unknown_jumps.push(i),
@@ -496,7 +506,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         if labels.is_empty() {
             if relative_into_function {
                 b.fail(SkipReason::UnresolvedIndirectJump { at });
-            } else if ctx.frame_released_at(at) == Some(false) {
+            } else if frame_live(at) {
                 // A jump that leaves the frame on the stack is no tail call: the callee
                 // would return into it. It is a dispatch the analysis could not follow
                 // (a table of offsets from a base it did not find), and the table in data
