@@ -62,6 +62,29 @@ fn trim_adjacent_tables(functions: &mut [Function]) {
     }
 }
 
+/// Whether functions can be moved: the binary kept its relocations against code and the
+/// symbols they name; if not, why. Reads no code, so a command that needs relocations can
+/// refuse before the work of discovery (seconds on a large library).
+pub fn relocation_mode(elf: &ElfFile) -> Result<RelocationMode, DiscoverError> {
+    Ok(relocation_mode_from(
+        !elf.symbols()?.is_empty(),
+        elf.has_code_relocations(),
+    ))
+}
+
+fn relocation_mode_from(has_symtab: bool, has_code_relocs: bool) -> RelocationMode {
+    let reason = if !has_symtab {
+        "the binary has no .symtab (stripped); relocations cannot be interpreted"
+    } else if !has_code_relocs {
+        "no relocations against code (.rela.text missing): relink with -Wl,--emit-relocs"
+    } else {
+        return RelocationMode::Available;
+    };
+    RelocationMode::Unavailable {
+        reason: reason.into(),
+    }
+}
+
 /// Runs discovery over the whole binary.
 pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, DiscoverError> {
     let mut warnings = Vec::new();
@@ -392,24 +415,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         })
         .map(|s| s.size)
         .sum();
-    let relocation_mode = if reloc_mode {
-        RelocationMode::Available
-    } else if !has_symtab {
-        RelocationMode::Unavailable {
-            reason: "the binary has no .symtab (stripped); relocations cannot be interpreted"
-                .into(),
-        }
-    } else if !has_code_relocs {
-        RelocationMode::Unavailable {
-            reason:
-                "no relocations against code (.rela.text missing): relink with -Wl,--emit-relocs"
-                    .into(),
-        }
-    } else {
-        RelocationMode::Unavailable {
-            reason: "unknown".into(),
-        }
-    };
+    let relocation_mode = relocation_mode_from(has_symtab, has_code_relocs);
     Ok(Program {
         info: BinaryInfo {
             kind: elf.kind,
