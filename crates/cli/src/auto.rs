@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 use clap::Parser as _;
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::Pid;
-use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_discover::DiscoverError;
 use rivet_elf::{ElfFile, MappedFile};
 use rivet_ir::RelocationMode;
 
@@ -804,10 +804,10 @@ fn check_binary(binary: &Path, args_all_have_placeholder: bool) -> Result<(), Us
             .hint("check the path and its permissions")
     })?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(binary, &e))?;
-    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+    let relocation_mode = rivet_discover::relocation_mode(&elf).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(binary, &e),
     })?;
-    if let RelocationMode::Unavailable { reason } = &program.info.relocation_mode {
+    if let RelocationMode::Unavailable { reason } = &relocation_mode {
         return Err(UserError::new(format!(
             "{} cannot be instrumented: {reason}",
             binary.display()
