@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, MappedFile};
-use rivet_emit::rewrite::{Instrumentation, RIVET_NOTE, RewriteError, RewriteOptions, rewrite};
-use rivet_ir::RelocationMode;
+use rivet_emit::rewrite::{Instrumentation, RewriteError, RewriteOptions, check_input, rewrite};
 use rivet_ir::layout::LayoutStrategy;
 use rivet_ir::probes::{FunctionProbes, ProbeAt};
 use rivet_passes::instrument_program;
@@ -88,23 +87,19 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             .hint("check the path and its permissions")
     })?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
-    let needs_relocations = |reason: &str| {
-        UserError::new(format!(
+    let rewrite_failed = |e: RewriteError| match e {
+        RewriteError::NeedsRelocations { reason } => UserError::new(format!(
             "{}: instrumentation needs relocations: {reason}",
             args.binary.display()
         ))
-        .hint("or profile with perf and `rivet aggregate`, which needs no relocations")
+        .hint("or profile with perf and `rivet aggregate`, which needs no relocations"),
+        other => rewrite_error(&args.binary, other),
     };
-    // Refused before discovery, which takes seconds on a large library. (A Rivet output has
-    // no relocations either; the rewriter says what it is instead.)
-    if elf.section_by_name(RIVET_NOTE).is_none()
-        && let RelocationMode::Unavailable { reason } = rivet_discover::relocation_mode(&elf)
-            .map_err(|e| match e {
-                DiscoverError::Elf(e) => elf_error(&args.binary, &e),
-            })?
-    {
-        return Err(needs_relocations(&reason));
-    }
+    // Refused before discovery, which takes seconds on a large library.
+    let relocation_mode = rivet_discover::relocation_mode(&elf).map_err(|e| match e {
+        DiscoverError::Elf(e) => elf_error(&args.binary, &e),
+    })?;
+    check_input(&elf, &relocation_mode, true).map_err(rewrite_failed)?;
     let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
@@ -144,10 +139,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
     };
     let options = RewriteOptions::strategy(LayoutStrategy::Identity);
     let output =
-        rewrite(&elf, &program, &options, Some(&instrumentation)).map_err(|e| match e {
-            RewriteError::NeedsRelocations { reason } => needs_relocations(&reason),
-            other => rewrite_error(&args.binary, other),
-        })?;
+        rewrite(&elf, &program, &options, Some(&instrumentation)).map_err(rewrite_failed)?;
     pending.finish(file, &output.image, mode_of(&args.binary))?;
 
     // Summary: what is counted, and where the counts go.

@@ -8,7 +8,7 @@
 //! re-run when the set of noreturn functions grows.
 
 use rivet_arch::{Flow, IndirectJump, Inst, analyze_indirect_jump, decode_all};
-use rivet_elf::eh_frame::{Cfa, EhFrameTable};
+use rivet_elf::eh_frame::{Cfa, CfiRow, EhFrameTable};
 use rivet_elf::relocs::StaticReloc;
 use rivet_elf::{ElfFile, ElfKind, Vaddr, VaddrRange};
 use rivet_ir::*;
@@ -73,22 +73,11 @@ impl Context<'_> {
         self.noreturn.binary_search(&addr).is_ok()
     }
 
-    /// Whether the stack frame is gone at `at`, as it must be for a tail call: the unwind
-    /// row there has the CFA at the stack pointer plus 8, so the stack pointer points at the
-    /// caller's return address. `None` without unwind information for `at`.
-    pub fn frame_released_at(&self, at: Vaddr) -> Option<bool> {
-        /// rsp's DWARF register number on x86-64.
-        const DWARF_RSP: u16 = 7;
-        let eh = self.eh?;
-        let rows = eh.rows(eh.fde_for(at)?).ok()?;
-        let row = rows.iter().find(|r| r.range.contains(at))?;
-        Some(matches!(
-            row.cfa,
-            Cfa::RegisterOffset {
-                register: DWARF_RSP,
-                offset: 8
-            }
-        ))
+    /// The unwind rows of the FDE covering `addr` (none without one).
+    fn unwind_rows(&self, addr: Vaddr) -> Vec<CfiRow> {
+        self.eh
+            .and_then(|eh| eh.rows(eh.fde_for(addr)?).ok())
+            .unwrap_or_default()
     }
 
     /// True when `a` and `b` are parts of one function split by the compiler (`foo`,
@@ -310,8 +299,15 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // Indirect jumps: tables, tail calls, computed gotos.
     let mut indirect: Vec<(usize, IndirectKind)> = Vec::new();
     let mut unknown_jumps = Vec::new();
-    // A jump made with the frame still on the stack is no tail call (see `frame_released_at`).
-    let frame_live = |at: Vaddr| ctx.frame_released_at(at) == Some(false);
+    // A jump made with the frame still on the stack is no tail call. The unwind rows of an
+    // FDE are read once, at the first indirect jump in it that needs them.
+    let mut unwind_rows: Vec<CfiRow> = Vec::new();
+    let mut frame_live = |at: Vaddr| {
+        if !unwind_rows.iter().any(|r| r.range.contains(at)) {
+            unwind_rows = ctx.unwind_rows(at);
+        }
+        frame_live_at(&unwind_rows, at)
+    };
     let mut constants: Option<Vec<(rivet_arch::RegisterId, u64)>> = None;
     let mut branch_preds: Option<Vec<(usize, usize)>> = None;
     let mut merge_points: Option<Vec<bool>> = None;
@@ -1112,6 +1108,23 @@ fn resolve_table(
         entries,
         bound: table_bound,
         default_target,
+    })
+}
+
+/// Whether the stack frame is still there at `at`, which rules out a tail call: the unwind
+/// row in `rows` covering `at` does not put the CFA at the stack pointer plus 8 (where the
+/// stack pointer would point at the caller's return address). False without a row for `at`.
+fn frame_live_at(rows: &[CfiRow], at: Vaddr) -> bool {
+    /// rsp's DWARF register number on x86-64.
+    const DWARF_RSP: u16 = 7;
+    rows.iter().find(|r| r.range.contains(at)).is_some_and(|r| {
+        !matches!(
+            r.cfa,
+            Cfa::RegisterOffset {
+                register: DWARF_RSP,
+                offset: 8
+            }
+        )
     })
 }
 

@@ -95,8 +95,8 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     } else {
         elf.dynamic_symbols()?
     };
-    let has_code_relocs = elf.has_code_relocations();
-    let reloc_mode = has_code_relocs && has_symtab;
+    let relocation_mode = relocation_mode_from(has_symtab, elf.has_code_relocations());
+    let reloc_mode = relocation_mode == RelocationMode::Available;
     let static_relocs = if reloc_mode {
         elf.static_relocations(&symbols)?
     } else {
@@ -277,6 +277,9 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
 
     // Phase B, to a fixpoint of noreturn functions and fragment edges.
     let mut dirty = vec![true; n];
+    // Callees a call site showed to return (sorted): no trailing call makes them noreturn, and
+    // the code is not searched for them again in later rounds.
+    let mut shown_to_return: Vec<Vaddr> = Vec::new();
     for round in 0.. {
         functions
             .par_iter_mut()
@@ -301,7 +304,10 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
                 continue;
             }
             for &t in &d.trailing_call_targets {
-                if !ctx.is_noreturn(t) && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some()) {
+                if !ctx.is_noreturn(t)
+                    && shown_to_return.binary_search(&t).is_err()
+                    && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some())
+                {
                     trailing.push(t);
                 }
             }
@@ -309,16 +315,17 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         trailing.sort();
         trailing.dedup();
         if !trailing.is_empty() {
-            let mut returning: Vec<Vaddr> = functions
+            let returning: Vec<Vaddr> = functions
                 .par_iter()
                 .flat_map_iter(|f| cfg::callees_returned_to(f, &trailing))
                 .collect();
-            returning.sort();
-            returning.dedup();
+            shown_to_return.extend(returning);
+            shown_to_return.sort();
+            shown_to_return.dedup();
             added.extend(
                 trailing
                     .into_iter()
-                    .filter(|t| returning.binary_search(t).is_err()),
+                    .filter(|t| shown_to_return.binary_search(t).is_err()),
             );
         }
         added.sort();
@@ -415,7 +422,6 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         })
         .map(|s| s.size)
         .sum();
-    let relocation_mode = relocation_mode_from(has_symtab, has_code_relocs);
     Ok(Program {
         info: BinaryInfo {
             kind: elf.kind,

@@ -258,6 +258,27 @@ fn family_root(program: &Program, f: FuncId) -> FuncId {
     }
 }
 
+/// Refuses an input Rivet cannot rewrite as asked, before any work: one it rewrote already,
+/// or one without usable relocations (`relocation_mode`) when functions are to move or be
+/// instrumented (`needs_relocations`).
+pub fn check_input(
+    elf: &ElfFile<'_>,
+    relocation_mode: &RelocationMode,
+    needs_relocations: bool,
+) -> Result<(), RewriteError> {
+    if elf.section_by_name(RIVET_NOTE).is_some() {
+        return Err(RewriteError::AlreadyRewritten);
+    }
+    match relocation_mode {
+        RelocationMode::Unavailable { reason } if needs_relocations => {
+            Err(RewriteError::NeedsRelocations {
+                reason: reason.clone(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Runs the whole rewrite of `elf` (discovered as `program`).
 pub fn rewrite(
     elf: &ElfFile<'_>,
@@ -265,23 +286,18 @@ pub fn rewrite(
     options: &RewriteOptions<'_>,
     instrumentation: Option<&Instrumentation<'_>>,
 ) -> Result<RewriteOutput, RewriteError> {
-    if elf.section_by_name(RIVET_NOTE).is_some() {
-        return Err(RewriteError::AlreadyRewritten);
-    }
-    let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
     let reorders_functions = match options.layout {
         LayoutSource::Strategy(s) => s.reorders_functions(),
         LayoutSource::Custom {
             reorders_functions, ..
         } => reorders_functions,
     };
-    if !relocation_mode && (reorders_functions || instrumentation.is_some()) {
-        let reason = match &program.info.relocation_mode {
-            RelocationMode::Unavailable { reason } => reason.clone(),
-            RelocationMode::Available => unreachable!(),
-        };
-        return Err(RewriteError::NeedsRelocations { reason });
-    }
+    check_input(
+        elf,
+        &program.info.relocation_mode,
+        reorders_functions || instrumentation.is_some(),
+    )?;
+    let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
     let in_place = !relocation_mode;
     let mut summary = Summary {
         functions: program.functions.len(),
