@@ -53,13 +53,31 @@
 #                       RIVET_OPT_CMD='"$RIVET" rewrite "$1" -o "$3" --layout identity'
 #                       (the report then says so at the top)
 #        PROGRAMS       "lua sqlite" (default) or a subset
-# Needs: llvm-bolt-19 (apt-get install bolt-19), valgrind, GNU time.
+#        PROFILE_SOURCE instrument (default: step 1) or samples: the profile is perf's timer
+#                       samples instead (`perf record -e cpu-clock:u -F SAMPLE_FREQ` of the
+#                       training input run SAMPLE_REPEAT times, defaults 20000 and 4; no branch
+#                       stacks, as on a VM), read by `rivet aggregate` for Rivet and by
+#                       `perf2bolt -nl` for BOLT: one recording, each optimizer's own reader
+#                       (bench/real-programs.sh, train_samples). Reproduce the committed report
+#                       with PROFILE_SOURCE=samples bench/optimize.sh 21 > docs/benchmarks-samples.md
+# Needs: llvm-bolt-19 (apt-get install bolt-19), valgrind, GNU time; perf (linux-perf) for samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 ROUNDS="${1:-7}"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "usage: bench/optimize.sh [ROUNDS]" >&2; exit 2; }
 PROGRAMS="${PROGRAMS:-lua sqlite}"
+PROFILE_SOURCE="${PROFILE_SOURCE:-instrument}"
+SAMPLE_FREQ="${SAMPLE_FREQ:-20000}"
+SAMPLE_REPEAT="${SAMPLE_REPEAT:-4}"
+case $PROFILE_SOURCE in
+    instrument) REPRODUCE="bench/optimize.sh $ROUNDS > docs/benchmarks.md" ;;
+    samples)
+        [[ $SAMPLE_FREQ =~ ^[1-9][0-9]*$ && $SAMPLE_REPEAT =~ ^[1-9][0-9]*$ ]] ||
+            { echo "bench/optimize: SAMPLE_FREQ and SAMPLE_REPEAT must be positive integers" >&2; exit 2; }
+        REPRODUCE="PROFILE_SOURCE=samples SAMPLE_FREQ=$SAMPLE_FREQ SAMPLE_REPEAT=$SAMPLE_REPEAT bench/optimize.sh $ROUNDS > docs/benchmarks-samples.md" ;;
+    *) echo "bench/optimize: PROFILE_SOURCE must be instrument or samples, not '$PROFILE_SOURCE'" >&2; exit 2 ;;
+esac
 log() { printf 'bench/optimize: %s\n' "$*" >&2; }
 die() { printf 'bench/optimize: error: %s\n' "$*" >&2; exit 1; }
 source bench/real-programs.sh
@@ -135,7 +153,11 @@ show_cmd() { printf '%s ' "${CMD[@]}" | sed "s|$WORK/[a-z]*/||g; s|$RIVET|rivet|
 
 # ---------------------------------------------------------------- report header
 {
-    echo "# Profile-guided optimization: Rivet and llvm-bolt-19"
+    if [[ $PROFILE_SOURCE == samples ]]; then
+        echo "# Profile-guided optimization from perf samples: Rivet and llvm-bolt-19"
+    else
+        echo "# Profile-guided optimization: Rivet and llvm-bolt-19"
+    fi
     echo
     if [[ -n ${RIVET_OPT_CMD:-} ]]; then
         echo "> **Stand-in:** this report was made with RIVET_OPT_CMD=\`$RIVET_OPT_CMD\` in place"
@@ -146,15 +168,24 @@ show_cmd() { printf '%s ' "${CMD[@]}" | sed "s|$WORK/[a-z]*/||g; s|$RIVET|rivet|
     echo "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r);"
     echo "rivet $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes in crates/)'),"
     echo "$("$BOLT" --version 2>/dev/null | grep -m1 -o 'LLVM version [0-9.]*' | sed 's/LLVM/llvm-bolt/'), $(valgrind --version)."
-    echo "Reproduce: \`bench/optimize.sh $ROUNDS > docs/benchmarks.md\` (how long it took is at the end)."
+    echo "Reproduce: \`$REPRODUCE\` (how long it took is at the end)."
     echo
     echo "## Method"
     echo
     echo "- **Programs**: Lua 5.4 (\`lua-gcc\`) and the SQLite 3 shell (\`sqlite3-gcc\`) of"
     echo "  \`scripts/build-real-programs.sh\`: Debian sources, gcc -O2 -g -fno-reorder-blocks-and-partition,"
     echo "  PIE, linked with -Wl,--emit-relocs."
-    echo "- **One profile for both**: \`rivet instrument BIN -o BIN.inst --profile P\`, the training input"
-    echo "  run with BIN.inst, then \`rivet merge P -o P.fdata --format fdata\`. Rivet reads P, BOLT P.fdata."
+    if [[ $PROFILE_SOURCE == samples ]]; then
+        echo "- **One recording for both**: the training input run $SAMPLE_REPEAT times by the original binary"
+        echo "  under \`perf record -e cpu-clock:u -F $SAMPLE_FREQ\`: timer samples without branch stacks, all"
+        echo "  a VM without hardware counters gives. Each optimizer reads it with its own tool:"
+        echo "  \`rivet aggregate perf.data BIN -o P\` (edge counts by flow inference when attached) and"
+        echo "  \`perf2bolt -nl -p perf.data -o P.fdata BIN\`. Samples differ from run to run, so do the"
+        echo "  profiles and the layouts made from them."
+    else
+        echo "- **One profile for both**: \`rivet instrument BIN -o BIN.inst --profile P\`, the training input"
+        echo "  run with BIN.inst, then \`rivet merge P -o P.fdata --format fdata\`. Rivet reads P, BOLT P.fdata."
+    fi
     echo "- **Inputs**: *train* is the input the profile was taken on; *unseen* is one it never saw."
     echo "  Wall time runs the inputs below; cachegrind runs the *small* ones."
     echo
@@ -181,8 +212,13 @@ for program in $PROGRAMS; do
     mkdir -p "$dir"
 
     # 1. training
-    log "$program: instrumenting and training"
-    train_profile "$program" "$bin" "$dir"
+    if [[ $PROFILE_SOURCE == samples ]]; then
+        log "$program: sampling the training input ($SAMPLE_REPEAT runs at $SAMPLE_FREQ Hz)"
+        train_samples "$program" "$bin" "$dir" "$SAMPLE_FREQ" "$SAMPLE_REPEAT"
+    else
+        log "$program: instrumenting and training"
+        train_profile "$program" "$bin" "$dir"
+    fi
 
     # 2. optimizing (the binaries measured below come from this first run)
     variants=(original bolt rivet)
@@ -296,16 +332,31 @@ for program in $PROGRAMS; do
     {
         echo "## $title"
         echo
-        echo "Commands (P = the counter file of the training run, P.fdata = its conversion):"
-        echo
-        echo '```'
-        echo "rivet instrument BIN -o BIN.inst --profile P     # then the training input, run with BIN.inst"
-        echo "rivet merge P -o P.fdata --format fdata"
+        if [[ $PROFILE_SOURCE == samples ]]; then
+            echo "Commands (perf.data = the recording of the training runs):"
+            echo
+            echo '```'
+            echo "perf record -e cpu-clock:u -F $SAMPLE_FREQ -o perf.data -- (the training input, $SAMPLE_REPEAT times)"
+            echo "rivet aggregate perf.data BIN -o P"
+            echo "perf2bolt -nl -p perf.data -o P.fdata BIN"
+        else
+            echo "Commands (P = the counter file of the training run, P.fdata = its conversion):"
+            echo
+            echo '```'
+            echo "rivet instrument BIN -o BIN.inst --profile P     # then the training input, run with BIN.inst"
+            echo "rivet merge P -o P.fdata --format fdata"
+        fi
         for v in rivet rivet-skip bolt bolt-nodebug; do
             [[ -n ${CMDLINE[$v]:-} ]] && echo "${CMDLINE[$v]}" | sed "s|$bin|BIN|g"
         done
         echo '```'
         echo
+        if [[ $PROFILE_SOURCE == samples ]]; then
+            echo "Samples: $(grep -m1 -o '[0-9]* of [0-9]* samples in' "$dir/aggregate.log" | sed 's/ in$//') in the binary (rivet aggregate);"
+            echo "functions with counts: Rivet $(grep -m1 -o '[0-9]* functions with counts' "$dir/rivet.log" | cut -d' ' -f1),"
+            echo "BOLT $(grep -m1 -o '[0-9]* out of [0-9]* functions in the binary' "$dir/bolt.log" | cut -d' ' -f1) (its \"non-empty execution profile\")."
+            echo
+        fi
         echo "Every optimized binary printed exactly what the original printed, on both inputs"
         echo "and on the small inputs under cachegrind."
         echo

@@ -102,6 +102,29 @@ train_profile() {
         die "rivet merge failed on $program: $(tail -n 3 "$dir/merge.log")"
 }
 
+# train_samples PROGRAM BIN DIR FREQ REPEAT: the training input run REPEAT times with the
+# original binary under one `perf record -e cpu-clock:u -F FREQ` (plain timer samples, no branch
+# stacks: what a VM without hardware counters gives), then the same perf.data read by each
+# optimizer's own aggregator: `rivet aggregate` writes DIR/P, `perf2bolt -nl` writes
+# DIR/P.fdata. One recording, because merge-fdata 19 refuses to merge no-LBR fdata
+# ("Malformed / corrupted profile counter"). DIR/expected.train is the original's output.
+PERF2BOLT=/usr/lib/llvm-19/bin/perf2bolt
+train_samples() {
+    local program=$1 bin=$2 dir=$3 freq=$4 repeat=$5
+    command -v perf >/dev/null || die "perf missing (apt-get install linux-perf)"
+    [[ -x $PERF2BOLT ]] || die "$PERF2BOLT missing (apt-get install bolt-19)"
+    run_input "$program" train "$bin" >"$dir/expected.train"
+    export -f run_input run_one
+    INPUT_DECL=$(declare -p INPUT) perf record -q -F "$freq" -e cpu-clock:u -o "$dir/perf.data" -- \
+        bash -c 'eval "$INPUT_DECL"; for ((r = 0; r < $3; r++)); do run_input "$1" train "$2"; done' \
+        train "$program" "$bin" "$repeat" >"$dir/perf.out" 2>"$dir/perf.log" ||
+        die "perf record failed on $program: $(tail -n 3 "$dir/perf.log")"
+    "$RIVET" aggregate "$dir/perf.data" "$bin" -o "$dir/P" >"$dir/aggregate.log" 2>&1 ||
+        die "rivet aggregate failed on $program: $(tail -n 3 "$dir/aggregate.log")"
+    "$PERF2BOLT" -nl -p "$dir/perf.data" -o "$dir/P.fdata" "$bin" >"$dir/perf2bolt.log" 2>&1 ||
+        die "perf2bolt failed on $program: $(tail -n 3 "$dir/perf2bolt.log")"
+}
+
 # ---------------------------------------------------------------- cachegrind
 CG_OPTS=(--tool=cachegrind --cache-sim=yes --branch-sim=yes --cachegrind-out-file=/dev/null
     --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,16,64)

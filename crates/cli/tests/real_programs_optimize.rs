@@ -152,8 +152,45 @@ fn lua_optimized_from_perf_samples_runs_identically() {
     assert!(st.success());
     let profile = dir.join("samples.prof");
     rivet(&["aggregate", s(&data), s(original), "-o", s(&profile)]);
-    let out = optimize(original, &profile, &dir, &[]);
-    check("check-lua.sh", &[&out, original], &[]);
+    // Unasked, a profile of plain samples splits nothing (a block without samples may run);
+    // asked, it does. Both outputs must behave as the original.
+    for (options, splits) in [(&[][..], false), (&["--split-functions"][..], true)] {
+        let out = optimize(original, &profile, &dir, options);
+        check("check-lua.sh", &[&out, original], &[]);
+        let summary = optimize_summary(original, &profile, &dir, options);
+        let split = summary["split"].as_u64().expect("split count");
+        assert_eq!(split > 0, splits, "{options:?}: {split} functions split");
+        assert_eq!(summary["profile"]["inferred"], true);
+    }
+}
+
+/// `rivet optimize --json`'s summary for `original` with `profile` and `options` (the output
+/// goes to a scratch file in `dir`).
+fn optimize_summary(
+    original: &Path,
+    profile: &Path,
+    dir: &Path,
+    options: &[&str],
+) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_rivet"))
+        .args([
+            "optimize",
+            s(original),
+            "--json",
+            "--profile",
+            s(profile),
+            "-o",
+        ])
+        .arg(dir.join("summary-output"))
+        .args(options)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON summary")
 }
 
 #[test]

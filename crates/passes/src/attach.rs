@@ -459,6 +459,15 @@ fn block_estimate(samples: &[u64], insts: &[rivet_arch::Inst]) -> u64 {
 /// Block and edge counts of `f` from the samples of its instructions. A block without samples
 /// weighs 0, evidence of coldness, rather than "unknown": on Lua, unknown lowered the weighted
 /// edge overlap with instrumentation from about 0.71 to 0.53.
+///
+/// Except when that evidence would erase the function. A function the timer hit once or twice
+/// deep inside (a sample in one block, none on the way there from the entry nor on to a
+/// return) costs inference less to set to zero than to lift the path to it: raising each
+/// zero-weight block costs more than half of dropping the sampled one. Yet a sample is proof
+/// that the function ran, and zero would leave it among the code that never runs, outside the
+/// hot text. When inference gives such a function no flow, its blocks without samples become
+/// unknown and the path is inferred through them. On Lua sampled for 3 s at 40 kHz, 36 of the
+/// 218 functions with samples came out with no counts before this.
 fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
     let weights: Vec<Option<u64>> = f
         .blocks
@@ -470,6 +479,17 @@ fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
             ))
         })
         .collect();
+    let counts = infer_counts(f, &weights);
+    if counts.blocks.iter().any(|&c| c > 0) || weights.iter().all(|w| *w == Some(0)) {
+        return counts;
+    }
+    let sampled_only: Vec<Option<u64>> = weights.iter().map(|w| w.filter(|&w| w > 0)).collect();
+    infer_counts(f, &sampled_only)
+}
+
+/// Block and edge counts of `f` consistent along its CFG and closest to `weights` (per block:
+/// an estimate of how often it ran, or `None` for unknown).
+fn infer_counts(f: &Function, weights: &[Option<u64>]) -> FunctionCounts {
     let mut edges = Vec::new();
     let mut edge_index = Vec::new();
     // Fall-through edges first: inference breaks ties toward the edge listed first, and the
@@ -492,7 +512,7 @@ fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
     let graph = rivet_profile::inference::FlowGraph {
         blocks: f.blocks.len(),
         edges,
-        weights,
+        weights: weights.to_vec(),
         entries,
         exits: Vec::new(),
     };
