@@ -172,24 +172,13 @@ fn optimize_summary(
     dir: &Path,
     options: &[&str],
 ) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_rivet"))
-        .args([
-            "optimize",
-            s(original),
-            "--json",
-            "--profile",
-            s(profile),
-            "-o",
-        ])
-        .arg(dir.join("summary-output"))
-        .args(options)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let output = dir.join("summary-output");
+    let mut args = vec!["optimize", s(original), "--json", "--profile", s(profile)];
+    args.extend_from_slice(&["-o", s(&output)]);
+    args.extend_from_slice(options);
+    let out = common::rivet(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rivet {args:?}: {stderr}");
     serde_json::from_slice(&out.stdout).expect("JSON summary")
 }
 
