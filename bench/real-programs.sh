@@ -5,6 +5,7 @@
 
 BOLT=/usr/lib/llvm-19/bin/llvm-bolt
 [[ -x $BOLT ]] || die "$BOLT missing (apt-get install bolt-19)"
+PERF2BOLT=/usr/lib/llvm-19/bin/perf2bolt # the same package; train_samples checks it
 # llvm-bolt's recommended layout options, the counterpart of `rivet optimize`'s defaults.
 BOLT_LAYOUT=(-reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions -split-all-cold -split-eh)
 command -v valgrind >/dev/null || die "valgrind missing (apt-get install valgrind)"
@@ -108,7 +109,6 @@ train_profile() {
 # optimizer's own aggregator: `rivet aggregate` writes DIR/P, `perf2bolt -nl` writes
 # DIR/P.fdata. One recording, because merge-fdata 19 refuses to merge no-LBR fdata
 # ("Malformed / corrupted profile counter"). DIR/expected.train is the original's output.
-PERF2BOLT=/usr/lib/llvm-19/bin/perf2bolt
 train_samples() {
     local program=$1 bin=$2 dir=$3 freq=$4 repeat=$5
     command -v perf >/dev/null || die "perf missing (apt-get install linux-perf)"

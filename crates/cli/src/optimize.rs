@@ -730,7 +730,7 @@ pub fn run_with(
                 ""
             }
         );
-        if attached.inferred && args.split_functions.is_none() {
+        if options.splitting == Splitting::Off && args.split_functions.is_none() {
             println!(
                 "  functions not split: a block without samples may still run (--split-functions splits anyway)"
             );

@@ -14,7 +14,8 @@ use std::process::Command;
 
 use common::{real_program, repo_root, s, scratch};
 
-fn rivet(args: &[&str]) {
+/// Runs rivet, which must succeed and keep the debug info; returns its standard output.
+fn rivet(args: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_rivet"))
         .args(args)
         .output()
@@ -26,6 +27,7 @@ fn rivet(args: &[&str]) {
         !stderr.contains("debug info removed"),
         "rivet {args:?}: {stderr}"
     );
+    out.stdout
 }
 
 use common::check_script as check;
@@ -50,6 +52,16 @@ fn train(original: &Path, dir: &Path, train: impl FnOnce(&Path)) -> PathBuf {
 
 /// Optimizes `original` with `profile` and `options` (verified) into `dir`.
 fn optimize(original: &Path, profile: &Path, dir: &Path, options: &[&str]) -> PathBuf {
+    optimize_summarized(original, profile, dir, options).0
+}
+
+/// `optimize`, also returning the run's summary (`--json`).
+fn optimize_summarized(
+    original: &Path,
+    profile: &Path,
+    dir: &Path,
+    options: &[&str],
+) -> (PathBuf, serde_json::Value) {
     let out = dir.join(format!("opt{}", options.join("").replace(['-', '='], "")));
     let mut args = vec![
         "optimize",
@@ -59,10 +71,11 @@ fn optimize(original: &Path, profile: &Path, dir: &Path, options: &[&str]) -> Pa
         "--profile",
         s(profile),
         "--verify",
+        "--json",
     ];
     args.extend_from_slice(options);
-    rivet(&args);
-    out
+    let summary = serde_json::from_slice(&rivet(&args)).expect("JSON summary");
+    (out, summary)
 }
 
 const OPTION_SETS: [&[&str]; 4] = [
@@ -155,31 +168,12 @@ fn lua_optimized_from_perf_samples_runs_identically() {
     // Unasked, a profile of plain samples splits nothing (a block without samples may run);
     // asked, it does. Both outputs must behave as the original.
     for (options, splits) in [(&[][..], false), (&["--split-functions"][..], true)] {
-        let out = optimize(original, &profile, &dir, options);
+        let (out, summary) = optimize_summarized(original, &profile, &dir, options);
         check("check-lua.sh", &[&out, original], &[]);
-        let summary = optimize_summary(original, &profile, &dir, options);
         let split = summary["split"].as_u64().expect("split count");
         assert_eq!(split > 0, splits, "{options:?}: {split} functions split");
         assert_eq!(summary["profile"]["inferred"], true);
     }
-}
-
-/// `rivet optimize --json`'s summary for `original` with `profile` and `options` (the output
-/// goes to a scratch file in `dir`).
-fn optimize_summary(
-    original: &Path,
-    profile: &Path,
-    dir: &Path,
-    options: &[&str],
-) -> serde_json::Value {
-    let output = dir.join("summary-output");
-    let mut args = vec!["optimize", s(original), "--json", "--profile", s(profile)];
-    args.extend_from_slice(&["-o", s(&output)]);
-    args.extend_from_slice(options);
-    let out = common::rivet(&args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "rivet {args:?}: {stderr}");
-    serde_json::from_slice(&out.stdout).expect("JSON summary")
 }
 
 #[test]

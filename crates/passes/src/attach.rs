@@ -481,7 +481,7 @@ fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
         })
         .collect();
     let counts = infer_counts(f, &weights);
-    if counts.blocks.iter().any(|&c| c > 0) || weights.iter().all(|w| *w == Some(0)) {
+    if counts.blocks.iter().any(|&c| c > 0) {
         return counts;
     }
     let sampled_only: Vec<Option<u64>> = weights.iter().map(|w| w.filter(|&w| w > 0)).collect();
