@@ -4,8 +4,10 @@
 //! (copied instructions, re-created branches, dropped jumps to the next block, the
 //! input's alignment padding left out) and relaxes
 //! branches between blocks of the same fragment to their short form where they reach. Branches
-//! that leave the fragment always use the near form, so a fragment's size does not depend on
-//! where it lands (DESIGN.md: fragment-local relaxation). Once every fragment has an address,
+//! that leave the fragment use the near form, so a fragment's size does not depend on where it
+//! lands (DESIGN.md: fragment-local relaxation); the one exception is a fragment whose place
+//! is known before any is placed (`KnownPlace`: in place), whose branches to code that does
+//! not move may be short too. Once every fragment has an address,
 //! the `AddressMap` knows the new address of every instruction of every rewritten function,
 //! and pass two (`encode_fragment`) writes the final bytes, recomputing every PC-relative
 //! field and every absolute code address the relocations point out.
@@ -318,6 +320,34 @@ pub struct PlanOptions<'a> {
     pub block_alignment: u16,
     /// Calls into PLT stubs to write through the stubs' GOT slots.
     pub via_slots: Option<&'a ViaSlots>,
+    /// Where the fragment will land, when that is known before any fragment is placed: the
+    /// first fragment of a function rewritten in place starts where the function did.
+    pub known_place: Option<KnownPlace<'a>>,
+}
+
+/// A fragment's address known in advance, and the program to tell which branch targets
+/// outside the function stay where they are.
+///
+/// In place, function entries do not move (every rewritten function's first fragment starts
+/// with its entry block at its old start), nor does anything outside the functions (PLT
+/// stubs). A jump there from a fragment of known address has a known displacement, so it may
+/// take the short form like a branch inside the fragment. The compiler often wrote such tail
+/// calls short (`jmp next_function` as `eb 00`, a `jcc` to a neighbour); re-created near, they
+/// would make the function too big for its old place.
+#[derive(Clone, Copy, Debug)]
+pub struct KnownPlace<'a> {
+    pub at: Vaddr,
+    pub program: &'a Program,
+}
+
+impl KnownPlace<'_> {
+    /// Whether `target` keeps its address in the output: outside every function, or a
+    /// function's entry.
+    fn keeps(&self, target: Vaddr) -> bool {
+        self.program
+            .function_containing(target)
+            .is_none_or(|g| g.range.start == target)
+    }
 }
 
 /// Pass one: lays out `blocks` (one fragment of `f`) and relaxes branches inside it.
@@ -333,6 +363,7 @@ pub fn plan_fragment(
         aligned,
         block_alignment,
         via_slots,
+        known_place,
     } = options;
     let slot_for = |inst: u32| via_slots.and_then(|v| v.slot_for(&f.insts[inst as usize]));
     // Plans of every fragment live until the end of the rewrite: size them for this
@@ -556,6 +587,9 @@ pub fn plan_fragment(
             match target {
                 Target::Block(b) if in_fragment.contains(b) => *form = BranchForm::Short,
                 Target::Trampoline(_) => *form = BranchForm::Short,
+                Target::Address(a) if known_place.is_some_and(|k| k.keeps(*a)) => {
+                    *form = BranchForm::Short;
+                }
                 _ => {}
             }
         }
@@ -588,13 +622,17 @@ pub fn plan_fragment(
                 ..
             } = item
             {
-                let label = match *target {
-                    Target::Block(b) => LabelId::Block(b),
-                    Target::Trampoline(k) => LabelId::Trampoline(k),
-                    Target::Address(_) => continue,
-                };
                 let end = offsets[i] + u64::from(*short_size);
-                let disp = label_offset[&label] as i64 - end as i64;
+                let disp = match *target {
+                    Target::Block(b) => label_offset[&LabelId::Block(b)] as i64 - end as i64,
+                    Target::Trampoline(k) => {
+                        label_offset[&LabelId::Trampoline(k)] as i64 - end as i64
+                    }
+                    // Short only with a known place (above).
+                    Target::Address(a) => known_place.map_or(i64::MAX, |k| {
+                        a.get().wrapping_sub(k.at.get().wrapping_add(end)) as i64
+                    }),
+                };
                 if i8::try_from(disp).is_err() {
                     *form = BranchForm::Near;
                     changed = true;

@@ -21,7 +21,8 @@ use rivet_ir::{FuncId, Program, RelocationMode, TableBound};
 
 use crate::cache_sets::{BlockExtent, SetBalancer};
 use crate::code::{
-    AddressMap, EmitError, FragmentPlan, PlanOptions, ViaSlots, encode_fragment, plan_fragment,
+    AddressMap, EmitError, FragmentPlan, KnownPlace, PlanOptions, ViaSlots, encode_fragment,
+    plan_fragment,
 };
 use crate::debug;
 use crate::frames::{self, FrameError};
@@ -414,6 +415,10 @@ pub fn rewrite(
                             .plt_calls
                             .applies_to(r.fragment)
                             .then_some(&via_slots),
+                        known_place: (in_place && r.fragment == 0).then_some(KnownPlace {
+                            at: f.range.start,
+                            program,
+                        }),
                     },
                 ),
             )
