@@ -2,7 +2,8 @@
 //! each program is built, modelled and rewritten, and the rewritten program must print what
 //! the original prints. The first two were found in libLLVM (Debian's libLLVM.so.19.1, optimized
 //! in place from perf samples of clang), whose rewritten copy crashed clang before the fixes;
-//! the short tail calls in Debian's python3.11, 50 of whose functions did not fit in place.
+//! the short tail calls and the byte-indexed dispatch in Debian's python3.11, where 50
+//! functions did not fit in place and the interpreter loop could not be rewritten.
 
 mod common;
 
@@ -227,4 +228,55 @@ fn short_tail_calls_keep_their_short_form_in_place() {
         );
     }
     assert!(magnitude_reordered > 0, "no order of magnitude fitted");
+}
+
+#[test]
+fn a_table_indexed_by_a_byte_is_bounded_by_it_in_place() {
+    let dir = scratch("unusual_code", "byte_dispatch");
+    // No relocations: nothing but the code shows where the table ends.
+    let bin = build(
+        &dir,
+        "gcc",
+        &["byte_dispatch_main.c", "byte_dispatch.S"],
+        &["-no-pie"],
+        "byte_dispatch",
+    );
+    let expected = run_bounded(&bin, &[]);
+    assert_eq!(expected.0, Some(0), "the original failed");
+    assert!(expected.1.contains("program 1: 30"), "{}", expected.1);
+    // Both dispatches, the one in the entry block and the shared `jmp *%rax` (whose table
+    // load is in each handler), read the 256 entries the byte can index.
+    let run = inspect_function(&bin, "run");
+    let tables: Vec<&str> = run.lines().filter(|l| l.contains("jump table")).collect();
+    assert_eq!(tables.len(), 2, "{run}");
+    for t in tables {
+        assert!(
+            t.contains("256 x 8 bytes") && t.contains("width of its index (8 bits)"),
+            "{t}"
+        );
+    }
+    let mut reordered = 0;
+    for seed in 0..=8 {
+        let out = dir.join(format!("rewritten.{seed}"));
+        let seed = seed.to_string();
+        let mut args = vec!["rewrite", s(&bin), "-o", s(&out), "--list"];
+        if seed != "0" {
+            args.extend(["--layout", "shuffle-blocks", "--seed", &seed]);
+        }
+        let rewrite = rivet(&args);
+        assert!(rewrite.status.success(), "seed {seed}: {rewrite:?}");
+        let list = String::from_utf8(rewrite.stdout).unwrap();
+        let line = listed(&list, "run");
+        if seed == "0" {
+            assert!(line.ends_with("rewritten in place"), "{line}");
+        } else if line.ends_with("rewritten in place") {
+            reordered += 1;
+        }
+        assert_eq!(
+            run_bounded(&out, &[]),
+            expected,
+            "seed {seed}: the rewritten program behaves differently"
+        );
+    }
+    assert!(reordered > 0, "no shuffled order of run fitted");
 }

@@ -404,20 +404,35 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         }
         if matches!(
             form,
-            IndirectJump::AbsoluteTable { bound: None, .. }
+            IndirectJump::Unknown
+                | IndirectJump::AbsoluteTable { bound: None, .. }
                 | IndirectJump::RelativeTable { bound: None, .. }
-        ) && let Some(bounded) = bound_from_predecessors(insts, j, i, form)
-        {
-            form = bounded;
+        ) {
+            // Where the window starts: at a branch target, or only at its length limit.
+            let window_start = if j > 0 && insts[j - 1].flow().falls_through() {
+                if merge[j] {
+                    WindowStart::FallenInto
+                } else {
+                    WindowStart::LengthLimit
+                }
+            } else {
+                WindowStart::BlockStart
+            };
+            if let Some(bounded) = dispatch_from_predecessors(ctx, insts, j, i, form, window_start)
+            {
+                form = bounded;
+            }
         }
         match form {
             IndirectJump::AbsoluteTable {
                 table,
                 entry_size,
                 bound,
+                index_bits,
             } => {
                 let kind = JumpTableKind::Absolute;
-                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, bound) {
+                let index = TableIndex { bound, index_bits };
+                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, index) {
                     TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
                     TableResult::FunctionPointers if frame_live(inst.addr()) => {
                         unknown_jumps.push(i)
@@ -431,9 +446,11 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 base,
                 entry_size,
                 bound,
+                index_bits,
             } => {
                 let kind = JumpTableKind::Relative { base };
-                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, bound) {
+                let index = TableIndex { bound, index_bits };
+                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, index) {
                     TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
                     TableResult::FunctionPointers if frame_live(inst.addr()) => {
                         unknown_jumps.push(i)
@@ -831,14 +848,33 @@ fn reaching_constant(
     result
 }
 
-/// When the dispatch block is entered by jumps, looks for the range check on every path into
-/// it: each predecessor's straight-line window followed by the dispatch window must bound the
-/// same table; the result is the largest bound (an index valid on some path).
-fn bound_from_predecessors(
+/// How the straight-line window that ends at an indirect jump begins.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WindowStart {
+    /// After an instruction that does not fall through: only branches enter.
+    BlockStart,
+    /// At a branch target that the instruction before also falls into.
+    FallenInto,
+    /// Cut by the window's length: paths in are not known.
+    LengthLimit,
+}
+
+/// When the dispatch block is entered by branches, looks at every path into it: each
+/// predecessor's straight-line window followed by the dispatch window must read the same
+/// table. With a range check on every path the result is the largest bound (an index valid
+/// on some path). Without one on every path, the widest index width over the paths, if that
+/// is narrower than what the dispatch block alone shows. `unbounded` is what the dispatch
+/// block alone shows: a table without a bound, or nothing known (python3.11's interpreter
+/// loads the opcode's handler in each of its cases and jumps to one shared `jmp *%rax`).
+/// A block whose address is stored in data (a computed goto's label) has paths in that no
+/// branch shows: none is assumed.
+fn dispatch_from_predecessors(
+    ctx: &Context,
     insts: &[Inst],
     start: usize,
     jump: usize,
     unbounded: IndirectJump,
+    window_start: WindowStart,
 ) -> Option<IndirectJump> {
     // Alignment padding before the block is part of the window but never a branch target.
     let mut start = start;
@@ -846,10 +882,24 @@ fn bound_from_predecessors(
         start += 1;
     }
     let head = insts[start].addr();
-    if start > 0 && insts[start - 1].flow().falls_through() && !insts[start - 1].is_nop() {
-        return None; // the window was cut by its length limit, not by a block boundary
+    let fallen_into = start > 0 && insts[start - 1].flow().falls_through();
+    let fall_pred = match (fallen_into, window_start) {
+        (false, _) => None,
+        // Padding skipped above is fallen into only by the padding.
+        (true, _) if insts[start - 1].is_nop() => None,
+        (true, WindowStart::FallenInto) => Some(start - 1),
+        (true, _) => return None,
+    };
+    if !ctx
+        .refs_into(VaddrRange {
+            start: head,
+            end: head + 1,
+        })
+        .is_empty()
+    {
+        return None;
     }
-    let preds: Vec<usize> = insts
+    let mut preds: Vec<usize> = insts
         .iter()
         .enumerate()
         .filter(|(_, x)| matches!(x.flow(), Flow::Jump { target } | Flow::CondJump { target } if target == head))
@@ -858,7 +908,32 @@ fn bound_from_predecessors(
     if preds.is_empty() || preds.len() > 16 {
         return None;
     }
+    preds.extend(fall_pred);
+    // The table and the index width of a dispatch, and its range check's bound if any.
+    let shape = |j: &IndirectJump| match *j {
+        IndirectJump::AbsoluteTable {
+            table,
+            bound,
+            index_bits,
+            ..
+        } => Some(((table, None), bound.map(|b| b.entries), index_bits)),
+        IndirectJump::RelativeTable {
+            table,
+            base,
+            bound,
+            index_bits,
+            ..
+        } => Some(((table, Some(base)), bound.map(|b| b.entries), index_bits)),
+        _ => None,
+    };
+    let (mut own_table, own_bits) = match shape(&unbounded) {
+        Some((table, _, bits)) => (Some(table), bits),
+        None => (None, 64),
+    };
     let mut best: Option<IndirectJump> = None;
+    let mut first: Option<IndirectJump> = None;
+    let mut all_checked = true;
+    let mut widest_bits = 0;
     for p in preds {
         let mut k = p;
         while k > 0 && p - k < 48 && insts[k - 1].flow().falls_through() {
@@ -866,43 +941,63 @@ fn bound_from_predecessors(
         }
         let mut path: Vec<Inst> = insts[k..=p].to_vec();
         path.extend_from_slice(&insts[start..=jump]);
-        let taken = [insts[p].addr()];
-        let found = rivet_arch::analyze_indirect_jump_path(&path, &taken);
-        let same_table = match (found, unbounded) {
-            (
-                IndirectJump::AbsoluteTable {
-                    table: a,
-                    bound: Some(_),
-                    ..
-                },
-                IndirectJump::AbsoluteTable { table: b, .. },
-            ) => a == b,
-            (
-                IndirectJump::RelativeTable {
-                    table: a,
-                    base: x,
-                    bound: Some(_),
-                    ..
-                },
-                IndirectJump::RelativeTable {
-                    table: b, base: y, ..
-                },
-            ) => a == b && x == y,
-            _ => false,
+        // The predecessor's last instruction is taken to reach the block, unless the block is
+        // what it falls into.
+        let taken: &[Vaddr] = if Some(p) == fall_pred {
+            &[]
+        } else {
+            &[insts[p].addr()]
         };
-        if !same_table {
+        let found = rivet_arch::analyze_indirect_jump_path(&path, taken);
+        let (table, entries, bits) = shape(&found)?;
+        if *own_table.get_or_insert(table) != table {
             return None;
         }
-        let entries = |j: &IndirectJump| match j {
-            IndirectJump::AbsoluteTable { bound: Some(b), .. }
-            | IndirectJump::RelativeTable { bound: Some(b), .. } => b.entries,
-            _ => 0,
-        };
-        if best.as_ref().is_none_or(|b| entries(&found) > entries(b)) {
-            best = Some(found);
+        first.get_or_insert(found);
+        widest_bits = widest_bits.max(bits);
+        match entries {
+            Some(n) => {
+                let best_entries = best.as_ref().and_then(|b| shape(b)?.1);
+                if best_entries.is_none_or(|m| n > m) {
+                    best = Some(found);
+                }
+            }
+            None => all_checked = false,
         }
     }
-    best
+    if all_checked {
+        return best;
+    }
+    // Some path has no range check, but every path may narrow the index (python3.11 loads
+    // the opcode with `movzbl` before jumping to a shared dispatch): the widest of them is
+    // what the table must cover.
+    let unbounded = match unbounded {
+        IndirectJump::Unknown => first?,
+        known => known,
+    };
+    (widest_bits < own_bits).then_some(match unbounded {
+        IndirectJump::AbsoluteTable {
+            table, entry_size, ..
+        } => IndirectJump::AbsoluteTable {
+            table,
+            entry_size,
+            bound: None,
+            index_bits: widest_bits,
+        },
+        IndirectJump::RelativeTable {
+            table,
+            base,
+            entry_size,
+            ..
+        } => IndirectJump::RelativeTable {
+            table,
+            base,
+            entry_size,
+            bound: None,
+            index_bits: widest_bits,
+        },
+        other => other,
+    })
 }
 
 fn landing_pad_of(sites: &[(VaddrRange, Vaddr)], at: Vaddr) -> Option<Vaddr> {
@@ -970,7 +1065,21 @@ enum TableResult {
     Failed,
 }
 
-/// Reads a jump table's entries, sized by the range check or the relocations covering it.
+/// What is known of a table dispatch's index.
+struct TableIndex {
+    /// A range check's bound.
+    bound: Option<rivet_arch::IndexBound>,
+    /// How many of its low bits may be non-zero (`IndirectJump::AbsoluteTable::index_bits`).
+    index_bits: u8,
+}
+
+/// The widest index whose every value a table is checked to cover (`TableBound::IndexWidth`):
+/// 65,536 entries at most, read only as far as the first that is no instruction of the
+/// function.
+const MAX_INDEX_BITS: u8 = 16;
+
+/// Reads a jump table's entries, sized by the range check, the relocations covering it, or
+/// the width of its index.
 fn resolve_table(
     b: &mut Builder,
     insts: &[Inst],
@@ -978,8 +1087,9 @@ fn resolve_table(
     table: Vaddr,
     entry_size: u8,
     kind: JumpTableKind,
-    bound: Option<rivet_arch::IndexBound>,
+    index: TableIndex,
 ) -> TableResult {
+    let TableIndex { bound, index_bits } = index;
     let ctx = b.ctx;
     let es = u64::from(entry_size);
     let read_entry = |i: u64| {
@@ -995,6 +1105,14 @@ fn resolve_table(
     };
     let is_other_entry =
         |t: Vaddr| !b.range.contains(t) && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some());
+    // An entry into a compiler-split part of this function (`foo.cold`).
+    let is_fragment_entry = |t: Vaddr| {
+        ctx.function_containing(t)
+            .is_some_and(|g| ctx.are_fragments(b.id, g))
+    };
+    // An entry the rewriter can follow: an instruction of this function or of one of its parts.
+    let is_own_entry =
+        |t: Vaddr| (b.range.contains(t) && inst_index(insts, t).is_some()) || is_fragment_entry(t);
     // A table of other functions' entries is a table of function pointers: a tail call. In
     // PIE code its bytes are zero in the file and the dynamic relocations hold the values.
     if kind == JumpTableKind::Absolute
@@ -1042,6 +1160,18 @@ fn resolve_table(
             (bd.entries, tb, Some(bd.default_target))
         }
         None if reloc_run > 0 => (reloc_run, TableBound::Relocations, None),
+        // No range check because the index cannot leave the table: a byte (python3.11's
+        // opcode dispatch, `movzbl` then `jmp *T(,%rax,8)`) indexes 256 entries, each of
+        // which must then be code of this function. Proven, where scanning only guesses.
+        None if index_bits <= MAX_INDEX_BITS
+            && (0..1u64 << index_bits).all(|i| read_entry(i).is_some_and(is_own_entry)) =>
+        {
+            (
+                1 << index_bits,
+                TableBound::IndexWidth { bits: index_bits },
+                None,
+            )
+        }
         // Without relocations and without a range check (a switch covering every value of an
         // enum), the table ends where entries stop being instructions of this function. The
         // bound is recorded as scanned, so later phases know it is inferred.
@@ -1066,10 +1196,7 @@ fn resolve_table(
             return TableResult::Failed;
         };
         let in_function = b.range.contains(target) && inst_index(insts, target).is_some();
-        let in_fragment = !in_function
-            && ctx
-                .function_containing(target)
-                .is_some_and(|g| ctx.are_fragments(b.id, g));
+        let in_fragment = !in_function && is_fragment_entry(target);
         // clang points the entries of impossible cases (`default: unreachable`) at the end of
         // the function. Kept, so the whole table is rewritten, but they are no CFG edge.
         let unreachable_case = table_bound == TableBound::Relocations && target == b.range.end;

@@ -94,6 +94,7 @@ pub fn dump_function(program: &Program, f: &Function) -> String {
             TableBound::RangeCheck { check } => format!("range check at {check}"),
             TableBound::Relocations => "relocations".to_string(),
             TableBound::Scanned => "scanning entries (inferred)".to_string(),
+            TableBound::IndexWidth { bits } => format!("the width of its index ({bits} bits)"),
             TableBound::RangeCheckAndRelocations { check } => {
                 format!("range check at {check} and relocations")
             }

@@ -192,6 +192,10 @@ pub enum TableBound {
     Relocations,
     /// Both agree.
     RangeCheckAndRelocations { check: Vaddr },
+    /// No range check, because the index has only `bits` low bits that may be non-zero (it was
+    /// zero-extended from a byte, say) and the table covers every such value: `1 << bits`
+    /// entries, each one code of the function.
+    IndexWidth { bits: u8 },
     /// Neither exists (no relocations, and the compiler knew the index in range): the table
     /// was read until an entry stopped being an instruction of the function. Inferred, not
     /// proven.

@@ -39,6 +39,10 @@ pub enum IndirectJump {
         table: Vaddr,
         entry_size: u8,
         bound: Option<IndexBound>,
+        /// How many low bits of the index may be non-zero: 8 when it was zero-extended from a
+        /// byte (`movzbl`), 32 after a 32-bit write, 64 when nothing is known. A table indexed
+        /// by a byte without a range check has exactly 256 entries.
+        index_bits: u8,
     },
     /// Target = `base` + sign-extended `entry_size`-byte entry at `table`.
     RelativeTable {
@@ -46,6 +50,8 @@ pub enum IndirectJump {
         base: Vaddr,
         entry_size: u8,
         bound: Option<IndexBound>,
+        /// As for `AbsoluteTable`.
+        index_bits: u8,
     },
     /// The target is a pointer read from the fixed address `slot` (GOT entry, function
     /// pointer variable): a tail call.
@@ -687,8 +693,17 @@ pub fn analyze_indirect_jump_with(
                 Mnemonic::Movsxd if raw.op_count() == 2 => match raw.op1_kind() {
                     OpKind::Memory => Some((raw.op0_register(), st.load(raw, 4, true))),
                     OpKind::Register => {
-                        let v = sign_extend_entry(st.reg(raw.op1_register()))
-                            .unwrap_or_else(|| st.fresh());
+                        let src = st.reg(raw.op1_register());
+                        let v = match src {
+                            // Bit 31 of a value narrower than 32 bits is 0: sign-extending it
+                            // changes nothing (gcc: `movzbl ...,%edx` then `movslq %edx,%rdx`).
+                            Val::Affine {
+                                var,
+                                scale: 1,
+                                offset: 0,
+                            } if st.widths[var as usize] < 32 => src,
+                            _ => sign_extend_entry(src).unwrap_or_else(|| st.fresh()),
+                        };
                         Some((raw.op0_register(), v))
                     }
                     _ => None,
@@ -823,6 +838,7 @@ pub fn analyze_indirect_jump_with(
             table: Vaddr(table),
             entry_size: 8,
             bound: bound_for(var),
+            index_bits: st.widths[var as usize],
         },
         Val::Relative {
             add,
@@ -835,6 +851,7 @@ pub fn analyze_indirect_jump_with(
             base: Vaddr(add),
             entry_size: size,
             bound: bound_for(var),
+            index_bits: st.widths[var as usize],
         },
         Val::Loaded { addr } => IndirectJump::MemorySlot { slot: Vaddr(addr) },
         _ => IndirectJump::Unknown,
@@ -875,8 +892,47 @@ mod tests {
                     check: Vaddr(0x1003),
                     default_target: Vaddr(0x1005 + 0x20)
                 }),
+                index_bits: 32,
             }
         );
+    }
+
+    #[test]
+    fn byte_index_without_range_check() {
+        // python3.11's opcode dispatch: movzbl %sil,%eax; mov 0x737e40(,%rax,8),%rax;
+        // jmp *%rax. No check: the byte itself keeps the index below 256.
+        let code = [
+            0x40, 0x0f, 0xb6, 0xc6, // movzbl %sil,%eax
+            0x48, 0x8b, 0x04, 0xc5, 0x40, 0x7e, 0x73, 0x00, // mov 0x737e40(,%rax,8),%rax
+            0xff, 0xe0, // jmp *%rax
+        ];
+        assert_eq!(
+            analyze(&code, 0x502029),
+            IndirectJump::AbsoluteTable {
+                table: Vaddr(0x737e40),
+                entry_size: 8,
+                bound: None,
+                index_bits: 8,
+            }
+        );
+        // Without the movzbl nothing is known of %rax.
+        match analyze(&code[4..], 0x50202d) {
+            IndirectJump::AbsoluteTable {
+                bound: None,
+                index_bits: 64,
+                ..
+            } => {}
+            other => panic!("{other:?}"),
+        }
+        // A byte loaded from memory (movzbl (%rdi),%ecx; jmp *T(,%rcx,8)) bounds it too.
+        let code = [
+            0x0f, 0xb6, 0x0f, // movzbl (%rdi),%ecx
+            0xff, 0x24, 0xcd, 0x00, 0x20, 0x40, 0x00, // jmp *0x402000(,%rcx,8)
+        ];
+        match analyze(&code, 0x401000) {
+            IndirectJump::AbsoluteTable { index_bits: 8, .. } => {}
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -910,6 +966,7 @@ mod tests {
                 table,
                 entry_size: 8,
                 bound: Some(b),
+                ..
             } => {
                 assert_eq!(table, Vaddr(0x402000));
                 assert_eq!(b.entries, 10);
@@ -943,6 +1000,7 @@ mod tests {
                 base,
                 entry_size: 4,
                 bound: Some(b),
+                ..
             } => {
                 assert_eq!(t, Vaddr(table));
                 assert_eq!(base, Vaddr(table));
