@@ -13,7 +13,7 @@ use rivet_layout::LandingPads;
 use rivet_passes::attach::{AttachedProfile, FunctionCounts};
 use rivet_passes::optimize::{
     BlockAlignment, BlockOrder, FunctionOrder, OptimizeOptions, Splitting, optimized_layout,
-    order_blocks,
+    order_blocks, order_blocks_for,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -349,6 +349,33 @@ fn ext_tsp_makes_a_hot_loop_fall_through_and_sinks_the_never_run_block() {
         &options(BlockOrder::ExtTsp, Splitting::Off),
     );
     assert_eq!(frags_of(&l, 0), fragments(&[&[0, 1, 3, 4, 2]]));
+}
+
+#[test]
+fn in_place_ext_tsp_keeps_the_input_fall_throughs_it_has_no_reason_to_break() {
+    // Both sides of the diamond run equally often: no order scores better than the input's,
+    // whose fall-throughs cost no jump. A function rewritten in place must fit in its old
+    // bytes, so there ext-TSP keeps them.
+    let p = program(vec![diamond(0, 0x1000), guarded_loop(1, 0x2000)]);
+    let even = FunctionCounts {
+        blocks: vec![100, 50, 50, 100],
+        edges: vec![vec![50, 50], vec![50], vec![50], vec![]],
+        entries: 100,
+    };
+    assert_eq!(
+        order_blocks_for(&p.functions[0], &even, BlockOrder::ExtTsp, true),
+        ids(&[0, 1, 2, 3])
+    );
+    // A real gain still wins: the loop is entered by falling into it, its error path sinks.
+    assert_eq!(
+        order_blocks_for(
+            &p.functions[1],
+            &guarded_loop_counts(),
+            BlockOrder::ExtTsp,
+            true
+        ),
+        ids(&[0, 1, 3, 4, 2])
+    );
 }
 
 #[test]
