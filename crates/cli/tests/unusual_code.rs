@@ -139,18 +139,7 @@ fn an_unresolved_jump_with_the_frame_on_the_stack_is_not_a_tail_call() {
     assert!(expected.1.contains("dispatch(10) = 2233"), "{}", expected.1);
     for seed in 1..=4 {
         let out = dir.join(format!("shuffled.{seed}"));
-        let seed = seed.to_string();
-        let rewrite = rivet(&[
-            "rewrite",
-            s(&bin),
-            "-o",
-            s(&out),
-            "--layout",
-            "shuffle-blocks",
-            "--seed",
-            &seed,
-        ]);
-        assert!(rewrite.status.success(), "seed {seed}: {rewrite:?}");
+        rewrite_listed(&bin, &out, Some(seed));
         assert_eq!(
             run_bounded(&out, &["10"]),
             expected,
@@ -165,6 +154,19 @@ fn listed(list: &str, name: &str) -> String {
         .find(|l| l.split_whitespace().nth(1) == Some(name))
         .unwrap_or_else(|| panic!("{name} is not in the list:\n{list}"))
         .to_string()
+}
+
+/// `rivet rewrite BIN -o OUT --list`, in the input's block order (`seed` None) or shuffled
+/// with `seed`; returns the list of what was rewritten and why not.
+fn rewrite_listed(bin: &Path, out: &Path, seed: Option<u32>) -> String {
+    let seed = seed.map(|n| n.to_string());
+    let mut args = vec!["rewrite", s(bin), "-o", s(out), "--list"];
+    if let Some(seed) = &seed {
+        args.extend(["--layout", "shuffle-blocks", "--seed", seed]);
+    }
+    let rewrite = rivet(&args);
+    assert!(rewrite.status.success(), "seed {seed:?}: {rewrite:?}");
+    String::from_utf8(rewrite.stdout).unwrap()
 }
 
 #[test]
@@ -189,9 +191,7 @@ fn short_tail_calls_keep_their_short_form_in_place() {
     );
     // In the original order every function fits again: its tail calls stay short.
     let out = dir.join("rewritten");
-    let rewrite = rivet(&["rewrite", s(&bin), "-o", s(&out), "--list"]);
-    assert!(rewrite.status.success(), "{rewrite:?}");
-    let list = String::from_utf8(rewrite.stdout).unwrap();
+    let list = rewrite_listed(&bin, &out, None);
     for name in ["plus_one", "magnitude", "back"] {
         let line = listed(&list, name);
         assert!(line.ends_with("rewritten in place"), "{line}");
@@ -204,20 +204,7 @@ fn short_tail_calls_keep_their_short_form_in_place() {
     let mut magnitude_reordered = 0;
     for seed in 1..=8 {
         let out = dir.join(format!("shuffled.{seed}"));
-        let seed = seed.to_string();
-        let rewrite = rivet(&[
-            "rewrite",
-            s(&bin),
-            "-o",
-            s(&out),
-            "--layout",
-            "shuffle-blocks",
-            "--seed",
-            &seed,
-            "--list",
-        ]);
-        assert!(rewrite.status.success(), "seed {seed}: {rewrite:?}");
-        let list = String::from_utf8(rewrite.stdout).unwrap();
+        let list = rewrite_listed(&bin, &out, Some(seed));
         if listed(&list, "magnitude").ends_with("rewritten in place") {
             magnitude_reordered += 1;
         }
@@ -258,16 +245,10 @@ fn a_table_indexed_by_a_byte_is_bounded_by_it_in_place() {
     let mut reordered = 0;
     for seed in 0..=8 {
         let out = dir.join(format!("rewritten.{seed}"));
-        let seed = seed.to_string();
-        let mut args = vec!["rewrite", s(&bin), "-o", s(&out), "--list"];
-        if seed != "0" {
-            args.extend(["--layout", "shuffle-blocks", "--seed", &seed]);
-        }
-        let rewrite = rivet(&args);
-        assert!(rewrite.status.success(), "seed {seed}: {rewrite:?}");
-        let list = String::from_utf8(rewrite.stdout).unwrap();
+        // Seed 0: the input's own order, which must fit.
+        let list = rewrite_listed(&bin, &out, (seed > 0).then_some(seed));
         let line = listed(&list, "run");
-        if seed == "0" {
+        if seed == 0 {
             assert!(line.ends_with("rewritten in place"), "{line}");
         } else if line.ends_with("rewritten in place") {
             reordered += 1;
