@@ -3,7 +3,8 @@
    a table of 256 labels, at an index zero-extended from a byte: no range check is needed,
    so none is there, and only the `movzbl` bounds the table. Most handlers load it and jump
    to one shared `jmp *%rax`; the last one falls into it. Opcodes: 0 halt (returns the
-   accumulator), 1 add one, 2 double, 3 subtract one; every other byte halts too. */
+   accumulator), 1 add one, 2 double, 3 subtract one; every other byte halts too.
+   Built with -DDISPATCH_IN_TABLE, the table also leads to the shared jump itself. */
 	.text
 	.globl	run
 	.type	run, @function
@@ -42,7 +43,15 @@ run:
 	.p2align 3
 handlers:
 	.quad	.Lhalt, .Linc, .Ldouble, .Ldec
+#ifdef DISPATCH_IN_TABLE
+	/* Opcode 4 (never used) enters the shared jump from the table itself, with %rax
+	   holding its own address rather than a handler loaded from the table: on that way in
+	   nothing bounds the jump. */
+	.quad	.Ldispatch
+	.rept	251
+#else
 	.rept	252
+#endif
 	.quad	.Lhalt
 	.endr
 	.section	.note.GNU-stack,"",@progbits

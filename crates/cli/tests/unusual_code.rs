@@ -261,3 +261,33 @@ fn a_table_indexed_by_a_byte_is_bounded_by_it_in_place() {
     }
     assert!(reordered > 0, "no shuffled order of run fitted");
 }
+
+#[test]
+fn a_dispatch_also_entered_from_its_table_is_not_resolved_from_its_branches() {
+    let dir = scratch("unusual_code", "byte_dispatch_in_table");
+    let bin = build(
+        &dir,
+        "gcc",
+        &["byte_dispatch_main.c", "byte_dispatch.S"],
+        &["-no-pie", "-DDISPATCH_IN_TABLE"],
+        "byte_dispatch",
+    );
+    let expected = run_bounded(&bin, &[]);
+    assert_eq!(expected.0, Some(0), "the original failed");
+    // The branches into the shared `jmp *%rax` all load a handler, but the table leads there
+    // too (its address is stored in data): the jump's targets are not known, and `run` stays
+    // as it is.
+    let run = inspect_function(&bin, "run");
+    let header = run.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("skipped:"),
+        "run should be left alone:\n{run}"
+    );
+    let out = dir.join("rewritten");
+    let list = rewrite_listed(&bin, &out, None);
+    assert!(
+        listed(&list, "run").contains("not rewritten: skipped:"),
+        "{list}"
+    );
+    assert_eq!(run_bounded(&out, &[]), expected);
+}

@@ -324,6 +324,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         branch_predecessors(insts)
     };
     let mut retry: Vec<(usize, bool)> = Vec::new();
+    // Jumps resolved from the branches into their block, with the block's start: checked
+    // below against the ways in that only the finished analysis knows.
+    let mut via_paths: Vec<(usize, Vaddr)> = Vec::new();
     let mut pass = 0;
     while pass < 2 {
         let Some((i, reach)) = (if pass == 0 { work.pop() } else { retry.pop() }) else {
@@ -418,9 +421,11 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             } else {
                 WindowStart::BlockStart
             };
-            if let Some(bounded) = dispatch_from_predecessors(ctx, insts, j, i, form, window_start)
+            if let Some((bounded, head)) =
+                dispatch_from_predecessors(ctx, insts, j, i, form, window_start)
             {
                 form = bounded;
+                via_paths.push((i, head));
             }
         }
         match form {
@@ -469,6 +474,24 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 _ => indirect.push((i, IndirectKind::TailCall)),
             },
             IndirectJump::Unknown => unknown_jumps.push(i),
+        }
+    }
+    // A block entered from a table, from a sibling fragment or as an entry has paths in that
+    // `dispatch_from_predecessors` did not follow: what it found does not hold on them.
+    for &(i, head) in &via_paths {
+        let other_way_in = f.secondary_entries.contains(&head)
+            || incoming.iter().any(|inc| {
+                let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
+                a == head
+            })
+            || indirect.iter().any(|(_, k)| match k {
+                IndirectKind::Table(t) => t.entries.contains(&head),
+                _ => false,
+            });
+        if other_way_in {
+            b.fail(SkipReason::UnresolvedIndirectJump {
+                at: insts[i].addr(),
+            });
         }
     }
     let table_spans: Vec<VaddrRange> = indirect
@@ -867,7 +890,8 @@ enum WindowStart {
 /// block alone shows: a table without a bound, or nothing known (python3.11's interpreter
 /// loads the opcode's handler in each of its cases and jumps to one shared `jmp *%rax`).
 /// A block whose address is stored in data (a computed goto's label) has paths in that no
-/// branch shows: none is assumed.
+/// branch shows: none is assumed. Returns the dispatch and the block's start, for the caller
+/// to check once it knows every table and every way in from sibling fragments.
 fn dispatch_from_predecessors(
     ctx: &Context,
     insts: &[Inst],
@@ -875,7 +899,7 @@ fn dispatch_from_predecessors(
     jump: usize,
     unbounded: IndirectJump,
     window_start: WindowStart,
-) -> Option<IndirectJump> {
+) -> Option<(IndirectJump, Vaddr)> {
     // Alignment padding before the block is part of the window but never a branch target.
     let mut start = start;
     while start < jump && insts[start].is_nop() {
@@ -966,7 +990,7 @@ fn dispatch_from_predecessors(
         }
     }
     if all_checked {
-        return best;
+        return best.map(|j| (j, head));
     }
     // Some path has no range check, but every path may narrow the index (python3.11 loads
     // the opcode with `movzbl` before jumping to a shared dispatch): the widest of them is
@@ -975,7 +999,7 @@ fn dispatch_from_predecessors(
         IndirectJump::Unknown => first?,
         known => known,
     };
-    (widest_bits < own_bits).then_some(match unbounded {
+    let narrowed = match unbounded {
         IndirectJump::AbsoluteTable {
             table, entry_size, ..
         } => IndirectJump::AbsoluteTable {
@@ -997,7 +1021,8 @@ fn dispatch_from_predecessors(
             index_bits: widest_bits,
         },
         other => other,
-    })
+    };
+    (widest_bits < own_bits).then_some((narrowed, head))
 }
 
 fn landing_pad_of(sites: &[(VaddrRange, Vaddr)], at: Vaddr) -> Option<Vaddr> {
