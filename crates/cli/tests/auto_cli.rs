@@ -303,7 +303,9 @@ fn redis_server_auto_leaves_no_process_and_a_working_server() {
     );
     // Whatever happened, nothing of the training may be left running.
     let stray = processes_mentioning(&port_arg);
-    let stray_instrumented = processes_mentioning("rivet-auto-");
+    // This run's work directory only (TMPDIR is `tmp`): the other tests of this file run
+    // `rivet auto` at the same time, in work directories of their own.
+    let stray_instrumented = processes_mentioning(&format!("{}/rivet-auto-", tmp.display()));
     let stdout = assert_ok(&result, "rivet auto --server");
     assert!(stray.is_empty(), "left running: {stray:?}");
     assert!(
