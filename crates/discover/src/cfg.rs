@@ -411,18 +411,11 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 | IndirectJump::AbsoluteTable { bound: None, .. }
                 | IndirectJump::RelativeTable { bound: None, .. }
         ) {
-            // Where the window starts: at a branch target, or only at its length limit.
-            let window_start = if j > 0 && insts[j - 1].flow().falls_through() {
-                if merge[j] {
-                    WindowStart::FallenInto
-                } else {
-                    WindowStart::LengthLimit
-                }
-            } else {
-                WindowStart::BlockStart
-            };
+            // A window that starts where the code before falls in, at no merge point, was
+            // cut by its length: the paths into it are not known.
+            let cut_by_length = j > 0 && insts[j - 1].flow().falls_through() && !merge[j];
             if let Some((bounded, head)) =
-                dispatch_from_predecessors(ctx, insts, j, i, form, window_start)
+                dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length)
             {
                 form = bounded;
                 via_paths.push((i, head));
@@ -479,7 +472,8 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // A block entered from a table, from a sibling fragment or as an entry has paths in that
     // `dispatch_from_predecessors` did not follow: what it found does not hold on them.
     for &(i, head) in &via_paths {
-        let other_way_in = f.secondary_entries.contains(&head)
+        let other_way_in = head == f.range.start
+            || f.secondary_entries.contains(&head)
             || incoming.iter().any(|inc| {
                 let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
                 a == head
@@ -871,20 +865,9 @@ fn reaching_constant(
     result
 }
 
-/// How the straight-line window that ends at an indirect jump begins.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum WindowStart {
-    /// After an instruction that does not fall through: only branches enter.
-    BlockStart,
-    /// At a branch target that the instruction before also falls into.
-    FallenInto,
-    /// Cut by the window's length: paths in are not known.
-    LengthLimit,
-}
-
-/// When the dispatch block is entered by branches, looks at every path into it: each
-/// predecessor's straight-line window followed by the dispatch window must read the same
-/// table. With a range check on every path the result is the largest bound (an index valid
+/// When the dispatch block (the window `start..=jump`) is entered by branches, and perhaps by
+/// the instruction before falling in, looks at every path into it: each predecessor's
+/// straight-line window followed by the dispatch window must read the same table. With a range check on every path the result is the largest bound (an index valid
 /// on some path). Without one on every path, the widest index width over the paths, if that
 /// is narrower than what the dispatch block alone shows. `unbounded` is what the dispatch
 /// block alone shows: a table without a bound, or nothing known (python3.11's interpreter
@@ -898,29 +881,30 @@ fn dispatch_from_predecessors(
     start: usize,
     jump: usize,
     unbounded: IndirectJump,
-    window_start: WindowStart,
+    cut_by_length: bool,
 ) -> Option<(IndirectJump, Vaddr)> {
+    if cut_by_length {
+        return None;
+    }
+    let window = start;
+    // What falls into the window: the instruction before it, or before the alignment padding
+    // in front of it (padding after a `jmp` is fallen into by nothing).
+    let mut before = window;
+    while before > 0 && insts[before - 1].is_nop() {
+        before -= 1;
+    }
+    let fall_pred = (before > 0 && insts[before - 1].flow().falls_through()).then(|| before - 1);
     // Alignment padding before the block is part of the window but never a branch target.
     let mut start = start;
     while start < jump && insts[start].is_nop() {
         start += 1;
     }
     let head = insts[start].addr();
-    let fallen_into = start > 0 && insts[start - 1].flow().falls_through();
-    let fall_pred = match (fallen_into, window_start) {
-        (false, _) => None,
-        // Padding skipped above is fallen into only by the padding.
-        (true, _) if insts[start - 1].is_nop() => None,
-        (true, WindowStart::FallenInto) => Some(start - 1),
-        (true, _) => return None,
+    let stored = VaddrRange {
+        start: insts[window].addr(),
+        end: head + 1,
     };
-    if !ctx
-        .refs_into(VaddrRange {
-            start: head,
-            end: head + 1,
-        })
-        .is_empty()
-    {
+    if !ctx.refs_into(stored).is_empty() {
         return None;
     }
     let mut preds: Vec<usize> = insts
@@ -999,29 +983,17 @@ fn dispatch_from_predecessors(
         IndirectJump::Unknown => first?,
         known => known,
     };
-    let narrowed = match unbounded {
-        IndirectJump::AbsoluteTable {
-            table, entry_size, ..
-        } => IndirectJump::AbsoluteTable {
-            table,
-            entry_size,
-            bound: None,
-            index_bits: widest_bits,
-        },
-        IndirectJump::RelativeTable {
-            table,
-            base,
-            entry_size,
-            ..
-        } => IndirectJump::RelativeTable {
-            table,
-            base,
-            entry_size,
-            bound: None,
-            index_bits: widest_bits,
-        },
-        other => other,
-    };
+    let mut narrowed = unbounded;
+    if let IndirectJump::AbsoluteTable {
+        bound, index_bits, ..
+    }
+    | IndirectJump::RelativeTable {
+        bound, index_bits, ..
+    } = &mut narrowed
+    {
+        *bound = None;
+        *index_bits = widest_bits;
+    }
     (widest_bits < own_bits).then_some((narrowed, head))
 }
 
@@ -1135,9 +1107,9 @@ fn resolve_table(
         ctx.function_containing(t)
             .is_some_and(|g| ctx.are_fragments(b.id, g))
     };
+    let is_instruction = |t: Vaddr| b.range.contains(t) && inst_index(insts, t).is_some();
     // An entry the rewriter can follow: an instruction of this function or of one of its parts.
-    let is_own_entry =
-        |t: Vaddr| (b.range.contains(t) && inst_index(insts, t).is_some()) || is_fragment_entry(t);
+    let is_own_entry = |t: Vaddr| is_instruction(t) || is_fragment_entry(t);
     // A table of other functions' entries is a table of function pointers: a tail call. In
     // PIE code its bytes are zero in the file and the dynamic relocations hold the values.
     if kind == JumpTableKind::Absolute
@@ -1220,7 +1192,7 @@ fn resolve_table(
             b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
             return TableResult::Failed;
         };
-        let in_function = b.range.contains(target) && inst_index(insts, target).is_some();
+        let in_function = is_instruction(target);
         let in_fragment = !in_function && is_fragment_entry(target);
         // clang points the entries of impossible cases (`default: unreachable`) at the end of
         // the function. Kept, so the whole table is rewritten, but they are no CFG edge.

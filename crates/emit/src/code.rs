@@ -622,17 +622,18 @@ pub fn plan_fragment(
                 ..
             } = item
             {
-                let end = offsets[i] + u64::from(*short_size);
-                let disp = match *target {
-                    Target::Block(b) => label_offset[&LabelId::Block(b)] as i64 - end as i64,
-                    Target::Trampoline(k) => {
-                        label_offset[&LabelId::Trampoline(k)] as i64 - end as i64
-                    }
+                // The target's offset from the fragment's start.
+                let to = match *target {
+                    Target::Block(b) => label_offset[&LabelId::Block(b)] as i64,
+                    Target::Trampoline(k) => label_offset[&LabelId::Trampoline(k)] as i64,
                     // Short only with a known place (above).
-                    Target::Address(a) => known_place.map_or(i64::MAX, |k| {
-                        a.get().wrapping_sub(k.at.get().wrapping_add(end)) as i64
-                    }),
+                    Target::Address(a) => match known_place {
+                        Some(k) => a.get().wrapping_sub(k.at.get()) as i64,
+                        None => continue,
+                    },
                 };
+                let end = offsets[i] + u64::from(*short_size);
+                let disp = to - end as i64;
                 if i8::try_from(disp).is_err() {
                     *form = BranchForm::Near;
                     changed = true;

@@ -81,13 +81,16 @@ pub fn collect(
 
     // Jump tables of rewritten functions: their entries are rewritten from the discovered
     // targets, and their sites must not be patched again from (possibly inexact) relocations.
+    // A table that several jumps share (a threaded interpreter's, one per dispatch site) is
+    // patched once.
     let mut table_sites: HashSet<Vaddr> = HashSet::new();
+    let mut patched: HashSet<(Vaddr, Vaddr)> = HashSet::new();
     for f in &program.functions {
         for t in &f.jump_tables {
             for (i, target) in t.entries.iter().enumerate() {
                 let site = t.addr + (i as u64) * u64::from(t.entry_size);
                 table_sites.insert(site);
-                if !is_rewritten(f.id) {
+                if !is_rewritten(f.id) || !patched.insert((site, *target)) {
                     continue;
                 }
                 let field = match t.kind {

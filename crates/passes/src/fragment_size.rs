@@ -8,8 +8,9 @@
 //! block of the same fragment is short when the distance, measured on the fragment laid out
 //! with short branches, fits in a byte; a branch anywhere else (the other fragment, another
 //! function) is near (in place the emitter may write a nearby function's entry short, which
-//! only makes the estimate of both layouts compared a little high). The emitter relaxes until nothing changes; one round is close enough to
-//! compare two layouts of one function, and the emitter stays the authority on real sizes.
+//! only makes the estimate of both layouts compared a little high). The emitter relaxes until
+//! nothing changes; one round is close enough to compare two layouts of one function, and the
+//! emitter stays the authority on real sizes.
 //! Calls the emitter writes through a PLT stub's GOT slot (`rivet optimize --plt`, off by
 //! default) take one byte more each, which the estimate leaves out.
 
