@@ -35,7 +35,7 @@ pub struct AggregateArgs {
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
     /// The input is `perf script` text (with --show-mmap-events, fields pid,event,ip and
-    /// optionally brstack), not perf.data.
+    /// optionally brstack; with --show-task-events too if the program forks), not perf.data.
     #[arg(long)]
     pub perf_script: bool,
     /// Accept a recording of another build of the binary (build-ids differ).
@@ -116,8 +116,19 @@ fn feed_perf_data(
     fields: &str,
     aggregator: &mut Aggregator,
 ) -> Result<bool, UserError> {
+    // `--force` skips perf's check that the file belongs to the user reading it: a server
+    // recorded as its own user (PostgreSQL runs as `postgres`) leaves a perf.data that root's
+    // `perf script` otherwise refuses, and the user named this file to be read.
     let mut child = Command::new("perf")
-        .args(["script", "--show-mmap-events", "-F", fields, "-i"])
+        .args([
+            "script",
+            "--force",
+            "--show-mmap-events",
+            "--show-task-events",
+            "-F",
+            fields,
+            "-i",
+        ])
         .arg(perf_data)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -397,3 +397,85 @@ fn samples_of_a_stripped_copy_optimize_the_unstripped_build() {
         "the two profiles gave different outputs"
     );
 }
+
+/// A server that forks its workers, in miniature: the parent maps the binary, each child runs
+/// the loop without an mmap record of its own.
+const FORKING_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+__attribute__((noinline)) static unsigned long worker_loop(unsigned long n) {
+    volatile unsigned long acc = 1;
+    for (unsigned long i = 0; i < n; i++) acc = acc * 6364136223846793005UL + i;
+    return acc;
+}
+int main(int argc, char **argv) {
+    unsigned long n = argc > 1 ? strtoul(argv[1], 0, 10) : 1000;
+    for (int w = 0; w < 2; w++) {
+        pid_t pid = fork();
+        if (pid < 0) return 1;
+        if (pid == 0) { printf("worker %d: %lu\n", w, worker_loop(n) & 0xff); return 0; }
+    }
+    int status, failed = 0;
+    while (wait(&status) > 0) failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    return failed;
+}
+"#;
+
+/// Samples of forked children land in the binary: the children inherit the parent's mapping
+/// (`PERF_RECORD_FORK`). Before, only the parent's few samples counted. The recording belongs
+/// to another user, as when a server is profiled as its own user, and is still read.
+#[test]
+fn samples_of_forked_workers_land_in_the_binary() {
+    let dir = scratch("aggregate", "forking");
+    let source = dir.join("forking.c");
+    std::fs::write(&source, FORKING_PROGRAM).unwrap();
+    let binary = dir.join("forking");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-Wl,--emit-relocs"])
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let perf_data = dir.join("perf.data");
+    perf_record(&perf_data, 5000, |perf| {
+        perf.arg(&binary).arg("100000000");
+    });
+    // perf script refuses a file of another user, even to root, unless forced.
+    const NOBODY: u32 = 65534;
+    std::os::unix::fs::chown(&perf_data, Some(NOBODY), None).unwrap_or_else(|e| {
+        panic!("this test gives the recording to another user, which needs root: {e}")
+    });
+    let profile_path = dir.join("forking.fdata");
+    let r = rivet(&[
+        "aggregate",
+        s(&perf_data),
+        s(&binary),
+        "-o",
+        s(&profile_path),
+        "--json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let total = summary["total_samples"].as_u64().unwrap();
+    let in_binary = summary["samples_in_binary"].as_u64().unwrap();
+    assert!(
+        in_binary * 10 >= total * 8,
+        "{in_binary} of {total} samples in the binary"
+    );
+    let profile =
+        rivet_profile::fdata::parse(&std::fs::read_to_string(&profile_path).unwrap()).unwrap();
+    let in_loop: u64 = profile
+        .samples
+        .iter()
+        .filter(|(l, _)| l.name.starts_with("worker_loop"))
+        .map(|(_, c)| c)
+        .sum();
+    assert!(
+        in_loop > 100 && in_loop * 10 >= in_binary * 9,
+        "{in_loop} of {in_binary} samples in the workers' loop"
+    );
+}

@@ -85,6 +85,17 @@ fn a_call_that_ends_a_function_does_not_make_a_returning_callee_noreturn() {
             "{compiler} did not end `checked` with the call to `twice`, the test proves \
              nothing:\n{checked}"
         );
+        // That call does not come back at this site (the compiler emitted nothing after
+        // it), so `checked` is modelled and rewritten, not left alone as falling off its end.
+        let header = checked.lines().next().unwrap_or_default();
+        assert!(
+            header.ends_with(" simple"),
+            "{compiler}: `checked` should be rewritable:\n{checked}"
+        );
+        assert!(
+            last_instruction.contains("noreturn"),
+            "{compiler}: the call ending `checked` should end its path:\n{checked}"
+        );
         // `twice` returns: main's call to it goes on to the loop.
         let main = inspect_function(&bin, "main");
         let calls: Vec<&str> = main.lines().filter(|l| l.contains("<twice>")).collect();
@@ -102,8 +113,21 @@ fn a_call_that_ends_a_function_does_not_make_a_returning_callee_noreturn() {
         assert_eq!(expected.0, Some(0), "{compiler}: the original failed");
         for layout in ["reverse", "shuffle"] {
             let out = dir.join(format!("{compiler}.{layout}"));
-            let rewrite = rivet(&["rewrite", s(&bin), "-o", s(&out), "--layout", layout]);
+            let rewrite = rivet(&[
+                "rewrite",
+                s(&bin),
+                "-o",
+                s(&out),
+                "--layout",
+                layout,
+                "--list",
+            ]);
             assert!(rewrite.status.success(), "{compiler} {layout}: {rewrite:?}");
+            let list = String::from_utf8_lossy(&rewrite.stdout);
+            assert!(
+                listed(&list, "checked").ends_with(" moved"),
+                "{compiler} {layout}: `checked` was not rewritten:\n{list}"
+            );
             assert_eq!(
                 run_bounded(&out, &[]),
                 expected,

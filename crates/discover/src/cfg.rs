@@ -630,6 +630,15 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // Problems of blocks that may be unreachable (code after a noreturn call that the
     // compiler left in, alignment padding at the end): they only matter if reachable.
     let mut deferred: Vec<(usize, SkipReason)> = Vec::new();
+    // A call that is the last instruction of an extent the compiler gave (symbol size, FDE)
+    // does not come back there, whatever its callee does elsewhere: the compiler emitted
+    // nothing after it because it knew control cannot continue, either from a noreturn
+    // attribute or from `__builtin_unreachable()` after an ordinary call. PostgreSQL's
+    // `ereport(ERROR, ...)` ends in `errfinish()`, which returns for lesser levels: 3,280
+    // of its cold parts end that way, and each held its parent back. The callee is not made
+    // noreturn for other callers (`callees_returned_to` is about that). An extent guessed up
+    // to the next symbol says nothing about where the code ends.
+    let ends_at_compiler_extent = |i: usize| i + 1 == n && f.origin != Origin::SymbolSizedByNext;
     for (bi, w) in starts.windows(2).enumerate() {
         let (first, end) = (w[0], w[1]);
         let last = end - 1;
@@ -638,13 +647,13 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         let mut fragment_succs = Vec::new();
         let next_block = (end < n).then(|| BlockId(bi as u32 + 1));
         let mut falls_through = false;
-        for inst in &insts[first..end] {
+        for (i, inst) in insts.iter().enumerate().take(end).skip(first) {
             match inst.flow() {
                 Flow::Call { target } => {
                     let target_kind = ctx.call_target(target);
                     calls.push(Call {
                         at: inst.addr(),
-                        noreturn: ctx.is_noreturn(target),
+                        noreturn: ctx.is_noreturn(target) || ends_at_compiler_extent(i),
                         target: target_kind,
                         landing_pad: landing_pad_of(&call_landing_pads, inst.addr()),
                     });
@@ -652,7 +661,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 Flow::IndirectCall => calls.push(Call {
                     at: inst.addr(),
                     target: CallTarget::Indirect,
-                    noreturn: false,
+                    noreturn: ends_at_compiler_extent(i),
                     landing_pad: landing_pad_of(&call_landing_pads, inst.addr()),
                 }),
                 _ => {}
@@ -737,6 +746,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             Flow::Return => Terminator::Return,
             Flow::Trap => Terminator::Trap,
             Flow::Call { target } if ctx.is_noreturn(target) => Terminator::NoReturnCall,
+            Flow::Call { .. } | Flow::IndirectCall if ends_at_compiler_extent(last) => {
+                Terminator::NoReturnCall
+            }
             Flow::Next | Flow::Call { .. } | Flow::IndirectCall => {
                 falls_through = true;
                 Terminator::FallThrough

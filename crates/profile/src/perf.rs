@@ -9,11 +9,17 @@
 //!   PID  EVENT:  IP [0xFROM/0xTO/P/-/-/CYCLES ...]        (a sample; the branch stack with -j)
 //! ```
 //!
-//! (`perf script --show-mmap-events -F pid,event,ip[,brstack]`; a few more or fewer fields are
-//! tolerated.) A sample's addresses are run-time addresses of some process; the mappings of
-//! that process say which belong to the binary, and where it was loaded, so each becomes a
-//! virtual address of the binary (`offset in file` -> `vaddr` through its PT_LOADs). That is
-//! what makes PIE executables and shared libraries work.
+//! (`perf script --show-mmap-events --show-task-events -F pid,event,ip[,brstack]`; a few more
+//! or fewer fields are tolerated.) A sample's addresses are run-time addresses of some
+//! process; the mappings of that process say which belong to the binary, and where it was
+//! loaded, so each becomes a virtual address of the binary (`offset in file` -> `vaddr`
+//! through its PT_LOADs). That is what makes PIE executables and shared libraries work.
+//!
+//! A forked process has its parent's mappings without any mmap record of its own, so the
+//! task records matter too: `PERF_RECORD_FORK(CHILD:TID):(PARENT:TID)` copies the parent's
+//! mappings to the child, and `PERF_RECORD_COMM exec: NAME:PID/TID` drops the mappings of a
+//! process that replaced its program. Servers that fork a worker per connection
+//! (PostgreSQL) run almost all their code in such children.
 //!
 //! A branch stack lists the most recent branch first. Between two consecutive branches the
 //! program ran straight through: from the older branch's target to the newer branch's source,
@@ -51,6 +57,15 @@ pub struct BranchRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Line {
     Mmap(Mapping),
+    /// A new process `child` made by `parent` (or a new thread, when they are equal).
+    Fork {
+        child: u32,
+        parent: u32,
+    },
+    /// Process `pid` replaced its program.
+    Exec {
+        pid: u32,
+    },
     Sample {
         pid: u32,
         event: String,
@@ -72,6 +87,15 @@ fn hex(s: &str) -> Option<u64> {
 pub fn parse_line(line: &str) -> Option<Line> {
     if let Some(at) = line.find("PERF_RECORD_MMAP") {
         return parse_mmap(&line[at..]).map(Line::Mmap);
+    }
+    if let Some(at) = line.find("PERF_RECORD_FORK(") {
+        return parse_fork(&line[at + "PERF_RECORD_FORK(".len()..]);
+    }
+    if let Some(at) = line.find("PERF_RECORD_COMM exec:") {
+        // NAME:PID/TID; the name may itself hold ':' or '/'.
+        let task = line[at + "PERF_RECORD_COMM exec:".len()..].trim_end();
+        let pid = task.rsplit_once(':')?.1.split('/').next()?.parse().ok()?;
+        return Some(Line::Exec { pid });
     }
     if line.contains("PERF_RECORD_") {
         return None;
@@ -104,6 +128,17 @@ pub fn parse_line(line: &str) -> Option<Line> {
         event,
         ip: ip?,
         branches,
+    })
+}
+
+/// `CHILD:TID):(PARENT:TID)`, what follows `PERF_RECORD_FORK(`.
+fn parse_fork(text: &str) -> Option<Line> {
+    let (child, rest) = text.split_once(')')?;
+    let parent = rest.strip_prefix(":(")?.split(')').next()?;
+    let pid = |task: &str| task.split(':').next()?.trim().parse().ok();
+    Some(Line::Fork {
+        child: pid(child)?,
+        parent: pid(parent)?,
     })
 }
 
@@ -210,6 +245,16 @@ impl Aggregator {
                     maps.push((m.start, m.start.saturating_add(m.len), m.pgoff));
                     self.mappings += 1;
                 }
+            }
+            Some(Line::Fork { child, parent }) => {
+                if child != parent
+                    && let Some(inherited) = self.maps.get(&parent).cloned()
+                {
+                    self.maps.insert(child, inherited);
+                }
+            }
+            Some(Line::Exec { pid }) => {
+                self.maps.remove(&pid);
             }
             Some(Line::Sample {
                 pid,
@@ -323,7 +368,42 @@ mod tests {
             None
         );
         assert_eq!(parse_line(""), None);
-        assert_eq!(parse_line("  12 PERF_RECORD_COMM exec: lua:12/12"), None);
+        assert_eq!(
+            parse_line("  12 PERF_RECORD_COMM exec: lua:12/12"),
+            Some(Line::Exec { pid: 12 })
+        );
+        assert_eq!(
+            parse_line(" 1246 PERF_RECORD_FORK(1256:1257):(1246:1246)"),
+            Some(Line::Fork {
+                child: 1256,
+                parent: 1246
+            })
+        );
+        assert_eq!(parse_line("  12 PERF_RECORD_COMM: perf-exec:12/12"), None);
+        assert_eq!(parse_line("  12 PERF_RECORD_FORK(12:12"), None);
+        assert_eq!(parse_line("  12 PERF_RECORD_EXIT(13:13):(12:12)"), None);
+    }
+
+    #[test]
+    fn forked_processes_inherit_the_mappings_and_exec_drops_them() {
+        let mut a = Aggregator::new(
+            vec![Segment {
+                vaddr: 0x1000,
+                offset: 0x1000,
+                filesz: 0x2000,
+            }],
+            vec!["/bin/server".into()],
+        );
+        a.feed("  5 PERF_RECORD_COMM exec: server:5/5");
+        a.feed("  5 PERF_RECORD_MMAP2 5/5: [0x555500001000(0x2000) @ 0x1000 fe:00 1 2]: r-xp /bin/server");
+        a.feed("  5 PERF_RECORD_FORK(6:6):(5:5)");
+        a.feed("  6 cpu-clock:u: 555500001234"); // the worker, without an mmap record of its own
+        a.feed("  5 PERF_RECORD_FORK(7:7):(5:5)");
+        a.feed("  7 PERF_RECORD_COMM exec: sh:7/7"); // a child that runs another program
+        a.feed("  7 cpu-clock:u: 555500001234");
+        a.feed("  5 cpu-clock:u: 555500001238");
+        assert_eq!(a.result.samples, BTreeMap::from([(0x1234, 1), (0x1238, 1)]));
+        assert_eq!(a.result.samples_elsewhere, 1);
     }
 
     #[test]
