@@ -14,6 +14,12 @@
 #   redis   -> `redis-server`, `redis-benchmark` and `redis-cli` (gcc only), with the
 #              bundled deps (hiredis, lua, hdr_histogram, linenoise) and libc malloc
 #              (MALLOC=libc: no jemalloc build), no TLS, no systemd; for server workloads
+#   postgresql-15 -> PostgreSQL's server `postgres`, installed with its tools (initdb,
+#              pg_ctl, psql, pgbench) and its regression suite (pg_regress, regress.so,
+#              the SQL files), gcc only, from the upstream tarball of the Debian source
+#              package (no Debian patches), no ICU, no readline; plain -O2 -g as the
+#              upstream build and the PostgreSQL article in shared/seeds use, so gcc's own
+#              hot/cold split (`.cold` parts) stays in
 #
 # each with CC in {gcc, clang-19}; flags: -O2 -g -Wl,--emit-relocs, and for gcc
 # also -fno-reorder-blocks-and-partition. Default PIE (the compilers' default).
@@ -30,6 +36,7 @@
 #   R/sqlite3-<debian-version>-testfixture-<cc>/     testfixture
 #   R/sqlite3-<debian-version>-testfixture-gcc-norelocs/  the same without --emit-relocs
 #   R/redis-<debian-version>-gcc/           redis-server, redis-benchmark, redis-cli
+#   R/postgresql-15-<debian-version>-gcc/   install/ (bin/postgres ...), regress/
 # Complete directories (.complete marker) are reused; builds happen in a temp
 # dir renamed into place; a flock on R/.lock serialises concurrent invocations.
 #
@@ -40,7 +47,8 @@
 #   lua-src, sqlite3-src (source trees), then lua-gcc, lua-clang, sqlite3-gcc,
 #   sqlite3-clang, testfixture-gcc, testfixture-clang, lua-gcc-norelocs,
 #   sqlite3-gcc-norelocs, testfixture-gcc-norelocs, redis-gcc (redis-server),
-#   redis-benchmark, redis-cli (binaries). Everything else goes to stderr.
+#   redis-benchmark, redis-cli, postgres-gcc (install/bin/postgres), postgres-regress
+#   (the directory to run pg_regress in). Everything else goes to stderr.
 set -euo pipefail
 
 exec 3>&1 1>&2 # real stdout only for the result lines
@@ -195,6 +203,29 @@ apt_version() { # package version-without-epoch
         $1 == "Version:" && ($2 == v || $2 ~ ("^[0-9]+:" v "$")) { print $2; exit }'
 }
 
+# The newest version of a source package that downloads: bookworm-security lists versions the
+# mirror no longer serves (postgresql-15 15.20 gave 404 while 15.18 came from bookworm).
+# An already fetched version is reused.
+fetchable_source() { # package -> sets FETCHED and FETCHED_VER
+    local pkg=$1 ver
+    for ver in $(apt-cache showsrc "$pkg" 2>/dev/null | awk '$1 == "Version:" { print $2 }' | sort -V -r -u); do
+        if [[ -f $R/src/$pkg-$ver/.complete ]]; then
+            FETCHED_VER=$ver
+            FETCHED="$R/src/$pkg-$ver/$(cat "$R/src/$pkg-$ver/.tree")"
+            return 0
+        fi
+    done
+    for ver in $(apt-cache showsrc "$pkg" 2>/dev/null | awk '$1 == "Version:" { print $2 }' | sort -V -r -u); do
+        if (cd "$(mktemp -d)" && apt-get source -q --download-only "$pkg=$ver" >/dev/null 2>&1); then
+            FETCHED_VER=$ver
+            fetch_source "$pkg" "$ver"
+            return 0
+        fi
+        log "apt-get source $pkg=$ver does not download; trying an older version"
+    done
+    die "no version of $pkg's source package downloads (apt-cache showsrc $pkg)"
+}
+
 LUA_VER="$(src_version lua5.4)"
 SQLITE_VER="$(src_version sqlite3)"
 REDIS_VER="$(src_version redis)"
@@ -205,6 +236,10 @@ fetch_source sqlite3 "$SQLITE_VER"
 SQLITE_SRC=$FETCHED
 fetch_source redis "$REDIS_VER" "$(apt_version redis "$REDIS_VER")"
 REDIS_SRC=$FETCHED
+fetchable_source postgresql-15
+PG_VER=$FETCHED_VER
+PG_SRC=$FETCHED
+log "postgresql-15 $PG_VER"
 
 # --- 3. builds --------------------------------------------------------------
 # new_build <package> <version> <cc>: prints the build dir if already complete
@@ -219,6 +254,15 @@ check_binary() { # path kind [relocs|norelocs]
             [[ $out == "Redis server v="* ]] || die "$bin --version printed '$out'"
             "$(dirname "$bin")/redis-cli" --version >/dev/null 2>&1 || die "redis-cli next to $bin does not run"
             "$(dirname "$bin")/redis-benchmark" --version >/dev/null 2>&1 || die "redis-benchmark next to $bin does not run"
+            out=2 ;;
+        postgres) # the server's version line; the tools it needs next to it
+            out="$("$bin" -V 2>&1)" || die "$bin -V failed: $out"
+            [[ $out == "postgres (PostgreSQL) "* ]] || die "$bin -V printed '$out'"
+            for b in initdb pg_ctl psql pgbench; do # no rpath: the install moves (see build_postgres)
+                LD_LIBRARY_PATH="$(dirname "$bin")/../lib" "$(dirname "$bin")/$b" -V >/dev/null 2>&1 ||
+                    die "$b next to $bin does not run"
+            done
+            [[ -x $(dirname "$bin")/../../regress/pg_regress ]] || die "no pg_regress beside $bin's install"
             out=2 ;;
         testfixture) # runs a Tcl script file
             printf 'sqlite3 db :memory:\nputs [db eval {select 1+1}]\ndb close\n' >"$R/.smoke.tcl"
@@ -492,8 +536,48 @@ build_redis() {
     log "built $final/redis-server in $(elapsed "$t0")"
 }
 
+# PostgreSQL: configure + make of the upstream tarball, installed under the build's install/
+# (the server finds share/ and lib/ relative to its own path, so a copy of install/ with
+# another bin/postgres runs that binary); the regression suite's directory (pg_regress,
+# regress.so, sql/, expected/, schedules) copied to regress/, to run `pg_regress` in.
+# No rpath, since the install is built in a temp dir and moved: the client tools (psql,
+# pgbench) need LD_LIBRARY_PATH=install/lib for this build's libpq.
+build_postgres() {
+    local final="$R/postgresql-15-$PG_VER-gcc" tmp t0 tarball tree
+    if [[ -f $final/.complete ]]; then
+        log "cached: $final/install/bin/postgres"
+        return 0
+    fi
+    t0=$(now)
+    rm -rf -- "$final"
+    new_tmp "$final"
+    tmp=$NEW_TMP
+    ln -s "$PG_SRC" "$tmp/source"
+    tarball="$(find "$(dirname "$PG_SRC")" -maxdepth 1 -name 'postgresql-15_*.orig.tar.*' | head -n 1)"
+    [[ -n $tarball ]] || die "no upstream tarball next to $PG_SRC"
+    mkdir "$tmp/tree"
+    tar -xf "$tarball" -C "$tmp/tree" --strip-components=1 --no-same-owner
+    tree=$tmp/tree
+    log "building postgresql 15 with gcc (-O2 -g -Wl,--emit-relocs) ..."
+    if ! (cd "$tree" && ./configure --prefix="$tmp/install" --without-icu --without-readline --disable-rpath \
+        CC=gcc CFLAGS='-O2 -g' LDFLAGS=-Wl,--emit-relocs &&
+        make -j "$(nproc)" && make install && make -C src/test/regress) >"$tmp/build.log" 2>&1; then
+        tail -n 60 "$tmp/build.log" >&2
+        die "postgresql build failed (log above)"
+    fi
+    cp -a -- "$tree/src/test/regress" "$tmp/regress"
+    rm -f -- "$tmp"/regress/*.o
+    rm -rf -- "$tree"
+    # The install's paths are relative to bin/, so the directory can move; check it there.
+    check_binary "$tmp/install/bin/postgres" postgres
+    touch "$tmp/.complete"
+    mv -T -- "$tmp" "$final"
+    log "built $final/install/bin/postgres in $(elapsed "$t0")"
+}
+
 for cc in "${COMPILERS[@]}"; do build_lua "$cc"; done
 build_redis
+build_postgres
 build_lua gcc norelocs
 make_amalgamation
 for cc in "${COMPILERS[@]}"; do prepare_sqlite "$cc"; done
@@ -512,6 +596,7 @@ check_binary "$(lua_dir gcc-norelocs)/lua" lua norelocs
 check_binary "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3" sqlite3 norelocs
 check_binary "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture" testfixture norelocs
 check_binary "$R/redis-$REDIS_VER-gcc/redis-server" redis
+check_binary "$R/postgresql-15-$PG_VER-gcc/install/bin/postgres" postgres
 log "all done in $(elapsed "$start_all")"
 {
     printf 'lua-src %s\n' "$LUA_SRC"
@@ -527,4 +612,6 @@ log "all done in $(elapsed "$start_all")"
     printf 'redis-gcc %s\n' "$R/redis-$REDIS_VER-gcc/redis-server"
     printf 'redis-benchmark %s\n' "$R/redis-$REDIS_VER-gcc/redis-benchmark"
     printf 'redis-cli %s\n' "$R/redis-$REDIS_VER-gcc/redis-cli"
+    printf 'postgres-gcc %s\n' "$R/postgresql-15-$PG_VER-gcc/install/bin/postgres"
+    printf 'postgres-regress %s\n' "$R/postgresql-15-$PG_VER-gcc/regress"
 } >&3
