@@ -100,10 +100,17 @@ impl Output {
         }
     }
 
-    /// Writes every recorded DIE reference.
-    fn resolve_fixups(&mut self) -> Result<(), DebugError> {
-        let fixups = std::mem::take(&mut self.fixups);
-        for f in &fixups {
+    /// Writes the recorded DIE references to DIEs of the input's `.debug_info` below `limit`,
+    /// whose new offsets are all known once the units up to there are written; the others
+    /// (references to later units) stay recorded. Resolving after each unit keeps the list as
+    /// short as one unit's references: PostgreSQL's 89 MB server held 2.4 million of them at
+    /// once, 117 MB, most of the debug rewrite's memory.
+    fn resolve_fixups_below(&mut self, limit: u64) -> Result<(), DebugError> {
+        let (ready, pending): (Vec<Fixup>, Vec<Fixup>) = std::mem::take(&mut self.fixups)
+            .into_iter()
+            .partition(|f| f.target < limit);
+        self.fixups = pending;
+        for f in &ready {
             let k = self
                 .dies
                 .binary_search_by_key(&f.target, |d| d.0)
@@ -461,8 +468,9 @@ pub(super) fn rewrite(
         state
             .rng
             .finish(&mut out.rnglists, constants::DW_RLE_end_of_list.0);
+        out.resolve_fixups_below(old_start + header.length_including_self() as u64)?;
     }
-    out.resolve_fixups()?;
+    out.resolve_fixups_below(u64::MAX)?;
 
     let mut result = DebugSections {
         units,
