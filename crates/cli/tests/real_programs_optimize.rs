@@ -1,6 +1,7 @@
 //! Real programs optimized from real profiles, then run on their own test suites: Lua 5.4
-//! (every test and benchmark script of check-lua.sh) and SQLite 3 (the shell workload, and the
-//! `smoke` subset of SQLite's TCL suite through `testfixture`).
+//! (every test and benchmark script of check-lua.sh), SQLite 3 (the shell workload, and the
+//! `smoke` subset of SQLite's TCL suite through `testfixture`) and PostgreSQL 15 (its
+//! regression suite, check-postgres.sh).
 //!
 //! Each program is instrumented and trained on the same checks (the instrumented build must pass
 //! them too), then optimized with several option sets, `--verify` on; outputs must behave
@@ -202,4 +203,35 @@ fn sqlite_test_suite_passes_on_optimized_testfixture() {
     });
     let out = optimize(original, &profile, &dir, &[]);
     check("check-sqlite.sh", &[&out], &reference);
+}
+
+/// PostgreSQL's server trained on its own regression suite (every backend a forked child of the
+/// instrumented postmaster, all counting into one profile), optimized with the defaults and with
+/// another option set, then the suite again on each output. Its gcc build keeps the compiler's
+/// `.cold` parts, thousands of which end in a call to `errfinish()` that does not come back.
+#[test]
+fn postgres_regression_suite_passes_on_optimized_server() {
+    let dir = scratch("real-optimize", "postgres-gcc");
+    let original = real_program("postgres-gcc");
+    // The harness works and the original passes (this also creates the user postgres).
+    check("check-postgres.sh", &[original], &[]);
+    // The instrumented server runs as postgres and writes its profile here.
+    let status = Command::new("chown")
+        .arg("postgres")
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "chown postgres {}", dir.display());
+    let profile = train(original, &dir, |inst| {
+        check("check-postgres.sh", &[inst], &[])
+    });
+    for options in [OPTION_SETS[0], OPTION_SETS[1]] {
+        let (out, summary) = optimize_summarized(original, &profile, &dir, options);
+        let rewritten = summary["rewritten"].as_u64().expect("rewritten count");
+        assert!(
+            rewritten > 1000,
+            "{options:?}: only {rewritten} functions rewritten: {summary}"
+        );
+        check("check-postgres.sh", &[&out], &[]);
+    }
 }

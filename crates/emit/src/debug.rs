@@ -564,7 +564,12 @@ fn convert_line_program(
     moves: &CodeMoves<'_>,
     scopes: &mut UnitScopes<'_, '_>,
 ) -> Result<usize, DebugError> {
-    // Code that stays: each segment minus the extents of rewritten functions.
+    // Code that stays: each segment minus the extents of rewritten functions. A rewritten
+    // function belongs to the unit whose rows it overlaps, not only to one whose rows cover
+    // its first byte: gcc may start a `.cold` part with an instruction it gave no line (a
+    // register copy at the partition boundary), so the part's rows begin a few bytes in, and
+    // PostgreSQL's DiscardCommand.cold got no rows at all. Well-formed line tables give an
+    // address to one unit only, so one unit owns each function.
     let mut owned: Vec<usize> = Vec::new();
     for seg in segments {
         let mut kept = Vec::new();
@@ -574,9 +579,7 @@ fn convert_line_program(
             if start >= seg.end {
                 break;
             }
-            if start >= seg.start {
-                owned.push(i);
-            }
+            owned.push(i);
             if cursor < start {
                 kept.push((cursor, start));
             }
