@@ -3,7 +3,8 @@
 //! the original prints. The first two were found in libLLVM (Debian's libLLVM.so.19.1, optimized
 //! in place from perf samples of clang), whose rewritten copy crashed clang before the fixes;
 //! the short tail calls and the byte-indexed dispatch in Debian's python3.11, where 50
-//! functions did not fit in place and the interpreter loop could not be rewritten.
+//! functions did not fit in place and the interpreter loop could not be rewritten; the late
+//! line rows in PostgreSQL, whose `--verify` failed on a `.cold` part that had lost its rows.
 
 mod common;
 
@@ -312,6 +313,72 @@ fn a_dispatch_also_entered_from_its_table_is_not_resolved_from_its_branches() {
     assert!(
         listed(&list, "run").contains("not rewritten: skipped:"),
         "{list}"
+    );
+    assert_eq!(run_bounded(&out, &[]), expected);
+}
+
+/// Addresses of the rows of `bin`'s line table, from binutils' decoder (not Rivet's), but for
+/// the rows that end a sequence (line "-"), which give no line to their address.
+fn line_row_addresses(bin: &Path) -> Vec<u64> {
+    let out = Command::new("objdump")
+        .arg("--dwarf=decodedline")
+        .arg(bin)
+        .output()
+        .expect("objdump (binutils) is required");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) != Some("-"))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("0x")))
+        .filter_map(|w| u64::from_str_radix(&w[2..], 16).ok())
+        .collect()
+}
+
+#[test]
+fn a_function_whose_rows_start_after_its_first_instruction_keeps_them() {
+    let dir = scratch("unusual_code", "late_line");
+    let bin = build(
+        &dir,
+        "gcc",
+        &["late_line.c"],
+        &["-fno-toplevel-reorder", "-Wl,--emit-relocs"],
+        "late_line",
+    );
+    // The premise: no row at late_start itself, one at its second instruction.
+    let data = std::fs::read(&bin).unwrap();
+    let elf = rivet_elf::ElfFile::parse(&data).unwrap();
+    let start = elf
+        .symbols()
+        .unwrap()
+        .iter()
+        .find(|s| s.name == "late_start")
+        .expect("late_start")
+        .value
+        .get();
+    let rows = line_row_addresses(&bin);
+    assert!(
+        !rows.contains(&start) && rows.contains(&(start + 2)),
+        "the compiler laid out the line table otherwise, the test proves nothing: {rows:x?}"
+    );
+    let expected = run_bounded(&bin, &[]);
+    assert_eq!(expected, (Some(0), "2 4\n".to_string()));
+    let out = dir.join("reversed");
+    // --verify compares the source line of every copied instruction with the original's.
+    let rewrite = rivet(&[
+        "rewrite",
+        s(&bin),
+        "-o",
+        s(&out),
+        "--layout",
+        "reverse",
+        "--verify",
+        "--list",
+    ]);
+    assert!(rewrite.status.success(), "{rewrite:?}");
+    let list = String::from_utf8_lossy(&rewrite.stdout);
+    assert!(
+        listed(&list, "late_start").ends_with(" moved"),
+        "late_start was not rewritten:\n{list}"
     );
     assert_eq!(run_bounded(&out, &[]), expected);
 }
