@@ -174,6 +174,20 @@ fn build_counts(binary: &Path, opt: &str) {
     assert!(status.success());
 }
 
+/// `rivet aggregate PERF_DATA BINARY -o PROFILE --json`, which must succeed; its summary.
+fn aggregate(perf_data: &Path, binary: &Path, profile: &Path) -> serde_json::Value {
+    let r = rivet(&[
+        "aggregate",
+        s(perf_data),
+        s(binary),
+        "-o",
+        s(profile),
+        "--json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    serde_json::from_slice(&r.stdout).unwrap()
+}
+
 /// `perf record -e cpu-clock:u` of `binary switch 30000000` into `perf_data`.
 fn record_samples(binary: &Path, perf_data: &Path) {
     perf_record(perf_data, 5000, |perf| {
@@ -189,16 +203,7 @@ fn plain_samples_of_a_real_run_land_in_its_functions() {
     let perf_data = dir.join("perf.data");
     record_samples(&binary, &perf_data);
     let profile_path = dir.join("prog.fdata");
-    let r = rivet(&[
-        "aggregate",
-        s(&perf_data),
-        s(&binary),
-        "-o",
-        s(&profile_path),
-        "--json",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let summary = aggregate(&perf_data, &binary, &profile_path);
     assert_eq!(summary["branch_stacks"], false);
     let text = std::fs::read_to_string(&profile_path).unwrap();
     assert!(
@@ -274,15 +279,7 @@ fn samples_of_a_shared_library_land_in_its_functions() {
             .env("LD_LIBRARY_PATH", &dir);
     });
     let profile_path = dir.join("lib.rprof");
-    let r = rivet(&[
-        "aggregate",
-        s(&perf_data),
-        s(&lib),
-        "-o",
-        s(&profile_path),
-        "--json",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let summary = aggregate(&perf_data, &lib, &profile_path);
     let profile = native::parse(&std::fs::read_to_string(&profile_path).unwrap()).unwrap();
     let total: u64 = profile.samples.values().sum();
     let in_lib: u64 = profile
@@ -319,7 +316,6 @@ fn samples_of_a_shared_library_land_in_its_functions() {
         in_lib + 3 >= total,
         "{in_lib} of {total} samples in lib_leaf and lib_work"
     );
-    let summary: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(summary["outside_functions"], 0, "{summary}");
     assert_eq!(summary["samples_in_binary"], total, "{summary}");
 }
@@ -450,16 +446,7 @@ fn samples_of_forked_workers_land_in_the_binary() {
         panic!("this test gives the recording to another user, which needs root: {e}")
     });
     let profile_path = dir.join("forking.fdata");
-    let r = rivet(&[
-        "aggregate",
-        s(&perf_data),
-        s(&binary),
-        "-o",
-        s(&profile_path),
-        "--json",
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let summary = aggregate(&perf_data, &binary, &profile_path);
     let total = summary["total_samples"].as_u64().unwrap();
     let in_binary = summary["samples_in_binary"].as_u64().unwrap();
     assert!(

@@ -114,21 +114,7 @@ fn a_call_that_ends_a_function_does_not_make_a_returning_callee_noreturn() {
         assert_eq!(expected.0, Some(0), "{compiler}: the original failed");
         for layout in ["reverse", "shuffle"] {
             let out = dir.join(format!("{compiler}.{layout}"));
-            let rewrite = rivet(&[
-                "rewrite",
-                s(&bin),
-                "-o",
-                s(&out),
-                "--layout",
-                layout,
-                "--list",
-            ]);
-            assert!(rewrite.status.success(), "{compiler} {layout}: {rewrite:?}");
-            let list = String::from_utf8_lossy(&rewrite.stdout);
-            assert!(
-                listed(&list, "checked").ends_with(" moved"),
-                "{compiler} {layout}: `checked` was not rewritten:\n{list}"
-            );
+            rewrite_moving(&bin, &out, &["--layout", layout], "checked");
             assert_eq!(
                 run_bounded(&out, &[]),
                 expected,
@@ -171,6 +157,19 @@ fn an_unresolved_jump_with_the_frame_on_the_stack_is_not_a_tail_call() {
             "seed {seed}: the rewritten program behaves differently"
         );
     }
+}
+
+/// `rivet rewrite BIN -o OUT OPTIONS --list`, which must succeed and move `function`.
+fn rewrite_moving(bin: &Path, out: &Path, options: &[&str], function: &str) {
+    let mut args = vec!["rewrite", s(bin), "-o", s(out), "--list"];
+    args.extend_from_slice(options);
+    let rewrite = rivet(&args);
+    assert!(rewrite.status.success(), "{options:?}: {rewrite:?}");
+    let list = String::from_utf8_lossy(&rewrite.stdout);
+    assert!(
+        listed(&list, function).ends_with(" moved"),
+        "{options:?}: {function} was not rewritten:\n{list}"
+    );
 }
 
 /// The line `rivet rewrite --list` prints for `name`.
@@ -364,21 +363,11 @@ fn a_function_whose_rows_start_after_its_first_instruction_keeps_them() {
     assert_eq!(expected, (Some(0), "2 4\n".to_string()));
     let out = dir.join("reversed");
     // --verify compares the source line of every copied instruction with the original's.
-    let rewrite = rivet(&[
-        "rewrite",
-        s(&bin),
-        "-o",
-        s(&out),
-        "--layout",
-        "reverse",
-        "--verify",
-        "--list",
-    ]);
-    assert!(rewrite.status.success(), "{rewrite:?}");
-    let list = String::from_utf8_lossy(&rewrite.stdout);
-    assert!(
-        listed(&list, "late_start").ends_with(" moved"),
-        "late_start was not rewritten:\n{list}"
+    rewrite_moving(
+        &bin,
+        &out,
+        &["--layout", "reverse", "--verify"],
+        "late_start",
     );
     assert_eq!(run_bounded(&out, &[]), expected);
 }
