@@ -103,8 +103,8 @@ impl Output {
     /// Writes the recorded DIE references to DIEs of the input's `.debug_info` below `limit`,
     /// whose new offsets are all known once the units up to there are written; the others
     /// (references to later units) stay recorded. Resolving after each unit keeps the list as
-    /// short as one unit's references: PostgreSQL's 89 MB server held 2.4 million of them at
-    /// once, 117 MB, most of the debug rewrite's memory.
+    /// short as one unit's references: with PostgreSQL's 89 MB server the list of all of them
+    /// had grown to 117 MB (room for 2 million), the largest allocation of its rewrite.
     fn resolve_fixups_below(&mut self, limit: u64) -> Result<(), DebugError> {
         let (ready, pending): (Vec<Fixup>, Vec<Fixup>) = std::mem::take(&mut self.fixups)
             .into_iter()
