@@ -215,8 +215,14 @@ fetchable_source() { # package -> sets FETCHED and FETCHED_VER
             return 0
         fi
     done
+    local ok
     for ver in $(apt-cache showsrc "$pkg" 2>/dev/null | awk '$1 == "Version:" { print $2 }' | sort -V -r -u); do
-        if (cd "$(mktemp -d)" && apt-get source -q --download-only "$pkg=$ver" >/dev/null 2>&1); then
+        # A trial download (removed again; fetch_source then fetches and unpacks for good).
+        new_tmp "$R/src/.probe-$pkg"
+        ok=0
+        (cd "$NEW_TMP" && apt-get source -q --download-only "$pkg=$ver" >/dev/null 2>&1) && ok=1
+        rm -rf -- "$NEW_TMP"
+        if ((ok)); then
             FETCHED_VER=$ver
             fetch_source "$pkg" "$ver"
             return 0
