@@ -637,8 +637,11 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // `ereport(ERROR, ...)` ends in `errfinish()`, which returns for lesser levels: 3,280
     // of its cold parts end that way, and each held its parent back. The callee is not made
     // noreturn for other callers (`callees_returned_to` is about that). An extent guessed up
-    // to the next symbol says nothing about where the code ends.
-    let ends_at_compiler_extent = |i: usize| i + 1 == n && f.origin != Origin::SymbolSizedByNext;
+    // to the next symbol says nothing about where the code ends, and neither does one followed
+    // by code no function claims (a symbol size cut short would look like that).
+    let ends_at_compiler_extent = |i: usize| {
+        i + 1 == n && f.origin != Origin::SymbolSizedByNext && nothing_continues_after(ctx, f)
+    };
     for (bi, w) in starts.windows(2).enumerate() {
         let (first, end) = (w[0], w[1]);
         let last = end - 1;
@@ -1262,6 +1265,22 @@ fn frame_live_at(rows: &[CfiRow], at: Vaddr) -> bool {
             }
         )
     })
+}
+
+/// Whether what follows `f`'s extent is plainly not more of it: another function's entry,
+/// alignment padding, or the end of the code.
+fn nothing_continues_after(ctx: &Context, f: &Function) -> bool {
+    let end = f.range.end;
+    if ctx.entry_at(end).is_some() || !ctx.elf.is_code_address(end) {
+        return true;
+    }
+    // The longest x86 instruction is 15 bytes; fewer may be left before the section ends.
+    let Some(bytes) = (1..=15).rev().find_map(|len| ctx.elf.bytes_at(end, len)) else {
+        return true;
+    };
+    decode_all(bytes, end)
+        .first()
+        .is_some_and(|next| next.is_padding_nop() || next.is_int3())
 }
 
 /// The callees among `candidates` (sorted) that `f` shows to return: a direct call to one of

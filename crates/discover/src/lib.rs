@@ -304,7 +304,16 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
                 continue;
             }
             for &t in &d.trailing_call_targets {
+                // A callee whose own code reaches a `ret` plainly returns: the caller's call
+                // ends its path at that site only (cfg::build), the callee stays returning.
+                let returns_visibly = ctx.entry_at(t).is_some_and(|g| {
+                    functions[g.0 as usize]
+                        .blocks
+                        .iter()
+                        .any(|b| b.is_reachable && b.terminator == Terminator::Return)
+                });
                 if !ctx.is_noreturn(t)
+                    && !returns_visibly
                     && shown_to_return.binary_search(&t).is_err()
                     && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some())
                 {

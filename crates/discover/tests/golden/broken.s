@@ -41,6 +41,23 @@ next_one:
     ret
     .size next_one, .-next_one
 
+# A call ends the symbol's size, but code no function claims follows (a size cut short): the
+# call may return into it. (calls_next shows that next_one returns.)
+    .globl sized_short
+    .type sized_short, @function
+sized_short:
+    call next_one
+    .size sized_short, .-sized_short
+    add $1, %eax
+    ret
+    .globl calls_next
+    .type calls_next, @function
+calls_next:
+    call next_one
+    add $2, %eax
+    ret
+    .size calls_next, .-calls_next
+
 # A table dispatch with neither range check nor relocations (the table is in code).
     .globl unbounded
     .type unbounded, @function

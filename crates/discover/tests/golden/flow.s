@@ -106,6 +106,35 @@ second_entry_inner:
     ret
     .cfi_endproc
 
+# A call ends the function's extent: the compiler emitted nothing after it, so that path ends
+# at the call, though `helper` returns to its other callers.
+    .globl ends_in_call
+    .type ends_in_call, @function
+ends_in_call:
+    .cfi_startproc
+    test %edi, %edi
+    jz 1f
+    ret
+1:  call helper
+    .cfi_endproc
+    .size ends_in_call, .-ends_in_call
+
+# That trailing call does not make `helper` noreturn: its own `ret` shows it returns. (Were it
+# taken for noreturn, so would tail_only be, and the code after the call to it would be lost.)
+    .globl tail_only
+    .type tail_only, @function
+tail_only:
+    jmp helper
+    .size tail_only, .-tail_only
+    .globl calls_tail_only
+    .type calls_tail_only, @function
+calls_tail_only:
+    call tail_only
+    add $1, %eax
+    ret
+    .size calls_tail_only, .-calls_tail_only
+    .p2align 4
+
     .globl nosize
     .type nosize, @function
 nosize:
