@@ -1268,10 +1268,16 @@ fn frame_live_at(rows: &[CfiRow], at: Vaddr) -> bool {
 }
 
 /// Whether what follows `f`'s extent is plainly not more of it: another function's entry,
-/// alignment padding, or the end of the code.
+/// alignment padding, or the end of the code (of the function's section, when the file has
+/// section headers: the linker may leave a gap before the next one, such as `.fini`).
 fn nothing_continues_after(ctx: &Context, f: &Function) -> bool {
     let end = f.range.end;
     if ctx.entry_at(end).is_some() || !ctx.elf.is_code_address(end) {
+        return true;
+    }
+    if let Some(section) = ctx.elf.section_containing(f.range.start)
+        && end.get() >= section.addr.get().saturating_add(section.size)
+    {
         return true;
     }
     // The longest x86 instruction is 15 bytes; fewer may be left before the section ends.
