@@ -91,32 +91,9 @@ fi
 WORK="$(mktemp -d)"
 trap 'rm -rf -- "$WORK"' EXIT
 
-# median_ci: reads ratios, prints "median lo hi confidence": the sign-test interval for the
-# median, the widest pair of order statistics (k, n+1-k) whose coverage is at least 95%, or
-# [min, max] when even that falls short (below 6 values)
-median_ci() {
-    sort -g | awk '{ v[NR] = $1 }
-        END {
-            n = NR; if (n == 0) { print "nan nan nan 0"; exit }
-            m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-            # tail = P(X <= k - 1) for X ~ Binomial(n, 1/2)
-            k = 1; term = 0.5 ^ n; tail = term
-            while (k + 1 <= (n + 1) / 2) {
-                next_term = term * (n - k + 1) / k
-                if (2 * (tail + next_term) > 0.05) break
-                term = next_term; tail += term; k++
-            }
-            printf "%s %s %s %.3f\n", m, v[k], v[n + 1 - k], 1 - 2 * tail
-        }'
-}
 # ratios A B COLUMN: per-round ratios A/B of COLUMN (2 = wall, 3 = CPU) of two time files
 ratios() {
     join <(sort "$1") <(sort "$2") | awk -v c="$3" '{ print $c / $(c + 2) }'
-}
-# exec_bytes BIN: bytes in sections with the X flag
-exec_bytes() {
-    readelf -SW "$1" | sed -n 's/^ *\[ *[0-9]*\] //p' |
-        awk '$7 ~ /X/ { print $5 }' | { t=0; while read -r s; do t=$((t + 16#$s)); done; echo "$t"; }
 }
 # same_loaded A B: A and B have the same PT_LOAD segments with the same file bytes, but for
 # the ELF header (where the section headers are differs)

@@ -36,7 +36,8 @@
 # Usage: bench/postgres.sh [ROUNDS] > docs/postgres-benchmark.md   (ROUNDS defaults to 10)
 # Env:   RIVET=path  a rivet binary (default: cargo build --release -p rivet)
 #        SCALE (10), TRAIN (20 s per protocol), RUN_SECONDS (10 s per measurement)
-# Needs: llvm-bolt-19 (apt-get install bolt-19), util-linux (taskset, runuser), GNU time.
+# Needs: what bench/real-programs.sh checks (llvm-bolt-19, valgrind, GNU time), util-linux
+# (taskset, runuser).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${1:-10}"
@@ -46,19 +47,11 @@ TRAIN="${TRAIN:-20}"
 SECONDS_PER_RUN="${RUN_SECONDS:-10}"
 log() { printf 'bench/postgres: %s\n' "$*" >&2; }
 die() { printf 'bench/postgres: error: %s\n' "$*" >&2; exit 1; }
-BOLT=${BOLT:-llvm-bolt-19}
-command -v "$BOLT" >/dev/null || die "$BOLT missing (apt-get install bolt-19)"
+source bench/real-programs.sh # RIVET, BOLT, REAL, median, median_ci, exec_bytes, measured_on
 command -v taskset >/dev/null || die "taskset missing (apt-get install util-linux)"
 command -v runuser >/dev/null || die "runuser missing (apt-get install util-linux)"
-[[ -x /usr/bin/time ]] || die "GNU time missing (apt-get install time)"
 [[ $(id -u) -eq 0 ]] || die "run as root: the servers run as the OS user postgres, via runuser"
 id -u postgres >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin postgres
-if [[ -z ${RIVET:-} ]]; then
-    cargo build --release -q -p rivet
-    RIVET="$PWD/target/release/rivet"
-fi
-declare -A REAL
-while read -r name path; do REAL[$name]=$path; done < <(scripts/build-real-programs.sh 2>/dev/null)
 PG="${REAL[postgres-gcc]:-}"
 REGRESS="${REAL[postgres-regress]:-}"
 [[ -x $PG && -x $REGRESS/pg_regress ]] || die "scripts/build-real-programs.sh did not build postgresql"
@@ -107,17 +100,6 @@ pgbench() { # TREE ARGS...: pgbench on CPU 1 against $PORT, bounded
     shift
     as_postgres "$tree" taskset -c 1 timeout 600 "$tree/bin/pgbench" "$@"
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# interval: ratios on stdin -> "low high", a 95% distribution-free interval for their median
-# (order statistics k and n-k+1, k the largest with P(Bin(n,1/2) < k) <= 0.025), or the
-# range with too few rounds.
-interval() {
-    sort -g | awk '{ v[NR] = $1 } END {
-        n = NR; k = 0; cdf = 0; term = 0.5 ^ n
-        for (i = 0; i <= n; i++) { if (cdf + term > 0.025) break; cdf += term; k = i + 1; term = term * (n - i) / (i + 1) }
-        if (k < 1) k = 1
-        printf "%.3f %.3f\n", v[k], v[n - k + 1] }'
-}
 
 log "work dir $WORK; postgres $("$PG" -V)"
 make_tree original "$PG"
@@ -152,7 +134,7 @@ RUNNING=""
 # address corresponding to input address ... in function ExecInterpExpr/1"), so it skips it;
 # Rivet optimizes the whole binary, and is also measured with the same function skipped.
 SKIP=ExecInterpExpr/1
-BOLT_OPTS=(-reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions -split-all-cold -split-eh -dyno-stats "-skip-funcs=$SKIP")
+BOLT_OPTS=("${BOLT_LAYOUT[@]}" -dyno-stats "-skip-funcs=$SKIP")
 log "optimizing (each optimizer 3 times, interleaved, for its time and memory)"
 : >"$WORK/times.rivet"
 : >"$WORK/times.bolt"
@@ -178,39 +160,22 @@ make_tree bolt "$WORK/postgres.bolt"
 make_tree rivet-skip "$WORK/postgres.rivet-skip"
 VARIANTS=(original rivet bolt rivet-skip)
 
-log "regression suite on each binary"
+log "regression suite on each binary (scripts/check-postgres.sh)"
 declare -A REGRESS_RESULT
-regress() { # NAME: a fresh cluster of the tree, pg_regress, "passed total"
-    local tree="$WORK/$1" data="$WORK/regress-data.$1" port=$((PORT + 100)) out="$WORK/regress.$1"
-    cp -a -- "$REGRESS" "$WORK/regress.$1.dir"
-    chown -R postgres "$WORK/regress.$1.dir"
-    as_postgres "$tree" timeout 300 "$tree/bin/initdb" -D "$data" -E UTF8 --no-locale -A trust --no-sync \
-        >"$out.initdb" 2>&1 || { echo "0 0"; return; }
-    start_server "$tree" "$data" "$port"
-    (cd "$WORK/regress.$1.dir" && as_postgres "$tree" env PGPORT="$port" timeout -k 30 1800 ./pg_regress \
-        --inputdir=. --bindir="$tree/bin" --dlpath=. --max-concurrent-tests=20 \
-        --schedule=./parallel_schedule) >"$out" 2>&1 || true
-    stop_server "$tree" "$data" || true
-    # pg_regress 15 ends with "All N tests passed." or "M of N tests failed."
-    local summary
-    summary=$(grep -E 'tests (passed|failed)' "$out" | tail -n 1)
-    if [[ $summary =~ All\ ([0-9]+)\ tests\ passed ]]; then
-        echo "${BASH_REMATCH[1]} ${BASH_REMATCH[1]}"
-    elif [[ $summary =~ ([0-9]+)\ of\ ([0-9]+)\ tests\ failed ]]; then
-        echo "$((BASH_REMATCH[2] - BASH_REMATCH[1])) ${BASH_REMATCH[2]}"
-    else
-        echo "0 0"
-    fi
-}
 for v in "${VARIANTS[@]}"; do
-    REGRESS_RESULT[$v]=$(regress "$v")
+    # "regress: N of M tests passed (...)"; a failing suite exits 1, judged below.
+    line=$(PG_INSTALL="$INSTALL" PG_REGRESS="$REGRESS" scripts/check-postgres.sh "$WORK/$v/bin/postgres" \
+        2>"$WORK/regress.$v" | tail -n 1 || true)
+    [[ $line =~ ^regress:\ ([0-9]+)\ of\ ([0-9]+) ]] || { cat "$WORK/regress.$v" >&2; die "check-postgres.sh said '$line'"; }
+    REGRESS_RESULT[$v]="${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
     log "  $v: ${REGRESS_RESULT[$v]% *} of ${REGRESS_RESULT[$v]#* } tests passed"
 done
 read -r orig_passed orig_total <<<"${REGRESS_RESULT[original]}"
-((orig_total > 0 && orig_passed == orig_total)) || die "the original server fails its regression suite (see $WORK/regress.original)"
+((orig_total > 0 && orig_passed == orig_total)) ||
+    { cat "$WORK/regress.original" >&2; die "the original server fails its regression suite"; }
 for v in rivet rivet-skip; do
     [[ ${REGRESS_RESULT[$v]} == "${REGRESS_RESULT[original]}" ]] ||
-        { grep FAILED "$WORK/regress.$v" >&2 || true; die "Rivet's server ($v) fails regression tests the original passes"; }
+        { cat "$WORK/regress.$v" >&2; die "Rivet's server ($v) fails regression tests the original passes"; }
 done
 
 log "$ROUNDS rounds of pgbench -S (${SECONDS_PER_RUN} s per binary and protocol)"
@@ -242,13 +207,8 @@ col() { awk -v c="$1" '{ print $c }' "$WORK/rounds"; }
 ratio() { awk -v a="$1" -v b="$2" '{ printf "%.4f\n", $a / $b }' "$WORK/rounds"; }
 fmt_ratio() { # NUM DEN -> "median (low..high)"
     local m lo hi
-    m=$(ratio "$1" "$2" | median)
-    read -r lo hi < <(ratio "$1" "$2" | interval)
-    printf '%.3f (%s..%s)' "$m" "$lo" "$hi"
-}
-exec_bytes() { # BIN: bytes in sections with the X flag
-    readelf -SW "$1" | sed -n 's/^ *\[ *[0-9]*\] //p' |
-        awk '$7 ~ /X/ { print $5 }' | { t=0; while read -r s; do t=$((t + 16#$s)); done; echo "$t"; }
+    read -r m lo hi _ < <(ratio "$1" "$2" | median_ci)
+    printf '%.3f (%.3f..%.3f)' "$m" "$lo" "$hi"
 }
 t_med() { awk '{ print $1 }' "$WORK/times.$1" | median; }
 m_med() { awk '{ print $2 }' "$WORK/times.$1" | median; }
@@ -256,9 +216,7 @@ m_med() { awk '{ print $2 }' "$WORK/times.$1" | median; }
 cat <<EOF
 # PostgreSQL benchmark: Rivet and llvm-bolt-19 on pgbench
 
-Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)),
-$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); rivet $(git rev-parse --short HEAD 2>/dev/null || echo '?'),
-$("$BOLT" --version 2>/dev/null | grep -m1 -o 'LLVM version [0-9.]*' | sed 's/LLVM/llvm-bolt/').
+$(measured_on)
 Reproduce: \`bench/postgres.sh $ROUNDS > docs/postgres-benchmark.md\` (SCALE=$SCALE TRAIN=$TRAIN RUN_SECONDS=$SECONDS_PER_RUN).
 
 - **Server**: $("$PG" -V), built by scripts/build-real-programs.sh (gcc -O2 -g,

@@ -1,6 +1,7 @@
 # bench/real-programs.sh -- sourced by the benchmarks that optimize the real programs
-# (bench/optimize.sh, bench/icache-offsets.sh): the tools they need, the programs of
-# scripts/build-real-programs.sh, their inputs, the training of one profile, and cachegrind.
+# (bench/optimize.sh, bench/icache-offsets.sh, bench/training-runs.sh, bench/postgres.sh):
+# the tools they need, the programs of scripts/build-real-programs.sh, their inputs, the
+# training of one profile, cachegrind, and the statistics of interleaved rounds.
 # The sourcing script defines log and die first and runs from the repository's root.
 
 BOLT=/usr/lib/llvm-19/bin/llvm-bolt
@@ -86,6 +87,29 @@ measured_on() {
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# median_ci: reads ratios, prints "median lo hi confidence": the sign-test interval for the
+# median, the widest pair of order statistics (k, n+1-k) whose coverage is at least 95%, or
+# [min, max] when even that falls short (below 6 values)
+median_ci() {
+    sort -g | awk '{ v[NR] = $1 }
+        END {
+            n = NR; if (n == 0) { print "nan nan nan 0"; exit }
+            m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+            # tail = P(X <= k - 1) for X ~ Binomial(n, 1/2)
+            k = 1; term = 0.5 ^ n; tail = term
+            while (k + 1 <= (n + 1) / 2) {
+                next_term = term * (n - k + 1) / k
+                if (2 * (tail + next_term) > 0.05) break
+                term = next_term; tail += term; k++
+            }
+            printf "%s %s %s %.3f\n", m, v[k], v[n + 1 - k], 1 - 2 * tail
+        }'
+}
+# exec_bytes BIN: bytes in sections with the X flag
+exec_bytes() {
+    readelf -SW "$1" | sed -n 's/^ *\[ *[0-9]*\] //p' |
+        awk '$7 ~ /X/ { print $5 }' | { t=0; while read -r s; do t=$((t + 16#$s)); done; echo "$t"; }
+}
 commas() { printf '%s' "$1" | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta'; }
 
 # ---------------------------------------------------------------- training

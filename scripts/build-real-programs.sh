@@ -207,16 +207,16 @@ apt_version() { # package version-without-epoch
 # mirror no longer serves (postgresql-15 15.20 gave 404 while 15.18 came from bookworm).
 # An already fetched version is reused.
 fetchable_source() { # package -> sets FETCHED and FETCHED_VER
-    local pkg=$1 ver
-    for ver in $(apt-cache showsrc "$pkg" 2>/dev/null | awk '$1 == "Version:" { print $2 }' | sort -V -r -u); do
+    local pkg=$1 ver ok versions
+    versions=$(apt-cache showsrc "$pkg" 2>/dev/null | awk '$1 == "Version:" { print $2 }' | sort -V -r -u)
+    for ver in $versions; do
         if [[ -f $R/src/$pkg-$ver/.complete ]]; then
             FETCHED_VER=$ver
             FETCHED="$R/src/$pkg-$ver/$(cat "$R/src/$pkg-$ver/.tree")"
             return 0
         fi
     done
-    local ok
-    for ver in $(apt-cache showsrc "$pkg" 2>/dev/null | awk '$1 == "Version:" { print $2 }' | sort -V -r -u); do
+    for ver in $versions; do
         # A trial download (removed again; fetch_source then fetches and unpacks for good).
         new_tmp "$R/src/.probe-$pkg"
         ok=0

@@ -161,11 +161,7 @@ fn an_unresolved_jump_with_the_frame_on_the_stack_is_not_a_tail_call() {
 
 /// `rivet rewrite BIN -o OUT OPTIONS --list`, which must succeed and move `function`.
 fn rewrite_moving(bin: &Path, out: &Path, options: &[&str], function: &str) {
-    let mut args = vec!["rewrite", s(bin), "-o", s(out), "--list"];
-    args.extend_from_slice(options);
-    let rewrite = rivet(&args);
-    assert!(rewrite.status.success(), "{options:?}: {rewrite:?}");
-    let list = String::from_utf8_lossy(&rewrite.stdout);
+    let list = rewrite_list(bin, out, options);
     assert!(
         listed(&list, function).ends_with(" moved"),
         "{options:?}: {function} was not rewritten:\n{list}"
@@ -180,17 +176,23 @@ fn listed(list: &str, name: &str) -> String {
         .to_string()
 }
 
+/// `rivet rewrite BIN -o OUT OPTIONS --list`, which must succeed; the list of what was
+/// rewritten and why not.
+fn rewrite_list(bin: &Path, out: &Path, options: &[&str]) -> String {
+    let mut args = vec!["rewrite", s(bin), "-o", s(out), "--list"];
+    args.extend_from_slice(options);
+    let rewrite = rivet(&args);
+    assert!(rewrite.status.success(), "{options:?}: {rewrite:?}");
+    String::from_utf8(rewrite.stdout).unwrap()
+}
+
 /// `rivet rewrite BIN -o OUT --list`, in the input's block order (`seed` None) or shuffled
 /// with `seed`; returns the list of what was rewritten and why not.
 fn rewrite_listed(bin: &Path, out: &Path, seed: Option<u32>) -> String {
-    let seed = seed.map(|n| n.to_string());
-    let mut args = vec!["rewrite", s(bin), "-o", s(out), "--list"];
-    if let Some(seed) = &seed {
-        args.extend(["--layout", "shuffle-blocks", "--seed", seed]);
+    match seed.map(|n| n.to_string()) {
+        Some(seed) => rewrite_list(bin, out, &["--layout", "shuffle-blocks", "--seed", &seed]),
+        None => rewrite_list(bin, out, &[]),
     }
-    let rewrite = rivet(&args);
-    assert!(rewrite.status.success(), "seed {seed:?}: {rewrite:?}");
-    String::from_utf8(rewrite.stdout).unwrap()
 }
 
 #[test]

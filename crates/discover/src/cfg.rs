@@ -639,9 +639,12 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // noreturn for other callers (`callees_returned_to` is about that). An extent guessed up
     // to the next symbol says nothing about where the code ends, and neither does one followed
     // by code no function claims (a symbol size cut short would look like that).
-    let ends_at_compiler_extent = |i: usize| {
-        i + 1 == n && f.origin != Origin::SymbolSizedByNext && nothing_continues_after(ctx, f)
-    };
+    let last_call_ends_path = insts
+        .last()
+        .is_some_and(|l| matches!(l.flow(), Flow::Call { .. } | Flow::IndirectCall))
+        && f.origin != Origin::SymbolSizedByNext
+        && nothing_continues_after(ctx, f);
+    let ends_at_compiler_extent = |i: usize| i + 1 == n && last_call_ends_path;
     for (bi, w) in starts.windows(2).enumerate() {
         let (first, end) = (w[0], w[1]);
         let last = end - 1;
