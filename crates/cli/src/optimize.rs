@@ -546,6 +546,8 @@ pub fn run_with(
     clock.lap("discover");
     let names = rivet_passes::names::profile_names(&program);
     let attached = attach_profile(&program, &profile);
+    // Its counts now live in `attached`; a large profile's records would stay at the peak.
+    drop(profile);
     clock.lap("attach profile");
     if attached.report.records_count > 0 && attached.report.matched_count == 0 {
         return Err(UserError::new(format!(

@@ -16,6 +16,8 @@ use gimli::{
     UnwindContext, UnwindSection,
 };
 
+use std::sync::Arc;
+
 use crate::addr::{Vaddr, VaddrRange};
 use crate::error::{ElfError, Result};
 use crate::file::ElfFile;
@@ -88,8 +90,10 @@ pub enum SavedRegister {
 pub struct CfiRow {
     pub range: VaddrRange,
     pub cfa: Cfa,
-    /// Register rules, in no particular order (see the module comment).
-    pub saved: Vec<(u16, SavedRegister)>,
+    /// Register rules, in no particular order (see the module comment). Shared: the rows of
+    /// one FDE that have the same rules hold one list, and a cloned row holds its original's
+    /// (a large binary has hundreds of thousands of rows, and a rewrite copies many of them).
+    pub saved: Arc<[(u16, SavedRegister)]>,
     /// Bytes of outgoing arguments pushed at this point (`DW_CFA_GNU_args_size`); the
     /// personality routine adjusts the stack pointer by it when landing. Usually 0.
     pub args_size: u64,
@@ -217,6 +221,9 @@ impl<'data> EhFrameTable<'data> {
             .rows(&self.section, &self.bases, &mut ctx)
             .map_err(bad)?;
         let mut rows = Vec::new();
+        // The distinct rule lists of this FDE so far: a function's rows repeat a few lists
+        // (the prologue's steps, then the body's state again after each epilogue).
+        let mut lists: Vec<Arc<[(u16, SavedRegister)]>> = Vec::new();
         // Expressions are stored as (offset, length) into the section; copy their bytes out
         // so rows stand alone.
         let expression_bytes = |e: &gimli::UnwindExpression<usize>| -> Result<Vec<u8>> {
@@ -251,6 +258,14 @@ impl<'data> EhFrameTable<'data> {
                     Ok((reg.0, rule))
                 })
                 .collect::<Result<Vec<_>>>()?;
+            let saved = match lists.iter().find(|l| ***l == *saved) {
+                Some(list) => Arc::clone(list),
+                None => {
+                    let list: Arc<[(u16, SavedRegister)]> = saved.into();
+                    lists.push(Arc::clone(&list));
+                    list
+                }
+            };
             rows.push(CfiRow {
                 range: VaddrRange {
                     start: Vaddr(row.start_address()),
@@ -273,7 +288,7 @@ impl std::fmt::Display for CfiRow {
             }
             Cfa::Expression(_) => write!(f, "cfa=<expr>")?,
         }
-        for (reg, rule) in &self.saved {
+        for (reg, rule) in self.saved.iter() {
             match rule {
                 SavedRegister::AtCfaOffset(o) => {
                     write!(f, " {}@cfa{:+}", dwarf_register_name(*reg), o)?

@@ -100,12 +100,20 @@ struct MovedFragment {
 struct OldPiece {
     old: u64,
     new: u64,
-    new_end: u64,
+    /// Bytes at `new` (a piece is one instruction, padding or added branch; a u32 keeps the
+    /// struct at 24 bytes, and there is one per instruction of every rewritten function).
+    size: u32,
     /// A copy of an input instruction: its bytes keep their offsets.
     copied: bool,
     /// A copy or the re-encoding of the input's instruction at `old` (not a jump added to
     /// reach a block that no longer follows, which carries that block's address).
     original: bool,
+}
+
+impl OldPiece {
+    fn new_end(&self) -> u64 {
+        self.new + u64::from(self.size)
+    }
 }
 
 /// Where the code of every rewritten function went, piece by piece.
@@ -154,13 +162,16 @@ impl<'p> CodeMoves<'p> {
             let mut fragments = Vec::with_capacity(parts.len());
             for (_, plan, addr) in parts {
                 let base = addr.get();
-                let mut pieces = Vec::new();
-                for p in plan.pieces(f) {
+                let plan_pieces = plan.pieces(f);
+                // Sized ahead: grown by doubling, these lists held twice their size.
+                by_old.reserve_exact(plan_pieces.len());
+                let mut pieces = Vec::with_capacity(plan_pieces.len());
+                for p in plan_pieces {
                     let new = base + p.offset;
                     by_old.push(OldPiece {
                         old: p.state_at.get(),
                         new,
-                        new_end: new + p.size,
+                        size: u32::try_from(p.size).expect("a piece is one instruction or padding"),
                         copied: p.inst.is_some(),
                         original: p.inst.is_some() || p.replaces.is_some(),
                     });
@@ -177,6 +188,7 @@ impl<'p> CodeMoves<'p> {
                 }
                 // Stable: at one address, a vanished branch's rows come before the code's.
                 pieces.sort_by_key(|p| (p.0, !p.2));
+                pieces.shrink_to_fit();
                 fragments.push(MovedFragment {
                     start: base,
                     end: base + plan.size,
@@ -257,7 +269,7 @@ impl<'p> CodeMoves<'p> {
                 .iter()
                 .take_while(|q| q.old == old)
                 .find(|q| q.original)
-                .map(|q| q.new_end)
+                .map(|q| q.new_end())
         })
     }
 
@@ -304,14 +316,14 @@ impl<'p> CodeMoves<'p> {
                     // Bytes of a copy keep their offsets: a range may start or end inside
                     // an instruction (gcc ends a location at a call's last byte, where a
                     // debugger looks up a caller's variables).
-                    let len = p.new_end - p.new;
+                    let len = u64::from(p.size);
                     let (from, to) = (lo.max(p.old), hi.min(p.old + len));
                     if from < to {
                         push_span(out, p.new + (from - p.old), p.new + (to - p.old));
                     }
                 } else if p.old >= lo {
                     // A re-encoded or added branch goes wherever its old address goes.
-                    push_span(out, p.new, p.new_end);
+                    push_span(out, p.new, p.new_end());
                 }
             }
             cursor = cursor.max(end);

@@ -304,7 +304,11 @@ pub fn coalesce_rows(rows: &[CfiRow]) -> Vec<CfiRow> {
     let mut out: Vec<CfiRow> = Vec::with_capacity(rows.len());
     for row in rows.iter().filter(|r| !r.range.is_empty()) {
         let mut row = row.clone();
-        row.saved.sort_by_key(|(reg, _)| *reg);
+        if !row.saved.is_sorted_by_key(|(reg, _)| *reg) {
+            let mut saved = row.saved.to_vec();
+            saved.sort_by_key(|(reg, _)| *reg);
+            row.saved = saved.into();
+        }
         match out.last_mut() {
             Some(last)
                 if last.range.end == row.range.start
@@ -625,7 +629,7 @@ mod tests {
                 end: CODE + end,
             },
             cfa,
-            saved: saved.to_vec(),
+            saved: saved.into(),
             args_size: 0,
         }
     }
@@ -912,7 +916,9 @@ mod tests {
             Err(UnwindError::OutOfReach { what: "LSDA", .. })
         ));
         let mut arch = good.clone();
-        arch.rows[1].saved.push((RBX, SavedRegister::Architectural));
+        let mut saved = arch.rows[1].saved.to_vec();
+        saved.push((RBX, SavedRegister::Architectural));
+        arch.rows[1].saved = saved.into();
         assert!(matches!(
             write_eh_frame(&[arch], SECTION),
             Err(UnwindError::Unrepresentable { .. })

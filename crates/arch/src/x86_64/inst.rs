@@ -242,6 +242,9 @@ pub fn decode_all(bytes: &[u8], addr: Vaddr) -> Vec<Inst> {
         decoder.decode_out(&mut raw);
         out.push(Inst { raw });
     }
+    // Callers keep the instructions of every function for the whole run; the estimate above
+    // is short for code of short instructions, and growing doubled the capacity.
+    out.shrink_to_fit();
     out
 }
 
