@@ -82,8 +82,9 @@ struct Output {
     ranges: Vec<u8>,
     fixups: Vec<Fixup>,
     /// (input offset, output offset) in `.debug_info` of every DIE, in input order (which is
-    /// also output order, so both columns ascend).
-    dies: Vec<(u64, u64)>,
+    /// also output order, so both columns ascend). 32-bit DWARF (the only format read)
+    /// bounds both; one entry per DIE, two million of them for PostgreSQL's server.
+    dies: Vec<(u32, u32)>,
     /// Input `.debug_line` offset -> output offset of each line program written.
     line_programs: HashMap<u64, u64>,
     /// (output unit offset, the unit's ranges) for `.debug_aranges`.
@@ -113,9 +114,9 @@ impl Output {
         for f in &ready {
             let k = self
                 .dies
-                .binary_search_by_key(&f.target, |d| d.0)
+                .binary_search_by_key(&f.target, |d| u64::from(d.0))
                 .map_err(|_| unsupported(format!("a reference to 0x{:x}, not a DIE", f.target)))?;
-            let new = self.dies[k].1;
+            let new = u64::from(self.dies[k].1);
             let value = match f.unit_base {
                 Some(base) => new
                     .checked_sub(base)
@@ -444,7 +445,11 @@ pub(super) fn rewrite(
                 out.unit_ranges.push((new_start, ranges));
             }
             let code = state.abbreviation(&die.abbrev);
-            out.dies.push((old_offset, out.info.len() as u64));
+            let offsets = u32::try_from(old_offset)
+                .ok()
+                .zip(u32::try_from(out.info.len()).ok());
+            out.dies
+                .push(offsets.ok_or_else(|| unsupported(".debug_info over 4 GiB"))?);
             leb::uleb128(&mut out.info, code);
             let base = out.info.len();
             out.info.extend_from_slice(&die.bytes);
