@@ -246,8 +246,8 @@ fn build_id_location(elf: &ElfFile<'_>) -> Option<(usize, usize)> {
 }
 
 /// At least the size of the image `write_output` makes: the input up to the new segment,
-/// the segment, every non-allocated section (input or new) with its alignment, and the
-/// section headers.
+/// the segment, the non-allocated sections laid out behind it (the input's it keeps, and the
+/// new ones) with their alignment, and the section headers.
 fn output_size_bound(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) -> usize {
     let seg_end = rewrite
         .sections
@@ -259,6 +259,8 @@ fn output_size_bound(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite)
         .sections()
         .iter()
         .filter(|s| !s.is_alloc() && !s.is_nobits())
+        .filter(|s| !rewrite.drop_contents.contains(&(s.index as u32)))
+        .filter(|s| s.offset.0.saturating_add(s.size) > segment.offset.0)
         .map(|s| s.size.saturating_add(s.align))
         .fold(0, u64::saturating_add);
     let new_sections: u64 = rewrite
