@@ -132,20 +132,22 @@ pub struct CodeMoves<'p> {
 }
 
 impl<'p> CodeMoves<'p> {
+    /// Takes the plans, and frees each function's as soon as its pieces are recorded: the
+    /// plans and these lists together were the run's peak (PostgreSQL's server).
     pub fn new(
         program: &'p Program,
         map: &'p AddressMap,
-        placed: &[(FragmentPlan, Vaddr)],
+        placed: Vec<(FragmentPlan, Vaddr)>,
     ) -> CodeMoves<'p> {
         // Fragments of each function, keyed by the function's old address.
-        type Parts<'a> = Vec<(u32, &'a FragmentPlan, Vaddr)>;
-        let mut per_function: BTreeMap<(u64, FuncId), Parts<'_>> = BTreeMap::new();
+        type Parts = Vec<(u32, FragmentPlan, Vaddr)>;
+        let mut per_function: BTreeMap<(u64, FuncId), Parts> = BTreeMap::new();
         for (plan, addr) in placed {
             let f = program.function(plan.fragment.function);
             per_function
                 .entry((f.range.start.get(), f.id))
                 .or_default()
-                .push((plan.fragment.fragment, plan, *addr));
+                .push((plan.fragment.fragment, plan, addr));
         }
         let mut moves = CodeMoves {
             program,
@@ -160,7 +162,7 @@ impl<'p> CodeMoves<'p> {
             parts.sort_unstable_by_key(|p| p.0);
             let mut by_old = Vec::new();
             let mut fragments = Vec::with_capacity(parts.len());
-            for (_, plan, addr) in parts {
+            for (_, plan, addr) in &parts {
                 let base = addr.get();
                 let plan_pieces = plan.pieces(f);
                 // Sized ahead: grown by doubling, these lists held twice their size.

@@ -749,9 +749,8 @@ pub fn rewrite(
     // run (SQLite: 160 MB against 144 MB), for a few tens of milliseconds saved.
     let tables = frames::build(elf, program, &layout, &placed, &map, tables_start);
     lap(&mut summary, "unwind tables");
-    let moves = debug::CodeMoves::new(program, &map, &placed);
     // The plans are the largest structure of the run; the symbols need only where each
-    // fragment went, and the debug info rewrite is the run's peak.
+    // fragment went, and the code moves for the debug info free them as they go.
     let fragments: Vec<PlacedFragment> = placed
         .iter()
         .map(|(plan, addr)| PlacedFragment {
@@ -761,7 +760,7 @@ pub fn rewrite(
             size: plan.size,
         })
         .collect();
-    drop(placed);
+    let moves = debug::CodeMoves::new(program, &map, placed);
     let debug_sections = debug::rewrite(elf, &moves, options.debug_writer);
     drop(moves);
     let tables = tables?;
