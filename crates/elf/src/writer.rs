@@ -660,6 +660,66 @@ mod tests {
         status.success()
     }
 
+    /// The image is built in one buffer sized up front: new code, new non-allocated sections
+    /// and a dropped input section all fit the bound, which is not much larger than the image.
+    #[test]
+    fn the_image_fits_the_buffer_sized_for_it() {
+        let data = std::fs::read("/bin/true").unwrap();
+        let elf = ElfFile::parse(&data).unwrap();
+        let seg = new_segment(&elf).unwrap();
+        let dropped = elf
+            .sections()
+            .iter()
+            .find(|s| s.name == ".gnu_debuglink")
+            .expect("Debian's /bin/true has a .gnu_debuglink");
+        let rewrite = Rewrite {
+            sections: vec![
+                NewSection::new(
+                    ".text.new",
+                    elf::SHT_PROGBITS.0,
+                    elf::SHF_ALLOC.0 | elf::SHF_EXECINSTR.0,
+                    seg.content_start(),
+                    vec![0xcc; 5000],
+                    64,
+                ),
+                NewSection::new(
+                    ".note.new",
+                    elf::SHT_PROGBITS.0,
+                    0,
+                    Vaddr(0),
+                    vec![7; 3000],
+                    8,
+                ),
+            ],
+            drop_contents: vec![dropped.index as u32],
+            ..Rewrite::default()
+        };
+        let bound = output_size_bound(&elf, &seg, &rewrite);
+        let out = write_output(&elf, &seg, &rewrite).unwrap();
+        assert!(
+            out.len() <= bound,
+            "{} bytes over a bound of {bound}",
+            out.len()
+        );
+        assert!(
+            bound - out.len() <= 128 * 1024,
+            "bound {bound} for {} bytes",
+            out.len()
+        );
+        let again = ElfFile::parse(&out).unwrap();
+        let section = |name: &str| {
+            again
+                .sections()
+                .iter()
+                .find(|s| s.name == name)
+                .map(|s| s.data.len())
+        };
+        assert_eq!(section(".gnu_debuglink"), Some(0));
+        assert_eq!(section(".text.new"), Some(5000));
+        assert_eq!(section(".note.new"), Some(3000));
+        assert!(runs(&out, "bound"));
+    }
+
     #[test]
     fn a_second_new_header_moves_the_table_into_the_new_segment() {
         let data = std::fs::read("/bin/true").unwrap();
