@@ -187,12 +187,13 @@ impl NewBranch {
 pub struct FragmentPlan {
     pub fragment: FragmentRef,
     items: Vec<Item>,
-    /// Offset of each item (same length as `items`).
-    offsets: Vec<u64>,
+    /// Offset of each item (same length as `items`). A u32: plans hold an entry per
+    /// instruction of every rewritten function, and a fragment is far below 4 GiB.
+    offsets: Vec<u32>,
     pub size: u64,
     /// New offset of every instruction of the function placed in this fragment, as
     /// (instruction index, offset). A dropped jump gets the offset where it would have been.
-    pub inst_offsets: Vec<(u32, u64)>,
+    pub inst_offsets: Vec<(u32, u32)>,
     /// Offset of each edge probe's block, by number.
     trampolines: HashMap<u32, u64>,
 }
@@ -221,7 +222,7 @@ impl FragmentPlan {
             .iter()
             .zip(&self.offsets)
             .filter_map(|(item, &offset)| match *item {
-                Item::Label(b) => Some((b, offset)),
+                Item::Label(b) => Some((b, u64::from(offset))),
                 _ => None,
             })
             .collect();
@@ -251,6 +252,7 @@ impl FragmentPlan {
             .iter()
             .zip(&self.offsets)
             .filter_map(|(item, &offset)| {
+                let offset = u64::from(offset);
                 let size = item.size_at(f, offset);
                 let (state_at, inst, replaces) = match *item {
                     // Padding runs (when fallen into) in the state of the block it precedes.
@@ -651,8 +653,16 @@ pub fn plan_fragment(
     // New offsets of the original instructions, dropped jumps and padding included. A block's
     // first instruction is where its label is, so that arriving at the block runs its start
     // probes.
-    let mut inst_offsets: Vec<(u32, u64)> = Vec::with_capacity(fragment_insts + blocks.len());
-    let mut label_at: Option<u64> = None;
+    if size > u64::from(u32::MAX) {
+        return Err(EmitError::Unsupported {
+            what: "a fragment of 4 GiB or more",
+            at: f.range.start,
+        });
+    }
+    // Every offset is at most `size`, so each fits in a u32 from here on.
+    let offsets: Vec<u32> = offsets.into_iter().map(|o| o as u32).collect();
+    let mut inst_offsets: Vec<(u32, u32)> = Vec::with_capacity(fragment_insts + blocks.len());
+    let mut label_at: Option<u32> = None;
     for (item, &off) in items.iter().zip(&offsets) {
         match *item {
             Item::Label(_) => label_at = Some(off),
@@ -703,7 +713,7 @@ impl AddressMap {
             entries.extend(
                 plan.inst_offsets
                     .iter()
-                    .map(|&(i, off)| (f.insts[i as usize].addr(), *addr + off)),
+                    .map(|&(i, off)| (f.insts[i as usize].addr(), *addr + u64::from(off))),
             );
             let frags = &mut fragment_addrs[fid];
             let k = plan.fragment.fragment as usize;
@@ -858,8 +868,9 @@ pub fn encode_fragment(
             .ok_or(EmitError::UnmappableTarget { at, target })
     };
     for (i, item) in plan.items.iter().enumerate() {
-        let at = addr + plan.offsets[i];
-        debug_assert_eq!(out.len() as u64, plan.offsets[i]);
+        let offset = u64::from(plan.offsets[i]);
+        let at = addr + offset;
+        debug_assert_eq!(out.len() as u64, offset);
         match *item {
             Item::Label(_)
             | Item::TrampolineLabel(_)
@@ -868,7 +879,7 @@ pub fn encode_fragment(
             Item::Align {
                 align, max_padding, ..
             } => {
-                let n = padding(plan.offsets[i], align, max_padding);
+                let n = padding(offset, align, max_padding);
                 rivet_arch::write_nops(&mut out, n as usize);
             }
             Item::Probe { counter, shape, .. } => {

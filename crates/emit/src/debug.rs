@@ -185,7 +185,7 @@ impl<'p> CodeMoves<'p> {
                 for &(inst, offset) in &plan.inst_offsets {
                     let old = f.insts[inst as usize].addr().get();
                     if !present.contains(&old) {
-                        pieces.push((base + offset, old, true));
+                        pieces.push((base + u64::from(offset), old, true));
                     }
                 }
                 // Stable: at one address, a vanished branch's rows come before the code's.
