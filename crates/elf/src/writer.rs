@@ -245,16 +245,21 @@ fn build_id_location(elf: &ElfFile<'_>) -> Option<(usize, usize)> {
     Some((start, id.len()))
 }
 
+/// End address of the new segment: its program headers, then the new allocated sections.
+fn new_segment_end(segment: &NewSegment, rewrite: &Rewrite) -> Vaddr {
+    rewrite
+        .sections
+        .iter()
+        .filter(|s| s.is_alloc())
+        .map(|s| s.addr + s.data.len() as u64)
+        .fold(segment.vaddr + segment.phdr_size, Vaddr::max)
+}
+
 /// At least the size of the image `write_output` makes: the input up to the new segment,
 /// the segment, the non-allocated sections laid out behind it (the input's it keeps, and the
 /// new ones) with their alignment, and the section headers.
 fn output_size_bound(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) -> usize {
-    let seg_end = rewrite
-        .sections
-        .iter()
-        .filter(|s| s.is_alloc())
-        .map(|s| (s.addr + s.data.len() as u64).get())
-        .fold((segment.vaddr + segment.phdr_size).get(), u64::max);
+    let seg_end = new_segment_end(segment, rewrite).get();
     let input_sections: u64 = elf
         .sections()
         .iter()
@@ -322,17 +327,17 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     // 2. The new segment: program headers, then allocated sections at their addresses.
     out.resize(segment.offset.0 as usize, 0);
     let seg_start = out.len();
-    let mut seg_end = segment.vaddr + segment.phdr_size;
-    for s in rewrite.sections.iter().filter(|s| s.is_alloc()) {
-        if s.addr < segment.content_start() {
-            return Err(bad(
-                "new section",
-                format!("{} below the new segment", s.name),
-            ));
-        }
-        seg_end = seg_end.max(s.addr + s.data.len() as u64);
+    if let Some(s) = rewrite
+        .sections
+        .iter()
+        .find(|s| s.is_alloc() && s.addr < segment.content_start())
+    {
+        return Err(bad(
+            "new section",
+            format!("{} below the new segment", s.name),
+        ));
     }
-    let seg_len = (seg_end - segment.vaddr) as usize;
+    let seg_len = (new_segment_end(segment, rewrite) - segment.vaddr) as usize;
     out.resize(seg_start + seg_len, 0);
     let mut alloc_offsets = Vec::new();
     for s in rewrite.sections.iter().filter(|s| s.is_alloc()) {
