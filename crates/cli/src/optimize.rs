@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, MappedFile};
 use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
-use rivet_ir::layout::PltCalls;
+use rivet_ir::layout::{Layout, PltCalls};
 use rivet_ir::{FuncId, Program};
 use rivet_layout::LandingPads;
 use rivet_passes::attach::AttachedProfile;
@@ -678,6 +678,8 @@ pub fn run_with(
             .map(|(name, v)| ((*name).to_string(), serde_json::json!(v)))
             .collect::<serde_json::Map<_, _>>()
     };
+    let unoptimized =
+        unoptimized_functions(&program, &attached, &output.layout, &s.reasons, &names);
     let json = serde_json::json!({
         "output": args.output.display().to_string(),
         "relocation_mode": s.relocation_mode,
@@ -699,6 +701,16 @@ pub fn run_with(
         },
         "dyno_stats": { "before": rows(&before), "after": rows(&after) },
         "not_rewritten": s.not_rewritten,
+        "profiled_not_rewritten": {
+            "share": unoptimized.share,
+            "unit": unoptimized.unit,
+            "functions": unoptimized.functions.iter().map(|u| serde_json::json!({
+                "name": u.name,
+                "share": u.share,
+                "entries": u.entries,
+                "reason": u.reason,
+            })).collect::<Vec<_>>(),
+        },
         "warnings": warnings,
     });
     if print && args.json {
@@ -758,22 +770,7 @@ pub fn run_with(
             change(before.unconditional, after.unconditional),
             change(before.instructions, after.instructions),
         );
-        let hot_not_rewritten = attached
-            .functions
-            .iter()
-            .enumerate()
-            .filter(|(i, c)| {
-                c.as_ref()
-                    .is_some_and(|c| c.entries > 0 || c.blocks.iter().any(|&n| n > 0))
-                    && !output.layout.is_rewritten(FuncId(*i as u32))
-                    && s.reasons[*i].is_some()
-            })
-            .count();
-        if hot_not_rewritten > 0 {
-            println!(
-                "  {hot_not_rewritten} profiled functions could not be rewritten (`rivet rewrite --list` says why)"
-            );
-        }
+        print_unoptimized(&unoptimized);
     }
     for w in &warnings {
         eprintln!("rivet: warning: {w}");
@@ -788,6 +785,150 @@ pub fn run_with(
         );
     }
     Ok(json)
+}
+
+/// How many of the hottest functions left as they were the summary names.
+const SHOWN_UNOPTIMIZED: usize = 5;
+
+/// A profiled function the output leaves as it was.
+struct Unoptimized {
+    name: String,
+    /// Its share of the profile's weight (see `UnoptimizedFunctions::unit`), or `None` for a
+    /// function without a model under a branch profile, whose weight is unknown.
+    share: Option<f64>,
+    /// Times it was entered, for a function without a model under a branch profile.
+    entries: u64,
+    reason: String,
+}
+
+/// The profiled functions that were not rewritten, hottest first, and their total share.
+struct UnoptimizedFunctions {
+    /// What the shares are shares of.
+    unit: &'static str,
+    share: f64,
+    functions: Vec<Unoptimized>,
+}
+
+/// Lists the profiled functions the output leaves as they were, weighted by the time they
+/// took in the profiled run. A count alone hides what matters: one interpreter loop left as
+/// it was can hold most of the run, while dozens of skipped helpers hold nothing. A sampled
+/// profile weighs every function in samples. A branch profile weighs the functions Rivet
+/// models in executed instructions; of those it does not model, it knows only how often they
+/// were entered (`share: None`), and they come last.
+fn unoptimized_functions(
+    program: &Program,
+    attached: &AttachedProfile,
+    layout: &Layout,
+    reasons: &[Option<String>],
+    names: &[String],
+) -> UnoptimizedFunctions {
+    let sampled = !attached.samples.is_empty();
+    let weight = |i: usize| -> Option<u64> {
+        if sampled {
+            return Some(attached.samples[i]);
+        }
+        let c = attached.functions[i].as_ref()?;
+        // A function entered but without block counts still ran: weigh it by its entries so
+        // that it is listed rather than hidden at 0%.
+        Some(
+            c.executed_instructions(&program.functions[i])
+                .max(c.entries),
+        )
+    };
+    let total: u64 = (0..program.functions.len()).filter_map(weight).sum();
+    let share = |w: u64| {
+        if total == 0 {
+            0.0
+        } else {
+            w as f64 / total as f64
+        }
+    };
+    let mut functions: Vec<(u64, Unoptimized)> = Vec::new();
+    for (i, reason) in reasons.iter().enumerate() {
+        let Some(reason) = reason else { continue };
+        if layout.is_rewritten(FuncId(i as u32)) {
+            continue;
+        }
+        let unmodelled = attached
+            .unmodelled
+            .get(&FuncId(i as u32))
+            .copied()
+            .unwrap_or(0);
+        let (w, share, entries) = match weight(i) {
+            Some(w) if w > 0 => (w, Some(share(w)), 0),
+            _ if unmodelled > 0 && !sampled => (0, None, unmodelled),
+            _ => continue,
+        };
+        functions.push((
+            w,
+            Unoptimized {
+                name: names[i].clone(),
+                share,
+                entries,
+                reason: reason.clone(),
+            },
+        ));
+    }
+    functions.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then_with(|| b.1.entries.cmp(&a.1.entries))
+            .then_with(|| a.1.name.cmp(&b.1.name))
+    });
+    UnoptimizedFunctions {
+        unit: if sampled {
+            "of the samples"
+        } else {
+            "of the profiled run's instructions"
+        },
+        share: share(functions.iter().map(|(w, _)| w).sum()),
+        functions: functions.into_iter().map(|(_, u)| u).collect(),
+    }
+}
+
+/// The summary's lines on profiled functions left as they were: the hottest by share, then
+/// those without a model that a branch profile saw entered.
+fn print_unoptimized(u: &UnoptimizedFunctions) {
+    let (weighed, entered): (Vec<&Unoptimized>, Vec<&Unoptimized>) =
+        u.functions.iter().partition(|f| f.share.is_some());
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    let list_end = |n: usize, hottest: &str| {
+        if n > SHOWN_UNOPTIMIZED {
+            format!("; the {hottest}:")
+        } else {
+            ":".to_string()
+        }
+    };
+    if !weighed.is_empty() {
+        println!(
+            "  {} profiled function{} could not be rewritten: {:.1}% {}{}",
+            weighed.len(),
+            plural(weighed.len()),
+            100.0 * u.share,
+            u.unit,
+            list_end(weighed.len(), "hottest")
+        );
+        for f in weighed.iter().take(SHOWN_UNOPTIMIZED) {
+            println!(
+                "    {:>5.1}%  {}: {}",
+                100.0 * f.share.unwrap_or(0.0),
+                f.name,
+                f.reason
+            );
+        }
+    }
+    if !entered.is_empty() {
+        let n = entered.len();
+        println!(
+            "  {n} function{} that could not be rewritten {} entered (the profile counts nothing inside {}){}",
+            plural(n),
+            if n == 1 { "was" } else { "were" },
+            if n == 1 { "it" } else { "them" },
+            list_end(n, "most entered")
+        );
+        for f in entered.iter().take(SHOWN_UNOPTIMIZED) {
+            println!("    {:>9} entries  {}: {}", f.entries, f.name, f.reason);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -159,6 +159,82 @@ fn an_unresolved_jump_with_the_frame_on_the_stack_is_not_a_tail_call() {
     }
 }
 
+#[test]
+fn the_optimize_summary_names_the_profiled_functions_it_left_as_they_were() {
+    // The same unresolvable dispatch: a profile that finds most of the run in it must say so,
+    // by name and share, rather than count it among "profiled functions not rewritten".
+    let dir = scratch("unusual_code", "unoptimized_summary");
+    let bin = build(
+        &dir,
+        "gcc",
+        &["register_table_main.c", "register_table.S"],
+        &[],
+        "register_table",
+    );
+    let optimize = |profile: &str, json: bool| {
+        let path = dir.join("profile");
+        std::fs::write(&path, profile).unwrap();
+        let out_path = dir.join("optimized");
+        let mut args = vec![
+            "optimize",
+            s(&bin),
+            "--profile",
+            s(&path),
+            "-o",
+            s(&out_path),
+        ];
+        if json {
+            args.push("--json");
+        }
+        let out = rivet(&args);
+        assert!(out.status.success(), "optimize: {out:?}");
+        assert_eq!(
+            run_bounded(&out_path, &["10"]),
+            run_bounded(&bin, &["10"]),
+            "the optimized program behaves differently"
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+
+    // Timer samples: 900 in dispatch, 100 in main. Samples weigh every function alike.
+    let samples = "rivet-profile 1\nmode samples cpu-clock:u\norigin samples\nrecords\n\
+                   1 dispatch 0 900\n1 main 0 100\nend\n";
+    let text = optimize(samples, false);
+    assert!(
+        text.contains("1 profiled function could not be rewritten: 90.0% of the samples:\n")
+            && text.contains("\n     90.0%  dispatch: skipped: unresolved-indirect-jump\n"),
+        "{text}"
+    );
+    let summary: serde_json::Value = serde_json::from_str(&optimize(samples, true)).unwrap();
+    let listed = &summary["profiled_not_rewritten"];
+    assert_eq!(listed["unit"], "of the samples", "{listed}");
+    assert_eq!(listed["share"], 0.9, "{listed}");
+    assert_eq!(
+        listed["functions"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    assert_eq!(listed["functions"][0]["name"], "dispatch", "{listed}");
+    assert_eq!(listed["functions"][0]["share"], 0.9, "{listed}");
+
+    // A branch profile has no counts inside a function Rivet does not model, only the calls
+    // into it: it is listed by its entries, after the weighed ones (none here).
+    let branches = "rivet-profile 1\nmode branches\norigin lbr\nrecords\n\
+                    1 main 0 1 dispatch 0 0 3\nend\n";
+    let text = optimize(branches, false);
+    assert!(
+        !text.contains("could not be rewritten:")
+            && text.contains("1 function that could not be rewritten was entered (the profile counts nothing inside it):\n")
+            && text.contains("        3 entries  dispatch: skipped: unresolved-indirect-jump\n"),
+        "{text}"
+    );
+    let summary: serde_json::Value = serde_json::from_str(&optimize(branches, true)).unwrap();
+    let dispatch = &summary["profiled_not_rewritten"]["functions"][0];
+    assert_eq!(dispatch["name"], "dispatch", "{summary}");
+    assert_eq!(dispatch["entries"], 3, "{summary}");
+    assert!(dispatch["share"].is_null(), "{summary}");
+}
+
 /// `rivet rewrite BIN -o OUT OPTIONS --list`, which must succeed and move `function`.
 fn rewrite_moving(bin: &Path, out: &Path, options: &[&str], function: &str) {
     let list = rewrite_list(bin, out, options);

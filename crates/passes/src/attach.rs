@@ -82,6 +82,14 @@ pub struct AttachedProfile {
     pub report: MatchReport,
     /// The counts were inferred from samples.
     pub inferred: bool,
+    /// What the profile counts in functions whose code Rivet does not model (not simple, so
+    /// `functions` has nothing for them), by `FuncId`: samples for a sampled profile, entries
+    /// (calls and jumps from elsewhere) for a branch profile. They are the profiled functions
+    /// no layout can touch, which a summary should name.
+    pub unmodelled: HashMap<FuncId, u64>,
+    /// A sampled profile's samples in each function, modelled or not, by `FuncId` (empty for a
+    /// branch profile): the one unit in which all of them compare.
+    pub samples: Vec<u64>,
 }
 
 /// Functions by the names profiles use: profile names, then plain and qualified names, then
@@ -178,6 +186,7 @@ fn attach_branches(program: &Program, names: &[String], profile: &Profile) -> At
     // noreturn calls, jumps into a split part): they count the block too. Calls inside a block
     // return into it and do not.
     let mut leaving: HashMap<(FuncId, BlockId), u64> = HashMap::new();
+    let mut unmodelled: HashMap<FuncId, u64> = HashMap::new();
     for ((from, to), c) in &profile.branches {
         report.records += 1;
         report.records_count += c.count;
@@ -250,6 +259,8 @@ fn attach_branches(program: &Program, names: &[String], profile: &Profile) -> At
                 counts[g.0 as usize]
                     .get_or_insert_with(|| empty_counts(callee))
                     .entries += c.count;
+            } else if source != Some(g) {
+                *unmodelled.entry(g).or_default() += c.count;
             }
             if let Some(f) = source
                 && f != g
@@ -308,7 +319,9 @@ fn attach_branches(program: &Program, names: &[String], profile: &Profile) -> At
             *block_count = inflow[b].max(out);
         }
     }
-    finish(program, counts, calls, report, unknown, stale, false)
+    let mut attached = finish(program, counts, calls, report, unknown, stale, false);
+    attached.unmodelled = unmodelled;
+    attached
 }
 
 fn finish(
@@ -345,6 +358,9 @@ fn finish(
         calls,
         report,
         inferred,
+        // Filled in by the caller, which knows the profile's kind.
+        unmodelled: HashMap::new(),
+        samples: Vec::new(),
     }
 }
 
@@ -354,6 +370,8 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
     let mut report = MatchReport::default();
     let mut unknown: HashMap<String, u64> = HashMap::new();
     let mut stale: HashMap<FuncId, u64> = HashMap::new();
+    let mut unmodelled: HashMap<FuncId, u64> = HashMap::new();
+    let mut per_function = vec![0u64; program.functions.len()];
     for (at, &count) in &profile.samples {
         report.records += 1;
         report.records_count += count;
@@ -364,6 +382,8 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
         let func = program.function(f);
         if !func.is_simple() {
             // Counted as matched: the function exists, Rivet just does not model its CFG.
+            per_function[f.0 as usize] += count;
+            *unmodelled.entry(f).or_default() += count;
             report.matched += 1;
             report.matched_count += count;
             continue;
@@ -374,6 +394,7 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
                 // The instruction holding the address (a sample is at an instruction start).
                 let i = func.insts.partition_point(|i| i.addr() <= addr) - 1;
                 samples[f.0 as usize].get_or_insert_with(|| vec![0; func.insts.len()])[i] += count;
+                per_function[f.0 as usize] += count;
                 report.matched += 1;
                 report.matched_count += count;
             }
@@ -400,7 +421,10 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
             }
         }
     }
-    finish(program, counts, calls, report, unknown, stale, true)
+    let mut attached = finish(program, counts, calls, report, unknown, stale, true);
+    attached.unmodelled = unmodelled;
+    attached.samples = per_function;
+    attached
 }
 
 /// What one execution of `inst` costs in time, in cycles of a simple instruction: its latency
