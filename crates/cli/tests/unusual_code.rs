@@ -4,7 +4,9 @@
 //! in place from perf samples of clang), whose rewritten copy crashed clang before the fixes;
 //! the short tail calls and the byte-indexed dispatch in Debian's python3.11, where 50
 //! functions did not fit in place and the interpreter loop could not be rewritten; the late
-//! line rows in PostgreSQL, whose `--verify` failed on a `.cold` part that had lost its rows.
+//! line rows in PostgreSQL, whose `--verify` failed on a `.cold` part that had lost its rows;
+//! PostgreSQL's cold parts that jump to their function's unreachable end, and its tree walkers,
+//! whose tail calls a neighbour's jump table made look unresolvable (all left alone before).
 
 mod common;
 
@@ -233,6 +235,99 @@ fn the_optimize_summary_names_the_profiled_functions_it_left_as_they_were() {
     assert_eq!(dispatch["name"], "dispatch", "{summary}");
     assert_eq!(dispatch["entries"], 3, "{summary}");
     assert!(dispatch["share"].is_null(), "{summary}");
+}
+
+#[test]
+fn a_cold_part_may_jump_to_the_unreachable_end_of_its_function() {
+    let dir = scratch("unusual_code", "unreachable_end");
+    let sources = ["unreachable_end_main.c", "unreachable_end.S"];
+    // In range, then the cold part's path, then the main part's last call (both exit).
+    let runs: [&[&str]; 3] = [&["5", "7"], &["5", "-3"], &["5", "5000"]];
+    for (flags, how) in [
+        (&[][..], "rewritten in place"),
+        (&["-Wl,--emit-relocs"][..], "moved"),
+    ] {
+        let bin = build(&dir, "gcc", &sources, flags, "unreachable_end");
+        let cold = inspect_function(&bin, "checked.cold");
+        assert!(
+            cold.lines().next().unwrap_or_default().ends_with(" simple")
+                && cold.contains("=> tail-call "),
+            "{how}: the jump to checked's end should end the cold part:\n{cold}"
+        );
+        let expected: Vec<_> = runs.iter().map(|args| run_bounded(&bin, args)).collect();
+        assert_eq!(
+            expected.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [Some(0), Some(3), Some(2)],
+            "the original misbehaves: {expected:?}"
+        );
+        for seed in [None, Some(1), Some(2), Some(3)] {
+            let out = dir.join("rewritten");
+            let list = rewrite_listed(&bin, &out, seed);
+            for name in ["checked", "checked.cold/"] {
+                let line = list
+                    .lines()
+                    .find(|l| {
+                        l.split_whitespace().nth(1).is_some_and(|n| {
+                            n == name || name.ends_with('/') && n.starts_with(name)
+                        })
+                    })
+                    .unwrap_or_else(|| panic!("{name} is not in the list:\n{list}"));
+                assert!(
+                    line.ends_with(&format!(" {how}")),
+                    "{how}, seed {seed:?}: {name} was not rewritten:\n{list}"
+                );
+            }
+            let got: Vec<_> = runs.iter().map(|args| run_bounded(&out, args)).collect();
+            assert_eq!(
+                got, expected,
+                "{how}, seed {seed:?}: the rewrite behaves differently"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_neighbours_table_entries_do_not_make_a_tail_call_unresolvable() {
+    let dir = scratch("unusual_code", "foreign_table");
+    let bin = build(
+        &dir,
+        "gcc",
+        &["foreign_table_main.c", "foreign_table.S"],
+        &["-Wl,--emit-relocs"],
+        "foreign_table",
+    );
+    let apply = inspect_function(&bin, "apply");
+    assert!(
+        apply
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .ends_with(" simple")
+            && apply.contains("=> tail-call "),
+        "apply's jump is a tail call:\n{apply}"
+    );
+    let pick = inspect_function(&bin, "pick");
+    assert!(
+        pick.contains("16 x 4 bytes") && pick.contains("bound by range check"),
+        "pick's table should be read with its bound:\n{pick}"
+    );
+    let expected = run_bounded(&bin, &["20"]);
+    assert_eq!(expected, (Some(0), "sum over 20 = 3053\n".to_string()));
+    for seed in 1..=4 {
+        let out = dir.join(format!("shuffled.{seed}"));
+        let list = rewrite_listed(&bin, &out, Some(seed));
+        for name in ["pick", "apply"] {
+            assert!(
+                listed(&list, name).ends_with(" moved"),
+                "seed {seed}:\n{list}"
+            );
+        }
+        assert_eq!(
+            run_bounded(&out, &["20"]),
+            expected,
+            "seed {seed}: the rewritten program behaves differently"
+        );
+    }
 }
 
 /// `rivet rewrite BIN -o OUT OPTIONS --list`, which must succeed and move `function`.

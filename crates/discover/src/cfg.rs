@@ -37,6 +37,10 @@ pub struct Context<'a> {
     /// PC-relative data references to code (see `refs::DataRefs::relative`) as
     /// (`S + A`, site), sorted.
     pub relative_refs: Vec<(Vaddr, Vaddr)>,
+    /// The spans of the relative jump tables that functions built so far read with a proven
+    /// size, with their owners, sorted by start: a PC-relative reference stored in one of them
+    /// points into its owner (or the owner's fragments), whatever its `S + A` says.
+    pub known_relative_tables: Vec<(VaddrRange, FuncId)>,
     /// Static relocations sorted by site.
     pub static_relocs: &'a [StaticReloc],
     /// The unwind tables, when the file has them: they tell whether a frame is still on the
@@ -82,6 +86,20 @@ impl Context<'_> {
 
     /// True when `a` and `b` are parts of one function split by the compiler (`foo`,
     /// `foo.cold`, `foo.cold.1`).
+    /// Whether `site` lies in a relative jump table another function (not one of `f`'s
+    /// fragments) was shown to read, so that the reference stored there does not point into
+    /// `f`. Overlapping spans are not searched beyond the nearest one, which errs towards
+    /// "no".
+    pub fn in_foreign_table(&self, f: FuncId, site: Vaddr) -> bool {
+        let i = self
+            .known_relative_tables
+            .partition_point(|(span, _)| span.start <= site);
+        i > 0 && {
+            let (span, owner) = self.known_relative_tables[i - 1];
+            span.contains(site) && owner != f && !self.are_fragments(owner, f)
+        }
+    }
+
     pub fn are_fragments(&self, a: FuncId, b: FuncId) -> bool {
         let root = |f: FuncId| match self.parents[f.0 as usize] {
             Some(Parent {
@@ -526,10 +544,16 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     labels.sort_unstable();
     labels.dedup();
     // PC-relative references from data into this function that none of its tables explain.
+    // A reference's `S + A` is its target plus its distance from the table's base, so the
+    // later entries of another function's table can land here (PostgreSQL's
+    // expression_tree_walker and its neighbours): those in a table that function was shown
+    // to read point into that function instead.
     let relative_into_function = {
         let lo = ctx.relative_refs.partition_point(|r| r.0 < f.range.start);
         let hi = ctx.relative_refs.partition_point(|r| r.0 < f.range.end);
-        ctx.relative_refs[lo..hi].iter().any(|r| !explained(r.1))
+        ctx.relative_refs[lo..hi]
+            .iter()
+            .any(|r| !explained(r.1) && !ctx.in_foreign_table(f.id, r.1))
     };
     for i in unknown_jumps {
         let at = insts[i].addr();
@@ -1067,9 +1091,38 @@ fn external(b: &Builder, at: Vaddr, target: Vaddr) -> External {
         });
     }
     match ctx.call_target(target) {
+        CallTarget::Unknown { addr } if is_unreachable_end(b, target) => {
+            External::Call(CallTarget::Unknown { addr })
+        }
         CallTarget::Unknown { .. } => External::Bad(SkipReason::BranchToUnknownCode { at, target }),
         t => External::Call(t),
     }
+}
+
+/// Whether `target` is the end of this function or of a sibling fragment, followed by
+/// padding: the label a compiler puts where code it knows unreachable would be. gcc emits
+/// such jumps from `.cold` parts when the source says a call does not return but the
+/// compiler does not know it (PostgreSQL's `elog(ERROR)` followed by `pg_unreachable()` in
+/// palloc and its relatives: the main part ends with the call, and the cold part jumps to the
+/// address after it). Nothing runs there, so the jump is never taken; it is kept as a jump to
+/// the same address, which reaches the same bytes as before whenever the function is moved
+/// (its old code stays where it was).
+fn is_unreachable_end(b: &Builder, target: Vaddr) -> bool {
+    let ctx = b.ctx;
+    let Some(before) = target.get().checked_sub(1).map(Vaddr) else {
+        return false;
+    };
+    let Some(g) = ctx.function_containing(before) else {
+        return false;
+    };
+    if ctx.ranges[g.0 as usize].end != target || !(g == b.id || ctx.are_fragments(b.id, g)) {
+        return false;
+    }
+    (1..=15)
+        .rev()
+        .find_map(|len| ctx.elf.bytes_at(target, len))
+        .and_then(|bytes| decode_all(bytes, target).first().cloned())
+        .is_some_and(|next| next.is_padding_nop() || next.is_int3())
 }
 
 enum TableResult {

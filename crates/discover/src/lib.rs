@@ -15,7 +15,7 @@ pub mod refs;
 
 use rayon::prelude::*;
 use rivet_elf::eh_frame::CfiRow;
-use rivet_elf::{ElfError, ElfFile, Vaddr};
+use rivet_elf::{ElfError, ElfFile, Vaddr, VaddrRange};
 use rivet_ir::*;
 
 use crate::cfg::{Context, Decoded, Incoming};
@@ -187,6 +187,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         code_refs,
         code_ref_sites,
         relative_refs: data.relative,
+        known_relative_tables: Vec::new(),
         static_relocs: &static_relocs,
         eh: eh.as_ref(),
     };
@@ -382,6 +383,22 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
                 }
             }
         }
+        // Relative tables read with a proven size explain the references stored in them to
+        // every other function: one skipped for references it could not explain may now be
+        // built.
+        let tables = known_relative_tables(&functions);
+        if tables != ctx.known_relative_tables {
+            ctx.known_relative_tables = tables;
+            for (f, d) in functions.iter().zip(dirty.iter_mut()) {
+                if matches!(
+                    f.skip_reason(),
+                    Some(SkipReason::UnresolvedIndirectJump { .. })
+                ) {
+                    *d = true;
+                    changed = true;
+                }
+            }
+        }
         if !added.is_empty() {
             changed = true;
             ctx.noreturn.extend(added.iter().copied());
@@ -496,4 +513,27 @@ pub fn unwind_rows(elf: &ElfFile, f: &Function) -> Result<Vec<CfiRow>, ElfError>
         Some(fde) => eh.rows(fde),
         None => Ok(Vec::new()),
     }
+}
+
+/// The spans of the relative jump tables that built functions read, with a size a range check
+/// or relocations prove (a scanned size may run into the next table), sorted by start.
+fn known_relative_tables(functions: &[Function]) -> Vec<(VaddrRange, FuncId)> {
+    let mut spans: Vec<(VaddrRange, FuncId)> = functions
+        .iter()
+        .filter(|f| f.skip_reason().is_none())
+        .flat_map(|f| {
+            f.jump_tables
+                .iter()
+                .filter(|t| {
+                    matches!(t.kind, JumpTableKind::Relative { .. })
+                        && t.bound != TableBound::Scanned
+                })
+                .map(|t| {
+                    let size = t.entries.len() as u64 * u64::from(t.entry_size);
+                    (VaddrRange::new(t.addr, size), f.id)
+                })
+        })
+        .collect();
+    spans.sort_by_key(|(span, f)| (span.start, span.end, *f));
+    spans
 }
