@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{rivet, s, scratch};
+use common::{instrument_and_train, rivet, s, scratch};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -327,6 +327,80 @@ fn a_neighbours_table_entries_do_not_make_a_tail_call_unresolvable() {
             expected,
             "seed {seed}: the rewritten program behaves differently"
         );
+    }
+}
+
+/// Builds `rust_unwind.rs` with `rustc -O -g` (edition 2021), with static relocations when
+/// `relocs`, into `dir/name`.
+fn build_rust(dir: &Path, relocs: bool, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let mut rustc = Command::new("rustc");
+    rustc.args(["--edition", "2021", "-O", "-g"]);
+    if relocs {
+        rustc.arg("-Clink-arg=-Wl,--emit-relocs");
+    }
+    let status = rustc
+        .arg(source("rust_unwind.rs"))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|e| panic!("rustc is required (it builds Rivet): {e}"));
+    assert!(status.success(), "rustc rust_unwind.rs failed");
+    out
+}
+
+#[test]
+fn a_rust_program_that_unwinds_behaves_the_same_rewritten_instrumented_and_optimized() {
+    let dir = scratch("unusual_code", "rust_unwind");
+    for relocs in [false, true] {
+        let bin = build_rust(&dir, relocs, if relocs { "relocs" } else { "plain" });
+        let expected: Vec<_> = ["20", "57"].map(|n| run_bounded(&bin, &[n])).into();
+        assert_eq!(expected[0].0, Some(0), "the original failed: {expected:?}");
+        assert!(
+            expected[0].1.contains("total 480 caught 3 "),
+            "{}",
+            expected[0].1
+        );
+        let model = rivet(&["inspect", s(&bin), "--json"]);
+        assert!(model.status.success(), "inspect: {model:?}");
+        let model: serde_json::Value = serde_json::from_slice(&model.stdout).unwrap();
+        // `cold_path_handler`, `warm_up` and std's `write_all_cold` are functions of their own.
+        assert_eq!(model["cold_fragments"], 0, "relocs {relocs}");
+        let (all, simple) = (
+            model["functions"].as_u64().unwrap(),
+            model["simple_functions"].as_u64().unwrap(),
+        );
+        assert!(
+            simple * 100 >= all * 99 && model["landing_pads"].as_u64() > Some(100),
+            "relocs {relocs}: {simple} of {all} functions modelled, {} landing pads",
+            model["landing_pads"]
+        );
+        for seed in 1..=3 {
+            let out = dir.join("shuffled");
+            rewrite_listed(&bin, &out, Some(seed));
+            let got: Vec<_> = ["20", "57"].map(|n| run_bounded(&out, &[n])).into();
+            assert_eq!(
+                got, expected,
+                "relocs {relocs}, seed {seed}: the rewrite differs"
+            );
+        }
+        if !relocs {
+            continue;
+        }
+        let counts = instrument_and_train(&bin, &dir, &[&["20"]]);
+        let optimized = dir.join("optimized");
+        let out = rivet(&[
+            "optimize",
+            s(&bin),
+            "--profile",
+            s(&counts),
+            "-o",
+            s(&optimized),
+            "--verify",
+        ]);
+        assert!(out.status.success(), "optimize: {out:?}");
+        let got: Vec<_> = ["20", "57"].map(|n| run_bounded(&optimized, &[n])).into();
+        assert_eq!(got, expected, "the optimized program differs");
     }
 }
 
