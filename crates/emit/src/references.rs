@@ -147,14 +147,20 @@ pub fn collect(
                 let Some(value) = elf.read_i32(r.site) else {
                     continue;
                 };
-                let end = program
+                let inst = program
                     .function_containing(r.site)
                     .and_then(|f| {
                         let i = f.insts.partition_point(|i| i.addr() <= r.site);
                         i.checked_sub(1).map(|i| f.insts[i])
                     })
-                    .filter(|i| i.end() > r.site)
-                    .map_or(r.site + 4, |i| i.end());
+                    .filter(|i| i.end() > r.site);
+                // In a decoded instruction, the relocation must sit on its PC-relative field;
+                // anywhere else the linker rewrote the code under it (a relaxed TLS sequence),
+                // and patching it would corrupt the instruction now there.
+                if inst.is_some_and(|i| i.pc_relative_field() != Some(r.site)) {
+                    continue;
+                }
+                let end = inst.map_or(r.site + 4, |i| i.end());
                 let target = end.offset(i64::from(value));
                 out.stored.push(Reference {
                     site: r.site,

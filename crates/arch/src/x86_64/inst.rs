@@ -165,6 +165,37 @@ impl Inst {
             .then(|| Vaddr(self.raw.ip_rel_memory_address()))
     }
 
+    /// Where this instruction's 32-bit PC-relative field starts: the `rel32` of a direct
+    /// branch or call, or the displacement of a RIP-relative operand (which only an immediate
+    /// follows). `None` for an instruction without one, or with a short (8-bit) branch.
+    ///
+    /// A static relocation elsewhere in an instruction is stale: the linker rewrote the
+    /// sequence it belonged to (TLS relaxation turns `call __tls_get_addr@PLT` into part of a
+    /// `lea`, and keeps the relocation in `--emit-relocs` output).
+    pub fn pc_relative_field(&self) -> Option<Vaddr> {
+        let end = self.end();
+        if matches!(
+            self.flow(),
+            crate::Flow::Call { .. } | crate::Flow::Jump { .. } | crate::Flow::CondJump { .. }
+        ) {
+            // rel32 forms are 5 bytes and more (`e8`, `e9`, `0f 8x`); short ones are 2.
+            return (self.len() >= 5).then(|| Vaddr(end.get() - 4));
+        }
+        if !self.raw.is_ip_rel_memory_operand() {
+            return None;
+        }
+        let immediate: u64 = (0..self.raw.op_count())
+            .map(|op| match self.raw.op_kind(op) {
+                OpKind::Immediate8 | OpKind::Immediate8to16 | OpKind::Immediate8to32 => 1,
+                OpKind::Immediate8to64 | OpKind::Immediate8_2nd => 1,
+                OpKind::Immediate16 => 2,
+                OpKind::Immediate32 | OpKind::Immediate32to64 => 4,
+                _ => 0,
+            })
+            .sum();
+        Some(Vaddr(end.get() - 4 - immediate))
+    }
+
     /// Absolute addresses this instruction mentions: immediates and absolute memory
     /// displacements of at least 32 bits (candidates for code pointers in non-PIE code).
     pub fn absolute_constants(&self) -> impl Iterator<Item = u64> + '_ {
@@ -288,6 +319,26 @@ mod tests {
         assert_eq!(one(&[0xcc], 0).flow(), Flow::Trap); // int3
         assert_eq!(one(&[0xf4], 0).flow(), Flow::Trap); // hlt
         assert_eq!(one(&[0x0f, 0x05], 0).flow(), Flow::Next); // syscall
+    }
+
+    #[test]
+    fn finds_the_pc_relative_field_a_relocation_may_sit_on() {
+        let field = |bytes: &[u8]| one(bytes, 0x1000).pc_relative_field().map(|v| v.get());
+        assert_eq!(field(&[0xe8, 0, 0, 0, 0]), Some(0x1001)); // call rel32
+        assert_eq!(field(&[0x0f, 0x85, 0, 1, 0, 0]), Some(0x1002)); // jne rel32
+        assert_eq!(field(&[0xeb, 0x10]), None); // jmp rel8
+        // lea 0x10(%rip),%rdi: the displacement ends the instruction.
+        assert_eq!(field(&[0x48, 0x8d, 0x3d, 0x10, 0, 0, 0]), Some(0x1003));
+        // movl $5,0x10(%rip): a 32-bit immediate follows the displacement.
+        assert_eq!(
+            field(&[0xc7, 0x05, 0x10, 0, 0, 0, 5, 0, 0, 0]),
+            Some(0x1002)
+        );
+        // cmpb $1,0x10(%rip): an 8-bit one.
+        assert_eq!(field(&[0x80, 0x3d, 0x10, 0, 0, 0, 1]), Some(0x1002));
+        // What a relaxed TLS sequence leaves: mov %fs:0,%rax and lea -0x70(%rax),%rax.
+        assert_eq!(field(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0]), None);
+        assert_eq!(field(&[0x48, 0x8d, 0x80, 0x90, 0xff, 0xff, 0xff]), None);
     }
 
     #[test]
