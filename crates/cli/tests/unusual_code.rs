@@ -150,15 +150,8 @@ fn an_unresolved_jump_with_the_frame_on_the_stack_is_not_a_tail_call() {
     let expected = run_bounded(&bin, &["10"]);
     assert_eq!(expected.0, Some(0), "the original failed");
     assert!(expected.1.contains("dispatch(10) = 2233"), "{}", expected.1);
-    for seed in 1..=4 {
-        let out = dir.join(format!("shuffled.{seed}"));
-        rewrite_listed(&bin, &out, Some(seed));
-        assert_eq!(
-            run_bounded(&out, &["10"]),
-            expected,
-            "seed {seed}: the rewritten program behaves differently"
-        );
-    }
+    let seeds = (1..=4).map(Some);
+    assert_rewrites_behave(&bin, &dir, seeds, &[&["10"]], &[expected], |_, _| {});
 }
 
 #[test]
@@ -260,9 +253,8 @@ fn a_cold_part_may_jump_to_the_unreachable_end_of_its_function() {
             [Some(0), Some(3), Some(2)],
             "the original misbehaves: {expected:?}"
         );
-        for seed in [None, Some(1), Some(2), Some(3)] {
-            let out = dir.join("rewritten");
-            let list = rewrite_listed(&bin, &out, seed);
+        let seeds = [None, Some(1), Some(2), Some(3)];
+        assert_rewrites_behave(&bin, &dir, seeds, &runs, &expected, |seed, list| {
             for name in ["checked", "checked.cold/"] {
                 let line = list
                     .lines()
@@ -277,12 +269,7 @@ fn a_cold_part_may_jump_to_the_unreachable_end_of_its_function() {
                     "{how}, seed {seed:?}: {name} was not rewritten:\n{list}"
                 );
             }
-            let got: Vec<_> = runs.iter().map(|args| run_bounded(&out, args)).collect();
-            assert_eq!(
-                got, expected,
-                "{how}, seed {seed:?}: the rewrite behaves differently"
-            );
-        }
+        });
     }
 }
 
@@ -313,21 +300,15 @@ fn a_neighbours_table_entries_do_not_make_a_tail_call_unresolvable() {
     );
     let expected = run_bounded(&bin, &["20"]);
     assert_eq!(expected, (Some(0), "sum over 20 = 3053\n".to_string()));
-    for seed in 1..=4 {
-        let out = dir.join(format!("shuffled.{seed}"));
-        let list = rewrite_listed(&bin, &out, Some(seed));
+    let seeds = (1..=4).map(Some);
+    assert_rewrites_behave(&bin, &dir, seeds, &[&["20"]], &[expected], |seed, list| {
         for name in ["pick", "apply"] {
             assert!(
-                listed(&list, name).ends_with(" moved"),
-                "seed {seed}:\n{list}"
+                listed(list, name).ends_with(" moved"),
+                "seed {seed:?}:\n{list}"
             );
         }
-        assert_eq!(
-            run_bounded(&out, &["20"]),
-            expected,
-            "seed {seed}: the rewritten program behaves differently"
-        );
-    }
+    });
 }
 
 /// Builds `rust_unwind.rs` with `rustc -O -g` (edition 2021), with static relocations when
@@ -349,12 +330,18 @@ fn build_rust(dir: &Path, relocs: bool, name: &str) -> PathBuf {
     out
 }
 
+/// The arguments `rust_unwind` is run with.
+const RUST_RUNS: [&[&str]; 2] = [&["20"], &["57"]];
+
 #[test]
 fn a_rust_program_that_unwinds_behaves_the_same_rewritten_instrumented_and_optimized() {
     let dir = scratch("unusual_code", "rust_unwind");
     for relocs in [false, true] {
         let bin = build_rust(&dir, relocs, if relocs { "relocs" } else { "plain" });
-        let expected: Vec<_> = ["20", "57"].map(|n| run_bounded(&bin, &[n])).into();
+        let expected: Vec<_> = RUST_RUNS
+            .iter()
+            .map(|args| run_bounded(&bin, args))
+            .collect();
         assert_eq!(expected[0].0, Some(0), "the original failed: {expected:?}");
         assert!(
             expected[0].1.contains("total 480 caught 3 "),
@@ -375,15 +362,8 @@ fn a_rust_program_that_unwinds_behaves_the_same_rewritten_instrumented_and_optim
             "relocs {relocs}: {simple} of {all} functions modelled, {} landing pads",
             model["landing_pads"]
         );
-        for seed in 1..=3 {
-            let out = dir.join("shuffled");
-            rewrite_listed(&bin, &out, Some(seed));
-            let got: Vec<_> = ["20", "57"].map(|n| run_bounded(&out, &[n])).into();
-            assert_eq!(
-                got, expected,
-                "relocs {relocs}, seed {seed}: the rewrite differs"
-            );
-        }
+        let seeds = (1..=3).map(Some);
+        assert_rewrites_behave(&bin, &dir, seeds, &RUST_RUNS, &expected, |_, _| {});
         if !relocs {
             continue;
         }
@@ -399,7 +379,10 @@ fn a_rust_program_that_unwinds_behaves_the_same_rewritten_instrumented_and_optim
             "--verify",
         ]);
         assert!(out.status.success(), "optimize: {out:?}");
-        let got: Vec<_> = ["20", "57"].map(|n| run_bounded(&optimized, &[n])).into();
+        let got: Vec<_> = RUST_RUNS
+            .iter()
+            .map(|a| run_bounded(&optimized, a))
+            .collect();
         assert_eq!(got, expected, "the optimized program differs");
     }
 }
@@ -440,6 +423,29 @@ fn rewrite_listed(bin: &Path, out: &Path, seed: Option<u32>) -> String {
     }
 }
 
+/// Rewrites `bin` with each of `seeds` (see `rewrite_listed`), hands each list to `check`,
+/// and asserts that the rewritten program, run with each of `runs`, behaves as the original
+/// did (`expected`, in the same order).
+fn assert_rewrites_behave(
+    bin: &Path,
+    dir: &Path,
+    seeds: impl IntoIterator<Item = Option<u32>>,
+    runs: &[&[&str]],
+    expected: &[(Option<i32>, String)],
+    mut check: impl FnMut(Option<u32>, &str),
+) {
+    for seed in seeds {
+        let out = dir.join(seed.map_or("rewritten".into(), |n| format!("shuffled.{n}")));
+        let list = rewrite_listed(bin, &out, seed);
+        check(seed, &list);
+        let got: Vec<_> = runs.iter().map(|args| run_bounded(&out, args)).collect();
+        assert_eq!(
+            got, expected,
+            "seed {seed:?}: the rewritten program behaves differently"
+        );
+    }
+}
+
 #[test]
 fn short_tail_calls_keep_their_short_form_in_place() {
     let dir = scratch("unusual_code", "short_tail_jumps");
@@ -473,18 +479,12 @@ fn short_tail_calls_keep_their_short_form_in_place() {
     // Shuffled, `magnitude` needs more jumps and fits only in some orders; where it does, its
     // short conditional tail call to `negate` is re-created from a new place.
     let mut magnitude_reordered = 0;
-    for seed in 1..=8 {
-        let out = dir.join(format!("shuffled.{seed}"));
-        let list = rewrite_listed(&bin, &out, Some(seed));
-        if listed(&list, "magnitude").ends_with("rewritten in place") {
+    let seeds = (1..=8).map(Some);
+    assert_rewrites_behave(&bin, &dir, seeds, &[&["4"]], &[expected], |_, list| {
+        if listed(list, "magnitude").ends_with("rewritten in place") {
             magnitude_reordered += 1;
         }
-        assert_eq!(
-            run_bounded(&out, &["4"]),
-            expected,
-            "seed {seed}: the rewritten program behaves differently"
-        );
-    }
+    });
     assert!(magnitude_reordered > 0, "no order of magnitude fitted");
 }
 
