@@ -510,16 +510,32 @@ pub fn run(args: &ReportArgs) -> Result<(), UserError> {
     let total: u64 = hot.iter().map(|h| h.1).sum();
     let _ = writeln!(
         html,
-        "<h2>Hottest functions</h2><table id=\"hot\"><tr><th>#</th><th>function</th><th>executed instructions</th><th>share</th><th>entries</th><th>size</th></tr>"
+        "<h2>Hottest functions</h2><table id=\"hot\"><tr><th>#</th><th>function</th><th>executed instructions</th><th>share</th><th>entries</th><th>size</th>{}</tr>",
+        if optimized.is_some() {
+            "<th>in the optimized binary</th>"
+        } else {
+            ""
+        }
     );
     for (k, (f, insts)) in hot.iter().take(args.top).enumerate() {
         let func = program.function(*f);
         let entries = attached.functions[f.0 as usize]
             .as_ref()
             .map_or(0, |c| c.entries);
+        // A hot function the optimizer left as it was is where the rest of the speed is.
+        let fate = optimized.as_ref().map_or(String::new(), |o| {
+            let what = if o.layout.function(*f).is_some() {
+                "rewritten".to_string()
+            } else if let Some(reason) = func.skip_reason() {
+                format!("left as it was: {}", reason.kind())
+            } else {
+                "left as it was".to_string()
+            };
+            format!("<td>{what}</td>")
+        });
         let _ = writeln!(
             html,
-            "<tr><td class=\"n\">{}</td><td><code>{}</code></td><td class=\"n\">{insts}</td><td class=\"n\">{:.2}%</td><td class=\"n\">{entries}</td><td class=\"n\">{}</td></tr>",
+            "<tr><td class=\"n\">{}</td><td><code>{}</code></td><td class=\"n\">{insts}</td><td class=\"n\">{:.2}%</td><td class=\"n\">{entries}</td><td class=\"n\">{}</td>{fate}</tr>",
             k + 1,
             escape(&display_name(&program, *f)),
             100.0 * *insts as f64 / total.max(1) as f64,

@@ -99,6 +99,13 @@ fn the_report_shows_coverage_hot_functions_dyno_stats_and_heatmaps() {
     );
     assert!(html.contains("<td>taken conditional branches</td>"));
     assert!(html.contains("<th>optimized</th>"));
+    // The hot functions' fate: main, the hottest, was rewritten.
+    assert!(html.contains("<th>in the optimized binary</th>"));
+    let main_row = html
+        .lines()
+        .find(|l| l.contains("<td><code>main</code></td>"))
+        .expect("main's row");
+    assert!(main_row.ends_with("<td>rewritten</td></tr>"), "{main_row}");
     let before = hot_cells(&html, "heatmap-before").expect("heatmap before");
     let after = hot_cells(&html, "heatmap-after").expect("heatmap after");
     assert!(before > 0 && after > 0, "{before} {after}");
@@ -111,6 +118,7 @@ fn the_report_shows_coverage_hot_functions_dyno_stats_and_heatmaps() {
     assert!(hot_cells(&html, "heatmap-before").is_some_and(|n| n > 0));
     assert!(hot_cells(&html, "heatmap-after").is_none());
     assert!(!html.contains("<th>optimized</th>"));
+    assert!(!html.contains("<th>in the optimized binary</th>"));
 }
 
 #[test]
