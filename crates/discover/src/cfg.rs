@@ -84,8 +84,6 @@ impl Context<'_> {
             .unwrap_or_default()
     }
 
-    /// True when `a` and `b` are parts of one function split by the compiler (`foo`,
-    /// `foo.cold`, `foo.cold.1`).
     /// Whether `site` lies in a relative jump table another function (not one of `f`'s
     /// fragments) was shown to read, so that the reference stored there does not point into
     /// `f`. Overlapping spans are not searched beyond the nearest one, which errs towards
@@ -100,6 +98,8 @@ impl Context<'_> {
         }
     }
 
+    /// True when `a` and `b` are parts of one function split by the compiler (`foo`,
+    /// `foo.cold`, `foo.cold.1`).
     pub fn are_fragments(&self, a: FuncId, b: FuncId) -> bool {
         let root = |f: FuncId| match self.parents[f.0 as usize] {
             Some(Parent {
@@ -1115,14 +1115,24 @@ fn is_unreachable_end(b: &Builder, target: Vaddr) -> bool {
     let Some(g) = ctx.function_containing(before) else {
         return false;
     };
-    if ctx.ranges[g.0 as usize].end != target || !(g == b.id || ctx.are_fragments(b.id, g)) {
+    let range = ctx.ranges[g.0 as usize];
+    if range.end != target || !(g == b.id || ctx.are_fragments(b.id, g)) {
         return false;
     }
-    (1..=15)
-        .rev()
-        .find_map(|len| ctx.elf.bytes_at(target, len))
-        .and_then(|bytes| decode_all(bytes, target).first().cloned())
-        .is_some_and(|next| next.is_padding_nop() || next.is_int3())
+    // The idiom: the function's last instruction is a call that the source knows does not
+    // return. Hand-written code that jumps to where padding begins and means to run on is
+    // not this, and is left alone.
+    let ends_with_call = ctx
+        .elf
+        .bytes_at(range.start, range.len())
+        .and_then(|code| decode_all(code, range.start).last().cloned())
+        .is_some_and(|last| matches!(last.flow(), Flow::Call { .. }) && last.end() == target);
+    ends_with_call
+        && (1..=15)
+            .rev()
+            .find_map(|len| ctx.elf.bytes_at(target, len))
+            .and_then(|bytes| decode_all(bytes, target).first().cloned())
+            .is_some_and(|next| next.is_padding_nop() || next.is_int3())
 }
 
 enum TableResult {
