@@ -856,7 +856,7 @@ fn unoptimized_functions(
             .unwrap_or(0);
         let (w, share, entries) = match weight(i) {
             Some(w) if w > 0 => (w, Some(share(w)), 0),
-            _ if unmodelled > 0 && !sampled => (0, None, unmodelled),
+            _ if unmodelled > 0 => (0, None, unmodelled),
             _ => continue,
         };
         functions.push((

@@ -82,10 +82,10 @@ pub struct AttachedProfile {
     pub report: MatchReport,
     /// The counts were inferred from samples.
     pub inferred: bool,
-    /// What the profile counts in functions whose code Rivet does not model (not simple, so
-    /// `functions` has nothing for them), by `FuncId`: samples for a sampled profile, entries
-    /// (calls and jumps from elsewhere) for a branch profile. They are the profiled functions
-    /// no layout can touch, which a summary should name.
+    /// A branch profile's entries (calls and jumps from elsewhere) into functions whose code
+    /// Rivet does not model (not simple, so `functions` has nothing for them), by `FuncId`:
+    /// the profiled functions no layout can touch, which a summary should name. A sampled
+    /// profile counts them in `samples`.
     pub unmodelled: HashMap<FuncId, u64>,
     /// A sampled profile's samples in each function, modelled or not, by `FuncId` (empty for a
     /// branch profile): the one unit in which all of them compare.
@@ -370,7 +370,6 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
     let mut report = MatchReport::default();
     let mut unknown: HashMap<String, u64> = HashMap::new();
     let mut stale: HashMap<FuncId, u64> = HashMap::new();
-    let mut unmodelled: HashMap<FuncId, u64> = HashMap::new();
     let mut per_function = vec![0u64; program.functions.len()];
     for (at, &count) in &profile.samples {
         report.records += 1;
@@ -383,7 +382,6 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
         if !func.is_simple() {
             // Counted as matched: the function exists, Rivet just does not model its CFG.
             per_function[f.0 as usize] += count;
-            *unmodelled.entry(f).or_default() += count;
             report.matched += 1;
             report.matched_count += count;
             continue;
@@ -422,7 +420,6 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
         }
     }
     let mut attached = finish(program, counts, calls, report, unknown, stale, true);
-    attached.unmodelled = unmodelled;
     attached.samples = per_function;
     attached
 }
