@@ -20,6 +20,9 @@
 #              package (no Debian patches), no ICU, no readline; plain -O2 -g as the
 #              upstream build and the PostgreSQL article in shared/seeds use, so gcc's own
 #              hot/cold split (`.cold` parts) stays in
+#   cppcheck -> the `cppcheck` static analyser and its `testrunner` (4,000-odd unit tests),
+#              C++ with exceptions, gcc only, upstream's Makefile, plain -O2 -g -DNDEBUG
+#              (gcc's `.cold` parts stay in), with the bundled tinyxml2 and simplecpp
 #
 # each with CC in {gcc, clang-19}; flags: -O2 -g -Wl,--emit-relocs, and for gcc
 # also -fno-reorder-blocks-and-partition. Default PIE (the compilers' default).
@@ -37,6 +40,8 @@
 #   R/sqlite3-<debian-version>-testfixture-gcc-norelocs/  the same without --emit-relocs
 #   R/redis-<debian-version>-gcc/           redis-server, redis-benchmark, redis-cli
 #   R/postgresql-15-<debian-version>-gcc/   install/ (bin/postgres ...), regress/
+#   R/cppcheck-<debian-version>-gcc/        tree/: the source tree with cppcheck and
+#        testrunner built in it (both look for cfg/ and the test files there)
 # Complete directories (.complete marker) are reused; builds happen in a temp
 # dir renamed into place; a flock on R/.lock serialises concurrent invocations.
 #
@@ -48,7 +53,8 @@
 #   sqlite3-clang, testfixture-gcc, testfixture-clang, lua-gcc-norelocs,
 #   sqlite3-gcc-norelocs, testfixture-gcc-norelocs, redis-gcc (redis-server),
 #   redis-benchmark, redis-cli, postgres-gcc (install/bin/postgres), postgres-regress
-#   (the directory to run pg_regress in). Everything else goes to stderr.
+#   (the directory to run pg_regress in), cppcheck-gcc, cppcheck-testrunner (run it in its
+#   own directory). Everything else goes to stderr.
 set -euo pipefail
 
 exec 3>&1 1>&2 # real stdout only for the result lines
@@ -246,6 +252,10 @@ fetchable_source postgresql-15
 PG_VER=$FETCHED_VER
 PG_SRC=$FETCHED
 log "postgresql-15 $PG_VER"
+fetchable_source cppcheck
+CPPCHECK_VER=$FETCHED_VER
+CPPCHECK_SRC=$FETCHED
+log "cppcheck $CPPCHECK_VER"
 
 # --- 3. builds --------------------------------------------------------------
 # new_build <package> <version> <cc>: prints the build dir if already complete
@@ -269,6 +279,12 @@ check_binary() { # path kind [relocs|norelocs]
                     die "$b next to $bin does not run"
             done
             [[ -x $(dirname "$bin")/../../regress/pg_regress ]] || die "no pg_regress beside $bin's install"
+            out=2 ;;
+        cppcheck) # its version line; finds its cfg/ beside it; testrunner beside it
+            out="$("$bin" --version 2>&1)" || die "$bin --version failed: $out"
+            [[ $out == "Cppcheck "* ]] || die "$bin --version printed '$out'"
+            [[ -f $(dirname "$bin")/cfg/std.cfg ]] || die "no cfg/std.cfg beside $bin"
+            [[ -x $(dirname "$bin")/testrunner ]] || die "no testrunner beside $bin"
             out=2 ;;
         testfixture) # runs a Tcl script file
             printf 'sqlite3 db :memory:\nputs [db eval {select 1+1}]\ndb close\n' >"$R/.smoke.tcl"
@@ -581,9 +597,39 @@ build_postgres() {
     log "built $final/install/bin/postgres in $(elapsed "$t0")"
 }
 
+# cppcheck: upstream's Makefile in a copy of the Debian source tree (the Debian build uses
+# CMake and its GUI needs Qt; the Makefile builds the command line tool and the unit tests
+# alone). Both binaries stay in the tree: cppcheck reads cfg/ beside itself, and testrunner
+# reads test files relative to the working directory, which must be the tree.
+build_cppcheck() {
+    local final="$R/cppcheck-$CPPCHECK_VER-gcc" tmp t0
+    if [[ -f $final/.complete ]]; then
+        log "cached: $final/tree/cppcheck"
+        return 0
+    fi
+    t0=$(now)
+    rm -rf -- "$final"
+    new_tmp "$final"
+    tmp=$NEW_TMP
+    ln -s "$CPPCHECK_SRC" "$tmp/source"
+    cp -a -- "$CPPCHECK_SRC" "$tmp/tree"
+    log "building cppcheck and testrunner with g++ (-O2 -g -DNDEBUG -Wl,--emit-relocs) ..."
+    if ! make -C "$tmp/tree" -j "$(nproc)" CXX=g++ CXXFLAGS='-O2 -g -DNDEBUG' \
+        LDFLAGS=-Wl,--emit-relocs cppcheck testrunner >"$tmp/build.log" 2>&1; then
+        tail -n 60 "$tmp/build.log" >&2
+        die "cppcheck build failed (log above)"
+    fi
+    find "$tmp/tree" -name '*.o' -delete
+    check_binary "$tmp/tree/cppcheck" cppcheck
+    touch "$tmp/.complete"
+    mv -T -- "$tmp" "$final"
+    log "built $final/tree/cppcheck in $(elapsed "$t0")"
+}
+
 for cc in "${COMPILERS[@]}"; do build_lua "$cc"; done
 build_redis
 build_postgres
+build_cppcheck
 build_lua gcc norelocs
 make_amalgamation
 for cc in "${COMPILERS[@]}"; do prepare_sqlite "$cc"; done
@@ -603,6 +649,7 @@ check_binary "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3" sqlite3 norelocs
 check_binary "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture" testfixture norelocs
 check_binary "$R/redis-$REDIS_VER-gcc/redis-server" redis
 check_binary "$R/postgresql-15-$PG_VER-gcc/install/bin/postgres" postgres
+check_binary "$R/cppcheck-$CPPCHECK_VER-gcc/tree/cppcheck" cppcheck
 log "all done in $(elapsed "$start_all")"
 {
     printf 'lua-src %s\n' "$LUA_SRC"
@@ -620,4 +667,6 @@ log "all done in $(elapsed "$start_all")"
     printf 'redis-cli %s\n' "$R/redis-$REDIS_VER-gcc/redis-cli"
     printf 'postgres-gcc %s\n' "$R/postgresql-15-$PG_VER-gcc/install/bin/postgres"
     printf 'postgres-regress %s\n' "$R/postgresql-15-$PG_VER-gcc/regress"
+    printf 'cppcheck-gcc %s\n' "$R/cppcheck-$CPPCHECK_VER-gcc/tree/cppcheck"
+    printf 'cppcheck-testrunner %s\n' "$R/cppcheck-$CPPCHECK_VER-gcc/tree/testrunner"
 } >&3

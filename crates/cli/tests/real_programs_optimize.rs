@@ -1,7 +1,8 @@
 //! Real programs optimized from real profiles, then run on their own test suites: Lua 5.4
 //! (every test and benchmark script of check-lua.sh), SQLite 3 (the shell workload, and the
-//! `smoke` subset of SQLite's TCL suite through `testfixture`) and PostgreSQL 15 (its
-//! regression suite, check-postgres.sh).
+//! `smoke` subset of SQLite's TCL suite through `testfixture`), PostgreSQL 15 (its
+//! regression suite, check-postgres.sh) and cppcheck, in C++ (its analyses and its unit
+//! tests, check-cppcheck.sh).
 //!
 //! Each program is instrumented and trained on the same checks (the instrumented build must pass
 //! them too), then optimized with several option sets, `--verify` on; outputs must behave
@@ -234,4 +235,42 @@ fn postgres_regression_suite_passes_on_optimized_server() {
         );
         check("check-postgres.sh", &[&out], &[]);
     }
+}
+
+/// cppcheck, C++ with exceptions and gcc's `.cold` parts, trained on check-cppcheck.sh's
+/// analyses and optimized with the defaults and BOLT's recipe. Every function the training run
+/// entered must be rewritten: `Token::addValue` dispatches on three `switch`es whose table bases
+/// gcc keeps in callee-saved registers across loops, one of them a register that holds `this`
+/// elsewhere in the function.
+#[test]
+fn cppcheck_optimized_analyses_identically() {
+    let dir = scratch("real-optimize", "cppcheck-gcc");
+    let original = real_program("cppcheck-gcc");
+    let reference = ["--reference", s(original)];
+    let profile = train(original, &dir, |inst| {
+        check("check-cppcheck.sh", &[inst], &reference)
+    });
+    for options in &OPTION_SETS[..2] {
+        let (out, summary) = optimize_summarized(original, &profile, &dir, options);
+        let left = &summary["profiled_not_rewritten"]["functions"];
+        assert_eq!(
+            left.as_array().map(Vec::len),
+            Some(0),
+            "{options:?}: profiled functions left as they were: {left}"
+        );
+        check("check-cppcheck.sh", &[&out], &reference);
+    }
+}
+
+/// cppcheck's 4,000-odd unit tests (`testrunner`), trained on themselves and optimized.
+#[test]
+fn cppcheck_unit_tests_pass_on_optimized_testrunner() {
+    let dir = scratch("real-optimize", "cppcheck-testrunner");
+    let original = real_program("cppcheck-testrunner");
+    let reference = ["--reference", s(original)];
+    let profile = train(original, &dir, |inst| {
+        check("check-cppcheck.sh", &[inst], &reference)
+    });
+    let out = optimize(original, &profile, &dir, &[]);
+    check("check-cppcheck.sh", &[&out], &reference);
 }

@@ -1,10 +1,11 @@
 //! Real programs nobody here wrote, rewritten and run on their own workloads: Lua 5.4 (our
-//! scripts exercising the whole interpreter, and benchmark scripts) and SQLite 3 (an SQL
-//! workload through the shell, and SQLite's own TCL test suite through `testfixture`).
+//! scripts exercising the whole interpreter, and benchmark scripts), SQLite 3 (an SQL
+//! workload through the shell, and SQLite's own TCL test suite through `testfixture`) and
+//! cppcheck (C++: its analyses, and its unit tests through `testrunner`).
 //!
 //! Builds come from `scripts/build-real-programs.sh` (Debian source packages, cached); the
-//! comparisons are done by `scripts/check-lua.sh` and `scripts/check-sqlite.sh` against the
-//! original binaries.
+//! comparisons are done by `scripts/check-lua.sh`, `scripts/check-sqlite.sh` and
+//! `scripts/check-cppcheck.sh` against the original binaries.
 
 mod common;
 
@@ -148,5 +149,26 @@ fn sqlite_test_suite_passes_on_testfixture_rewritten_in_place() {
             &[&out],
             &["smoke", "--reference", original.to_str().unwrap()],
         );
+    }
+}
+
+/// cppcheck and its unit tests (C++: exceptions through thousands of landing pads, gcc's
+/// `.cold` parts, `switch` tables) in reversed and shuffled layouts. Each output is deleted
+/// once checked: with their debug info these binaries weigh a quarter of a gigabyte.
+#[test]
+fn cppcheck_rewritten_analyses_identically() {
+    let dir = scratch("real-rewrite", "cppcheck-gcc");
+    for name in ["cppcheck-gcc", "cppcheck-testrunner"] {
+        let original = build(name);
+        let reference = original.to_str().expect("UTF-8 path");
+        for layout in [
+            &["--layout", "reverse"][..],
+            &["--layout", "shuffle", "--seed", "1"],
+            &["--layout", "shuffle", "--seed", "2"],
+        ] {
+            let out = rewrite(original, &dir, layout);
+            check("check-cppcheck.sh", &[&out], &["--reference", reference]);
+            std::fs::remove_file(&out).unwrap();
+        }
     }
 }

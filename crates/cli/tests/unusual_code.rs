@@ -311,6 +311,45 @@ fn a_neighbours_table_entries_do_not_make_a_tail_call_unresolvable() {
     });
 }
 
+/// `hoisted_tables.S`: two `switch` loops whose table bases stay in callee-saved registers,
+/// one of them the register that held a pointer argument before, and a case of the second
+/// placed right after the first's `call abort`. Both tables must be found, and the function
+/// rewritten in shuffled orders must compute what it did.
+#[test]
+fn table_bases_kept_in_reused_registers_are_followed_past_noreturn_calls() {
+    let dir = scratch("unusual_code", "hoisted_tables");
+    let bin = build(
+        &dir,
+        "gcc",
+        &["hoisted_tables_main.c", "hoisted_tables.S"],
+        &["-Wl,--emit-relocs"],
+        "hoisted_tables",
+    );
+    let run = inspect_function(&bin, "run");
+    assert!(
+        run.lines().next().unwrap_or_default().ends_with(" simple")
+            && run
+                .matches("4 x 4 bytes, 4 distinct targets, bound by range check")
+                .count()
+                == 2,
+        "run's two tables should be found:\n{run}"
+    );
+    let expected = run_bounded(&bin, &[]);
+    assert_eq!(expected.0, Some(0));
+    assert!(
+        expected.1.ends_with("999: 672327\n"),
+        "unexpected output:\n{}",
+        expected.1
+    );
+    let seeds = (1..=4).map(Some);
+    assert_rewrites_behave(&bin, &dir, seeds, &[&[]], &[expected], |seed, list| {
+        assert!(
+            listed(list, "run").ends_with(" moved"),
+            "seed {seed:?}:\n{list}"
+        );
+    });
+}
+
 /// Builds `rust_unwind.rs` with `rustc -O -g` (edition 2021), with static relocations when
 /// `relocs`, into `dir/name`.
 fn build_rust(dir: &Path, relocs: bool, name: &str) -> PathBuf {

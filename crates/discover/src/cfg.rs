@@ -345,9 +345,22 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     // Jumps resolved from the branches into their block, with the block's start: checked
     // below against the ways in that only the finished analysis knows.
     let mut via_paths: Vec<(usize, Vaddr)> = Vec::new();
+    // Jumps the paths into them did not resolve: the ways into a table's targets are known
+    // only once its jump is, so they are tried again after a round that resolved another.
+    let mut deferred: Vec<usize> = Vec::new();
+    let mut resolved_before_round = 0;
     let mut pass = 0;
     while pass < 2 {
         let Some((i, reach)) = (if pass == 0 { work.pop() } else { retry.pop() }) else {
+            if pass == 1 && !deferred.is_empty() && indirect.len() > resolved_before_round {
+                resolved_before_round = indirect.len();
+                retry = deferred.drain(..).rev().map(|i| (i, true)).collect();
+                branch_preds = None;
+                continue;
+            }
+            if pass == 0 {
+                resolved_before_round = indirect.len();
+            }
             pass += 1;
             continue;
         };
@@ -367,7 +380,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             m
         });
         let mut j = i;
-        while j > 0 && i - j < 48 && insts[j - 1].flow().falls_through() && !merge[j] {
+        while j > 0 && i - j < 48 && falls_into_next(ctx, &insts[j - 1]) && !merge[j] {
             j -= 1;
         }
         let mut form = analyze_indirect_jump(&insts[j..=i]);
@@ -416,7 +429,8 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             let hints: Vec<_> = rivet_arch::window_live_in(window)
                 .into_iter()
                 .filter_map(|r| {
-                    reaching_constant(insts, preds, &unresolved, block_start, r).map(|c| (r, c))
+                    reaching_constant(ctx, insts, preds, &unresolved, block_start, r)
+                        .map(|c| (r, c))
                 })
                 .collect();
             if !hints.is_empty() {
@@ -431,7 +445,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         ) {
             // A window that starts where the code before falls in, at no merge point, was
             // cut by its length: the paths into it are not known.
-            let cut_by_length = j > 0 && insts[j - 1].flow().falls_through() && !merge[j];
+            let cut_by_length = j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j];
             if let Some((bounded, head)) =
                 dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length)
             {
@@ -484,9 +498,11 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 _ if frame_live(inst.addr()) => unknown_jumps.push(i),
                 _ => indirect.push((i, IndirectKind::TailCall)),
             },
+            IndirectJump::Unknown if reach => deferred.push(i),
             IndirectJump::Unknown => unknown_jumps.push(i),
         }
     }
+    unknown_jumps.extend(deferred);
     // A block entered from a table, from a sibling fragment or as an entry has paths in that
     // `dispatch_from_predecessors` did not follow: what it found does not hold on them.
     for &(i, head) in &via_paths {
@@ -830,6 +846,17 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     };
 }
 
+/// Whether control goes on from `inst` to the instruction after it. A call to a function
+/// known not to return does not: the code after it is another block, entered some other
+/// way (C++ places a `switch` case right after a `call __cxa_throw`), and the backward walks
+/// below must not take that code's values for the ones on the paths they follow.
+fn falls_into_next(ctx: &Context, inst: &Inst) -> bool {
+    match inst.flow() {
+        Flow::Call { target } => !ctx.is_noreturn(target),
+        flow => flow.falls_through(),
+    }
+}
+
 /// (target, source) instruction indices of the function's direct branches, sorted.
 fn branch_predecessors(insts: &[Inst]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
@@ -849,6 +876,7 @@ fn branch_predecessors(insts: &[Inst]) -> Vec<(usize, usize)> {
 /// `None` when some path reaches the function entry, an instruction entered only in ways not
 /// seen here (table targets), or a non-constant definition.
 fn reaching_constant(
+    ctx: &Context,
     insts: &[Inst],
     preds: &[(usize, usize)],
     unresolved_jumps: &[usize],
@@ -871,8 +899,14 @@ fn reaching_constant(
             return None;
         }
         let mut sources: Vec<usize> = branch_sources(pos).collect();
-        if insts[pos - 1].flow().falls_through() {
+        if falls_into_next(ctx, &insts[pos - 1]) {
             sources.push(pos - 1);
+        }
+        if sources.is_empty() && (insts[pos].is_nop() || insts[pos].is_int3()) {
+            // Alignment padding after a jump or a return: nothing runs it. The code after it
+            // falls out of it only in appearance, so no value comes in this way. (Compilers
+            // put a label after the padding, never before it.)
+            continue;
         }
         if sources.is_empty() {
             // Entered by no direct branch: a target of this function's indirect jumps (labels
@@ -896,7 +930,7 @@ fn reaching_constant(
                 if k == 0 {
                     return None;
                 }
-                if branch_sources(k).next().is_some() || !insts[k - 1].flow().falls_through() {
+                if branch_sources(k).next().is_some() || !falls_into_next(ctx, &insts[k - 1]) {
                     work.push(k);
                     break;
                 }
@@ -935,7 +969,7 @@ fn dispatch_from_predecessors(
     while before > 0 && insts[before - 1].is_nop() {
         before -= 1;
     }
-    let fall_pred = (before > 0 && insts[before - 1].flow().falls_through()).then(|| before - 1);
+    let fall_pred = (before > 0 && falls_into_next(ctx, &insts[before - 1])).then(|| before - 1);
     // Alignment padding before the block is part of the window but never a branch target.
     let mut start = start;
     while start < jump && insts[start].is_nop() {
@@ -986,7 +1020,7 @@ fn dispatch_from_predecessors(
     let mut widest_bits = 0;
     for p in preds {
         let mut k = p;
-        while k > 0 && p - k < 48 && insts[k - 1].flow().falls_through() {
+        while k > 0 && p - k < 48 && falls_into_next(ctx, &insts[k - 1]) {
             k -= 1;
         }
         let mut path: Vec<Inst> = insts[k..=p].to_vec();
