@@ -5,7 +5,9 @@
 #
 # ORIGINAL is the cppcheck or testrunner that scripts/build-real-programs.sh built
 # (cppcheck-gcc, cppcheck-testrunner); the source tree it sits in is the working directory
-# of every run, which is where cppcheck finds its cfg/ (./cfg) and testrunner its test files.
+# of every run, where testrunner finds its test files. Both programs look for cfg/ beside
+# the path they were started by (argv[0]), so BINARY is started through a link in a
+# scratch directory that also links the tree's cfg/.
 # BINARY is told apart by its name's ending in the original's: ORIGINAL's basename decides.
 #
 #   cppcheck:   the analyses below, each run with BINARY and ORIGINAL; their standard output,
@@ -41,6 +43,9 @@ timeout_s=${TIMEOUT:-300}
 
 work=$(mktemp -d)
 trap 'rm -rf -- "$work"' EXIT
+mkdir "$work/bin"
+ln -s -- "$bin" "$work/bin/$(basename -- "$ref")"
+ln -s -- "$tree/cfg" "$work/bin/cfg"
 
 failures=0
 cases=0
@@ -50,7 +55,7 @@ run_case() {
     shift
     cases=$((cases + 1))
     for who in subject reference; do
-        if [[ $who == subject ]]; then exe=$bin; else exe=$ref; fi
+        if [[ $who == subject ]]; then exe=$work/bin/$(basename -- "$ref"); else exe=$ref; fi
         set +e
         (cd "$tree" && timeout "$timeout_s" "$exe" "$@" >"$work/$who.out" 2>"$work/$who.err")
         echo "exit $?" >"$work/$who.status"
