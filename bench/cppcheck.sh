@@ -99,7 +99,7 @@ for input in train unseen; do
 done
 
 fmt() { # "ratio lo hi conf a_s b_s" -> "ratio (lo..hi)"
-    awk '{ printf "%s (%s..%s)", $1, $2, $3 }' <<<"$1"
+    awk '{ printf "%.3f (%.3f..%.3f)", $1, $2, $3 }' <<<"$1"
 }
 secs() { awk -v i="$2" '{ print $i }' <<<"$1"; }
 conf=$(awk '{ printf "%.0f%%", $4 * 100 }' <<<"${R[train.rivet.bolt]}")
@@ -117,10 +117,10 @@ the *train* analysis, converted to fdata for BOLT. *Unseen* is an analysis the p
 saw. Both outputs pass scripts/check-cppcheck.sh (eight analyses, same output and status as
 the original) and give the original's output on the unseen analysis.
 
-| analysis | what cppcheck checks |
+| analysis | command (paths relative to the source tree) |
 |---|---|
-| train | \`${TRAIN[*]}\` (tree-relative: externals/tinyxml2/tinyxml2.cpp) |
-| unseen | \`${UNSEEN[*]}\` (externals/simplecpp/simplecpp.cpp) |
+| train | \`cppcheck ${TRAIN[*]//$TREE\//}\` |
+| unseen | \`cppcheck ${UNSEEN[*]//$TREE\//}\` |
 
 ## Wall time ($ROUNDS interleaved rounds per pair, \`rivet bench --metric wall\`)
 
