@@ -347,14 +347,14 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     let mut via_paths: Vec<(usize, Vaddr)> = Vec::new();
     // Jumps the paths into them did not resolve: the ways into a table's targets are known
     // only once its jump is, so they are tried again after a round that resolved another.
-    let mut deferred: Vec<usize> = Vec::new();
+    let mut waiting: Vec<usize> = Vec::new();
     let mut resolved_before_round = 0;
     let mut pass = 0;
     while pass < 2 {
         let Some((i, reach)) = (if pass == 0 { work.pop() } else { retry.pop() }) else {
-            if pass == 1 && !deferred.is_empty() && indirect.len() > resolved_before_round {
+            if pass == 1 && !waiting.is_empty() && indirect.len() > resolved_before_round {
                 resolved_before_round = indirect.len();
-                retry = deferred.drain(..).rev().map(|i| (i, true)).collect();
+                retry = waiting.drain(..).rev().map(|i| (i, true)).collect();
                 branch_preds = None;
                 continue;
             }
@@ -498,11 +498,11 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 _ if frame_live(inst.addr()) => unknown_jumps.push(i),
                 _ => indirect.push((i, IndirectKind::TailCall)),
             },
-            IndirectJump::Unknown if reach => deferred.push(i),
+            IndirectJump::Unknown if reach => waiting.push(i),
             IndirectJump::Unknown => unknown_jumps.push(i),
         }
     }
-    unknown_jumps.extend(deferred);
+    unknown_jumps.extend(waiting);
     // A block entered from a table, from a sibling fragment or as an entry has paths in that
     // `dispatch_from_predecessors` did not follow: what it found does not hold on them.
     for &(i, head) in &via_paths {
