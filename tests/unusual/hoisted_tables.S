@@ -5,7 +5,9 @@
 
    - Pass 1 adds 1, 10, 100 or 1000 to *acc, kept in %r12; its table base is in %r14.
    - Pass 2 sums 1, 3, 5 or 7 into the result; its table base is in %r12, which held acc
-     before. Where the two passes meet, %r12 holds two different things.
+     before, and one of its cases uses %r14, pass 1's base, as a scratch register. Each
+     loop's cases are entered only from its table: a walk that takes them for targets of
+     both jumps runs into the other loop's values, and each loop waits on the other.
    - The code right after pass 1's `call abort` (acc went negative: never, here) is a case
      of pass 2, entered only from its table. Walking back from pass 2's jump, what comes
      before that case is not a way into it: abort does not return. Taken for one, it carries
@@ -68,7 +70,8 @@ run:
 	add	$3, %r15
 	jmp	.L2next
 .L2case2:
-	add	$5, %r15
+	lea	5(%r15), %r14
+	mov	%r14, %r15
 	jmp	.L2next
 	.p2align 4
 .Lpass1:

@@ -312,9 +312,10 @@ fn a_neighbours_table_entries_do_not_make_a_tail_call_unresolvable() {
 }
 
 /// `hoisted_tables.S`: two `switch` loops whose table bases stay in callee-saved registers,
-/// one of them the register that held a pointer argument before, and a case of the second
-/// placed right after the first's `call abort`. Both tables must be found, and the function
-/// rewritten in shuffled orders must compute what it did.
+/// each a register the other loop uses for something else (one held a pointer argument
+/// before), and a case of the second placed right after the first's `call abort`. Both
+/// tables must be found, and the function rewritten in shuffled orders must compute what it
+/// did.
 #[test]
 fn table_bases_kept_in_reused_registers_are_followed_past_noreturn_calls() {
     let dir = scratch("unusual_code", "hoisted_tables");

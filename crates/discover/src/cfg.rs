@@ -365,6 +365,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             continue;
         };
         let inst = &insts[i];
+        // Blocks entered only by a table that the paths into this jump went through, when
+        // they were assumed to be this jump's targets (checked once its table is read).
+        let mut assumed_targets: Option<Vec<usize>> = None;
         // The straight-line window ends the jump: back to where other paths merge in (a branch
         // target or a stored label), so every value it computes holds on all paths.
         let merge = merge_points.get_or_insert_with(|| {
@@ -426,15 +429,43 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     insts[k].flow() == Flow::IndirectJump && !indirect.iter().any(|(x, _)| *x == k)
                 })
                 .collect();
-            let hints: Vec<_> = rivet_arch::window_live_in(window)
-                .into_iter()
-                .filter_map(|r| {
-                    reaching_constant(ctx, insts, preds, &unresolved, block_start, r)
+            let live_in = rivet_arch::window_live_in(window);
+            let hints: Vec<_> = live_in
+                .iter()
+                .filter_map(|&r| {
+                    reaching_constant(ctx, insts, preds, &unresolved, block_start, r, None)
                         .map(|c| (r, c))
                 })
                 .collect();
             if !hints.is_empty() {
                 form = rivet_arch::analyze_indirect_jump_with(window, &[], &hints);
+            } else if unresolved.len() > 1 {
+                // Two loops, each with its table base in a register the other reuses, wait on
+                // each other: the blocks only a table enters are taken for both jumps' targets,
+                // and each walk runs into the other loop's values. Assumed instead to be this
+                // jump's own targets, which its table, once read, must then show they are.
+                let mut entered_by_table = Vec::new();
+                let own: Vec<_> = live_in
+                    .iter()
+                    .filter_map(|&r| {
+                        let found = Some(&mut entered_by_table);
+                        reaching_constant(ctx, insts, preds, &[i], block_start, r, found)
+                            .map(|c| (r, c))
+                    })
+                    .collect();
+                if !own.is_empty() {
+                    let assumed = rivet_arch::analyze_indirect_jump_with(window, &[], &own);
+                    if matches!(
+                        assumed,
+                        IndirectJump::AbsoluteTable { bound: Some(_), .. }
+                            | IndirectJump::RelativeTable { bound: Some(_), .. }
+                    ) {
+                        form = assumed;
+                        entered_by_table.sort_unstable();
+                        entered_by_table.dedup();
+                        assumed_targets = Some(entered_by_table);
+                    }
+                }
             }
         }
         if matches!(
@@ -463,6 +494,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 let kind = JumpTableKind::Absolute;
                 let index = TableIndex { bound, index_bits };
                 match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, index) {
+                    TableResult::Table(t) if !enters_all(insts, &t, &assumed_targets) => {
+                        waiting.push(i)
+                    }
                     TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
                     TableResult::FunctionPointers if frame_live(inst.addr()) => {
                         unknown_jumps.push(i)
@@ -481,6 +515,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 let kind = JumpTableKind::Relative { base };
                 let index = TableIndex { bound, index_bits };
                 match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, index) {
+                    TableResult::Table(t) if !enters_all(insts, &t, &assumed_targets) => {
+                        waiting.push(i)
+                    }
                     TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
                     TableResult::FunctionPointers if frame_live(inst.addr()) => {
                         unknown_jumps.push(i)
@@ -846,6 +883,19 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     };
 }
 
+/// Whether `table` enters every block of `assumed` (instruction indices), the blocks a walk
+/// took for its targets; true when nothing was assumed.
+fn enters_all(insts: &[Inst], table: &JumpTable, assumed: &Option<Vec<usize>>) -> bool {
+    assumed.as_ref().is_none_or(|blocks| {
+        blocks.iter().all(|&k| {
+            table
+                .entries
+                .iter()
+                .any(|e| inst_index(insts, *e) == Some(k))
+        })
+    })
+}
+
 /// Whether control goes on from `inst` to the instruction after it. A call to a function
 /// known not to return does not: the code after it is another block, entered some other
 /// way (C++ places a `switch` case right after a `call __cxa_throw`), and the backward walks
@@ -882,6 +932,7 @@ fn reaching_constant(
     unresolved_jumps: &[usize],
     start: usize,
     r: rivet_arch::RegisterId,
+    mut entered_by_table: Option<&mut Vec<usize>>,
 ) -> Option<u64> {
     let branch_sources = |pos: usize| {
         let lo = preds.partition_point(|p| p.0 < pos);
@@ -911,6 +962,9 @@ fn reaching_constant(
         if sources.is_empty() {
             // Entered by no direct branch: a target of this function's indirect jumps (labels
             // cannot be jumped to from other functions), so the value is theirs.
+            if let Some(found) = entered_by_table.as_deref_mut() {
+                found.push(pos);
+            }
             sources = unresolved_jumps.to_vec();
             if sources.is_empty() {
                 return None;
