@@ -8,7 +8,7 @@
 # of every run, where testrunner finds its test files. Both programs look for cfg/ beside
 # the path they were started by (argv[0]), so BINARY is started through a link in a
 # scratch directory that also links the tree's cfg/.
-# BINARY is told apart by its name's ending in the original's: ORIGINAL's basename decides.
+# What runs (analyses or unit tests) follows ORIGINAL's name: testrunner*, or cppcheck.
 #
 #   cppcheck:   the analyses below, each run with BINARY and ORIGINAL; their standard output,
 #               standard error and exit status must be identical. About 15 s for both.
@@ -44,7 +44,9 @@ timeout_s=${TIMEOUT:-300}
 work=$(mktemp -d)
 trap 'rm -rf -- "$work"' EXIT
 mkdir "$work/bin"
-ln -s -- "$bin" "$work/bin/$(basename -- "$ref")"
+name=$(basename -- "$ref")
+subject=$work/bin/$name # BINARY, started under ORIGINAL's name beside a link to cfg/
+ln -s -- "$bin" "$subject"
 ln -s -- "$tree/cfg" "$work/bin/cfg"
 
 failures=0
@@ -55,7 +57,7 @@ run_case() {
     shift
     cases=$((cases + 1))
     for who in subject reference; do
-        if [[ $who == subject ]]; then exe=$work/bin/$(basename -- "$ref"); else exe=$ref; fi
+        if [[ $who == subject ]]; then exe=$subject; else exe=$ref; fi
         set +e
         (cd "$tree" && timeout "$timeout_s" "$exe" "$@" >"$work/$who.out" 2>"$work/$who.err")
         echo "exit $?" >"$work/$who.status"
@@ -72,7 +74,7 @@ run_case() {
     done
 }
 
-case $(basename -- "$ref") in
+case $name in
     testrunner*)
         run_case "testrunner -q" -q
         ;;
