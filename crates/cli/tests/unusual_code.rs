@@ -351,6 +351,56 @@ fn table_bases_kept_in_reused_registers_are_followed_past_noreturn_calls() {
     });
 }
 
+/// `offset_index.S`: dispatches indexed by the value minus a constant (LLVM's `match` on a
+/// range not starting at 0), each table right after another function's. `classify` checks
+/// and indexes with the difference; `pick` indexes with it unchecked, sized by relocations.
+/// Both tables start where the difference is 0: read from where the value is 0 they would
+/// take the table before for their own. Rewritten in shuffled orders, both must compute what
+/// they did.
+#[test]
+fn tables_indexed_by_value_minus_constant_start_at_the_difference() {
+    let dir = scratch("unusual_code", "offset_index");
+    let bin = build(
+        &dir,
+        "gcc",
+        &["offset_index_main.c", "offset_index.S"],
+        &["-Wl,--emit-relocs"],
+        "offset_index",
+    );
+    let classify = inspect_function(&bin, "classify");
+    assert!(
+        classify
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .ends_with(" simple")
+            && classify.contains("7 x 4 bytes, 5 distinct targets, bound by range check"),
+        "classify's table should be found:\n{classify}"
+    );
+    let pick = inspect_function(&bin, "pick");
+    assert!(
+        pick.lines().next().unwrap_or_default().ends_with(" simple")
+            && pick.contains("4 x 4 bytes, 4 distinct targets, bound by relocations"),
+        "pick's table should be found:\n{pick}"
+    );
+    let expected = run_bounded(&bin, &[]);
+    assert_eq!(expected.0, Some(0));
+    assert!(
+        expected.1.contains("\n9: 11 900 91\n") && expected.1.ends_with("15: 17 -1 30\n"),
+        "unexpected output:\n{}",
+        expected.1
+    );
+    let seeds = (1..=4).map(Some);
+    assert_rewrites_behave(&bin, &dir, seeds, &[&[]], &[expected], |seed, list| {
+        for name in ["classify", "pick"] {
+            assert!(
+                listed(list, name).ends_with(" moved"),
+                "seed {seed:?}: {name}\n{list}"
+            );
+        }
+    });
+}
+
 /// Builds `rust_unwind.rs` with `rustc -O -g` (edition 2021), with static relocations when
 /// `relocs`, into `dir/name`.
 fn build_rust(dir: &Path, relocs: bool, name: &str) -> PathBuf {

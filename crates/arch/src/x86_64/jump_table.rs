@@ -712,7 +712,19 @@ pub fn analyze_indirect_jump_with(
                     let v = sign_extend_entry(st.reg(Register::RAX)).unwrap_or_else(|| st.fresh());
                     Some((Register::RAX, v))
                 }
-                Mnemonic::Lea => st.address(raw).map(|v| (raw.op0_register(), v)),
+                // A bare variable plus a constant is a new index variable, as for `add`:
+                // `lea -4(%r14),%r15; cmp $6,%r15; ja` (LLVM's `match` on 4..=10) checks and
+                // indexes with %r15, so the table starts where %r15 = 0 reads, and a range
+                // check or relocations size it from there.
+                Mnemonic::Lea => st.address(raw).map(|v| {
+                    let v = match v {
+                        Val::Affine {
+                            scale: 1, offset, ..
+                        } if offset != 0 => st.fresh(),
+                        v => v,
+                    };
+                    (raw.op0_register(), v)
+                }),
                 Mnemonic::Add if op0_reg.is_some() => {
                     let dst = raw.op0_register();
                     let lhs = st.reg(dst);
@@ -731,6 +743,14 @@ pub fn analyze_indirect_jump_with(
                                 ..
                             },
                             Some(Val::Const(_)),
+                        )
+                        | (
+                            Val::Const(_),
+                            Some(Val::Affine {
+                                scale: 1,
+                                offset: 0,
+                                ..
+                            }),
                         ) => Some((dst, st.fresh())),
                         (l, Some(r)) => add(l, r).map(|v| (dst, v)),
                         _ => None,
@@ -1096,6 +1116,60 @@ mod tests {
             0x4c, 0x8d, 0x15, 0x00, 0x01, 0x00, 0x00, 0x4c, 0x8d, 0x15, 0x00, 0x02, 0x00, 0x00,
         ];
         assert!(register_constants(&decode_all(&two, Vaddr(0x1000))).is_empty());
+    }
+
+    #[test]
+    fn index_offset_by_lea_is_checked_and_read_from_the_table_start() {
+        // LLVM's `match` on 4..=10 (Rivet's own main): lea -0x4(%r14),%r15; cmp $6,%r15; ja;
+        // lea T(%rip),%rax; movslq (%rax,%r15,4),%rcx; add %rax,%rcx; jmp *%rcx. The table
+        // starts at T, where %r15 = 0 reads: not 16 bytes before it, where %r14 = 0 would.
+        let code = [
+            0x4d, 0x8d, 0x7e, 0xfc, // lea -0x4(%r14),%r15
+            0x49, 0x83, 0xff, 0x06, // cmp $6,%r15
+            0x0f, 0x87, 0x00, 0x01, 0x00, 0x00, // ja +0x100
+            0x48, 0x8d, 0x05, 0x00, 0x02, 0x00, 0x00, // lea 0x200(%rip),%rax
+            0x4a, 0x63, 0x0c, 0xb8, // movslq (%rax,%r15,4),%rcx
+            0x48, 0x01, 0xc1, // add %rax,%rcx
+            0xff, 0xe1, // jmp *%rcx
+        ];
+        let table = 0x1000 + 21 + 0x200;
+        assert_eq!(
+            analyze(&code, 0x1000),
+            IndirectJump::RelativeTable {
+                table: Vaddr(table),
+                base: Vaddr(table),
+                entry_size: 4,
+                bound: Some(IndexBound {
+                    entries: 7,
+                    check: Vaddr(0x1008),
+                    default_target: Vaddr(0x100e + 0x100)
+                }),
+                index_bits: 64,
+            }
+        );
+        // A constant added to the index from the other side (`movabs $K,%rcx; add %rax,%rcx`,
+        // a niche-encoded enum's tag) also indexes from the table's start; with no range check
+        // in sight, relocations or the caller size it.
+        let code = [
+            0x48, 0xb9, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0x7f, // movabs $0x7ff..fe,%rcx
+            0x48, 0x01, 0xc1, // add %rax,%rcx
+            0x48, 0x8d, 0x15, 0x00, 0x02, 0x00, 0x00, // lea 0x200(%rip),%rdx
+            0x48, 0x63, 0x0c, 0x8a, // movslq (%rdx,%rcx,4),%rcx
+            0x48, 0x01, 0xd1, // add %rdx,%rcx
+            0xff, 0xe1, // jmp *%rcx
+        ];
+        let table = 0x1000 + 20 + 0x200;
+        assert_eq!(
+            analyze(&code, 0x1000),
+            IndirectJump::RelativeTable {
+                table: Vaddr(table),
+                base: Vaddr(table),
+                entry_size: 4,
+                bound: None,
+                index_bits: 64,
+            }
+        );
     }
 
     #[test]
