@@ -351,6 +351,117 @@ fn table_bases_kept_in_reused_registers_are_followed_past_noreturn_calls() {
     });
 }
 
+/// `hoisted_tables.S` built with `-DMASKED`: the same loops index their tables with
+/// `ops[i] & 3` and no range check (serde_json's writers in Rivet's own build). The mask
+/// bounds each table to 4 entries, with relocations (which run on from one table into the
+/// next) and without them (rewritten in place); rewritten, the function must compute what it
+/// did.
+#[test]
+fn masked_table_indexes_are_bounded_by_their_mask() {
+    let dir = scratch("unusual_code", "hoisted_tables_masked");
+    for (flags, name, how) in [
+        (
+            &["-DMASKED", "-Wl,--emit-relocs"][..],
+            "masked_relocs",
+            " moved",
+        ),
+        (
+            &["-DMASKED", "-no-pie"][..],
+            "masked_in_place",
+            " rewritten in place",
+        ),
+    ] {
+        let bin = build(
+            &dir,
+            "gcc",
+            &["hoisted_tables_main.c", "hoisted_tables.S"],
+            flags,
+            name,
+        );
+        let run = inspect_function(&bin, "run");
+        assert!(
+            run.lines().next().unwrap_or_default().ends_with(" simple")
+                && run
+                    .matches(
+                        "4 x 4 bytes, 4 distinct targets, bound by the width of its index (2 bits)"
+                    )
+                    .count()
+                    == 2,
+            "{name}: run's two tables should be found:\n{run}"
+        );
+        let expected = run_bounded(&bin, &[]);
+        assert_eq!(expected.0, Some(0));
+        assert!(
+            expected.1.ends_with("999: 672327\n"),
+            "{name}: unexpected output:\n{}",
+            expected.1
+        );
+        for seed in 0..=4 {
+            let out = dir.join(format!("{name}.{seed}"));
+            let list = rewrite_listed(&bin, &out, (seed > 0).then_some(seed));
+            let line = listed(&list, "run");
+            assert!(line.ends_with(how), "{name}, seed {seed}: {line}");
+            assert_eq!(
+                run_bounded(&out, &[]),
+                expected,
+                "{name}, seed {seed}: the rewritten program behaves differently"
+            );
+        }
+    }
+}
+
+/// `masked_short_table.S`: a table indexed by `x & 7` with only 4 entries, the function's
+/// next table (read from another base) right after it, and instructions where that table's
+/// entries, read from the first one's base, lead. The mask bounds the first table at 8
+/// entries; the second table's start ends it at 4, so no entry is written from two bases.
+#[test]
+fn a_table_sized_by_its_index_ends_where_a_table_read_differently_starts() {
+    let dir = scratch("unusual_code", "masked_short_table");
+    for (flags, name, how) in [
+        (&["-Wl,--emit-relocs"][..], "relocs", " moved"),
+        (&["-no-pie"][..], "in_place", " rewritten in place"),
+    ] {
+        let bin = build(
+            &dir,
+            "gcc",
+            &["masked_short_table_main.c", "masked_short_table.S"],
+            flags,
+            name,
+        );
+        let dispatch = inspect_function(&bin, "dispatch");
+        let tables: Vec<&str> = dispatch
+            .lines()
+            .filter(|l| l.contains("jump table"))
+            .collect();
+        assert!(
+            tables.len() == 2
+                && tables[0].contains(
+                    "4 x 4 bytes, 4 distinct targets, bound by the width of its index (3 bits)"
+                )
+                && tables[1].contains("4 x 4 bytes, 4 distinct targets, bound by range check"),
+            "{name}: the first table should end where the second starts:\n{dispatch}"
+        );
+        let expected = run_bounded(&bin, &[]);
+        assert_eq!(expected.0, Some(0));
+        assert!(
+            expected.1.ends_with("sum 1662\n"),
+            "{name}: unexpected output:\n{}",
+            expected.1
+        );
+        for seed in 0..=4 {
+            let out = dir.join(format!("{name}.{seed}"));
+            let list = rewrite_listed(&bin, &out, (seed > 0).then_some(seed));
+            let line = listed(&list, "dispatch");
+            assert!(line.ends_with(how), "{name}, seed {seed}: {line}");
+            assert_eq!(
+                run_bounded(&out, &[]),
+                expected,
+                "{name}, seed {seed}: the rewritten program behaves differently"
+            );
+        }
+    }
+}
+
 /// `offset_index.S`: dispatches indexed by the value minus a constant (LLVM's `match` on a
 /// range not starting at 0), each table right after another function's. `classify` checks
 /// and indexes with the difference; `pick` indexes with it unchecked, sized by relocations.

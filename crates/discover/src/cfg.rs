@@ -455,10 +455,16 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     .collect();
                 if !own.is_empty() {
                     let assumed = rivet_arch::analyze_indirect_jump_with(window, &[], &own);
+                    // A range check or a narrow index (`and $3`) bounds the table.
                     if matches!(
                         assumed,
                         IndirectJump::AbsoluteTable { bound: Some(_), .. }
                             | IndirectJump::RelativeTable { bound: Some(_), .. }
+                    ) || matches!(
+                        assumed,
+                        IndirectJump::AbsoluteTable { index_bits, .. }
+                            | IndirectJump::RelativeTable { index_bits, .. }
+                            if index_bits <= MAX_INDEX_BITS
                     ) {
                         form = assumed;
                         entered_by_table.sort_unstable();
@@ -883,11 +889,18 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     };
 }
 
-/// Whether `table` enters every block of `assumed` (instruction indices), the blocks a walk
-/// took for its targets; true when nothing was assumed.
+/// Whether `table` has a proven size and enters every block of `assumed` (instruction indices),
+/// the blocks a walk took for its targets; true when nothing was assumed.
 fn enters_all(insts: &[Inst], table: &JumpTable, assumed: &Option<Vec<usize>>) -> bool {
     assumed.as_ref().is_none_or(|blocks| {
-        blocks.iter().all(|&k| {
+        // Only a proven size makes the check mean something: a relocation run or a scan may
+        // reach into the other loop's table.
+        matches!(
+            table.bound,
+            TableBound::RangeCheck { .. }
+                | TableBound::RangeCheckAndRelocations { .. }
+                | TableBound::IndexWidth { .. }
+        ) && blocks.iter().all(|&k| {
             table
                 .entries
                 .iter()
@@ -1316,6 +1329,14 @@ fn resolve_table(
     } else {
         0
     };
+    // No range check because the index cannot leave the table: a byte (python3.11's opcode
+    // dispatch, `movzbl` then `jmp *T(,%rax,8)`) or a mask (`and $3`) indexes 2^bits entries,
+    // each of which must then be code of this function. Proven, where scanning only guesses,
+    // and exact where relocations run on into the next table.
+    let width_proven = || {
+        index_bits <= MAX_INDEX_BITS
+            && (0..1u64 << index_bits).all(|i| read_entry(i).is_some_and(is_own_entry))
+    };
     let (entries_count, table_bound, default_target) = match bound {
         Some(bd) => {
             let tb = if ctx.reloc_mode && reloc_run >= bd.entries {
@@ -1325,19 +1346,17 @@ fn resolve_table(
             };
             (bd.entries, tb, Some(bd.default_target))
         }
+        None if reloc_run >= 1 << index_bits.min(MAX_INDEX_BITS + 1) && width_proven() => (
+            1 << index_bits,
+            TableBound::IndexWidth { bits: index_bits },
+            None,
+        ),
         None if reloc_run > 0 => (reloc_run, TableBound::Relocations, None),
-        // No range check because the index cannot leave the table: a byte (python3.11's
-        // opcode dispatch, `movzbl` then `jmp *T(,%rax,8)`) indexes 256 entries, each of
-        // which must then be code of this function. Proven, where scanning only guesses.
-        None if index_bits <= MAX_INDEX_BITS
-            && (0..1u64 << index_bits).all(|i| read_entry(i).is_some_and(is_own_entry)) =>
-        {
-            (
-                1 << index_bits,
-                TableBound::IndexWidth { bits: index_bits },
-                None,
-            )
-        }
+        None if width_proven() => (
+            1 << index_bits,
+            TableBound::IndexWidth { bits: index_bits },
+            None,
+        ),
         // Without relocations and without a range check (a switch covering every value of an
         // enum), the table ends where entries stop being instructions of this function. The
         // bound is recorded as scanned, so later phases know it is inferred.

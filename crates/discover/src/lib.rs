@@ -37,21 +37,34 @@ pub struct DiscoverOptions {
 /// Relocations delimit a run of table entries, not one table: when the compiler places two
 /// jump tables back to back, a table bounded by relocations alone swallows its neighbour's
 /// entries (read with the wrong base, for relative tables). Such tables end where the next
-/// known table starts. Tables bounded by a range check keep their length.
+/// known table starts. The width of an index (`and $3`, a byte) only bounds what the code can
+/// read: a compiler that knows the index smaller (a `switch` whose default cannot happen) may
+/// make the table shorter, so a table sized by its index ends where the next table read
+/// differently (another base, kind or entry size) starts; one read the same way is the same
+/// table seen from another dispatch. Tables bounded by a range check keep their length.
 fn trim_adjacent_tables(functions: &mut [Function]) {
-    let mut starts: Vec<Vaddr> = functions
+    let mut starts: Vec<(Vaddr, JumpTableKind, u8)> = functions
         .iter()
-        .flat_map(|f| f.jump_tables.iter().map(|t| t.addr))
+        .flat_map(|f| f.jump_tables.iter().map(|t| (t.addr, t.kind, t.entry_size)))
         .collect();
-    starts.sort_unstable();
+    starts.sort_unstable_by_key(|&(addr, kind, size)| (addr, kind_key(kind), size));
     starts.dedup();
     for f in functions.iter_mut() {
         for t in &mut f.jump_tables {
-            if !matches!(t.bound, TableBound::Relocations | TableBound::Scanned) {
-                continue;
-            }
-            let next = starts.partition_point(|s| *s <= t.addr);
-            let Some(&next_start) = starts.get(next) else {
+            let read_alike = |&&(_, kind, size): &&(Vaddr, JumpTableKind, u8)| {
+                kind == t.kind && size == t.entry_size
+            };
+            let end = t.addr + t.entries.len() as u64 * u64::from(t.entry_size.max(1));
+            let later = starts.iter().skip_while(|s| s.0 <= t.addr);
+            let next_start = match t.bound {
+                TableBound::Relocations | TableBound::Scanned => later.map(|s| s.0).next(),
+                TableBound::IndexWidth { .. } => later
+                    .take_while(|s| s.0 < end)
+                    .find(|s| !read_alike(s))
+                    .map(|s| s.0),
+                TableBound::RangeCheck { .. } | TableBound::RangeCheckAndRelocations { .. } => None,
+            };
+            let Some(next_start) = next_start else {
                 continue;
             };
             let room = (next_start - t.addr) / u64::from(t.entry_size.max(1));
@@ -59,6 +72,14 @@ fn trim_adjacent_tables(functions: &mut [Function]) {
                 t.entries.truncate(room as usize);
             }
         }
+    }
+}
+
+/// An order of table kinds, for sorting (the base of a relative table is part of its kind).
+fn kind_key(kind: JumpTableKind) -> (u8, u64) {
+    match kind {
+        JumpTableKind::Absolute => (0, 0),
+        JumpTableKind::Relative { base } => (1, base.0),
     }
 }
 

@@ -632,8 +632,13 @@ pub fn analyze_indirect_jump_with(
             | Mnemonic::Lea
             | Mnemonic::Add
             | Mnemonic::Shl
+            | Mnemonic::And
             | Mnemonic::Cdqe => {}
             _ => handled = false,
+        }
+        if matches!(mnemonic, Mnemonic::Add | Mnemonic::Shl | Mnemonic::And) {
+            // They set the flags: a `cmp` before them no longer decides a `ja` after them.
+            pending_cmp = None;
         }
         if !raw.flow_control().eq(&iced_x86::FlowControl::Next) {
             // Jumps other than the range check, calls: anything may change.
@@ -756,6 +761,16 @@ pub fn analyze_indirect_jump_with(
                         _ => None,
                     }
                 }
+                // A mask of the low bits (`and $3,%ecx`: Rust's tagged-pointer `io::Error`)
+                // keeps an index below a power of two as surely as a range check: the table
+                // has that many entries (`TableBound::IndexWidth`).
+                Mnemonic::And if op0_reg.is_some() => match immediate_operand(raw) {
+                    Some(mask) if mask != 0 && mask < 1 << 16 && mask & (mask + 1) == 0 => {
+                        let bits = (u64::BITS - mask.leading_zeros()) as u8;
+                        Some((raw.op0_register(), st.fresh_width(bits)))
+                    }
+                    _ => None,
+                },
                 Mnemonic::Shl if op0_reg.is_some() => {
                     let dst = raw.op0_register();
                     match raw.op1_kind() {
@@ -1170,6 +1185,55 @@ mod tests {
                 index_bits: 64,
             }
         );
+    }
+
+    #[test]
+    fn low_bit_mask_bounds_the_index() {
+        // serde_json's writers (Rust's tagged io::Error): the base in %r13 since before the
+        // loop; and $3,%ecx; movslq 0x0(%r13,%rcx,4),%rcx; add %r13,%rcx; jmp *%rcx.
+        let code = [
+            0x83, 0xe1, 0x03, // and $3,%ecx
+            0x49, 0x63, 0x4c, 0x8d, 0x00, // movslq 0x0(%r13,%rcx,4),%rcx
+            0x4c, 0x01, 0xe9, // add %r13,%rcx
+            0xff, 0xe1, // jmp *%rcx
+        ];
+        let insts = decode_all(&code, Vaddr(0x1000));
+        let r13 = RegisterId(Register::R13 as u16);
+        assert_eq!(
+            analyze_indirect_jump_with(&insts, &[], &[(r13, 0x5000)]),
+            IndirectJump::RelativeTable {
+                table: Vaddr(0x5000),
+                base: Vaddr(0x5000),
+                entry_size: 4,
+                bound: None,
+                index_bits: 2,
+            }
+        );
+        // A mask that is no run of low bits bounds nothing; nor does a `cmp` whose flags an
+        // `add` overwrote before the `ja`.
+        let mut other = code;
+        other[2] = 0x05; // and $5,%ecx
+        match analyze_indirect_jump_with(&decode_all(&other, Vaddr(0x1000)), &[], &[(r13, 0x5000)])
+        {
+            IndirectJump::RelativeTable { index_bits, .. } => {
+                assert!(index_bits >= 32, "{index_bits}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let flags = [
+            0x83, 0xe1, 0x07, // and $7,%ecx
+            0x83, 0xf9, 0x02, // cmp $2,%ecx
+            0x48, 0x83, 0xc4, 0x08, // add $8,%rsp
+            0x77, 0x10, // ja
+            0x49, 0x63, 0x4c, 0x8d, 0x00, 0x4c, 0x01, 0xe9, 0xff, 0xe1,
+        ];
+        match analyze_indirect_jump_with(&decode_all(&flags, Vaddr(0x1000)), &[], &[(r13, 0x5000)])
+        {
+            IndirectJump::RelativeTable {
+                bound, index_bits, ..
+            } => assert_eq!((bound, index_bits), (None, 3)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -70,13 +70,16 @@ pic_switch:
     .cfi_endproc
     .size pic_switch, .-pic_switch
 
-# No range check: only the relocations of the table tell its size.
+# No range check: only the relocations of the table tell its size. (The index is a flag
+# from setne, a byte as far as the code shows: its 256 values would cover more than the
+# table, so its width proves nothing here.)
     .globl reloc_sized
     .type reloc_sized, @function
 reloc_sized:
     .cfi_startproc
-    and $1, %edi
-    mov %edi, %eax
+    test $1, %dil
+    setne %al
+    movzbl %al, %eax
     jmp *.Lreloc_table(,%rax,8)
 .Lr0:
     mov $30, %eax
