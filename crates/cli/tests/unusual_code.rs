@@ -351,6 +351,44 @@ fn table_bases_kept_in_reused_registers_are_followed_past_noreturn_calls() {
     });
 }
 
+/// Builds that move functions (relocations kept) and builds rewritten in place (none): the
+/// flags, a name for the build, and how `rivet rewrite --list` then names a rewritten function.
+const BOTH_MODES: [(&[&str], &str, &str); 2] = [
+    (&["-Wl,--emit-relocs"], "relocs", " moved"),
+    (&["-no-pie"], "in_place", " rewritten in place"),
+];
+
+/// Runs `bin` (which must exit 0 and end its output with `ending`), then rewrites it in its
+/// own order and in 4 shuffled block orders: each time `function` must be rewritten (`how`,
+/// from `BOTH_MODES`) and the program must behave as before.
+fn assert_rewrites_alike(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    function: &str,
+    how: &str,
+    ending: &str,
+) {
+    let expected = run_bounded(bin, &[]);
+    assert_eq!(expected.0, Some(0), "{name}: the original failed");
+    assert!(
+        expected.1.ends_with(ending),
+        "{name}: unexpected output:\n{}",
+        expected.1
+    );
+    for seed in 0..=4 {
+        let out = dir.join(format!("{name}.{seed}"));
+        let list = rewrite_listed(bin, &out, (seed > 0).then_some(seed));
+        let line = listed(&list, function);
+        assert!(line.ends_with(how), "{name}, seed {seed}: {line}");
+        assert_eq!(
+            run_bounded(&out, &[]),
+            expected,
+            "{name}, seed {seed}: the rewritten program behaves differently"
+        );
+    }
+}
+
 /// `hoisted_tables.S` built with `-DMASKED`: the same loops index their tables with
 /// `ops[i] & 3` and no range check (serde_json's writers in Rivet's own build). The mask
 /// bounds each table to 4 entries, with relocations (which run on from one table into the
@@ -359,23 +397,13 @@ fn table_bases_kept_in_reused_registers_are_followed_past_noreturn_calls() {
 #[test]
 fn masked_table_indexes_are_bounded_by_their_mask() {
     let dir = scratch("unusual_code", "hoisted_tables_masked");
-    for (flags, name, how) in [
-        (
-            &["-DMASKED", "-Wl,--emit-relocs"][..],
-            "masked_relocs",
-            " moved",
-        ),
-        (
-            &["-DMASKED", "-no-pie"][..],
-            "masked_in_place",
-            " rewritten in place",
-        ),
-    ] {
+    for (flags, name, how) in BOTH_MODES {
+        let flags = [&["-DMASKED"][..], flags].concat();
         let bin = build(
             &dir,
             "gcc",
             &["hoisted_tables_main.c", "hoisted_tables.S"],
-            flags,
+            &flags,
             name,
         );
         let run = inspect_function(&bin, "run");
@@ -389,24 +417,7 @@ fn masked_table_indexes_are_bounded_by_their_mask() {
                     == 2,
             "{name}: run's two tables should be found:\n{run}"
         );
-        let expected = run_bounded(&bin, &[]);
-        assert_eq!(expected.0, Some(0));
-        assert!(
-            expected.1.ends_with("999: 672327\n"),
-            "{name}: unexpected output:\n{}",
-            expected.1
-        );
-        for seed in 0..=4 {
-            let out = dir.join(format!("{name}.{seed}"));
-            let list = rewrite_listed(&bin, &out, (seed > 0).then_some(seed));
-            let line = listed(&list, "run");
-            assert!(line.ends_with(how), "{name}, seed {seed}: {line}");
-            assert_eq!(
-                run_bounded(&out, &[]),
-                expected,
-                "{name}, seed {seed}: the rewritten program behaves differently"
-            );
-        }
+        assert_rewrites_alike(&bin, &dir, name, "run", how, "999: 672327\n");
     }
 }
 
@@ -417,10 +428,7 @@ fn masked_table_indexes_are_bounded_by_their_mask() {
 #[test]
 fn a_table_sized_by_its_index_ends_where_a_table_read_differently_starts() {
     let dir = scratch("unusual_code", "masked_short_table");
-    for (flags, name, how) in [
-        (&["-Wl,--emit-relocs"][..], "relocs", " moved"),
-        (&["-no-pie"][..], "in_place", " rewritten in place"),
-    ] {
+    for (flags, name, how) in BOTH_MODES {
         let bin = build(
             &dir,
             "gcc",
@@ -441,24 +449,7 @@ fn a_table_sized_by_its_index_ends_where_a_table_read_differently_starts() {
                 && tables[1].contains("4 x 4 bytes, 4 distinct targets, bound by range check"),
             "{name}: the first table should end where the second starts:\n{dispatch}"
         );
-        let expected = run_bounded(&bin, &[]);
-        assert_eq!(expected.0, Some(0));
-        assert!(
-            expected.1.ends_with("sum 1662\n"),
-            "{name}: unexpected output:\n{}",
-            expected.1
-        );
-        for seed in 0..=4 {
-            let out = dir.join(format!("{name}.{seed}"));
-            let list = rewrite_listed(&bin, &out, (seed > 0).then_some(seed));
-            let line = listed(&list, "dispatch");
-            assert!(line.ends_with(how), "{name}, seed {seed}: {line}");
-            assert_eq!(
-                run_bounded(&out, &[]),
-                expected,
-                "{name}, seed {seed}: the rewritten program behaves differently"
-            );
-        }
+        assert_rewrites_alike(&bin, &dir, name, "dispatch", how, "sum 1662\n");
     }
 }
 
