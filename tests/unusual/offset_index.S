@@ -9,6 +9,13 @@
      by nothing after it. Only the relocations of its entries size the table, from where the
      difference is 0.
 
+   - niche(tag, fixed): a tag stored with an offset (Rust's niche-encoded enums) is turned
+     into an index by `movabs $0x7ffffffffffffffe,%rcx; add %rax,%rcx`, unchecked, sized by
+     relocations. With `fixed` set, the code computes the tag itself as a constant
+     (`movabs $0x8000000000000000,%rax; add $4,%rax`, what LLVM leaves after inlining), so the
+     same dispatch reads one entry at a fixed place: a view of one entry, inside the table,
+     which must not end it.
+
    Each table follows another function's table in .rodata, so reading from the wrong start
    meets entries that lead into that other function. */
 	.text
@@ -103,6 +110,45 @@ pick:
 	.cfi_endproc
 	.size	pick, .-pick
 
+	.globl	niche
+	.type	niche, @function
+niche:
+	.cfi_startproc
+	test	%esi, %esi
+	jne	.L4fixed
+	movabs	$0x7ffffffffffffffe, %rcx
+	add	%rdi, %rcx
+	lea	table4(%rip), %rdx
+	movslq	(%rdx,%rcx,4), %rcx
+	add	%rdx, %rcx
+	jmp	*%rcx
+.L4fixed:
+	movabs	$0x8000000000000000, %rax
+	add	$4, %rax
+	movabs	$0x7ffffffffffffffe, %rcx
+	add	%rax, %rcx
+	lea	table4(%rip), %rdx
+	movslq	(%rdx,%rcx,4), %rcx
+	add	%rdx, %rcx
+	jmp	*%rcx
+.L4zero:
+	mov	$700, %eax
+	ret
+.L4one:
+	mov	$701, %eax
+	ret
+.L4two:
+	mov	$702, %eax
+	ret
+.L4three:
+	mov	$703, %eax
+	ret
+.L4four:
+	mov	$704, %eax
+	ret
+	.cfi_endproc
+	.size	niche, .-niche
+
 	.section .rodata
 	.p2align 2
 table0:
@@ -132,5 +178,11 @@ table2:
 	.long	.L2nine - table2
 	.long	.L2ten - table2
 	.long	.L2eleven - table2
+table4:
+	.long	.L4zero - table4
+	.long	.L4one - table4
+	.long	.L4two - table4
+	.long	.L4three - table4
+	.long	.L4four - table4
 
 	.section .note.GNU-stack,"",@progbits

@@ -453,12 +453,48 @@ fn a_table_sized_by_its_index_ends_where_a_table_read_differently_starts() {
     }
 }
 
+/// `conflicting_tables.S`: two range-checked tables sharing two entries, read from different
+/// bases (valid code both ways). Neither can be cut, and no rewrite can write the shared
+/// entries for both: the function is left as it is, and the program still runs the same
+/// (rewritten without the guard, it crashed).
+#[test]
+fn tables_sharing_entries_read_differently_are_left_alone() {
+    let dir = scratch("unusual_code", "conflicting_tables");
+    for (flags, name, _) in BOTH_MODES {
+        let bin = build(
+            &dir,
+            "gcc",
+            &["conflicting_tables_main.c", "conflicting_tables.S"],
+            flags,
+            name,
+        );
+        let dispatch = inspect_function(&bin, "dispatch");
+        assert!(
+            dispatch
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .contains("skipped: overlapping-jump-tables"),
+            "{name}: dispatch should be left alone:\n{dispatch}"
+        );
+        assert_rewrites_alike(
+            &bin,
+            &dir,
+            name,
+            "dispatch",
+            "not rewritten: skipped: overlapping-jump-tables",
+            "5: -1 -1\n",
+        );
+    }
+}
+
 /// `offset_index.S`: dispatches indexed by the value minus a constant (LLVM's `match` on a
 /// range not starting at 0), each table right after another function's. `classify` checks
 /// and indexes with the difference; `pick` indexes with it unchecked, sized by relocations.
 /// Both tables start where the difference is 0: read from where the value is 0 they would
-/// take the table before for their own. Rewritten in shuffled orders, both must compute what
-/// they did.
+/// take the table before for their own. `niche` reads its table at a niche-encoded tag minus
+/// a constant, and once at a constant index: one entry inside the table, which stays whole.
+/// Rewritten in shuffled orders, all three must compute what they did.
 #[test]
 fn tables_indexed_by_value_minus_constant_start_at_the_difference() {
     let dir = scratch("unusual_code", "offset_index");
@@ -485,16 +521,33 @@ fn tables_indexed_by_value_minus_constant_start_at_the_difference() {
             && pick.contains("4 x 4 bytes, 4 distinct targets, bound by relocations"),
         "pick's table should be found:\n{pick}"
     );
+    let niche = inspect_function(&bin, "niche");
+    let tables: Vec<&str> = niche.lines().filter(|l| l.contains("jump table")).collect();
+    assert!(
+        niche
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .ends_with(" simple")
+            && tables.len() == 2
+            && tables[0].contains("5 x 4 bytes, 5 distinct targets, bound by relocations")
+            && tables[1].contains(
+                "1 x 4 bytes, 1 distinct targets, bound by the width of its index (0 bits)"
+            ),
+        "niche's table and its one-entry view should be found, the table whole:\n{niche}"
+    );
     let expected = run_bounded(&bin, &[]);
     assert_eq!(expected.0, Some(0));
     assert!(
-        expected.1.contains("\n9: 11 900 91\n") && expected.1.ends_with("15: 17 -1 30\n"),
+        expected.1.contains("\n9: 11 900 91\n")
+            && expected.1.contains("\nniche 4: 704\n")
+            && expected.1.ends_with("fixed: 702\n"),
         "unexpected output:\n{}",
         expected.1
     );
     let seeds = (1..=4).map(Some);
     assert_rewrites_behave(&bin, &dir, seeds, &[&[]], &[expected], |seed, list| {
-        for name in ["classify", "pick"] {
+        for name in ["classify", "pick", "niche"] {
             assert!(
                 listed(list, name).ends_with(" moved"),
                 "seed {seed:?}: {name}\n{list}"

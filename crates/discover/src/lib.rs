@@ -41,23 +41,32 @@ pub struct DiscoverOptions {
 /// read: a compiler that knows the index smaller (a `switch` whose default cannot happen) may
 /// make the table shorter, so a table sized by its index ends where the next table read
 /// differently (another base, kind or entry size) starts; one read the same way is the same
-/// table seen from another dispatch. Tables bounded by a range check keep their length.
+/// table seen from another dispatch. So is a single entry read at a fixed index (width 0):
+/// it ends no table. Tables bounded by a range check keep their length.
 fn trim_adjacent_tables(functions: &mut [Function]) {
-    let mut starts: Vec<(Vaddr, JumpTableKind, u8)> = functions
+    let mut starts: Vec<(Vaddr, JumpTableKind, u8, bool)> = functions
         .iter()
-        .flat_map(|f| f.jump_tables.iter().map(|t| (t.addr, t.kind, t.entry_size)))
+        .flat_map(|f| {
+            f.jump_tables.iter().map(|t| {
+                let one_entry_view = t.bound == TableBound::IndexWidth { bits: 0 };
+                (t.addr, t.kind, t.entry_size, one_entry_view)
+            })
+        })
         .collect();
-    starts.sort_unstable_by_key(|&(addr, kind, size)| (addr, kind_key(kind), size));
+    starts.sort_unstable_by_key(|&(addr, kind, size, view)| (addr, kind_key(kind), size, view));
     starts.dedup();
     for f in functions.iter_mut() {
         for t in &mut f.jump_tables {
-            let read_alike = |&&(_, kind, size): &&(Vaddr, JumpTableKind, u8)| {
+            let read_alike = |&&(_, kind, size, _): &&(Vaddr, JumpTableKind, u8, bool)| {
                 kind == t.kind && size == t.entry_size
             };
             let end = t.addr + t.entries.len() as u64 * u64::from(t.entry_size.max(1));
             let later = starts.iter().skip_while(|s| s.0 <= t.addr);
             let next_start = match t.bound {
-                TableBound::Relocations | TableBound::Scanned => later.map(|s| s.0).next(),
+                TableBound::Relocations | TableBound::Scanned => later
+                    .take_while(|s| s.0 < end)
+                    .find(|s| !(s.3 && read_alike(s)))
+                    .map(|s| s.0),
                 TableBound::IndexWidth { .. } => later
                     .take_while(|s| s.0 < end)
                     .find(|s| !read_alike(s))
@@ -71,6 +80,40 @@ fn trim_adjacent_tables(functions: &mut [Function]) {
             if (t.entries.len() as u64) > room {
                 t.entries.truncate(room as usize);
             }
+        }
+    }
+}
+
+/// What remains of two tables that claim one entry and read it differently, after
+/// `trim_adjacent_tables`, is a contradiction the sizes cannot settle (two range checks, say):
+/// both functions are left as they are, since rewriting would write the entry twice.
+fn skip_conflicting_tables(functions: &mut [Function]) {
+    let mut spans: Vec<(Vaddr, Vaddr, JumpTableKind, u8, usize)> = functions
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.skip_reason().is_none())
+        .flat_map(|(fi, f)| {
+            f.jump_tables.iter().map(move |t| {
+                let end = t.addr + t.entries.len() as u64 * u64::from(t.entry_size.max(1));
+                (t.addr, end, t.kind, t.entry_size, fi)
+            })
+        })
+        .collect();
+    spans.sort_unstable_by_key(|s| (s.0, s.1, s.4));
+    let mut conflicts: Vec<(usize, Vaddr, Vaddr)> = Vec::new();
+    // Each table against the later-starting tables it reaches into.
+    for (i, a) in spans.iter().enumerate() {
+        for b in spans[i + 1..].iter().take_while(|b| b.0 < a.1) {
+            if (a.2, a.3) != (b.2, b.3) {
+                conflicts.push((a.4, a.0, b.0));
+                conflicts.push((b.4, b.0, a.0));
+            }
+        }
+    }
+    for (fi, table, other) in conflicts {
+        if functions[fi].skip_reason().is_none() {
+            functions[fi].status =
+                Status::Skipped(SkipReason::OverlappingJumpTables { table, other });
         }
     }
 }
@@ -443,6 +486,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     }
 
     trim_adjacent_tables(&mut functions);
+    skip_conflicting_tables(&mut functions);
 
     if options.with_cfi
         && let Some(eh) = &eh

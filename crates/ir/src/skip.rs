@@ -38,6 +38,9 @@ pub enum SkipReason {
     ReferenceIntoInstruction { target: Vaddr },
     /// Symbols overlap without one containing the other.
     OverlappingSymbols { at: Vaddr, other: Vaddr },
+    /// Two jump tables claim the same entry but read it differently (another base, kind or
+    /// entry size): at least one is sized wrongly, and rewriting would write it twice.
+    OverlappingJumpTables { table: Vaddr, other: Vaddr },
     /// Symbol without a size and no FDE: the end of the function is unknown.
     UnknownSize { at: Vaddr },
     /// The function's bytes are not in the file (NOBITS or outside any segment).
@@ -65,6 +68,7 @@ impl SkipReason {
             SkipReason::MalformedCfi { .. } => "malformed-cfi",
             SkipReason::ReferenceIntoInstruction { .. } => "reference-into-instruction",
             SkipReason::OverlappingSymbols { .. } => "overlapping-symbols",
+            SkipReason::OverlappingJumpTables { .. } => "overlapping-jump-tables",
             SkipReason::UnknownSize { .. } => "unknown-size",
             SkipReason::NoCode { .. } => "no-code",
             SkipReason::SizeBeyondSection { .. } => "size-beyond-section",
@@ -126,6 +130,10 @@ impl fmt::Display for SkipReason {
             SkipReason::OverlappingSymbols { at, other } => {
                 write!(f, "symbol at {at} overlaps the function at {other}")
             }
+            SkipReason::OverlappingJumpTables { table, other } => write!(
+                f,
+                "jump table at {table} shares entries with the jump table at {other}, which reads them differently"
+            ),
             SkipReason::UnknownSize { at } => {
                 write!(f, "symbol at {at} has no size and no FDE gives one")
             }

@@ -265,6 +265,23 @@ impl State {
                 signed,
             },
             Some(Val::Const(addr)) if size == 8 => Val::Loaded { addr },
+            // An index the code computed as a constant (LLVM, after inlining a `match` on a
+            // value it knows: `movabs $0x8000000000000000,%rax; add $4,%rax`, then the usual
+            // `add %rax,%rcx` of the niche offset): one entry, read at a fixed place, as a
+            // table of one entry indexed by a variable of width 0. Only a read through an
+            // index register is a table's: `mov X(%rip),%eax` reads a variable.
+            Some(Val::Const(addr)) if size == 4 && inst.memory_index() != Register::None => {
+                let Val::Affine { var, .. } = self.fresh_width(0) else {
+                    unreachable!("fresh values are variables")
+                };
+                Val::Entry {
+                    table: addr,
+                    var,
+                    scale: 4,
+                    size,
+                    signed,
+                }
+            }
             _ => self.fresh(),
         }
     }
@@ -1185,6 +1202,53 @@ mod tests {
                 index_bits: 64,
             }
         );
+    }
+
+    #[test]
+    fn constant_index_reads_one_entry() {
+        // regex_syntax's parser in Rivet's build: movabs $0x8000000000000000,%rax;
+        // add $4,%rax; movabs $0x7ffffffffffffffe,%rcx; add %rax,%rcx; lea T(%rip),%rdx;
+        // movslq (%rdx,%rcx,4),%rcx; add %rdx,%rcx; jmp *%rcx. The index is 2: one entry, at
+        // T + 8, relative to T.
+        let code = [
+            0x48, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0x80, // movabs $0x8000000000000000,%rax
+            0x48, 0x83, 0xc0, 0x04, // add $4,%rax
+            0x48, 0xb9, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0x7f, // movabs $0x7ff..fe,%rcx
+            0x48, 0x01, 0xc1, // add %rax,%rcx
+            0x48, 0x8d, 0x15, 0x00, 0x02, 0x00, 0x00, // lea 0x200(%rip),%rdx
+            0x48, 0x63, 0x0c, 0x8a, // movslq (%rdx,%rcx,4),%rcx
+            0x48, 0x01, 0xd1, // add %rdx,%rcx
+            0xff, 0xe1, // jmp *%rcx
+        ];
+        let base = 0x1000 + 34 + 0x200;
+        assert_eq!(
+            analyze(&code, 0x1000),
+            IndirectJump::RelativeTable {
+                table: Vaddr(base + 8),
+                base: Vaddr(base),
+                entry_size: 4,
+                bound: None,
+                index_bits: 0,
+            }
+        );
+        // A 4-byte read at a fixed place without an index register is a variable, not a
+        // table's entry: cc1's init_sched_attrs, mov X(%rip),%eax; cmp $0x15,%eax; ja;
+        // jmp *T(,%rax,8), bounded by its check.
+        let code = [
+            0x8b, 0x05, 0x00, 0x01, 0x00, 0x00, // mov 0x100(%rip),%eax
+            0x83, 0xf8, 0x15, // cmp $0x15,%eax
+            0x0f, 0x87, 0x00, 0x02, 0x00, 0x00, // ja +0x200
+            0xff, 0x24, 0xc5, 0xd8, 0x48, 0xbb, 0x01, // jmp *0x1bb48d8(,%rax,8)
+        ];
+        match analyze(&code, 0x1000) {
+            IndirectJump::AbsoluteTable {
+                table,
+                bound: Some(b),
+                ..
+            } => assert_eq!((table, b.entries), (Vaddr(0x1bb48d8), 22)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
