@@ -456,7 +456,7 @@ fn a_table_sized_by_its_index_ends_where_a_table_read_differently_starts() {
 /// `conflicting_tables.S`: two range-checked tables sharing two entries, read from different
 /// bases (valid code both ways). Neither can be cut, and no rewrite can write the shared
 /// entries for both: the function is left as it is, and the program still runs the same
-/// (rewritten without the guard, it crashed).
+/// (rewritten without the guard, it crashed or hung).
 #[test]
 fn tables_sharing_entries_read_differently_are_left_alone() {
     let dir = scratch("unusual_code", "conflicting_tables");
