@@ -60,6 +60,23 @@ fn run_bounded(bin: &Path, args: &[&str]) -> (Option<i32>, String) {
     (status.code(), String::from_utf8_lossy(&out).into_owned())
 }
 
+/// Whether `rivet inspect --function` output says the function was modelled exactly.
+fn is_simple(inspected: &str) -> bool {
+    inspected
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .ends_with(" simple")
+}
+
+/// The jump-table lines of `rivet inspect --function` output, in table order.
+fn jump_table_lines(inspected: &str) -> Vec<&str> {
+    inspected
+        .lines()
+        .filter(|l| l.contains("jump table"))
+        .collect()
+}
+
 fn inspect_function(bin: &Path, name: &str) -> String {
     let out = rivet(&["inspect", s(bin), "--function", name]);
     assert!(out.status.success(), "inspect {name}: {out:?}");
@@ -243,8 +260,7 @@ fn a_cold_part_may_jump_to_the_unreachable_end_of_its_function() {
         let bin = build(&dir, "gcc", &sources, flags, "unreachable_end");
         let cold = inspect_function(&bin, "checked.cold");
         assert!(
-            cold.lines().next().unwrap_or_default().ends_with(" simple")
-                && cold.contains("=> tail-call "),
+            is_simple(&cold) && cold.contains("=> tail-call "),
             "{how}: the jump to checked's end should end the cold part:\n{cold}"
         );
         let expected: Vec<_> = runs.iter().map(|args| run_bounded(&bin, args)).collect();
@@ -285,12 +301,7 @@ fn a_neighbours_table_entries_do_not_make_a_tail_call_unresolvable() {
     );
     let apply = inspect_function(&bin, "apply");
     assert!(
-        apply
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .ends_with(" simple")
-            && apply.contains("=> tail-call "),
+        is_simple(&apply) && apply.contains("=> tail-call "),
         "apply's jump is a tail call:\n{apply}"
     );
     let pick = inspect_function(&bin, "pick");
@@ -328,7 +339,7 @@ fn table_bases_kept_in_reused_registers_are_followed_past_noreturn_calls() {
     );
     let run = inspect_function(&bin, "run");
     assert!(
-        run.lines().next().unwrap_or_default().ends_with(" simple")
+        is_simple(&run)
             && run
                 .matches("4 x 4 bytes, 4 distinct targets, bound by range check")
                 .count()
@@ -376,17 +387,11 @@ fn assert_rewrites_alike(
         "{name}: unexpected output:\n{}",
         expected.1
     );
-    for seed in 0..=4 {
-        let out = dir.join(format!("{name}.{seed}"));
-        let list = rewrite_listed(bin, &out, (seed > 0).then_some(seed));
-        let line = listed(&list, function);
-        assert!(line.ends_with(how), "{name}, seed {seed}: {line}");
-        assert_eq!(
-            run_bounded(&out, &[]),
-            expected,
-            "{name}, seed {seed}: the rewritten program behaves differently"
-        );
-    }
+    let seeds = std::iter::once(None).chain((1..=4).map(Some));
+    assert_rewrites_behave(bin, dir, seeds, &[&[]], &[expected], |seed, list| {
+        let line = listed(list, function);
+        assert!(line.ends_with(how), "{name}, seed {seed:?}: {line}");
+    });
 }
 
 /// `hoisted_tables.S` built with `-DMASKED`: the same loops index their tables with
@@ -408,7 +413,7 @@ fn masked_table_indexes_are_bounded_by_their_mask() {
         );
         let run = inspect_function(&bin, "run");
         assert!(
-            run.lines().next().unwrap_or_default().ends_with(" simple")
+            is_simple(&run)
                 && run
                     .matches(
                         "4 x 4 bytes, 4 distinct targets, bound by the width of its index (2 bits)"
@@ -437,10 +442,7 @@ fn a_table_sized_by_its_index_ends_where_a_table_read_differently_starts() {
             name,
         );
         let dispatch = inspect_function(&bin, "dispatch");
-        let tables: Vec<&str> = dispatch
-            .lines()
-            .filter(|l| l.contains("jump table"))
-            .collect();
+        let tables = jump_table_lines(&dispatch);
         assert!(
             tables.len() == 2
                 && tables[0].contains(
@@ -507,28 +509,19 @@ fn tables_indexed_by_value_minus_constant_start_at_the_difference() {
     );
     let classify = inspect_function(&bin, "classify");
     assert!(
-        classify
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .ends_with(" simple")
+        is_simple(&classify)
             && classify.contains("7 x 4 bytes, 5 distinct targets, bound by range check"),
         "classify's table should be found:\n{classify}"
     );
     let pick = inspect_function(&bin, "pick");
     assert!(
-        pick.lines().next().unwrap_or_default().ends_with(" simple")
-            && pick.contains("4 x 4 bytes, 4 distinct targets, bound by relocations"),
+        is_simple(&pick) && pick.contains("4 x 4 bytes, 4 distinct targets, bound by relocations"),
         "pick's table should be found:\n{pick}"
     );
     let niche = inspect_function(&bin, "niche");
-    let tables: Vec<&str> = niche.lines().filter(|l| l.contains("jump table")).collect();
+    let tables = jump_table_lines(&niche);
     assert!(
-        niche
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .ends_with(" simple")
+        is_simple(&niche)
             && tables.len() == 2
             && tables[0].contains("5 x 4 bytes, 5 distinct targets, bound by relocations")
             && tables[1].contains(
@@ -750,7 +743,7 @@ fn a_table_indexed_by_a_byte_is_bounded_by_it_in_place() {
     // Both dispatches, the one in the entry block and the shared `jmp *%rax` (whose table
     // load is in each handler), read the 256 entries the byte can index.
     let run = inspect_function(&bin, "run");
-    let tables: Vec<&str> = run.lines().filter(|l| l.contains("jump table")).collect();
+    let tables = jump_table_lines(&run);
     assert_eq!(tables.len(), 2, "{run}");
     for t in tables {
         assert!(

@@ -458,13 +458,9 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     // A range check or a narrow index (`and $3`) bounds the table.
                     if matches!(
                         assumed,
-                        IndirectJump::AbsoluteTable { bound: Some(_), .. }
-                            | IndirectJump::RelativeTable { bound: Some(_), .. }
-                    ) || matches!(
-                        assumed,
-                        IndirectJump::AbsoluteTable { index_bits, .. }
-                            | IndirectJump::RelativeTable { index_bits, .. }
-                            if index_bits <= MAX_INDEX_BITS
+                        IndirectJump::AbsoluteTable { bound, index_bits, .. }
+                            | IndirectJump::RelativeTable { bound, index_bits, .. }
+                            if bound.is_some() || index_bits <= MAX_INDEX_BITS
                     ) {
                         form = assumed;
                         entered_by_table.sort_unstable();
@@ -568,10 +564,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     let table_spans: Vec<VaddrRange> = indirect
         .iter()
         .filter_map(|(_, k)| match k {
-            IndirectKind::Table(t) => Some(VaddrRange::new(
-                t.addr,
-                t.entries.len() as u64 * u64::from(t.entry_size),
-            )),
+            IndirectKind::Table(t) => Some(t.span()),
             _ => None,
         })
         .collect();

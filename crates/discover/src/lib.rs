@@ -44,42 +44,36 @@ pub struct DiscoverOptions {
 /// table seen from another dispatch. So is a single entry read at a fixed index (width 0):
 /// it ends no table. Tables bounded by a range check keep their length.
 fn trim_adjacent_tables(functions: &mut [Function]) {
-    let mut starts: Vec<(Vaddr, JumpTableKind, u8, bool)> = functions
+    // Where each table starts, how it is read, and whether it is a one-entry view.
+    let mut starts: Vec<(Vaddr, (JumpTableKind, u8), bool)> = functions
         .iter()
-        .flat_map(|f| {
-            f.jump_tables.iter().map(|t| {
-                let one_entry_view = t.bound == TableBound::IndexWidth { bits: 0 };
-                (t.addr, t.kind, t.entry_size, one_entry_view)
-            })
+        .flat_map(|f| f.jump_tables.iter())
+        .map(|t| {
+            (
+                t.addr,
+                t.reading(),
+                t.bound == TableBound::IndexWidth { bits: 0 },
+            )
         })
         .collect();
-    starts.sort_unstable_by_key(|&(addr, kind, size, view)| (addr, kind_key(kind), size, view));
+    starts.sort_unstable();
     starts.dedup();
-    for f in functions.iter_mut() {
-        for t in &mut f.jump_tables {
-            let read_alike = |&&(_, kind, size, _): &&(Vaddr, JumpTableKind, u8, bool)| {
-                kind == t.kind && size == t.entry_size
-            };
-            let end = t.addr + t.entries.len() as u64 * u64::from(t.entry_size.max(1));
-            let later = starts.iter().skip_while(|s| s.0 <= t.addr);
-            let next_start = match t.bound {
-                TableBound::Relocations | TableBound::Scanned => later
-                    .take_while(|s| s.0 < end)
-                    .find(|s| !(s.3 && read_alike(s)))
-                    .map(|s| s.0),
-                TableBound::IndexWidth { .. } => later
-                    .take_while(|s| s.0 < end)
-                    .find(|s| !read_alike(s))
-                    .map(|s| s.0),
-                TableBound::RangeCheck { .. } | TableBound::RangeCheckAndRelocations { .. } => None,
-            };
-            let Some(next_start) = next_start else {
-                continue;
-            };
-            let room = (next_start - t.addr) / u64::from(t.entry_size.max(1));
-            if (t.entries.len() as u64) > room {
-                t.entries.truncate(room as usize);
-            }
+    for t in functions.iter_mut().flat_map(|f| f.jump_tables.iter_mut()) {
+        let reading = t.reading();
+        let ends_it = |&&(_, other, view): &&(Vaddr, (JumpTableKind, u8), bool)| match t.bound {
+            TableBound::Relocations | TableBound::Scanned => !(view && other == reading),
+            TableBound::IndexWidth { .. } => other != reading,
+            TableBound::RangeCheck { .. } | TableBound::RangeCheckAndRelocations { .. } => false,
+        };
+        let span = t.span();
+        if let Some(&(next_start, _, _)) = starts
+            .iter()
+            .skip_while(|s| s.0 <= span.start)
+            .take_while(|s| s.0 < span.end)
+            .find(ends_it)
+        {
+            let room = (next_start - t.addr) / u64::from(t.entry_size);
+            t.entries.truncate(room as usize);
         }
     }
 }
@@ -88,25 +82,24 @@ fn trim_adjacent_tables(functions: &mut [Function]) {
 /// `trim_adjacent_tables`, is a contradiction the sizes cannot settle (two range checks, say):
 /// both functions are left as they are, since rewriting would write the entry twice.
 fn skip_conflicting_tables(functions: &mut [Function]) {
-    let mut spans: Vec<(Vaddr, Vaddr, JumpTableKind, u8, usize)> = functions
+    let mut spans: Vec<(VaddrRange, (JumpTableKind, u8), usize)> = functions
         .iter()
         .enumerate()
         .filter(|(_, f)| f.skip_reason().is_none())
         .flat_map(|(fi, f)| {
-            f.jump_tables.iter().map(move |t| {
-                let end = t.addr + t.entries.len() as u64 * u64::from(t.entry_size.max(1));
-                (t.addr, end, t.kind, t.entry_size, fi)
-            })
+            f.jump_tables
+                .iter()
+                .map(move |t| (t.span(), t.reading(), fi))
         })
         .collect();
-    spans.sort_unstable_by_key(|s| (s.0, s.1, s.4));
+    spans.sort_unstable_by_key(|&(span, _, fi)| (span.start, span.end, fi));
     let mut conflicts: Vec<(usize, Vaddr, Vaddr)> = Vec::new();
     // Each table against the later-starting tables it reaches into.
-    for (i, a) in spans.iter().enumerate() {
-        for b in spans[i + 1..].iter().take_while(|b| b.0 < a.1) {
-            if (a.2, a.3) != (b.2, b.3) {
-                conflicts.push((a.4, a.0, b.0));
-                conflicts.push((b.4, b.0, a.0));
+    for (i, (a, a_reading, fa)) in spans.iter().enumerate() {
+        for (b, b_reading, fb) in spans[i + 1..].iter().take_while(|b| b.0.start < a.end) {
+            if a_reading != b_reading {
+                conflicts.push((*fa, a.start, b.start));
+                conflicts.push((*fb, b.start, a.start));
             }
         }
     }
@@ -115,14 +108,6 @@ fn skip_conflicting_tables(functions: &mut [Function]) {
             functions[fi].status =
                 Status::Skipped(SkipReason::OverlappingJumpTables { table, other });
         }
-    }
-}
-
-/// An order of table kinds, for sorting (the base of a relative table is part of its kind).
-fn kind_key(kind: JumpTableKind) -> (u8, u64) {
-    match kind {
-        JumpTableKind::Absolute => (0, 0),
-        JumpTableKind::Relative { base } => (1, base.0),
     }
 }
 
@@ -593,10 +578,7 @@ fn known_relative_tables(functions: &[Function]) -> Vec<(VaddrRange, FuncId)> {
                     matches!(t.kind, JumpTableKind::Relative { .. })
                         && t.bound != TableBound::Scanned
                 })
-                .map(|t| {
-                    let size = t.entries.len() as u64 * u64::from(t.entry_size);
-                    (VaddrRange::new(t.addr, size), f.id)
-                })
+                .map(|t| (t.span(), f.id))
         })
         .collect();
     spans.sort_by_key(|(span, f)| (span.start, span.end, *f));

@@ -175,7 +175,7 @@ pub struct Block {
     pub is_reachable: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum JumpTableKind {
     /// Entries are absolute addresses.
     Absolute,
@@ -214,6 +214,22 @@ pub struct JumpTable {
     pub bound: TableBound,
     /// Out-of-range index destination, when a range check was found.
     pub default_target: Option<Vaddr>,
+}
+
+impl JumpTable {
+    /// The bytes its entries occupy.
+    pub fn span(&self) -> VaddrRange {
+        VaddrRange::new(
+            self.addr,
+            self.entries.len() as u64 * u64::from(self.entry_size),
+        )
+    }
+
+    /// How an entry is turned into a target: two tables that claim one entry read it the
+    /// same way only if these agree.
+    pub fn reading(&self) -> (JumpTableKind, u8) {
+        (self.kind, self.entry_size)
+    }
 }
 
 #[derive(Clone, Debug)]

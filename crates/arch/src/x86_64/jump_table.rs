@@ -158,6 +158,19 @@ impl State {
         }
     }
 
+    /// A variable plus a constant, as a new index variable: the range check that follows (if
+    /// any) constrains the sum, and the table starts where the sum is 0. `lea -4(%r14),%r15;
+    /// cmp $6,%r15; ja` (LLVM's `match` on 4..=10) checks and indexes with %r15, and
+    /// `movabs $K,%rcx; add %rax,%rcx` indexes with a niche-encoded tag minus a constant.
+    fn sum_index(&mut self, v: Val) -> Val {
+        match v {
+            Val::Affine {
+                scale: 1, offset, ..
+            } if offset != 0 => self.fresh(),
+            v => v,
+        }
+    }
+
     fn reg(&mut self, r: Register) -> Val {
         let key = r.full_register() as usize;
         match self.regs[key] {
@@ -734,19 +747,9 @@ pub fn analyze_indirect_jump_with(
                     let v = sign_extend_entry(st.reg(Register::RAX)).unwrap_or_else(|| st.fresh());
                     Some((Register::RAX, v))
                 }
-                // A bare variable plus a constant is a new index variable, as for `add`:
-                // `lea -4(%r14),%r15; cmp $6,%r15; ja` (LLVM's `match` on 4..=10) checks and
-                // indexes with %r15, so the table starts where %r15 = 0 reads, and a range
-                // check or relocations size it from there.
-                Mnemonic::Lea => st.address(raw).map(|v| {
-                    let v = match v {
-                        Val::Affine {
-                            scale: 1, offset, ..
-                        } if offset != 0 => st.fresh(),
-                        v => v,
-                    };
-                    (raw.op0_register(), v)
-                }),
+                Mnemonic::Lea => st
+                    .address(raw)
+                    .map(|v| (raw.op0_register(), st.sum_index(v))),
                 Mnemonic::Add if op0_reg.is_some() => {
                     let dst = raw.op0_register();
                     let lhs = st.reg(dst);
@@ -755,28 +758,8 @@ pub fn analyze_indirect_jump_with(
                         OpKind::Memory => None,
                         _ => Some(Val::Const(raw.immediate(1))),
                     };
-                    // Adding a constant to a bare variable makes a new index variable: the
-                    // range check that follows (if any) constrains the sum.
-                    match (lhs, rhs) {
-                        (
-                            Val::Affine {
-                                scale: 1,
-                                offset: 0,
-                                ..
-                            },
-                            Some(Val::Const(_)),
-                        )
-                        | (
-                            Val::Const(_),
-                            Some(Val::Affine {
-                                scale: 1,
-                                offset: 0,
-                                ..
-                            }),
-                        ) => Some((dst, st.fresh())),
-                        (l, Some(r)) => add(l, r).map(|v| (dst, v)),
-                        _ => None,
-                    }
+                    let sum = rhs.and_then(|r| add(lhs, r));
+                    sum.map(|v| (dst, st.sum_index(v)))
                 }
                 // A mask of the low bits (`and $3,%ecx`: Rust's tagged-pointer `io::Error`)
                 // keeps an index below a power of two as surely as a range check: the table
