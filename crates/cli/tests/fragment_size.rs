@@ -207,3 +207,90 @@ fn dead_padding_takes_no_bytes_and_does_not_separate_its_neighbours() {
     assert_eq!(size(&dead, &[0, 2, 1, 3]), 12);
     assert_eq!(size(&live, &[0, 2, 1, 3]), 12);
 }
+
+/// B0 `test %edi,%edi; je B2`, B1 `mov $1,%eax; ret`, B2 `xor %eax,%eax` (falls into B3),
+/// B3 `add $1,%eax; cmp $100,%eax; jne B3` (the loop, to align), B4 `ret`.
+fn loop_after_return() -> Function {
+    let code = [
+        0x85, 0xff, 0x74, 0x06, // test %edi,%edi; je +6
+        0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3, // mov $1,%eax; ret
+        0x31, 0xc0, // xor %eax,%eax
+        0x83, 0xc0, 0x01, 0x83, 0xf8, 0x64, 0x75, 0xf8, // add; cmp; jne -8
+        0xc3, // ret
+    ];
+    function(
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (0x1004, Terminator::Return, vec![]),
+            (0x100a, Terminator::FallThrough, vec![fall(3)]),
+            (0x100c, Terminator::CondJump, vec![taken(3), fall(4)]),
+            (0x1014, Terminator::Return, vec![]),
+        ],
+    )
+}
+
+/// Plans `order` of `f` with block 3 to align on 16 bytes; the plan's count of aligned
+/// blocks (and of those whose padding never runs), and the new offset of each instruction
+/// by its original address.
+fn plan_aligned(
+    f: &Function,
+    order: &[u32],
+    padding_may_run: bool,
+) -> ((usize, usize), std::collections::HashMap<u64, u32>) {
+    let blocks: Vec<BlockId> = order.iter().map(|&b| BlockId(b)).collect();
+    let aligned = [rivet_ir::layout::AlignedBlock {
+        block: BlockId(3),
+        max_padding: 15,
+        padding_may_run,
+    }];
+    let plan = plan_fragment(
+        f,
+        FragmentRef {
+            function: f.id,
+            fragment: 0,
+        },
+        &blocks,
+        &mut BranchEncoder::default(),
+        PlanOptions {
+            aligned: &aligned,
+            block_alignment: 16,
+            ..PlanOptions::default()
+        },
+    )
+    .expect("the emitter plans the fragment");
+    let offsets = plan
+        .inst_offsets
+        .iter()
+        .map(|&(i, off)| (f.insts[i as usize].addr().get(), off))
+        .collect();
+    (plan.aligned_blocks(), offsets)
+}
+
+#[test]
+fn alignment_padding_goes_where_no_code_falls_through() {
+    let f = loop_after_return();
+    // In the input order, B2 falls into the loop B3, and B1 before it ends in a `ret`: the
+    // padding goes after the `ret` (10 bytes in), B2 and B3 move together, and B3 starts on
+    // 16 bytes. Nothing runs the padding, whether or not it may.
+    for may_run in [false, true] {
+        let (aligned, at) = plan_aligned(&f, &[0, 1, 2, 3, 4], may_run);
+        assert_eq!(aligned, (1, 1));
+        assert_eq!(at[&0x1009], 9, "the ret stays");
+        assert_eq!((at[&0x100a], at[&0x100c]), (14, 16), "B2 then B3, aligned");
+    }
+    // B0 falling into B2 (its `je` turned around to reach B1), B2 into B3: no point before
+    // B3 that code does not fall through. Padding that may run goes right before B3, after
+    // B2; otherwise B3 is not aligned.
+    let (aligned, at) = plan_aligned(&f, &[0, 2, 3, 1, 4], true);
+    assert_eq!(aligned, (1, 0));
+    assert_eq!((at[&0x100a], at[&0x100c]), (4, 16));
+    let (aligned, at) = plan_aligned(&f, &[0, 2, 3, 1, 4], false);
+    assert_eq!(aligned, (0, 0));
+    assert_eq!((at[&0x100a], at[&0x100c]), (4, 6));
+    // B3 right after B1's `ret`: padding there never runs either.
+    let (aligned, at) = plan_aligned(&f, &[0, 1, 3, 2, 4], false);
+    assert_eq!(aligned, (1, 1));
+    assert_eq!((at[&0x1009], at[&0x100c]), (9, 16));
+}

@@ -427,7 +427,7 @@ fn hot_loop_heads_are_aligned_by_default_and_can_be_left_unaligned() {
         assert_eq!(a.stdout, b.stdout, "{name}");
         (
             std::fs::read(&out).unwrap(),
-            summary["aligned_blocks"].as_u64().unwrap(),
+            summary["aligned_blocks"]["all"].as_u64().unwrap(),
         )
     };
     let (default, aligned) = optimize("default", &[], &[]);

@@ -99,12 +99,18 @@ enum Item {
     /// Where a block-ending branch was (no bytes): it was dropped or is re-created by the
     /// `Branch` items that follow.
     Replaced { inst: u32 },
-    /// Padding (multi-byte `nop`s) up to the next multiple of `align`, unless that takes more
-    /// than `max_padding` bytes: its size depends on where it lands.
+    /// Padding (multi-byte `nop`s) that puts the label of block `aligns`, which follows,
+    /// at the next multiple of `align`, unless that takes more than `max_padding` bytes.
+    /// It sits right before that label, or at an earlier point no code falls through (after
+    /// a jump or a return), where it never runs. Its size, `pad`, is set by relaxation.
     Align {
         align: u16,
         max_padding: u8,
-        /// The aligned block's start, whose unwind state holds in the padding.
+        aligns: BlockId,
+        pad: u8,
+        /// Placed where no code falls through.
+        never_runs: bool,
+        /// The start of the block placed after the padding, whose unwind state holds in it.
         state_at: Vaddr,
     },
     /// A branch created at the end of a block.
@@ -119,32 +125,27 @@ enum Item {
     },
 }
 
-/// Bytes of padding an `Item::Align` at offset `at` takes.
-fn padding(at: u64, align: u16, max_padding: u8) -> u64 {
+/// Bytes of padding that put offset `at` on a multiple of `align`; 0 when that takes more
+/// than `max_padding`.
+fn padding(at: u64, align: u16, max_padding: u8) -> u8 {
     let align = u64::from(align.max(1));
     let pad = (align - at % align) % align;
-    if pad > u64::from(max_padding) { 0 } else { pad }
+    if pad > u64::from(max_padding) {
+        0
+    } else {
+        pad as u8
+    }
 }
 
 impl Item {
-    /// Size of the item at offset `at` of its fragment.
-    fn size_at(&self, f: &Function, at: u64) -> u64 {
-        match *self {
-            Item::Align {
-                align, max_padding, ..
-            } => padding(at, align, max_padding),
-            _ => self.size(f),
-        }
-    }
-
-    /// Size of the item; 0 for `Align`, whose size depends on its offset (see `size_at`).
+    /// Size of the item (for `Align`, the padding relaxation chose).
     fn size(&self, f: &Function) -> u64 {
         match *self {
             Item::Label(_)
             | Item::TrampolineLabel(_)
             | Item::Replaced { .. }
-            | Item::Dropped { .. }
-            | Item::Align { .. } => 0,
+            | Item::Dropped { .. } => 0,
+            Item::Align { pad, .. } => u64::from(pad),
             Item::Probe { shape, .. } => u64::from(shape.size()),
             Item::IndirectProbe { size, .. } => u64::from(size),
             Item::Copy { inst } => u64::from(f.insts[inst as usize].len()),
@@ -237,6 +238,17 @@ impl FragmentPlan {
             .collect()
     }
 
+    /// How many blocks the fragment aligns, and how many of them with padding placed where
+    /// no code falls through.
+    pub fn aligned_blocks(&self) -> (usize, usize) {
+        self.items
+            .iter()
+            .fold((0, 0), |(all, never_run), item| match item {
+                Item::Align { never_runs, .. } => (all + 1, never_run + usize::from(*never_runs)),
+                _ => (all, never_run),
+            })
+    }
+
     /// How many calls and tail calls the fragment makes through a PLT stub's GOT slot.
     pub fn calls_via_slot(&self) -> usize {
         self.items
@@ -253,7 +265,7 @@ impl FragmentPlan {
             .zip(&self.offsets)
             .filter_map(|(item, &offset)| {
                 let offset = u64::from(offset);
-                let size = item.size_at(f, offset);
+                let size = item.size(f);
                 let (state_at, inst, replaces) = match *item {
                     // Padding runs (when fallen into) in the state of the block it precedes.
                     Item::Align { state_at, .. } => (state_at, None, None),
@@ -450,18 +462,45 @@ pub fn plan_fragment(
         }
     };
     let placed_next = f.placed_next(blocks);
+    // Where padding would never run: after the last block that does not fall into the one
+    // placed after it, and no aligned block since (its padding would no longer align it).
+    // With the start of the block placed there.
+    let mut unreached: Option<(usize, Vaddr)> = None;
+    // Whether the block just written ends without running into the next item.
+    let mut ends_unreached = false;
     for (pos, &b) in blocks.iter().enumerate() {
         let block = f.block(b);
         let next = placed_next[pos].map(Target::Block);
+        if pos > 0 && ends_unreached {
+            unreached = Some((items.len(), block.start));
+        }
         if pos > 0
             && let Some(a) = aligned.iter().find(|a| a.block == b)
         {
-            items.push(Item::Align {
-                align: block_alignment,
-                max_padding: a.max_padding,
-                state_at: block.start,
-            });
+            // Padding right before the block runs every time the block before falls into
+            // it; moved back to where nothing falls through, it never runs, and the code in
+            // between moves by at most `max_padding` bytes.
+            let place = match unreached {
+                Some(place) => Some(place),
+                None if a.padding_may_run => Some((items.len(), block.start)),
+                None => None,
+            };
+            if let Some((at, state_at)) = place {
+                items.insert(
+                    at,
+                    Item::Align {
+                        align: block_alignment,
+                        max_padding: a.max_padding,
+                        aligns: b,
+                        pad: 0,
+                        never_runs: unreached.is_some(),
+                        state_at,
+                    },
+                );
+                unreached = None;
+            }
         }
+        ends_unreached = true;
         items.push(Item::Label(b));
         probe_items(&mut items, ProbeAt::BlockStart(b), block.start);
         let first = block.insts.start;
@@ -515,6 +554,8 @@ pub fn plan_fragment(
                 if let Some(WrittenEnd::Jump { to }) = exit.written(is_next) {
                     let to = target_of(f, to);
                     branch(&mut items, encoder, NewBranch::Jump, to, state_at)?;
+                } else {
+                    ends_unreached = false;
                 }
             }
             BlockExit::Malformed { at } => {
@@ -550,6 +591,7 @@ pub fn plan_fragment(
                 };
                 match exit.written(target_is_next) {
                     Some(WrittenEnd::Cond { inverted: true, .. }) => {
+                        ends_unreached = false;
                         branch(&mut items, encoder, cond(true), fall_target, last.addr())?;
                     }
                     Some(WrittenEnd::CondThenJump { .. }) => {
@@ -562,7 +604,10 @@ pub fn plan_fragment(
                             last.end(),
                         )?;
                     }
-                    _ => branch(&mut items, encoder, cond(false), taken_target, last.addr())?,
+                    _ => {
+                        ends_unreached = false;
+                        branch(&mut items, encoder, cond(false), taken_target, last.addr())?;
+                    }
                 }
             }
             BlockExit::Copied => {
@@ -596,24 +641,42 @@ pub fn plan_fragment(
             }
         }
     }
-    // Relaxation: grow short branches that do not reach until nothing changes. Sizes only
-    // grow, so this terminates.
+    // Relaxation: grow short branches that do not reach until nothing changes. Branch sizes
+    // only grow, so this terminates. Padding is sized in each pass from the branches' current
+    // forms: between a padding and the label it aligns there is no other padding, so what
+    // lies between has a size that does not depend on where it lands.
     let mut offsets = vec![0u64; items.len()];
     let mut label_offset: HashMap<LabelId, u64> = HashMap::with_capacity(blocks.len());
     loop {
         let mut at = 0u64;
-        for (i, item) in items.iter().enumerate() {
+        for i in 0..items.len() {
             offsets[i] = at;
-            match item {
+            match items[i] {
                 Item::Label(b) => {
-                    label_offset.insert(LabelId::Block(*b), at);
+                    label_offset.insert(LabelId::Block(b), at);
                 }
                 Item::TrampolineLabel(k) => {
-                    label_offset.insert(LabelId::Trampoline(*k), at);
+                    label_offset.insert(LabelId::Trampoline(k), at);
+                }
+                Item::Align {
+                    align,
+                    max_padding,
+                    aligns,
+                    ..
+                } => {
+                    let lead: u64 = items[i + 1..]
+                        .iter()
+                        .take_while(|item| !matches!(item, Item::Label(b) if *b == aligns))
+                        .map(|item| item.size(f))
+                        .sum();
+                    let new_pad = padding(at + lead, align, max_padding);
+                    if let Item::Align { pad, .. } = &mut items[i] {
+                        *pad = new_pad;
+                    }
                 }
                 _ => {}
             }
-            at += item.size_at(f, at);
+            at += items[i].size(f);
         }
         let mut changed = false;
         for (i, item) in items.iter_mut().enumerate() {
@@ -646,9 +709,9 @@ pub fn plan_fragment(
             break;
         }
     }
-    let size = items.last().map_or(0, |last| {
-        offsets[items.len() - 1] + last.size_at(f, offsets[items.len() - 1])
-    });
+    let size = items
+        .last()
+        .map_or(0, |last| offsets[items.len() - 1] + last.size(f));
 
     // New offsets of the original instructions, dropped jumps and padding included. A block's
     // first instruction is where its label is, so that arriving at the block runs its start
@@ -876,12 +939,7 @@ pub fn encode_fragment(
             | Item::TrampolineLabel(_)
             | Item::Replaced { .. }
             | Item::Dropped { .. } => {}
-            Item::Align {
-                align, max_padding, ..
-            } => {
-                let n = padding(offset, align, max_padding);
-                rivet_arch::write_nops(&mut out, n as usize);
-            }
+            Item::Align { pad, .. } => rivet_arch::write_nops(&mut out, usize::from(pad)),
             Item::Probe { counter, shape, .. } => {
                 let counters = counters.ok_or(EmitError::Unsupported {
                     what: "probe without a counter segment",
