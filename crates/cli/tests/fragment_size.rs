@@ -237,13 +237,11 @@ fn loop_after_return() -> Function {
 fn plan_aligned(
     f: &Function,
     order: &[u32],
-    padding_may_run: bool,
 ) -> ((usize, usize), std::collections::HashMap<u64, u32>) {
     let blocks: Vec<BlockId> = order.iter().map(|&b| BlockId(b)).collect();
     let aligned = [rivet_ir::layout::AlignedBlock {
         block: BlockId(3),
         max_padding: 15,
-        padding_may_run,
     }];
     let plan = plan_fragment(
         f,
@@ -273,24 +271,18 @@ fn alignment_padding_goes_where_no_code_falls_through() {
     let f = loop_after_return();
     // In the input order, B2 falls into the loop B3, and B1 before it ends in a `ret`: the
     // padding goes after the `ret` (10 bytes in), B2 and B3 move together, and B3 starts on
-    // 16 bytes. Nothing runs the padding, whether or not it may.
-    for may_run in [false, true] {
-        let (aligned, at) = plan_aligned(&f, &[0, 1, 2, 3, 4], may_run);
-        assert_eq!(aligned, (1, 1));
-        assert_eq!(at[&0x1009], 9, "the ret stays");
-        assert_eq!((at[&0x100a], at[&0x100c]), (14, 16), "B2 then B3, aligned");
-    }
+    // 16 bytes. Nothing runs the padding.
+    let (aligned, at) = plan_aligned(&f, &[0, 1, 2, 3, 4]);
+    assert_eq!(aligned, (1, 1));
+    assert_eq!(at[&0x1009], 9, "the ret stays");
+    assert_eq!((at[&0x100a], at[&0x100c]), (14, 16), "B2 then B3, aligned");
     // B0 falling into B2 (its `je` turned around to reach B1), B2 into B3: no point before
-    // B3 that code does not fall through. Padding that may run goes right before B3, after
-    // B2; otherwise B3 is not aligned.
-    let (aligned, at) = plan_aligned(&f, &[0, 2, 3, 1, 4], true);
+    // B3 that code does not fall through. The padding goes right before B3, after B2.
+    let (aligned, at) = plan_aligned(&f, &[0, 2, 3, 1, 4]);
     assert_eq!(aligned, (1, 0));
     assert_eq!((at[&0x100a], at[&0x100c]), (4, 16));
-    let (aligned, at) = plan_aligned(&f, &[0, 2, 3, 1, 4], false);
-    assert_eq!(aligned, (0, 0));
-    assert_eq!((at[&0x100a], at[&0x100c]), (4, 6));
     // B3 right after B1's `ret`: padding there never runs either.
-    let (aligned, at) = plan_aligned(&f, &[0, 1, 3, 2, 4], false);
+    let (aligned, at) = plan_aligned(&f, &[0, 1, 3, 2, 4]);
     assert_eq!(aligned, (1, 1));
     assert_eq!((at[&0x1009], at[&0x100c]), (9, 16));
 }

@@ -480,25 +480,19 @@ pub fn plan_fragment(
             // Padding right before the block runs every time the block before falls into
             // it; moved back to where nothing falls through, it never runs, and the code in
             // between moves by at most `max_padding` bytes.
-            let place = match unreached {
-                Some(place) => Some(place),
-                None if a.padding_may_run => Some((items.len(), block.start)),
-                None => None,
-            };
-            if let Some((at, state_at)) = place {
-                items.insert(
-                    at,
-                    Item::Align {
-                        align: block_alignment,
-                        max_padding: a.max_padding,
-                        aligns: b,
-                        pad: 0,
-                        never_runs: unreached.is_some(),
-                        state_at,
-                    },
-                );
-                unreached = None;
-            }
+            let (at, state_at) = unreached.unwrap_or((items.len(), block.start));
+            items.insert(
+                at,
+                Item::Align {
+                    align: block_alignment,
+                    max_padding: a.max_padding,
+                    aligns: b,
+                    pad: 0,
+                    never_runs: unreached.is_some(),
+                    state_at,
+                },
+            );
+            unreached = None;
         }
         ends_unreached = true;
         items.push(Item::Label(b));

@@ -49,10 +49,6 @@ impl PltCalls {
 pub struct AlignedBlock {
     pub block: BlockId,
     pub max_padding: u8,
-    /// Whether the padding may go where it runs: right before the block, when the block
-    /// placed before falls into it. Otherwise the block is aligned only if the padding can
-    /// go at an earlier point no code falls through, where it never runs.
-    pub padding_may_run: bool,
 }
 
 /// The block order of one rewritten function.

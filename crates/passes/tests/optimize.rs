@@ -953,13 +953,10 @@ fn aligned_blocks(p: &Program, counts: FunctionCounts, o: &OptimizeOptions) -> V
     function_layout(&l, 0).aligned.clone()
 }
 
-/// `block` aligned with at most `max_padding` bytes, fallen into at most a fifth of its runs
-/// (its padding may go where it runs).
 fn at(block: u32, max_padding: u8) -> AlignedBlock {
     AlignedBlock {
         block: BlockId(block),
         max_padding,
-        padding_may_run: true,
     }
 }
 
@@ -1020,20 +1017,11 @@ fn a_block_fallen_into_more_than_half_of_its_runs_is_not_aligned() {
         edges: vec![vec![n], vec![1, 9], vec![9], vec![]],
         ..latch_loop_counts()
     };
-    // B1 runs 10 times: falling into it 5 times is half, still aligned; 6 is too many. Its
-    // padding may run where it is fallen into twice (a fifth), not 3 or 5 times: there the
-    // emitter aligns it only with the padding at a point nothing falls through.
-    let may_run = |n| AlignedBlock {
-        padding_may_run: n <= 2,
-        ..at(1, 7)
-    };
-    for n in [2, 3, 5] {
-        assert_eq!(
-            aligned_blocks(&p, with_fall_in(n), &aligned(16, 800)),
-            [may_run(n)],
-            "fallen into {n} times"
-        );
-    }
+    // B1 runs 10 times: falling into it 5 times is half, still aligned; 6 is too many.
+    assert_eq!(
+        aligned_blocks(&p, with_fall_in(5), &aligned(16, 800)),
+        [at(1, 7)]
+    );
     assert_eq!(aligned_blocks(&p, with_fall_in(6), &aligned(16, 800)), []);
     // The entry count is the function's count when larger than the entry block's.
     let entered = FunctionCounts {
