@@ -466,7 +466,9 @@ pub fn plan_fragment(
     // placed after it, and no aligned block since (its padding would no longer align it).
     // With the start of the block placed there.
     let mut unreached: Option<(usize, Vaddr)> = None;
-    // Whether the block just written ends without running into the next item.
+    // Whether the block just written ends without running into the next item: each block
+    // end below says so, and one that copies its last instruction (a return, a jump through
+    // a table or a slot, a call that does not return) leaves it set.
     let mut ends_unreached = false;
     for (pos, &b) in blocks.iter().enumerate() {
         let block = f.block(b);
@@ -545,12 +547,12 @@ pub fn plan_fragment(
                     copy_body(&mut items);
                     last.addr()
                 };
-                if let Some(WrittenEnd::Jump { to }) = exit.written(is_next) {
+                let written = exit.written(is_next);
+                if let Some(WrittenEnd::Jump { to }) = written {
                     let to = target_of(f, to);
                     branch(&mut items, encoder, NewBranch::Jump, to, state_at)?;
-                } else {
-                    ends_unreached = false;
                 }
+                ends_unreached = !written.is_some_and(WrittenEnd::falls_into_next);
             }
             BlockExit::Malformed { at } => {
                 return Err(EmitError::Unsupported {
@@ -583,9 +585,10 @@ pub fn plan_fragment(
                     };
                     Some(target) == next
                 };
-                match exit.written(target_is_next) {
+                let written = exit.written(target_is_next);
+                ends_unreached = !written.is_some_and(WrittenEnd::falls_into_next);
+                match written {
                     Some(WrittenEnd::Cond { inverted: true, .. }) => {
-                        ends_unreached = false;
                         branch(&mut items, encoder, cond(true), fall_target, last.addr())?;
                     }
                     Some(WrittenEnd::CondThenJump { .. }) => {
@@ -598,10 +601,7 @@ pub fn plan_fragment(
                             last.end(),
                         )?;
                     }
-                    _ => {
-                        ends_unreached = false;
-                        branch(&mut items, encoder, cond(false), taken_target, last.addr())?;
-                    }
+                    _ => branch(&mut items, encoder, cond(false), taken_target, last.addr())?,
                 }
             }
             BlockExit::Copied => {
@@ -658,6 +658,8 @@ pub fn plan_fragment(
                     aligns,
                     ..
                 } => {
+                    // The ranges between paddings and their labels do not overlap: one pass
+                    // over them all reads each item at most once.
                     let lead: u64 = items[i + 1..]
                         .iter()
                         .take_while(|item| !matches!(item, Item::Label(b) if *b == aligns))

@@ -190,7 +190,7 @@ pub struct Summary {
     /// Hot blocks aligned (`FunctionLayout::aligned`), and how many of them with their
     /// padding where no code falls through, so that it never runs.
     pub aligned_blocks: usize,
-    pub aligned_blocks_padding_unreached: usize,
+    pub aligned_blocks_padding_never_runs: usize,
     /// Calls and tail calls into PLT stubs written through the stubs' GOT slots
     /// (`RewriteOptions::plt_calls`).
     pub calls_via_got: usize,
@@ -528,9 +528,9 @@ pub fn rewrite(
         };
         cursor = align(cursor, granule);
         let plan = take(r);
-        let (aligned_blocks, unreached) = plan.aligned_blocks();
+        let (aligned_blocks, never_runs) = plan.aligned_blocks();
         summary.aligned_blocks += aligned_blocks;
-        summary.aligned_blocks_padding_unreached += unreached;
+        summary.aligned_blocks_padding_never_runs += never_runs;
         if let Some(balancer) = balancer.as_mut() {
             let start = balancer.place(&hot_extents[i], cursor.get(), granule);
             if start > cursor.get() {

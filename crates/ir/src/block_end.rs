@@ -58,6 +58,14 @@ pub enum WrittenEnd {
     CondThenJump { taken: Vaddr, fall: Vaddr },
 }
 
+impl WrittenEnd {
+    /// Whether the block runs on into the block placed after it (code after it that is not
+    /// that block is never fallen into).
+    pub fn falls_into_next(self) -> bool {
+        matches!(self, WrittenEnd::Nothing | WrittenEnd::Cond { .. })
+    }
+}
+
 impl BlockExit {
     /// True when the emitter writes its own instruction in place of the block's last one
     /// (re-created, inverted or dropped) rather than copying it.
