@@ -461,7 +461,8 @@ pub fn plan_fragment(
             None => to,
         }
     };
-    let placed_next = f.placed_next(blocks);
+    // With probes, a padding block may hold a counter: only dead padding is seen through.
+    let placed_next = f.placed_next(blocks, probes.is_none());
     // Where padding would never run: after the last block that does not fall into the one
     // placed after it, and no aligned block since (its padding would no longer align it).
     // With the start of the block placed there.
@@ -472,7 +473,6 @@ pub fn plan_fragment(
     let mut ends_unreached = false;
     for (pos, &b) in blocks.iter().enumerate() {
         let block = f.block(b);
-        let next = placed_next[pos].map(Target::Block);
         if pos > 0 && ends_unreached {
             unreached = Some((items.len(), block.start));
         }
@@ -517,7 +517,10 @@ pub fn plan_fragment(
             items.push(Item::Replaced { inst: last_index });
         };
         // The block placed next, as the emitter names its targets.
-        let is_next = |addr| Some(target_of(f, addr)) == next;
+        let is_next = |addr| match target_of(f, addr) {
+            Target::Block(target) => placed_next.is_next(pos, Some(target)),
+            _ => false,
+        };
         match exit {
             BlockExit::FallThrough { .. } | BlockExit::Jump { .. } => {
                 let tail_call_slot = match exit {
@@ -583,7 +586,10 @@ pub fn plan_fragment(
                     } else {
                         taken_target
                     };
-                    Some(target) == next
+                    match target {
+                        Target::Block(target) => placed_next.is_next(pos, Some(target)),
+                        _ => false,
+                    }
                 };
                 let written = exit.written(target_is_next);
                 ends_unreached = !written.is_some_and(WrittenEnd::falls_into_next);

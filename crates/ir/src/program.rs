@@ -6,6 +6,7 @@ use rivet_arch::Inst;
 use rivet_elf::eh_frame::CfiRow;
 use rivet_elf::{ElfKind, Vaddr, VaddrRange};
 
+use crate::block_end::BlockExit;
 use crate::skip::SkipReason;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -257,6 +258,42 @@ pub struct Function {
     pub status: Status,
 }
 
+/// Which block follows each block of one fragment in rewritten code, seeing through blocks
+/// that take no bytes there ([`Function::placed_next`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlacedNext {
+    /// By position in the fragment: the block that starts where that block's code ends.
+    next: Vec<Option<BlockId>>,
+    /// Blocks that take no bytes, each with the block that starts at the same address (few:
+    /// the padding between a fall-through and its successor).
+    same_place: Vec<(BlockId, BlockId)>,
+}
+
+impl PlacedNext {
+    /// The block that follows position `pos` of the fragment.
+    pub fn at(&self, pos: usize) -> Option<BlockId> {
+        self.next.get(pos).copied().flatten()
+    }
+
+    /// The block a branch to `target` arrives at: `target`, or for a block that takes no
+    /// bytes, the block that starts where it does.
+    pub fn arrives_at(&self, target: BlockId) -> BlockId {
+        self.same_place
+            .iter()
+            .find(|&&(b, _)| b == target)
+            .map_or(target, |&(_, at)| at)
+    }
+
+    /// Whether a branch from the block at `pos` to `target` (a block of the function, `None`
+    /// for anything else) arrives at the block placed after it, so that it needs no jump.
+    pub fn is_next(&self, pos: usize, target: Option<BlockId>) -> bool {
+        match (self.at(pos), target) {
+            (Some(next), Some(target)) => self.arrives_at(target) == next,
+            _ => false,
+        }
+    }
+}
+
 impl Function {
     pub fn name(&self) -> &str {
         self.names.first().map_or("<anonymous>", String::as_str)
@@ -316,25 +353,54 @@ impl Function {
         !block.is_reachable && self.kept_insts(block).next().is_none()
     }
 
-    /// For each position of `blocks` (one fragment, in order), the block that follows it in
-    /// rewritten code. Dead padding followed by its own fall-through successor takes no bytes
-    /// and does not count; anywhere else it ends with a jump to that successor, so it does.
-    pub fn placed_next(&self, blocks: &[BlockId]) -> Vec<Option<BlockId>> {
-        let mut next = vec![None; blocks.len()];
+    /// Where `block` goes on when it does nothing else: the address it falls through or jumps
+    /// to, for a block that keeps no instruction but padding and a final `jmp` within the
+    /// function (which the emitter re-creates, or drops when the target comes next).
+    pub fn passes_straight_to(&self, block: &Block) -> Option<Vaddr> {
+        let mut kept = self.kept_insts(block);
+        match self.block_exit(block)? {
+            BlockExit::FallThrough { to } => kept.next().is_none().then_some(to),
+            BlockExit::Jump {
+                to,
+                tail_call: false,
+            } => (kept.count() == 1).then_some(to),
+            _ => None,
+        }
+    }
+
+    /// How the blocks of one fragment (`blocks`, in order) follow each other in rewritten code.
+    /// A block that does nothing but go on to another ([`Function::passes_straight_to`]),
+    /// placed right before that one, takes no bytes: it starts where that block does, so the
+    /// block before it counts as followed by that block, and a branch to it arrives there too.
+    /// Anywhere else such a block ends with a jump and counts as placed.
+    ///
+    /// `reachable_too: false` sees through dead padding only (unreachable blocks,
+    /// [`Function::is_dead_padding`]): for code with instrumentation probes, whose counters
+    /// may sit on a reachable padding block and must not be jumped over.
+    pub fn placed_next(&self, blocks: &[BlockId], reachable_too: bool) -> PlacedNext {
+        let mut placed = PlacedNext {
+            next: vec![None; blocks.len()],
+            same_place: Vec::new(),
+        };
         for i in (0..blocks.len().saturating_sub(1)).rev() {
             let j = i + 1;
             let b = blocks[j];
-            let invisible = self.blocks.get(b.0 as usize).is_some_and(|block| {
-                self.is_dead_padding(block)
-                    && self
-                        .block_insts(block)
-                        .last()
-                        .and_then(|last| self.block_at(last.end()))
-                        .is_some_and(|succ| next[j] == Some(succ))
+            let takes_no_bytes = self.blocks.get(b.0 as usize).is_some_and(|block| {
+                (reachable_too || !block.is_reachable)
+                    && self.passes_straight_to(block).is_some_and(|to| {
+                        placed.next[j].is_some() && self.block_at(to) == placed.next[j]
+                    })
             });
-            next[i] = if invisible { next[j] } else { Some(b) };
+            placed.next[i] = if takes_no_bytes {
+                if let Some(succ) = placed.next[j] {
+                    placed.same_place.push((b, succ));
+                }
+                placed.next[j]
+            } else {
+                Some(b)
+            };
         }
-        next
+        placed
     }
 
     pub fn block_insts(&self, block: &Block) -> &[Inst] {

@@ -43,7 +43,7 @@ use std::ops::{Add, AddAssign};
 use rivet_elf::Vaddr;
 use rivet_ir::layout::{FunctionLayout, Layout, PltCalls};
 use rivet_ir::{
-    BlockExit, BlockId, CallTarget, EdgeKind, Function, Program, Terminator, WrittenEnd,
+    BlockExit, BlockId, CallTarget, EdgeKind, Function, PlacedNext, Program, Terminator, WrittenEnd,
 };
 
 use crate::attach::{AttachedProfile, FunctionCounts};
@@ -213,12 +213,12 @@ pub fn move_plt_calls_via_got(
 
 /// Where a block sits, which decides which of its branches the code holds.
 #[derive(Clone, Copy)]
-enum Placement {
+enum Placement<'a> {
     /// The input's own code: branches as they are.
     Original,
-    /// Emitted by the rewriter, followed by this block of the same fragment (None at the end
-    /// of a fragment).
-    Rewritten { next: Option<BlockId> },
+    /// Emitted by the rewriter at position `pos` of a fragment whose blocks follow each other
+    /// as `placed` says.
+    Rewritten { placed: &'a PlacedNext, pos: usize },
 }
 
 /// The statistics of one function: of its original code with `layout` None, else of the code
@@ -253,13 +253,16 @@ pub fn function_dyno_stats(
         }
         Some(fl) => {
             for fragment in &fl.fragments {
-                let placed_next = f.placed_next(fragment);
+                let placed = f.placed_next(fragment, true);
                 for (pos, &b) in fragment.iter().enumerate() {
                     if (b.0 as usize) >= f.blocks.len() {
                         continue;
                     }
-                    let next = placed_next[pos];
-                    block_stats(f, counts, b, Placement::Rewritten { next }, &mut s);
+                    let placement = Placement::Rewritten {
+                        placed: &placed,
+                        pos,
+                    };
+                    block_stats(f, counts, b, placement, &mut s);
                 }
             }
         }
@@ -327,8 +330,8 @@ fn block_stats(
     // function or fragment is never the block placed next.
     let written = match placement {
         Placement::Original => None,
-        Placement::Rewritten { next } => {
-            exit.written(|addr| next.is_some() && f.block_at(addr) == next)
+        Placement::Rewritten { placed, pos } => {
+            exit.written(|addr| placed.is_next(pos, f.block_at(addr)))
         }
     };
     match exit {

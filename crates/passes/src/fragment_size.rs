@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rivet_ir::{BlockId, Function, WrittenEnd};
+use rivet_ir::{BlockId, Function, PlacedNext, WrittenEnd};
 
 /// x86-64 encodings: `jmp rel8`, `jmp rel32`, `jcc rel8`, `jcc rel32`.
 const JMP_SHORT: u64 = 2;
@@ -38,8 +38,9 @@ struct NewBranch {
     target: Option<BlockId>,
 }
 
-/// The branches that end `b` when `next` is placed after it, and the bytes of `b` before them.
-fn block_end(f: &Function, b: BlockId, next: Option<BlockId>) -> (u64, Vec<NewBranch>) {
+/// The branches that end `b`, at position `pos` of a fragment placed as `placed` says, and the
+/// bytes of `b` before them.
+fn block_end(f: &Function, b: BlockId, placed: &PlacedNext, pos: usize) -> (u64, Vec<NewBranch>) {
     let block = f.block(b);
     let kept = f.kept_size(block);
     let Some(exit) = f.block_exit(block) else {
@@ -49,7 +50,7 @@ fn block_end(f: &Function, b: BlockId, next: Option<BlockId>) -> (u64, Vec<NewBr
         kind,
         target: f.block_at(addr),
     };
-    let written = exit.written(|addr| next.is_some() && f.block_at(addr) == next);
+    let written = exit.written(|addr| placed.is_next(pos, f.block_at(addr)));
     // A re-created last instruction is replaced by the branches written; any other is kept.
     let body = match (exit.recreates_last(), f.block_insts(block).last()) {
         (true, Some(last)) => kept.saturating_sub(u64::from(last.len())),
@@ -69,11 +70,11 @@ fn block_end(f: &Function, b: BlockId, next: Option<BlockId>) -> (u64, Vec<NewBr
 /// Estimated bytes of `blocks` (one fragment of `f`, in order) once emitted, without
 /// alignment padding.
 pub fn estimated_fragment_size(f: &Function, blocks: &[BlockId]) -> u64 {
-    let placed_next = f.placed_next(blocks);
+    let placed = f.placed_next(blocks, true);
     let ends: Vec<(u64, Vec<NewBranch>)> = blocks
         .iter()
-        .zip(placed_next)
-        .map(|(&b, next)| block_end(f, b, next))
+        .enumerate()
+        .map(|(pos, &b)| block_end(f, b, &placed, pos))
         .collect();
     let short = |br: &NewBranch| match br.kind {
         Kind::Jmp => JMP_SHORT,

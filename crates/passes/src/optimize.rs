@@ -321,13 +321,13 @@ fn blocks_to_align(
     let count = |b: BlockId| counts.blocks.get(b.0 as usize).copied().unwrap_or(0);
     let function_count = counts.entries.max(count(hot[0])).max(1);
     let mut aligned = Vec::new();
-    // Dead padding before its successor takes no bytes: the block before it falls into the
-    // one after it.
-    let placed_next = f.placed_next(hot);
+    // Padding before its successor takes no bytes: the block before it falls into the one
+    // after it.
+    let placed_next = f.placed_next(hot, true);
     let placed: Vec<BlockId> = hot
         .iter()
         .enumerate()
-        .filter(|&(pos, &b)| pos == 0 || placed_next[pos - 1] == Some(b))
+        .filter(|&(pos, &b)| pos == 0 || placed_next.at(pos - 1) == Some(b))
         .map(|(_, &b)| b)
         .collect();
     for pair in placed.windows(2) {
