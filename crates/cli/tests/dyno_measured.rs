@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::corpus::{Entry, check, corpus, parallel};
+use common::corpus::{Entry, corpus, instrument_and_run, parallel};
 use common::{rivet, s};
 
 /// The option sets compared: Rivet's defaults (ext-TSP, cdsort, every cold block split) and a
@@ -125,25 +125,7 @@ fn dyno(summary: &serde_json::Value, row: &str) -> Result<(u64, u64), String> {
 /// Profiles `e`, optimizes it with every configuration and compares predicted and measured
 /// taken conditional branches; returns how many configurations were compared.
 fn compare(entries: &[Entry], corpus_dir: &Path, e: &Entry, dir: &Path) -> Result<usize, String> {
-    std::fs::create_dir_all(dir).unwrap();
-    let inst = dir.join(e.path.file_name().unwrap());
-    let counts = dir.join("counts");
-    let out = rivet(&[
-        "instrument",
-        s(&e.path),
-        "-o",
-        s(&inst),
-        "--profile",
-        s(&counts),
-    ]);
-    if !out.status.success() {
-        return Err(format!(
-            "{}: instrument failed: {}",
-            e.name,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    check(entries, e, &inst, corpus_dir).map_err(|m| format!("{} instrumented: {m}", e.name))?;
+    let counts = instrument_and_run(entries, corpus_dir, e, dir)?;
     if !counts.exists() {
         return Err(format!("{}: the instrumented run left no counts", e.name));
     }

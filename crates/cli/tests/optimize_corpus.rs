@@ -7,10 +7,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-use common::corpus::{Entry, check, corpus, parallel};
+use common::corpus::{corpus, instrument_and_run, parallel};
 
 fn rivet() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rivet"))
@@ -71,39 +71,13 @@ fn configs() -> Vec<Vec<&'static str>> {
     ]
 }
 
-/// Instruments `e`, runs it once (a library through its user) and leaves the counts at
-/// `profile`. The instrumented build must behave as the original too.
-fn profile(entries: &[Entry], corpus_dir: &Path, e: &Entry, dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).unwrap();
-    let inst = dir.join(e.path.file_name().unwrap());
-    let counts = dir.join("counts");
-    let out = Command::new(rivet())
-        .arg("instrument")
-        .arg(&e.path)
-        .arg("-o")
-        .arg(&inst)
-        .arg("--profile")
-        .arg(&counts)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Err(format!(
-            "{}: instrument failed: {}",
-            e.name,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    check(entries, e, &inst, corpus_dir).map_err(|m| format!("{} instrumented: {m}", e.name))?;
-    Ok(())
-}
-
 #[test]
 fn optimized_corpus_programs_behave_the_same() {
     let (corpus_dir, entries) = corpus();
     let base = std::env::temp_dir().join(format!("rivet-optimize-corpus-{}", std::process::id()));
     let profiles = base.join("profiles");
     let failures = parallel(&entries, |_, e| {
-        profile(&entries, &corpus_dir, e, &profiles.join(&e.name))
+        instrument_and_run(&entries, &corpus_dir, e, &profiles.join(&e.name)).map(|_| ())
     });
     assert!(
         failures.is_empty(),

@@ -109,6 +109,39 @@ pub fn check(
     Ok(true)
 }
 
+/// Instruments `e` into `dir` (`rivet instrument`) and runs the instrumented build once (a
+/// library through the executable that loads it), which must behave as the original. Returns
+/// the counter file the run wrote.
+#[allow(dead_code)]
+pub fn instrument_and_run(
+    entries: &[Entry],
+    corpus_dir: &Path,
+    e: &Entry,
+    dir: &Path,
+) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).unwrap();
+    let inst = dir.join(e.path.file_name().unwrap());
+    let counts = dir.join("counts");
+    let out = Command::new(env!("CARGO_BIN_EXE_rivet"))
+        .arg("instrument")
+        .arg(&e.path)
+        .arg("-o")
+        .arg(&inst)
+        .arg("--profile")
+        .arg(&counts)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(format!(
+            "{}: instrument failed: {}",
+            e.name,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    check(entries, e, &inst, corpus_dir).map_err(|m| format!("{} instrumented: {m}", e.name))?;
+    Ok(counts)
+}
+
 /// Calls `work(worker, item)` for every item on one thread per core; collects the errors.
 pub fn parallel<T: Sync>(
     items: &[T],
