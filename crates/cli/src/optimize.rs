@@ -130,8 +130,8 @@ pub struct OptimizeArgs {
     /// Align hot loop heads: blocks run more than --align-blocks-threshold percent as often
     /// as their function is entered, and mostly reached by jumps. The padding goes after an
     /// earlier jump, where it never runs, when there is one since the last aligned block;
-    /// otherwise right before the block. On by default, unlike BOLT: on SQLite it made the optimized binary
-    /// about 1% faster here (docs/from-bolt.md), for under 1% more hot code.
+    /// otherwise right before the block. On by default, unlike BOLT: on SQLite it made the
+    /// optimized binary about 1% faster here (docs/from-bolt.md), for under 1% more hot code.
     #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool)]
     pub align_blocks: bool,
     /// With --align-blocks: the boundary (a power of two, at most --align-functions; default

@@ -516,11 +516,10 @@ pub fn plan_fragment(
             end_probes(items);
             items.push(Item::Replaced { inst: last_index });
         };
-        // The block placed next, as the emitter names its targets.
-        let is_next = |addr| match target_of(f, addr) {
-            Target::Block(target) => placed_next.is_next(pos, Some(target)),
-            _ => false,
-        };
+        // Whether a branch to `target` arrives at the block placed next (a trampoline or an
+        // address outside the function never does).
+        let target_is_next = |target: Target| matches!(target, Target::Block(b) if placed_next.is_next(pos, Some(b)));
+        let is_next = |addr| target_is_next(target_of(f, addr));
         match exit {
             BlockExit::FallThrough { .. } | BlockExit::Jump { .. } => {
                 let tail_call_slot = match exit {
@@ -580,18 +579,14 @@ pub fn plan_fragment(
                     inst: last_index,
                     inverted,
                 };
-                let target_is_next = |addr| {
-                    let target = if addr == fall {
+                let side_is_next = |addr| {
+                    target_is_next(if addr == fall {
                         fall_target
                     } else {
                         taken_target
-                    };
-                    match target {
-                        Target::Block(target) => placed_next.is_next(pos, Some(target)),
-                        _ => false,
-                    }
+                    })
                 };
-                let written = exit.written(target_is_next);
+                let written = exit.written(side_is_next);
                 ends_unreached = !written.is_some_and(WrittenEnd::falls_into_next);
                 match written {
                     Some(WrittenEnd::Cond { inverted: true, .. }) => {

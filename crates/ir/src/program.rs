@@ -385,19 +385,22 @@ impl Function {
         for i in (0..blocks.len().saturating_sub(1)).rev() {
             let j = i + 1;
             let b = blocks[j];
-            let takes_no_bytes = self.blocks.get(b.0 as usize).is_some_and(|block| {
-                (reachable_too || !block.is_reachable)
-                    && self.passes_straight_to(block).is_some_and(|to| {
-                        placed.next[j].is_some() && self.block_at(to) == placed.next[j]
-                    })
+            // `b` takes no bytes when it only goes on to the block placed after it.
+            let seen_through = placed.next[j].filter(|&succ| {
+                self.blocks.get(b.0 as usize).is_some_and(|block| {
+                    (reachable_too || !block.is_reachable)
+                        && self
+                            .passes_straight_to(block)
+                            .and_then(|to| self.block_at(to))
+                            == Some(succ)
+                })
             });
-            placed.next[i] = if takes_no_bytes {
-                if let Some(succ) = placed.next[j] {
+            placed.next[i] = match seen_through {
+                Some(succ) => {
                     placed.same_place.push((b, succ));
+                    Some(succ)
                 }
-                placed.next[j]
-            } else {
-                Some(b)
+                None => Some(b),
             };
         }
         placed
