@@ -687,6 +687,7 @@ pub fn run_with(
         },
         "cache_set_padding": { "functions": s.set_balanced, "bytes": s.set_balance_bytes },
         "calls_via_got": s.calls_via_got,
+        "old_entries_not_forwarded": s.old_entries_not_forwarded,
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,
         "profile": {

@@ -256,6 +256,7 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
             "hot_bytes": s.hot_bytes,
             "cold_bytes": s.cold_bytes,
             "patched_references": s.patched_references,
+            "old_entries_not_forwarded": s.old_entries_not_forwarded,
             "frames": s.frames,
             "lsdas": s.lsdas,
             "debug_units": s.debug_units,
@@ -293,6 +294,13 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
         "  {} references patched, {} unwind frames, {} LSDAs",
         s.patched_references, s.frames, s.lsdas
     );
+    if s.old_entries_not_forwarded > 0 {
+        println!(
+            "  {} old entries left as they were (another entry lies within their first {} bytes)",
+            s.old_entries_not_forwarded,
+            rivet_emit::rewrite::FORWARDING_JUMP_SIZE
+        );
+    }
     if s.debug_units > 0 {
         println!(
             "  debug info updated: {} units, {} line rows for rewritten code",

@@ -5,7 +5,9 @@
 //! address map), and end with control flow equivalent to the input's: the same successors,
 //! translated, whether the emitter kept, inverted, re-created or dropped the branch. Every
 //! stored reference to moved code (data pointers, dynamic relocations, jump tables, fields in
-//! code that stayed) must hold the translated target, and the old entries must forward.
+//! code that stayed) must hold the translated target. Every branch, call and code address of
+//! code that stays whose target moved must reach the new copy, or land on original bytes that
+//! are still there (`Checker::check_code_that_stays`).
 //!
 //! The address map comes from the rewrite itself, or from the `.rivet.bat` table of an output
 //! file; the checks decode the output's bytes independently of how the emitter produced them.
@@ -260,6 +262,114 @@ impl Checker<'_> {
     }
 }
 
+impl Checker<'_> {
+    /// The rewritten function holding `addr`, if any.
+    fn rewritten_at(&self, addr: Vaddr) -> Option<&Function> {
+        self.program
+            .function_containing(addr)
+            .filter(|g| self.map.is_rewritten(g.id))
+    }
+
+    /// Every way from code that stays into a rewritten function: each direct branch or call
+    /// of a function left in place (all its decoded instructions, skipped functions' too),
+    /// and each RIP-relative code address of a modelled one, whose target lies in a
+    /// rewritten function. The output must either send it to the translated target (the same
+    /// instruction otherwise), or keep it and still hold, at the old target, what the input
+    /// held there: the original code up to the end of its block, or at an old entry a jump to
+    /// the new one. This is checked on the output's bytes, whatever the rewrite meant to do:
+    /// a forwarding jump written over a second way into a function shows here.
+    fn check_code_that_stays(&self, report: &mut VerifyReport) -> Result<(), String> {
+        for f in self
+            .program
+            .functions
+            .iter()
+            .filter(|f| !self.map.is_rewritten(f.id))
+        {
+            // RIP-relative operands of a skipped function's linear sweep may be data read as
+            // instructions; only modelled code is taken at its word for those.
+            let modelled: HashSet<Vaddr> = if f.is_simple() {
+                f.blocks
+                    .iter()
+                    .filter(|b| b.is_reachable)
+                    .flat_map(|b| f.block_insts(b).iter().map(Inst::addr))
+                    .collect()
+            } else {
+                HashSet::new()
+            };
+            for old in &f.insts {
+                let target = match old.flow() {
+                    Flow::Jump { target } | Flow::CondJump { target } | Flow::Call { target } => {
+                        target
+                    }
+                    _ => match old.rip_relative_target() {
+                        Some(t) if modelled.contains(&old.addr()) => t,
+                        _ => continue,
+                    },
+                };
+                let Some(g) = self.rewritten_at(target) else {
+                    continue;
+                };
+                self.check_way_in(old, target, g)
+                    .map_err(|why| format!("{} in {}: {why}", old.addr(), f.name()))?;
+                report.references += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// One way in from code that stays: `old`, an instruction of the input, reaches `target`
+    /// in the rewritten function `g`.
+    fn check_way_in(&self, old: &Inst, target: Vaddr, g: &Function) -> Result<(), String> {
+        let new = self
+            .decode_at(old.addr(), u64::from(old.len()))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| "the output holds no instruction there".to_string())?;
+        let unchanged = self.input.bytes_at(old.addr(), u64::from(old.len()))
+            == self.out.bytes_at(new.addr(), u64::from(new.len()));
+        if !unchanged {
+            return self.same_instruction(old, &new);
+        }
+        // Kept as it was: the old target must still do what it did.
+        if self.map.translate(self.program, target) == Some(target) {
+            return Ok(()); // rewritten in place, and that instruction did not move
+        }
+        if target == g.range.start
+            && let Ok(new_entry) = self.tr(target)
+            && matches!(
+                self.decode_at(target, 5)?.first().map(Inst::flow),
+                Some(Flow::Jump { target: t }) if t == new_entry
+            )
+        {
+            return Ok(());
+        }
+        // The original code from the target to the end of its block.
+        let end = g
+            .blocks
+            .iter()
+            .find(|b| b.start <= target && f_block_end(g, b) > target)
+            .map_or(target + 1, |b| f_block_end(g, b));
+        let len = end - target;
+        if self.input.bytes_at(target, len) != self.out.bytes_at(target, len) {
+            return Err(format!(
+                "`{}` still goes to {target}, in {} which moved, and the bytes there changed \
+                 (the old code from {target} to {end} must stay intact, or the branch must be \
+                 sent to {})",
+                old.to_att(),
+                g.name(),
+                self.tr(target)
+                    .map_or("the new code".to_string(), |t| t.to_string())
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where block `b` of `f` ends in the input.
+fn f_block_end(f: &Function, b: &rivet_ir::Block) -> Vaddr {
+    f.block_insts(b).last().map_or(b.start, Inst::end)
+}
+
 /// Checks `out` (an output of `input`, discovered as `program`) given the address map.
 pub fn check(
     input: &ElfFile<'_>,
@@ -332,6 +442,7 @@ pub fn check(
         }
         report.references += 1;
     }
+    checker.check_code_that_stays(&mut report)?;
     report.lines = check_lines(input, program, out, map)?;
     let want_entry = map.translate(program, input.entry).unwrap_or(input.entry);
     if out.entry != want_entry {

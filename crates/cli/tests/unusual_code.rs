@@ -856,3 +856,145 @@ fn a_function_whose_rows_start_after_its_first_instruction_keeps_them() {
     );
     assert_eq!(run_bounded(&out, &[]), expected);
 }
+
+/// The address of symbol `name` in the ELF image `data`.
+fn symbol_address(data: &[u8], name: &str) -> u64 {
+    let elf = rivet_elf::ElfFile::parse(data).expect("an ELF file");
+    elf.symbols()
+        .unwrap()
+        .iter()
+        .find(|sym| sym.name == name)
+        .unwrap_or_else(|| panic!("no symbol {name}"))
+        .value
+        .get()
+}
+
+/// Overwrites `bytes` at virtual address `addr` of the ELF image `data`.
+fn write_at(data: &mut [u8], addr: u64, bytes: &[u8]) {
+    let offset = rivet_elf::ElfFile::parse(data)
+        .unwrap()
+        .file_offset_of(rivet_elf::Vaddr(addr))
+        .expect("a mapped address")
+        .0 as usize;
+    data[offset..offset + bytes.len()].copy_from_slice(bytes);
+}
+
+/// The target of the 6-byte `jcc rel32` at `addr` in the ELF image `data`.
+fn near_jcc_target(data: &[u8], addr: u64) -> u64 {
+    let elf = rivet_elf::ElfFile::parse(data).unwrap();
+    let bytes = elf.bytes_at(rivet_elf::Vaddr(addr), 6).unwrap();
+    assert_eq!(bytes[0], 0x0f, "not a near jcc at {addr:#x}: {bytes:02x?}");
+    let rel = i32::from_le_bytes(bytes[2..6].try_into().unwrap());
+    (addr + 6).wrapping_add_signed(i64::from(rel))
+}
+
+#[test]
+fn branches_into_a_moved_functions_second_instruction_still_land_on_it() {
+    let dir = scratch("unusual_code", "secondary_entry");
+    for compiler in ["gcc", "clang-19"] {
+        let bin = build(
+            &dir,
+            compiler,
+            &["secondary_entry_main.c", "secondary_entry.S"],
+            &["-Wl,--emit-relocs"],
+            compiler,
+        );
+        let expected = run_bounded(&bin, &["3"]);
+        assert_eq!(expected.0, Some(0), "{compiler}: the original failed");
+        assert!(
+            expected
+                .1
+                .contains("3: via_near 256, via_short 256, scaled 100"),
+            "{}",
+            expected.1
+        );
+        let input = std::fs::read(&bin).unwrap();
+        let scaled = symbol_address(&input, "scaled");
+        let via_near = symbol_address(&input, "via_near");
+        let via_short = symbol_address(&input, "via_short");
+        // The premise: `scaled` is entered at +2, within a 5-byte jump at its entry, from
+        // both callers, by branches no relocation covers.
+        let inspected = inspect_function(&bin, "scaled");
+        assert!(
+            inspected.contains(&format!("secondary entries: {:#x}", scaled + 2)),
+            "{compiler}: {inspected}"
+        );
+        assert_eq!(near_jcc_target(&input, via_near + 7), scaled + 2);
+
+        // Only `scaled` moves; both callers stay where they are.
+        let counts = instrument_and_train(&bin, &dir, &[&["3"]]);
+        let out = dir.join(format!("{compiler}.optimized"));
+        let optimize = rivet(&[
+            "optimize",
+            s(&bin),
+            "--profile",
+            s(&counts),
+            "-o",
+            s(&out),
+            "--funcs",
+            "scaled",
+            "--verify",
+            "--json",
+        ]);
+        assert!(optimize.status.success(), "{compiler}: {optimize:?}");
+        let summary: serde_json::Value = serde_json::from_slice(&optimize.stdout).unwrap();
+        assert_eq!(summary["rewritten"], 1, "{summary}");
+        // via_short's 2-byte `jne` cannot reach the new code: the old body keeps its bytes.
+        assert_eq!(summary["old_entries_not_forwarded"], 1, "{summary}");
+        assert_eq!(run_bounded(&out, &["3"]), expected, "{compiler}: optimized");
+        let verify = rivet(&["verify", s(&bin), s(&out)]);
+        assert!(verify.status.success(), "{compiler}: {verify:?}");
+        // via_near's 6-byte `jne` was sent to the new copy of `scaled`, at its second
+        // instruction.
+        let mut output = std::fs::read(&out).unwrap();
+        let new_scaled = symbol_address(&output, "scaled");
+        assert_ne!(new_scaled, scaled, "{compiler}: scaled did not move");
+        assert_eq!(near_jcc_target(&output, via_near + 7), new_scaled + 2);
+
+        // Broken on purpose as Rivet once wrote it: a forwarding jump over the old entry,
+        // which via_short's branch lands inside of. Verification must see it.
+        let rel = (new_scaled as i64 - (scaled as i64 + 5)) as i32;
+        let mut jump = vec![0xe9];
+        jump.extend_from_slice(&rel.to_le_bytes());
+        write_at(&mut output, scaled, &jump);
+        let broken = dir.join(format!("{compiler}.broken"));
+        std::fs::write(&broken, &output).unwrap();
+        assert_ne!(
+            run_bounded(&broken, &["3"]),
+            expected,
+            "{compiler}: broken runs"
+        );
+        let verify = rivet(&["verify", s(&bin), s(&broken)]);
+        assert!(!verify.status.success(), "{compiler}: {verify:?}");
+        let message = String::from_utf8_lossy(&verify.stderr);
+        assert!(
+            message.contains(&format!("{:#x} in via_short", via_short + 7))
+                && message.contains("still goes to"),
+            "{compiler}: {message}"
+        );
+
+        // Every function moved, in shuffled orders: the branches with and without relocations
+        // all follow.
+        for seed in 1..=4 {
+            let out = dir.join(format!("{compiler}.shuffled.{seed}"));
+            let seed = seed.to_string();
+            let rewrite = rivet(&[
+                "rewrite",
+                s(&bin),
+                "-o",
+                s(&out),
+                "--layout",
+                "shuffle",
+                "--seed",
+                &seed,
+                "--verify",
+            ]);
+            assert!(rewrite.status.success(), "{compiler}: {rewrite:?}");
+            assert_eq!(
+                run_bounded(&out, &["3"]),
+                expected,
+                "{compiler} seed {seed}"
+            );
+        }
+    }
+}

@@ -13,9 +13,10 @@
 
 use std::collections::HashSet;
 
+use rivet_arch::Flow;
 use rivet_elf::relocs::{DynRelocKind, DynamicReloc, StaticReloc, types};
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
-use rivet_ir::{FuncId, JumpTableKind, Program};
+use rivet_ir::{FuncId, Function, JumpTableKind, Program};
 
 use crate::code::{AbsoluteField, AddressMap, write_absolute};
 
@@ -109,6 +110,9 @@ pub fn collect(
         }
     }
 
+    // Sites of relocated fields in code that stays: the decoded branches those cover are
+    // patched from their relocations, not again from the decoded instruction.
+    let mut code_reloc_sites: HashSet<Vaddr> = HashSet::new();
     for r in statics {
         let Some(section) = elf.section(r.target_section) else {
             continue;
@@ -133,6 +137,7 @@ pub fn collect(
                 }
                 continue;
             }
+            code_reloc_sites.insert(r.site);
             // Code that stays. PC-relative fields in instructions: the target is relative to
             // the end of the instruction, which the decoded function (if any) tells exactly.
             let pc_relative = matches!(
@@ -205,6 +210,8 @@ pub fn collect(
         }
     }
 
+    branches_without_relocations(program, is_rewritten, &code_reloc_sites, &mut out);
+
     let mut dynamic_sites = HashSet::new();
     for d in dynamics {
         dynamic_sites.insert(d.site);
@@ -255,6 +262,81 @@ pub fn collect(
     out.in_moved_code.sort_by_key(|a| a.site);
     out.in_moved_code.dedup();
     out
+}
+
+/// Direct branches and calls of code that stays whose target lies in a rewritten function and
+/// whose field no relocation covers: the assembler resolved a branch to a local label of
+/// another function, as perlasm's `je .Lsqr8x_enter` from OpenSSL's `bn_mul_mont` into the
+/// second instruction of `bn_sqr8x_mont`. Sent to the new code, they run what the rewrite
+/// made (optimized, and counted when instrumented) instead of the old body.
+///
+/// Only instructions of reachable blocks of modelled functions are patched: in a skipped
+/// function, a linear sweep may have decoded data as a branch, and rewriting it would corrupt
+/// the data. A short (rel8) branch cannot reach new text either. Those keep entering the old
+/// body, which stays intact wherever another entry lies (`old_entry_is_free`), so they
+/// still run the original code.
+fn branches_without_relocations(
+    program: &Program,
+    is_rewritten: &(dyn Fn(FuncId) -> bool + Sync),
+    code_reloc_sites: &HashSet<Vaddr>,
+    out: &mut References,
+) {
+    for f in program
+        .functions
+        .iter()
+        .filter(|f| f.is_simple() && !is_rewritten(f.id))
+    {
+        for b in f.blocks.iter().filter(|b| b.is_reachable) {
+            for inst in f.block_insts(b) {
+                let (Flow::Jump { target } | Flow::CondJump { target } | Flow::Call { target }) =
+                    inst.flow()
+                else {
+                    continue;
+                };
+                let Some(field) = inst.pc_relative_field() else {
+                    continue;
+                };
+                if code_reloc_sites.contains(&field)
+                    || !program
+                        .function_containing(target)
+                        .is_some_and(|g| is_rewritten(g.id))
+                {
+                    continue;
+                }
+                out.stored.push(Reference {
+                    site: field,
+                    target,
+                    field: RefField::Relative {
+                        size: 4,
+                        base: inst.end(),
+                    },
+                });
+            }
+        }
+    }
+}
+
+/// Whether a forwarding jump of `len` bytes may be written over the old entry of `f`, a
+/// rewritten function: no other way into the old body lands within those bytes. A
+/// secondary entry there (a branch the rewrite could not send to the new code, or one it did
+/// not see in code it did not model), a landing pad, a label whose address is taken or any
+/// stored reference would land inside the jump's displacement. The old body is left intact
+/// instead: it is the original code, so whatever enters it still runs correctly, only not
+/// the rewritten copy. `reference_targets` is sorted.
+pub fn old_entry_is_free(f: &Function, len: u64, reference_targets: &[Vaddr]) -> bool {
+    let start = f.range.start;
+    let covered = |a: Vaddr| a > start && a < start + len;
+    if f.secondary_entries.iter().any(|&e| covered(e)) {
+        return false;
+    }
+    if f.blocks
+        .iter()
+        .any(|b| (b.is_entry || b.is_landing_pad || b.is_address_taken) && covered(b.start))
+    {
+        return false;
+    }
+    let first = reference_targets.partition_point(|&t| t <= start);
+    !reference_targets.get(first).is_some_and(|&t| covered(t))
 }
 
 /// Outcome of turning references into patches.

@@ -5,8 +5,10 @@
 //! 2. Plan every fragment (parallel); a function whose fragment cannot be planned, or does
 //!    not fit in place, is left untouched and reported.
 //! 3. Give fragments addresses in the new segment, build the address map, encode (parallel).
-//! 4. Patch references, leave forwarding jumps at old entries, rebuild unwind and exception
-//!    tables and the symbol table, and hand everything to the ELF writer.
+//! 4. Patch references (relocated ones, and branches of code that stays into moved code that
+//!    the assembler resolved), leave forwarding jumps at old entries where no other entry lies
+//!    under them, rebuild unwind and exception tables and the symbol table, and hand
+//!    everything to the ELF writer.
 //!
 //! Nothing here touches the file system: the caller writes the image.
 
@@ -34,6 +36,8 @@ use rivet_ir::probes::FunctionProbes;
 pub const RIVET_NOTE: &str = ".note.rivet";
 /// Note type: the descriptor is the input's GNU build-id.
 pub const NT_RIVET_INPUT_BUILD_ID: u32 = 1;
+/// Bytes of the `jmp rel32` left at the old entry of a moved function.
+pub const FORWARDING_JUMP_SIZE: u64 = 5;
 /// Prefix given to input sections whose contents the output replaces.
 pub const ORIGINAL_PREFIX: &str = ".rivet.orig";
 
@@ -196,6 +200,9 @@ pub struct Summary {
     pub calls_via_got: usize,
     pub fragments: usize,
     pub patched_references: usize,
+    /// Moved functions whose old entry keeps its original bytes instead of a forwarding jump,
+    /// because another way into the old body lands within the jump's bytes.
+    pub old_entries_not_forwarded: usize,
     pub frames: usize,
     pub lsdas: usize,
     /// Compilation units whose debug info was carried over (0: none, or removed).
@@ -641,11 +648,19 @@ pub fn rewrite(
     }
     patches.extend(reference_patches.patches);
 
-    // Forwarding jumps at the old entries of moved functions.
+    // Forwarding jumps at the old entries of moved functions, except where another way into
+    // the old body lands under the jump's bytes (`references::old_entry_is_free`).
     if !in_place {
         let mut encoder = BranchEncoder::default();
+        let mut reference_targets: Vec<Vaddr> = refs.stored.iter().map(|r| r.target).collect();
+        reference_targets.sort();
+        reference_targets.dedup();
         for f in &program.functions {
-            if !layout.is_rewritten(f.id) || f.range.len() < 5 {
+            if !layout.is_rewritten(f.id) || f.range.len() < FORWARDING_JUMP_SIZE {
+                continue;
+            }
+            if !references::old_entry_is_free(f, FORWARDING_JUMP_SIZE, &reference_targets) {
+                summary.old_entries_not_forwarded += 1;
                 continue;
             }
             let new = map.fragment_addrs(f.id)[0];
