@@ -28,7 +28,7 @@
 #         on 127.0.0.1 and N `s_client` processes, one after the other (full TLS 1.3
 #         handshakes, X25519 + RSA-PSS 2048); the CPU time includes each client's process
 #         start and OpenSSL initialisation, which is library code too.
-#       certs: `openssl-load.sh TREE {} certs CERT_COPIES BUNDLE`: 170-odd test certificates x
+#       certs: `openssl-load.sh TREE {} certs CERT_COPIES BUNDLE`: 137 test certificates x
 #         CERT_COPIES read into a PKCS#7 bundle and printed as text (two processes).
 #     Handshakes per CPU second = HANDSHAKES / median CPU time of a run. No thresholds.
 #

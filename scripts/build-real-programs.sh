@@ -709,6 +709,17 @@ build_openssl() {
         die "openssl build failed (log above)"
     fi
     printf '%s\n' "./Configure linux-x86_64 shared $flags" >"$tmp/flags.txt"
+    # Configure writes the tree's absolute path into two generated Perl files (module paths
+    # for `make` and the test harness); point them at the final place, keeping their mtimes
+    # (make would reconfigure if configdata.pm looked newer than the Makefile).
+    local f stamp left
+    for f in configdata.pm util/wrap.pl; do
+        stamp="$(stat -c %y "$tmp/tree/$f")"
+        sed -i "s|$tmp/tree|$final/tree|g" "$tmp/tree/$f"
+        touch -d "$stamp" "$tmp/tree/$f"
+    done
+    left="$(grep -rlIF --exclude='*.[oad]' --exclude='*.so*' --exclude=build.log "$tmp" "$tmp/tree" | head -n 5 || true)"
+    [[ -z $left ]] || die "the OpenSSL tree still names its build directory $tmp in: $left"
     check_openssl "$tmp/tree"
     touch "$tmp/.complete"
     mv -T -- "$tmp" "$final"

@@ -50,6 +50,12 @@ TMP="$(mktemp -d /tmp/rivet-check-openssl.XXXXXX)"
 trap 'rm -rf -- "$TMP"' EXIT
 TREE=$TMP/tree
 cp -a -- "$OPENSSL_TREE" "$TREE"
+# Two generated Perl files name the tree by its absolute path: the copy's own (same mtimes).
+for f in configdata.pm util/wrap.pl; do
+    stamp="$(stat -c %y "$TREE/$f")"
+    sed -i "s|$OPENSSL_TREE|$TREE|g" "$TREE/$f"
+    touch -d "$stamp" "$TREE/$f"
+done
 replace() { # library-name new-file
     [[ -n $2 ]] || return 0
     cp --remove-destination -- "$2" "$TREE/$1"

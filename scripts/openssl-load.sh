@@ -8,10 +8,10 @@
 #                  `openssl s_client` connections to it, one after the other: N full TLS 1.3
 #                  handshakes (X25519, RSA-PSS with the tree's 2048-bit RSA test server key),
 #                  then the server exits. Every client must complete its handshake.
-#   certs K [BUNDLE]  the certificates of the tree's test/certs (about 170 good ones, RSA, EC,
+#   certs K [BUNDLE]  the certificates of the tree's test/certs (137 good ones in 3.0.20, RSA, EC,
 #                  Ed25519, DSA, with odd extensions) concatenated K times, read into a PKCS#7
 #                  bundle (`crl2pkcs7`) and printed as text (`pkcs7 -print_certs -text`): two
-#                  processes parsing, checking and printing 170 x K certificates. BUNDLE is
+#                  processes parsing, checking and printing 137 x K certificates. BUNDLE is
 #                  those certificates once, as `bundle` wrote them (without it, they are
 #                  picked from test/certs first, a few hundred runs of `openssl x509`).
 #   bundle FILE    writes that bundle to FILE
@@ -75,7 +75,9 @@ handshakes() {
     client=("$@")
     [[ $n =~ ^[1-9][0-9]*$ && $n -le 100000 ]] || die "handshakes: bad count '$n'"
     [[ ${#server[@]} -gt 0 ]] || server=(-cert "$TREE/apps/server.pem" -key "$TREE/apps/server.pem")
-    ossl s_server -accept 127.0.0.1:0 -naccept "$n" "${server[@]}" </dev/null >"$W/server.out" 2>"$W/server.err" &
+    # -www: the server answers HTTP requests and never reads its stdin (plain s_server stops at
+    # its end of file).
+    ossl s_server -accept 127.0.0.1:0 -naccept "$n" -www "${server[@]}" </dev/null >"$W/server.out" 2>"$W/server.err" &
     SERVER_PID=$!
     for ((i = 0; i < 200; i++)); do # up to 10 s for the listening line
         port=$(sed -n 's/^ACCEPT 127\.0\.0\.1:\([0-9][0-9]*\)$/\1/p' "$W/server.out")
@@ -103,14 +105,14 @@ handshakes() {
     ((rc == 0)) || { cat "$W/server.err" >&2; die "s_server exited with $rc"; }
 }
 
-# The good certificates of test/certs: those `x509` reads (some files are keys, requests or
-# deliberately broken certificates).
+# The good certificates of test/certs: those `x509` reads with their public key (some files
+# are keys, requests, deliberately broken certificates or keys of algorithms not built in).
 good_certs() {
     local f
     : >"$W/certs.list"
     for f in "$TREE"/test/certs/*.pem; do
         grep -q -- '-----BEGIN CERTIFICATE-----' "$f" || continue
-        ossl x509 -in "$f" -noout >/dev/null 2>&1 && echo "$f" >>"$W/certs.list"
+        ossl x509 -in "$f" -noout -pubkey >/dev/null 2>&1 && echo "$f" >>"$W/certs.list"
     done
     [[ $(wc -l <"$W/certs.list") -ge 100 ]] || die "fewer than 100 readable certificates in $TREE/test/certs"
 }
