@@ -40,6 +40,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '%s\n' "bench/openssl: $*" >&2; }
 die() { printf '%s\n' "bench/openssl: error: $*" >&2; exit 1; }
+REAL_PROGRAMS=openssl # the only build this needs
 # shellcheck source=bench/real-programs.sh
 source bench/real-programs.sh
 command -v jq >/dev/null || die "jq missing (apt-get install jq)"
