@@ -12,8 +12,8 @@
 //!
 //! The whole suite takes long (scripts/check-openssl.sh with no test names runs it, about
 //! 25 minutes here); `SUITE` (about 2 minutes) runs on the default optimization and on one
-//! shuffled layout, and every other output runs the training load (every handshake must
-//! complete) and the `openssl req` of issue 39, which crashed in RSA blinding when a moved
+//! shuffled layout, and every other output runs TLS handshakes (each must complete),
+//! certificate parsing and the `openssl req` of issue 39, which crashed in RSA blinding when a moved
 //! function's forwarding jump covered a secondary entry that staying code branched to. Some of
 //! OpenSSL's test programs link `libcrypto.a` to reach internal functions; in those recipes
 //! only the `openssl` commands run the libraries under test.
@@ -196,8 +196,9 @@ fn optimize_both(
         .collect()
 }
 
-/// Optimized from one profile of real use with every option set; the defaults pass `SUITE`,
-/// every output the training load and the issue's `openssl req`.
+/// Optimized from one profile of real use with every option set; the defaults pass the
+/// training load and `SUITE`, every other output 40 handshakes, the certificate load and the
+/// issue's `openssl req`.
 #[test]
 fn openssl_optimized_libraries_pass_openssls_tests() {
     let dir = scratch("real-openssl", "optimize");
@@ -222,9 +223,12 @@ fn openssl_optimized_libraries_pass_openssls_tests() {
             "{options:?}: only {rewritten:?} functions rewritten"
         );
         issue_req(&out);
-        load(&out, &["train"]);
         if options.is_empty() {
+            load(&out, &["train"]);
             openssl_tests(&out, &SUITE);
+        } else {
+            load(&out, &["handshakes", "40"]);
+            load(&out, &["certs", "1"]);
         }
     }
 }
