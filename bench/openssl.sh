@@ -53,7 +53,7 @@ TREE=${REAL[openssl-tree]:-}
 [[ -n $TREE && -f $TREE/libcrypto.so.3 ]] || die "scripts/build-real-programs.sh built no OpenSSL tree"
 LIBS=(libcrypto.so.3 libssl.so.3)
 TESTS=(test_evp test_evp_extra test_rsa test_ecdsa test_x509 test_verify test_ssl_old test_req test_sslapi)
-W=$(mktemp -d /tmp/rivet-bench-openssl.XXXXXX)
+W=$(mktemp -d /tmp/rivet-openssl-bench.XXXXXX)
 trap 'rm -rf -- "$W"' EXIT
 mkdir -p "$W/original" "$W/inst" "$W/rivet" "$W/bolt" "$W/profile"
 for lib in "${LIBS[@]}"; do cp -- "$TREE/$lib" "$W/original/$lib"; done
@@ -123,7 +123,7 @@ pair() {
         "${LOAD[@]}" '{}' "$what" "$@" >"$W/bench.$b.$a.$what.json" || rc=$?
     ((rc == 0 || rc == 3)) || die "rivet bench $a $b on $what failed"
     jq -r '"\(.ratio) \(.ci_low) \(.ci_high) \(.coverage) \(.a.median_cpu_s) \(.b.median_cpu_s)"' \
-        "$W/bench.$b.$a.$what.json"
+        "$W/bench.$b.$a.$what.json" | tee >(sed "s|^|bench/openssl:   $b / $a on $what: ratio lo hi confidence cpu_a cpu_b = |" >&2)
 }
 "${LOAD[@]}" "$W/original" bundle "$W/certs.pem" || die "collecting the test certificates failed"
 declare -A R

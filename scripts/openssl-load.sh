@@ -77,6 +77,7 @@ handshakes() {
     [[ ${#server[@]} -gt 0 ]] || server=(-cert "$TREE/apps/server.pem" -key "$TREE/apps/server.pem")
     # -www: the server answers HTTP requests and never reads its stdin (plain s_server stops at
     # its end of file).
+    : >"$W/server.out" # (before the server starts: the loop below reads it at once)
     ossl s_server -accept 127.0.0.1:0 -naccept "$n" -www "${server[@]}" </dev/null >"$W/server.out" 2>"$W/server.err" &
     SERVER_PID=$!
     for ((i = 0; i < 200; i++)); do # up to 10 s for the listening line
