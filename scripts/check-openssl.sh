@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # check-openssl.sh -- prove that (rewritten) OpenSSL libraries behave like the originals:
-# OpenSSL's own test suite (`make test`: test/run_tests.pl over test/recipes, 240-odd test
-# files in 3.0) run in a copy of scripts/build-real-programs.sh's OpenSSL build tree whose
-# libcrypto.so.3 and libssl.so.3 are replaced by the given ones. Every test program and the
-# `openssl` app of the tree load the libraries from the tree (util/wrap.pl sets
-# LD_LIBRARY_PATH), so the whole suite runs on the libraries under test.
+# OpenSSL's own test suite (`make test`: test/run_tests.pl over test/recipes, 257 test files
+# and 3,410 subtests in 3.0.20, 9 files skipped by this configuration) run in a copy of
+# scripts/build-real-programs.sh's OpenSSL build tree whose libcrypto.so.3 and libssl.so.3 are
+# replaced by the given ones. The `openssl` app and the test programs linked against the shared
+# libraries (107 of 248; the others link libcrypto.a to reach internal functions) load them
+# from the tree (util/wrap.pl sets LD_LIBRARY_PATH), so every recipe's `openssl` commands and
+# those programs run the libraries under test. The whole suite took 20 to 38 minutes of wall
+# time on a shared 2-core machine (about 6 minutes of CPU).
 #
 # The copy keeps the tree's objects and timestamps, and the replaced libraries get the
 # originals' mtimes, so `make test` finds everything up to date and rebuilds nothing (the
