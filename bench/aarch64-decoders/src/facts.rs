@@ -1,0 +1,178 @@
+//! Facts read from one disassembly text (a reference's or a crate's), so texts in
+//! different syntaxes can be compared on what Rivet needs: the mnemonic (with the
+//! condition of B.cond, aliases of LSE stores folded into their load forms), the
+//! PC-relative target as an offset from the instruction (from the page for ADRP),
+//! the general registers in order with their width, and the bit number of TBZ/TBNZ.
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    pub mnem: String,
+    pub target: Option<i64>,
+    pub gprs: Vec<(char, u8)>,
+    pub imms: Vec<i64>,
+    pub has_memory: bool,
+}
+
+const LSE_OPS: [&str; 8] = ["add", "clr", "eor", "set", "smax", "smin", "umax", "umin"];
+
+fn targets(m: &str) -> bool {
+    matches!(m, "b" | "bl" | "cbz" | "cbnz" | "tbz" | "tbnz" | "adr" | "adrp")
+        || m.starts_with("b.")
+        || m.starts_with("bc.")
+}
+
+/// Forms whose every fact Rivet must get right: control flow, PC-relative addressing,
+/// PAC/BTI hints, exclusive and atomic memory operations, traps.
+pub fn is_rivet_form(m: &str, text: &str) -> bool {
+    let literal = (m.starts_with("ldr") || m == "prfm" || m == "ldrsw") && !text.contains('[');
+    targets(m)
+        || literal
+        || matches!(
+            m,
+            "br" | "blr" | "ret" | "braa" | "brab" | "braaz" | "brabz" | "blraa" | "blrab" | "blraaz" | "blrabz"
+                | "retaa" | "retab" | "eret" | "bti" | "paciasp" | "pacibsp" | "autiasp" | "autibsp" | "paciaz"
+                | "pacibz" | "autiaz" | "autibz" | "pacia1716" | "pacib1716" | "autia1716" | "autib1716"
+                | "xpaclri" | "clrex" | "svc" | "brk" | "udf" | "hlt"
+        )
+        || is_exclusive(m)
+        || m.starts_with("cas")
+        || m.starts_with("swp")
+        || LSE_OPS.iter().any(|op| m.starts_with(&format!("ld{op}")))
+}
+
+fn is_exclusive(m: &str) -> bool {
+    let base = m.trim_end_matches(['b', 'h']);
+    matches!(base, "ldxr" | "ldaxr" | "stxr" | "stlxr" | "ldxp" | "ldaxp" | "stxp" | "stlxp")
+}
+
+fn parse_num(t: &str) -> Option<i64> {
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t),
+    };
+    let v = if let Some(h) = t.strip_prefix("0x") {
+        i64::from_str_radix(h, 16).ok()?
+    } else {
+        t.parse::<i64>().ok()?
+    };
+    Some(if neg { -v } else { v })
+}
+
+impl Facts {
+    pub fn parse(text: &str, pc: u64) -> Facts {
+        let mut s = text.to_ascii_lowercase();
+        for cut in ["//", ";"] {
+            if let Some(i) = s.find(cut) {
+                s.truncate(i);
+            }
+        }
+        // drop "<symbol+off>" annotations
+        while let (Some(a), Some(b)) = (s.find('<'), s.find('>')) {
+            if b < a {
+                break;
+            }
+            s.replace_range(a..=b, "");
+        }
+        let s = s.trim();
+        let (m, ops) = match s.split_once(char::is_whitespace) {
+            Some((m, o)) => (m.to_string(), o.trim().to_string()),
+            None => (s.to_string(), String::new()),
+        };
+        let mut mnem = m;
+        for (from, to) in [("b.hs", "b.cs"), ("b.lo", "b.cc"), ("bc.hs", "bc.cs"), ("bc.lo", "bc.cc")] {
+            if mnem == from {
+                mnem = to.to_string();
+            }
+        }
+        let has_memory = ops.contains('[');
+        let tokens: Vec<&str> =
+            ops.split(|c: char| c == ',' || c.is_whitespace() || "[]{}!".contains(c)).filter(|t| !t.is_empty()).collect();
+        let mut gprs = Vec::new();
+        for t in &tokens {
+            let g = match *t {
+                "sp" | "xzr" => Some(('x', 31)),
+                "wsp" | "wzr" => Some(('w', 31)),
+                _ => {
+                    let c = t.chars().next().unwrap_or(' ');
+                    if (c == 'x' || c == 'w') && t.len() > 1 && t[1..].bytes().all(|b| b.is_ascii_digit()) {
+                        t[1..].parse::<u8>().ok().map(|n| (c, n))
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(g) = g {
+                gprs.push(g);
+            }
+        }
+        if mnem == "ret" && gprs.is_empty() {
+            gprs.push(('x', 30));
+        }
+        // LSE store aliases: st<op>[l][b|h] Rs, [Rn] == ld<op>[l][b|h] Rs, zr, [Rn]
+        if let Some(rest) = mnem.strip_prefix("st") {
+            if LSE_OPS.iter().any(|op| rest.starts_with(op)) && gprs.len() == 2 {
+                mnem = format!("ld{rest}");
+                let w = gprs[0].0;
+                gprs.insert(1, (w, 31));
+            }
+        }
+        let literal = (mnem.starts_with("ldr") || mnem == "prfm" || mnem == "ldrsw") && !has_memory;
+        let mut target = None;
+        if targets(&mnem) || literal {
+            if let Some(last) = tokens.last() {
+                let t = last.trim_start_matches('#');
+                target = if let Some(r) = t.strip_prefix("$+") {
+                    parse_num(r)
+                } else if let Some(r) = t.strip_prefix("$-") {
+                    parse_num(r).map(|v| -v)
+                } else if let Some(h) = t.strip_prefix("0x") {
+                    i64::from_str_radix(h, 16).ok().map(|abs| abs - base(&mnem, pc))
+                } else if t.bytes().all(|b| b.is_ascii_hexdigit()) && !t.is_empty() {
+                    // binutils prints absolute targets as bare hex
+                    i64::from_str_radix(t, 16).ok().map(|abs| abs - base(&mnem, pc))
+                } else {
+                    None
+                };
+            }
+        }
+        let mut imms = Vec::new();
+        if mnem == "tbz" || mnem == "tbnz" {
+            if let Some(b) = tokens.get(1).and_then(|t| parse_num(t.trim_start_matches('#'))) {
+                imms.push(b);
+            }
+        }
+        Facts { mnem, target, gprs, imms, has_memory }
+    }
+
+    pub fn same_rivet_facts(&self, other: &Facts) -> bool {
+        self.mnem == other.mnem && self.target == other.target && self.gprs == other.gprs && self.imms == other.imms
+    }
+}
+
+fn base(m: &str, pc: u64) -> i64 {
+    if m == "adrp" {
+        (pc & !0xfff) as i64
+    } else {
+        pc as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_all_syntaxes() {
+        let a = Facts::parse("b.hs\t400600 <main+0x10>", 0x4005f0);
+        let b = Facts::parse("b.cs $+0x10", 0x4005f0);
+        let c = Facts::parse("b.cs #0x400600", 0x4005f0);
+        assert_eq!(a, b);
+        assert_eq!(b, c);
+        let l = Facts::parse("stadd w1, [x0]", 0);
+        assert_eq!(l.mnem, "ldadd");
+        assert_eq!(l.gprs, vec![('w', 1), ('w', 31), ('x', 0)]);
+        let p = Facts::parse("adrp x1, 0x12000", 0x10ffc);
+        assert_eq!(p.target, Some(0x2000));
+        assert_eq!(Facts::parse("tbnz w5, #7, 0xfff8", 0x10000).imms, vec![7]);
+    }
+}
