@@ -91,6 +91,8 @@ impl Facts {
         for t in &tokens {
             let g = match *t {
                 "sp" | "xzr" => Some(('x', 31)),
+                "lr" => Some(('x', 30)), // bad64 names x30 and x29
+                "fp" => Some(('x', 29)),
                 "wsp" | "wzr" => Some(('w', 31)),
                 _ => {
                     let c = t.chars().next().unwrap_or(' ');
@@ -147,6 +149,49 @@ impl Facts {
     pub fn same_rivet_facts(&self, other: &Facts) -> bool {
         self.mnem == other.mnem && self.target == other.target && self.gprs == other.gprs && self.imms == other.imms
     }
+}
+
+/// Whether `base` is the instruction the architecture defines the alias `alias` on
+/// (the references print preferred aliases; some crates print the base form).
+pub fn is_base_of_alias(alias: &str, base: &str) -> bool {
+    let bases: &[&str] = match alias {
+        "mov" => &["orr", "movz", "movn", "add", "dup", "umov", "ins", "orr", "sel", "cpy", "dupm", "mov"],
+        "cmp" => &["subs"],
+        "cmn" => &["adds"],
+        "tst" => &["ands"],
+        "neg" => &["sub"],
+        "negs" => &["subs"],
+        "ngc" => &["sbc"],
+        "ngcs" => &["sbcs"],
+        "mvn" => &["orn", "not"],
+        "not" => &["mvn", "eor"],
+        "lsl" => &["ubfm", "lslv"],
+        "lsr" => &["ubfm", "lsrv"],
+        "asr" => &["sbfm", "asrv"],
+        "ror" => &["extr", "rorv"],
+        "sxtb" | "sxth" | "sxtw" | "sbfiz" | "sbfx" => &["sbfm"],
+        "uxtb" | "uxth" | "ubfiz" | "ubfx" => &["ubfm"],
+        "bfi" | "bfxil" | "bfc" => &["bfm"],
+        "mul" => &["madd"],
+        "mneg" => &["msub"],
+        "smull" => &["smaddl"],
+        "umull" => &["umaddl"],
+        "smnegl" => &["smsubl"],
+        "umnegl" => &["umsubl"],
+        "cset" | "cinc" => &["csinc"],
+        "csetm" | "cinv" => &["csinv"],
+        "cneg" => &["csneg"],
+        "nop" | "yield" | "wfe" | "wfi" | "sev" | "sevl" | "esb" | "csdb" | "bti" | "paciasp" | "autiasp"
+        | "pacibsp" | "autibsp" | "xpaclri" | "dgh" | "psb" => &["hint"],
+        "sxtl" | "sxtl2" => &["sshll", "sshll2"],
+        "uxtl" | "uxtl2" => &["ushll", "ushll2"],
+        "fmov" => &["dup", "fdup", "fcpy", "cpy"],
+        "movs" => &["orrs", "ands"],
+        "ptest" => &["ptest"],
+        _ => &[],
+    };
+    bases.contains(&base)
+        || (alias.starts_with("st") && base.starts_with("ld") && alias[2..] == base[2..])
 }
 
 fn base(m: &str, pc: u64) -> i64 {

@@ -107,8 +107,8 @@ struct RefWord {
 }
 
 /// Parses `objdump -d` output: address -> (word, text or None when undefined).
-/// Data (`.word`, `.byte`, ...) is skipped. llvm prints the bytes little-endian.
-fn parse_objdump(out: &str, llvm: bool) -> HashMap<u64, (u32, Option<String>)> {
+/// Data (`.word`, `.byte`, ...) is skipped.
+fn parse_objdump(out: &str) -> HashMap<u64, (u32, Option<String>)> {
     let mut map = HashMap::new();
     for line in out.lines() {
         let Some((addr, rest)) = line.split_once(':') else { continue };
@@ -118,30 +118,12 @@ fn parse_objdump(out: &str, llvm: bool) -> HashMap<u64, (u32, Option<String>)> {
         }
         let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
         let rest = rest.trim_start();
-        let (word, text) = if llvm {
-            // "1f 20 03 d5  \tnop"
-            let mut bytes = [0u8; 4];
-            let mut it = rest.splitn(5, ' ');
-            let mut ok = true;
-            for b in bytes.iter_mut() {
-                match it.next().and_then(|t| u8::from_str_radix(t, 16).ok()) {
-                    Some(v) => *b = v,
-                    None => ok = false,
-                }
-            }
-            if !ok {
-                continue;
-            }
-            (u32::from_le_bytes(bytes), it.next().unwrap_or("").trim())
-        } else {
-            // "d503201f \tnop"
-            let Some((w, t)) = rest.split_once(|c: char| c.is_whitespace()) else { continue };
-            if w.len() != 8 {
-                continue; // .byte / .short data
-            }
-            let Ok(w) = u32::from_str_radix(w, 16) else { continue };
-            (w, t.trim())
-        };
+        // "d503201f \tnop": both print the instruction as one 32-bit hex word
+        let Some((w, text)) = rest.split_once(|c: char| c.is_whitespace()) else { continue };
+        if w.len() != 8 {
+            continue; // .byte / .short data
+        }
+        let Ok(word) = u32::from_str_radix(w, 16) else { continue };
         let text = text.replace('\t', " ");
         let t = text.trim();
         if t.starts_with(".word") || t.starts_with(".byte") || t.starts_with(".short") || t.starts_with(".hword") {
@@ -163,8 +145,8 @@ fn collect_references(files: &[String]) -> (BTreeMap<u32, RefWord>, u64) {
     let mut words: BTreeMap<u32, RefWord> = BTreeMap::new();
     let mut total = 0u64;
     for f in files {
-        let gnu = parse_objdump(&run("aarch64-linux-gnu-objdump", &["-d", "-w", f]), false);
-        let llvm = parse_objdump(&run("llvm-objdump-19", &["-d", "--no-print-imm-hex", f]), true);
+        let gnu = parse_objdump(&run("aarch64-linux-gnu-objdump", &["-d", "-w", f]));
+        let llvm = parse_objdump(&run("llvm-objdump-19", &["-d", "--no-print-imm-hex", f]));
         for (addr, (word, gtext)) in &gnu {
             let Some((lword, ltext)) = llvm.get(addr) else { continue };
             if lword != word {
@@ -190,10 +172,12 @@ fn collect_references(files: &[String]) -> (BTreeMap<u32, RefWord>, u64) {
 struct Tally {
     fail: (u64, u64),            // (unique, instances): references decode it, the crate does not
     accepts_invalid: (u64, u64), // both references reject it, the crate decodes it
-    mnemonic: (u64, u64),        // mnemonic agrees with neither reference
+    mnemonic: (u64, u64),        // mnemonic agrees with neither reference, nor is the base form of its alias
+    base_form: (u64, u64),       // the crate prints the base instruction where the references print an alias
+    unformatted: (u64, u64),     // decoded, but the text has placeholders instead of operands
     rivet_checked: (u64, u64),   // Rivet forms compared on all facts
     rivet_bad: (u64, u64),       // Rivet forms where a fact differs (or decode failed)
-    fail_by_group: BTreeMap<String, (u64, u64)>,
+    fail_by_group: BTreeMap<String, (u64, u64, Vec<String>)>,
     mnemonic_pairs: BTreeMap<(String, String), (u64, u64, u32, u64)>, // -> (unique, instances, example word, pc)
     rivet_examples: Vec<String>,
 }
@@ -206,7 +190,11 @@ fn add(t: &mut (u64, u64), n: u64) {
 /// A coarse group of a reference mnemonic for the failure histogram.
 fn group(m: &str, text: &str) -> String {
     let z = text.contains(" z") || text.contains("{z") || text.contains(" p") && text.contains("/");
-    if z {
+    let sve_scalar = ["addvl", "addpl", "rdvl", "whilelo", "whilelt", "whilele", "whilels", "ptrue", "pfalse", "ptest"];
+    let sve_count = ["inc", "dec", "cnt", "sqinc", "sqdec", "uqinc", "uqdec"]
+        .iter()
+        .any(|p| m.strip_prefix(p).is_some_and(|r| matches!(r, "b" | "h" | "w" | "d" | "p")));
+    if z || sve_scalar.contains(&m) || sve_count {
         return "SVE".into();
     }
     if text.contains(" v") || text.contains("{v") {
@@ -263,6 +251,9 @@ fn correctness(files: &[String]) {
                     let e = t.fail_by_group.entry(g).or_default();
                     e.0 += 1;
                     e.1 += r.count;
+                    if e.2.len() < 6 {
+                        e.2.push(format!("{word:08x} `{ref_text}`"));
+                    }
                     if rivet {
                         add(&mut t.rivet_bad, r.count);
                         if t.rivet_examples.len() < 40 {
@@ -272,7 +263,13 @@ fn correctness(files: &[String]) {
                 }
                 (Some(text), false) => {
                     let mine = Facts::parse(&text, r.pc);
-                    if !refs.iter().any(|f| f.mnem == mine.mnem) {
+                    if text.contains(":SVE_") || text.contains(":SME_") {
+                        add(&mut t.unformatted, r.count);
+                    }
+                    if refs.iter().any(|f| f.mnem == mine.mnem) {
+                    } else if refs.iter().any(|f| facts::is_base_of_alias(&f.mnem, &mine.mnem)) {
+                        add(&mut t.base_form, r.count);
+                    } else {
                         add(&mut t.mnemonic, r.count);
                         let e = t.mnemonic_pairs.entry((refs[0].mnem.clone(), mine.mnem.clone())).or_insert((0, 0, *word, r.pc));
                         e.0 += 1;
@@ -295,12 +292,16 @@ fn correctness(files: &[String]) {
             }
         }
         summary.push(format!(
-            "| {} | {} / {} | {} / {} | {} / {} | {} / {} of {} |",
+            "| {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} of {} |",
             dec.name(),
             t.fail.0,
             t.fail.1,
             t.mnemonic.0,
             t.mnemonic.1,
+            t.base_form.0,
+            t.base_form.1,
+            t.unformatted.0,
+            t.unformatted.1,
             t.accepts_invalid.0,
             t.accepts_invalid.1,
             t.rivet_bad.0,
@@ -309,10 +310,10 @@ fn correctness(files: &[String]) {
         ));
         let _ = writeln!(report, "\n## {}\n", dec.name());
         let _ = writeln!(report, "not decoded, by group (unique / instances):");
-        for (g, (u, n)) in &t.fail_by_group {
-            let _ = writeln!(report, "  {g}: {u} / {n}");
+        for (g, (u, n, ex)) in &t.fail_by_group {
+            let _ = writeln!(report, "  {g}: {u} / {n}  e.g. {}", ex.join(", "));
         }
-        let _ = writeln!(report, "mnemonic differs from both references (top 40 by instances; ref -> crate, unique / instances, example):");
+        let _ = writeln!(report, "wrong mnemonic: differs from both references and is not the base form of their alias (top 40 by instances; ref -> crate, unique / instances, example):");
         let mut pairs: Vec<_> = t.mnemonic_pairs.iter().collect();
         pairs.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
         for ((a, b), (u, n, w, pc)) in pairs.iter().take(40) {
@@ -330,8 +331,9 @@ fn correctness(files: &[String]) {
             let _ = writeln!(report, "  {e}");
         }
     }
-    println!("\n| crate | not decoded (unique / instances) | mnemonic differs from both refs | accepts words both refs reject | Rivet forms wrong or not decoded |");
-    println!("|---|---|---|---|---|");
+    println!("\n(unique words / instances)\n");
+    println!("| crate | not decoded | wrong mnemonic | base form printed for an alias | operands left unformatted | accepts words both refs reject | Rivet forms wrong or not decoded |");
+    println!("|---|---|---|---|---|---|---|");
     for s in summary {
         println!("{s}");
     }
@@ -352,7 +354,7 @@ fn speed(path: &str, reps: usize) {
     println!("# {path}: .text {} bytes, {n} words", bytes.len());
     println!("| crate / call | M insn/s (best of {reps}) | invalid words |");
     println!("|---|---|---|");
-    let mut bench = |name: &str, f: &mut dyn FnMut() -> (u64, u64)| {
+    let bench = |name: &str, f: &mut dyn FnMut() -> (u64, u64)| {
         let mut best = f64::MAX;
         let mut bad = 0;
         for _ in 0..reps {
@@ -374,7 +376,8 @@ fn speed(path: &str, reps: usize) {
             let b = w.to_le_bytes();
             let mut r = yaxpeax_arch::U8Reader::new(&b);
             if d.decode_into(&mut inst, &mut r).is_ok() {
-                sink = sink.wrapping_add(inst.opcode as u64);
+                std::hint::black_box(&inst);
+                sink += 1;
             } else {
                 bad += 1;
             }
@@ -410,13 +413,10 @@ fn speed(path: &str, reps: usize) {
             let mut off = 0usize;
             while off < bytes.len() {
                 let mut it = cs.0.disasm_iter(&bytes[off..], base + off as u64).expect("iter");
-                let mut advanced = false;
-                for ins in &mut it {
+                while let Some(ins) = it.next() {
                     sink = sink.wrapping_add(ins.id().0 as u64);
                     off += 4;
-                    advanced = true;
                 }
-                let _ = advanced;
                 if off < bytes.len() {
                     bad += 1; // the iterator stops at an invalid word: skip it
                     off += 4;
