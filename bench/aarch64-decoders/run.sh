@@ -20,7 +20,7 @@ mkdir -p "$CACHE" "$HERE/results"
 # shellcheck source=../../scripts/lib.sh
 source "$REPO/scripts/lib.sh"
 need_packages gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross \
-    binutils-aarch64-linux-gnu clang-19 llvm-19 libclang-19-dev
+    binutils-aarch64-linux-gnu clang-19 llvm-19 libclang1-19
 need_cargo
 
 (cd "$HERE" && nice -n 10 cargo build --release -q)

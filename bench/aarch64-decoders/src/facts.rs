@@ -187,7 +187,7 @@ pub fn is_base_of_alias(alias: &str, base: &str) -> bool {
         "uxtl" | "uxtl2" => &["ushll", "ushll2"],
         "fmov" => &["dup", "fdup", "fcpy", "cpy"],
         "movs" => &["orrs", "ands"],
-        "ptest" => &["ptest"],
+        "dc" | "ic" | "at" | "tlbi" => &["sys"],
         _ => &[],
     };
     bases.contains(&base)

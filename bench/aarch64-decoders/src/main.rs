@@ -175,6 +175,8 @@ struct Tally {
     mnemonic: (u64, u64),        // mnemonic agrees with neither reference, nor is the base form of its alias
     base_form: (u64, u64),       // the crate prints the base instruction where the references print an alias
     unformatted: (u64, u64),     // decoded, but the text has placeholders instead of operands
+    operands: (u64, u64),        // same mnemonic as a reference, different registers/target/bit
+    operand_examples: Vec<String>,
     rivet_checked: (u64, u64),   // Rivet forms compared on all facts
     rivet_bad: (u64, u64),       // Rivet forms where a fact differs (or decode failed)
     fail_by_group: BTreeMap<String, (u64, u64, Vec<String>)>,
@@ -267,6 +269,16 @@ fn correctness(files: &[String]) {
                         add(&mut t.unformatted, r.count);
                     }
                     if refs.iter().any(|f| f.mnem == mine.mnem) {
+                        if !rivet && !text.contains(":SVE_") && !refs.iter().any(|f| f.same_rivet_facts(&mine)) {
+                            add(&mut t.operands, r.count);
+                            if t.operand_examples.len() < 20 {
+                                t.operand_examples.push(format!(
+                                    "{word:08x} ref `{}` / `{}`: got `{text}`",
+                                    r.gnu.as_deref().unwrap_or("-"),
+                                    r.llvm.as_deref().unwrap_or("-")
+                                ));
+                            }
+                        }
                     } else if refs.iter().any(|f| facts::is_base_of_alias(&f.mnem, &mine.mnem)) {
                         add(&mut t.base_form, r.count);
                     } else {
@@ -292,12 +304,14 @@ fn correctness(files: &[String]) {
             }
         }
         summary.push(format!(
-            "| {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} of {} |",
+            "| {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} of {} |",
             dec.name(),
             t.fail.0,
             t.fail.1,
             t.mnemonic.0,
             t.mnemonic.1,
+            t.operands.0,
+            t.operands.1,
             t.base_form.0,
             t.base_form.1,
             t.unformatted.0,
@@ -326,14 +340,18 @@ fn correctness(files: &[String]) {
                 dec.text(*w, *pc).unwrap_or_default()
             );
         }
+        let _ = writeln!(report, "same mnemonic, other general registers (first 20):");
+        for e in &t.operand_examples {
+            let _ = writeln!(report, "  {e}");
+        }
         let _ = writeln!(report, "Rivet-form mismatches (first 40):");
         for e in &t.rivet_examples {
             let _ = writeln!(report, "  {e}");
         }
     }
     println!("\n(unique words / instances)\n");
-    println!("| crate | not decoded | wrong mnemonic | base form printed for an alias | operands left unformatted | accepts words both refs reject | Rivet forms wrong or not decoded |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| crate | not decoded | wrong mnemonic | same mnemonic, other registers (non-Rivet forms) | base form printed for an alias | operands left unformatted | accepts words both refs reject | Rivet forms wrong or not decoded |");
+    println!("|---|---|---|---|---|---|---|---|");
     for s in summary {
         println!("{s}");
     }
