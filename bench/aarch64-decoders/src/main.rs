@@ -402,6 +402,29 @@ fn speed(path: &str, reps: usize) {
         }
         (bad, sink)
     });
+    bench("yaxpeax-arm `decode_into` + PC-relative target and registers from `operands`", &mut || {
+        use yaxpeax_arch::Decoder;
+        use yaxpeax_arm::armv8::a64::Operand;
+        let d = yaxpeax_arm::armv8::a64::InstDecoder::default();
+        let mut inst = yaxpeax_arm::armv8::a64::Instruction::default();
+        let (mut bad, mut sink) = (0u64, 0u64);
+        for (i, w) in words.iter().enumerate() {
+            let b = w.to_le_bytes();
+            let mut r = yaxpeax_arch::U8Reader::new(&b);
+            if d.decode_into(&mut inst, &mut r).is_ok() {
+                for op in &inst.operands {
+                    match op {
+                        Operand::PCOffset(off) => sink = sink.wrapping_add((base + 4 * i as u64).wrapping_add(*off as u64)),
+                        Operand::Register(_, n) | Operand::RegisterOrSP(_, n) => sink = sink.wrapping_add(*n as u64),
+                        _ => {}
+                    }
+                }
+            } else {
+                bad += 1;
+            }
+        }
+        (bad, sink)
+    });
     bench("bad64 `decode`", &mut || {
         let (mut bad, mut sink) = (0u64, 0u64);
         for (i, w) in words.iter().enumerate() {
@@ -419,6 +442,33 @@ fn speed(path: &str, reps: usize) {
             match disarm64::decoder::decode(*w) {
                 Some(ins) => sink = sink.wrapping_add(ins.bits() as u64 ^ ins.definition().mnemonic.len() as u64),
                 None => bad += 1,
+            }
+        }
+        (bad, sink)
+    });
+    bench("disarm64 `decoder::decode` + every operand bit field extracted", &mut || {
+        use disarm64::InsnOpcode;
+        let (mut bad, mut sink) = (0u64, 0u64);
+        for w in &words {
+            match disarm64::decoder::decode(*w) {
+                Some(ins) => {
+                    for op in ins.definition().operands {
+                        for f in op.bit_fields {
+                            sink = sink.wrapping_add(((*w >> f.lsb) & ((1u32 << f.width) - 1)) as u64);
+                        }
+                    }
+                }
+                None => bad += 1,
+            }
+        }
+        (bad, sink)
+    });
+    bench("bad64 `decode` + operands()", &mut || {
+        let (mut bad, mut sink) = (0u64, 0u64);
+        for (i, w) in words.iter().enumerate() {
+            match bad64::decode(*w, base + 4 * i as u64) {
+                Ok(ins) => sink = sink.wrapping_add(ins.operands().len() as u64),
+                Err(_) => bad += 1,
             }
         }
         (bad, sink)
@@ -494,6 +544,19 @@ fn main() {
         Some("correctness") => correctness(&args[1..]),
         Some("speed") => speed(&args[1], args.get(2).map_or(5, |s| s.parse().expect("REPS"))),
         Some("api") => api(),
+        Some("random-words") => {
+            // random-words N SEED OUT: N pseudo-random 32-bit words (xorshift64*), raw
+            let n: usize = args[1].parse().expect("N");
+            let mut x: u64 = args[2].parse::<u64>().expect("SEED") | 1;
+            let mut out = Vec::with_capacity(4 * n);
+            for _ in 0..n {
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                out.extend_from_slice(&((x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32).to_le_bytes());
+            }
+            std::fs::write(&args[3], out).expect("write");
+        }
         Some("text") => {
             // text WORD [PC]: what every crate prints for one word
             let w = u32::from_str_radix(args[1].trim_start_matches("0x"), 16).expect("hex word");
@@ -503,7 +566,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: aarch64-decoders correctness ELF... | speed ELF [REPS] | api | text WORD [PC]");
+            eprintln!("usage: aarch64-decoders correctness ELF... | speed ELF [REPS] | api | text WORD [PC] | random-words N SEED OUT");
             std::process::exit(2);
         }
     }
