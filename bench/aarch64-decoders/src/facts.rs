@@ -25,7 +25,8 @@ fn targets(m: &str) -> bool {
 /// PAC/BTI hints, exclusive and atomic memory operations, traps.
 pub fn is_rivet_form(m: &str, text: &str) -> bool {
     let literal = (m.starts_with("ldr") || m == "prfm" || m == "ldrsw") && !text.contains('[');
-    targets(m)
+    // SVE's `adr z0.d, [z1.d, z2.d]` is vector arithmetic, not PC-relative
+    (targets(m) && !text.contains('['))
         || literal
         || matches!(
             m,
@@ -120,7 +121,7 @@ impl Facts {
         }
         let literal = (mnem.starts_with("ldr") || mnem == "prfm" || mnem == "ldrsw") && !has_memory;
         let mut target = None;
-        if targets(&mnem) || literal {
+        if (targets(&mnem) && !has_memory) || literal {
             if let Some(last) = tokens.last() {
                 let t = last.trim_start_matches('#');
                 target = if let Some(r) = t.strip_prefix("$+") {
@@ -128,10 +129,10 @@ impl Facts {
                 } else if let Some(r) = t.strip_prefix("$-") {
                     parse_num(r).map(|v| -v)
                 } else if let Some(h) = t.strip_prefix("0x") {
-                    i64::from_str_radix(h, 16).ok().map(|abs| abs - base(&mnem, pc))
+                    u64::from_str_radix(h, 16).ok().map(|abs| abs.wrapping_sub(base(&mnem, pc)) as i64)
                 } else if t.bytes().all(|b| b.is_ascii_hexdigit()) && !t.is_empty() {
-                    // binutils prints absolute targets as bare hex
-                    i64::from_str_radix(t, 16).ok().map(|abs| abs - base(&mnem, pc))
+                    // binutils prints absolute targets as bare hex (wrapped below address 0)
+                    u64::from_str_radix(t, 16).ok().map(|abs| abs.wrapping_sub(base(&mnem, pc)) as i64)
                 } else {
                     None
                 };
@@ -194,11 +195,11 @@ pub fn is_base_of_alias(alias: &str, base: &str) -> bool {
         || (alias.starts_with("st") && base.starts_with("ld") && alias[2..] == base[2..])
 }
 
-fn base(m: &str, pc: u64) -> i64 {
+fn base(m: &str, pc: u64) -> u64 {
     if m == "adrp" {
-        (pc & !0xfff) as i64
+        pc & !0xfff
     } else {
-        pc as i64
+        pc
     }
 }
 
@@ -219,5 +220,8 @@ mod tests {
         let p = Facts::parse("adrp x1, 0x12000", 0x10ffc);
         assert_eq!(p.target, Some(0x2000));
         assert_eq!(Facts::parse("tbnz w5, #7, 0xfff8", 0x10000).imms, vec![7]);
+        // targets below address 0 wrap around
+        assert_eq!(Facts::parse("b fffffffffffffff0", 0x10).target, Some(-0x20));
+        assert_eq!(Facts::parse("b $-0x20", 0x10).target, Some(-0x20));
     }
 }

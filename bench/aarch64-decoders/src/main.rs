@@ -182,6 +182,7 @@ struct Tally {
     fail_by_group: BTreeMap<String, (u64, u64, Vec<String>)>,
     mnemonic_pairs: BTreeMap<(String, String), (u64, u64, u32, u64)>, // -> (unique, instances, example word, pc)
     rivet_examples: Vec<String>,
+    rivet_by_kind: BTreeMap<String, (u64, u64)>, // "<ref mnemonic>: not decoded | differs"
 }
 
 fn add(t: &mut (u64, u64), n: u64) {
@@ -258,6 +259,7 @@ fn correctness(files: &[String]) {
                     }
                     if rivet {
                         add(&mut t.rivet_bad, r.count);
+                        add(t.rivet_by_kind.entry(format!("{}: not decoded", refs[0].mnem)).or_default(), r.count);
                         if t.rivet_examples.len() < 40 {
                             t.rivet_examples.push(format!("{word:08x} @{:#x} ref `{ref_text}`: not decoded", r.pc));
                         }
@@ -289,6 +291,7 @@ fn correctness(files: &[String]) {
                     }
                     if rivet && !refs.iter().any(|f| f.same_rivet_facts(&mine)) {
                         add(&mut t.rivet_bad, r.count);
+                        add(t.rivet_by_kind.entry(format!("{} -> {}", refs[0].mnem, mine.mnem)).or_default(), r.count);
                         if t.rivet_examples.len() < 40 {
                             t.rivet_examples.push(format!(
                                 "{word:08x} @{:#x} ref `{}` / `{}`: got `{text}` -> {:?} vs {:?}",
@@ -343,6 +346,12 @@ fn correctness(files: &[String]) {
         let _ = writeln!(report, "same mnemonic, other general registers (first 20):");
         for e in &t.operand_examples {
             let _ = writeln!(report, "  {e}");
+        }
+        let _ = writeln!(report, "Rivet-form mismatches by reference mnemonic (unique / instances):");
+        let mut kinds: Vec<_> = t.rivet_by_kind.iter().collect();
+        kinds.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+        for (k, (u, n)) in kinds.iter().take(30) {
+            let _ = writeln!(report, "  {k}: {u} / {n}");
         }
         let _ = writeln!(report, "Rivet-form mismatches (first 40):");
         for e in &t.rivet_examples {
@@ -497,7 +506,7 @@ fn speed(path: &str, reps: usize) {
 
 fn api() {
     // b +0x40; cbz x3, +0x20; tbnz w5, #7, -0x8; adrp x1, +2 pages; ldr x2, lit +0x10; blraa x8, sp; bti c
-    let samples: [(u32, &str); 7] = [
+    let samples: [(u32, &str); 9] = [
         (0x14000010, "b #+0x40"),
         (0xb4000103, "cbz x3, #+0x20"),
         (0x373fffc5, "tbnz w5, #7, #-0x8"),
@@ -505,6 +514,8 @@ fn api() {
         (0x58000082, "ldr x2, literal #+0x10"),
         (0xd73f091f, "blraa x8, sp"),
         (0xd503245f, "bti c"),
+        (0x04203822, "eor3 z2.d, z2.d, z0.d, z1.d (SVE2)"),
+        (0x0420e3e6, "cntb x6 (SVE)"),
     ];
     let pc = 0x10000u64;
     for (w, what) in samples {
