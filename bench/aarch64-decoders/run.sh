@@ -69,6 +69,7 @@ if [[ $what == correctness || $what == all ]]; then
     files+=("$sysroot/libc.so.6" "$sysroot/libm.so.6" "$(readlink -f "$sysroot/libstdc++.so.6")")
     echo "correctness over ${#files[@]} files" >&2
     "$BIN" correctness "${files[@]}" | tee "$HERE/results/correctness.md"
+    "$BIN" classify "${files[@]}" | tee "$HERE/results/classify.md"
 fi
 
 if [[ $what == random || $what == all ]]; then
@@ -79,6 +80,7 @@ if [[ $what == random || $what == all ]]; then
     aarch64-linux-gnu-objcopy -I binary -O elf64-littleaarch64 -B aarch64 \
         --rename-section .data=.text,alloc,load,readonly,code,contents "$raw" "$CACHE/random-words.elf"
     "$BIN" correctness "$CACHE/random-words.elf" | tee "$HERE/results/random-words.md"
+    "$BIN" classify "$CACHE/random-words.elf" | tee "$HERE/results/random-words-classify.md"
 fi
 
 if [[ $what == speed || $what == all ]]; then

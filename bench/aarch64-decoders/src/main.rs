@@ -15,6 +15,7 @@
 //! `api`: prints what each crate's structured API returns for a few Rivet-relevant
 //! instructions (branch target, registers), to show what Rivet can use without text.
 
+mod classify;
 mod facts;
 
 use std::collections::{BTreeMap, HashMap};
@@ -368,6 +369,57 @@ fn correctness(files: &[String]) {
     let _ = words.values().map(|r| &r.file).count();
 }
 
+/// Control-flow classification through each crate's structured API, against binutils.
+fn classify_cmd(files: &[String]) {
+    let (words, total) = collect_references(files);
+    println!("# {} files, {total} instructions, {} unique words", files.len(), words.len());
+    type Classifier = (&'static str, fn(u32, u64) -> Option<classify::Flow>);
+    let classifiers: [Classifier; 3] = [
+        ("yaxpeax-arm (Opcode + Operand::PCOffset)", |w, _| classify::yaxpeax(w)),
+        ("bad64 (Op + Operand::Label)", classify::bad64),
+        ("disarm64 (InsnClass + operand bit fields)", |w, _| classify::disarm64(w)),
+    ];
+    let mut ref_kinds: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in words.values() {
+        if let Some(t) = r.gnu.as_deref().or(r.llvm.as_deref()) {
+            *ref_kinds.entry(classify::reference(t, r.pc).kind()).or_default() += r.count;
+        }
+    }
+    println!("reference kinds (instances): {ref_kinds:?}");
+    println!("\n| classifier | agree | differ (unique / instances) | not decoded |");
+    println!("|---|---|---|---|");
+    let mut details = String::new();
+    for (name, f) in classifiers {
+        let (mut agree, mut differ, mut undecoded) = (0u64, (0u64, 0u64), (0u64, 0u64));
+        let mut by: BTreeMap<String, (u64, u64, String)> = BTreeMap::new();
+        for (w, r) in &words {
+            let Some(t) = r.gnu.as_deref().or(r.llvm.as_deref()) else { continue };
+            let want = classify::reference(t, r.pc);
+            // either reference will do: binutils applies relocations in objects, llvm does not
+            let want2 = r.llvm.as_deref().map(|l| classify::reference(l, r.pc)).unwrap_or(want);
+            match f(*w, r.pc) {
+                None => add(&mut undecoded, r.count),
+                Some(got) if got == want || got == want2 => agree += r.count,
+                Some(got) => {
+                    add(&mut differ, r.count);
+                    let e = by.entry(format!("{} -> {}", want.kind(), got.kind())).or_insert((0, 0, String::new()));
+                    e.0 += 1;
+                    e.1 += r.count;
+                    if e.2.is_empty() {
+                        e.2 = format!("{w:08x} `{t}`: {want:?} vs {got:?}");
+                    }
+                }
+            }
+        }
+        println!("| {name} | {agree} | {} / {} | {} / {} |", differ.0, differ.1, undecoded.0, undecoded.1);
+        let _ = writeln!(details, "\n{name}:");
+        for (k, (u, n, ex)) in by {
+            let _ = writeln!(details, "  {k}: {u} / {n}, e.g. {ex}");
+        }
+    }
+    println!("{details}");
+}
+
 /// Linear sweep of `.text`: every decoder, best of `reps` runs.
 fn speed(path: &str, reps: usize) {
     use object::{Object, ObjectSection};
@@ -506,7 +558,7 @@ fn speed(path: &str, reps: usize) {
 
 fn api() {
     // b +0x40; cbz x3, +0x20; tbnz w5, #7, -0x8; adrp x1, +2 pages; ldr x2, lit +0x10; blraa x8, sp; bti c
-    let samples: [(u32, &str); 9] = [
+    let samples: [(u32, &str); 11] = [
         (0x14000010, "b #+0x40"),
         (0xb4000103, "cbz x3, #+0x20"),
         (0x373fffc5, "tbnz w5, #7, #-0x8"),
@@ -514,6 +566,8 @@ fn api() {
         (0x58000082, "ldr x2, literal #+0x10"),
         (0xd73f091f, "blraa x8, sp"),
         (0xd503245f, "bti c"),
+        (0x54000002, "b.cs +0"),
+        (0x54ffffe1, "b.ne -4"),
         (0x04203822, "eor3 z2.d, z2.d, z0.d, z1.d (SVE2)"),
         (0x0420e3e6, "cntb x6 (SVE)"),
     ];
@@ -553,6 +607,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("correctness") => correctness(&args[1..]),
+        Some("classify") => classify_cmd(&args[1..]),
         Some("speed") => speed(&args[1], args.get(2).map_or(5, |s| s.parse().expect("REPS"))),
         Some("api") => api(),
         Some("random-words") => {
@@ -577,7 +632,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: aarch64-decoders correctness ELF... | speed ELF [REPS] | api | text WORD [PC] | random-words N SEED OUT");
+            eprintln!("usage: aarch64-decoders correctness ELF... | classify ELF... | speed ELF [REPS] | api | text WORD [PC] | random-words N SEED OUT");
             std::process::exit(2);
         }
     }
