@@ -57,8 +57,16 @@ pub fn yaxpeax(word: u32) -> Option<Flow> {
     use yaxpeax_arch::Decoder;
     use yaxpeax_arm::armv8::a64::{Opcode as O, Operand};
     let b = word.to_le_bytes();
-    let i = yaxpeax_arm::armv8::a64::InstDecoder::default().decode(&mut yaxpeax_arch::U8Reader::new(&b)).ok()?;
-    let off = i.operands.iter().find_map(|o| if let Operand::PCOffset(x) = o { Some(*x) } else { None });
+    let i = yaxpeax_arm::armv8::a64::InstDecoder::default()
+        .decode(&mut yaxpeax_arch::U8Reader::new(&b))
+        .ok()?;
+    let off = i.operands.iter().find_map(|o| {
+        if let Operand::PCOffset(x) = o {
+            Some(*x)
+        } else {
+            None
+        }
+    });
     let t = off.unwrap_or(i64::MIN);
     Some(match i.opcode {
         O::B => Flow::Jump(t),
@@ -75,7 +83,11 @@ pub fn yaxpeax(word: u32) -> Option<Flow> {
 pub fn bad64(word: u32, pc: u64) -> Option<Flow> {
     use bad64::{Imm, Operand};
     let i = bad64::decode(word, pc).ok()?;
-    let base = if i.op() == bad64::Op::ADRP { pc & !0xfff } else { pc };
+    let base = if i.op() == bad64::Op::ADRP {
+        pc & !0xfff
+    } else {
+        pc
+    };
     let target = i.operands().iter().find_map(|o| match o {
         Operand::Label(Imm::Unsigned(a)) => Some(a.wrapping_sub(base) as i64),
         Operand::Label(Imm::Signed(a)) => Some((*a as u64).wrapping_sub(base) as i64),
@@ -101,7 +113,10 @@ pub fn disarm64(word: u32) -> Option<Flow> {
         };
         let (mut v, mut width) = (0i64, 0u32);
         for f in op.bit_fields.iter().filter(|f| {
-            matches!(f.bitfield, F::imm14 | F::imm19 | F::imm26 | F::immhi | F::immlo)
+            matches!(
+                f.bitfield,
+                F::imm14 | F::imm19 | F::imm26 | F::immhi | F::immlo
+            )
         }) {
             v = (v << f.width) | ((word >> f.lsb) & ((1u32 << f.width) - 1)) as i64;
             width += f.width as u32;

@@ -16,8 +16,10 @@ pub struct Facts {
 const LSE_OPS: [&str; 8] = ["add", "clr", "eor", "set", "smax", "smin", "umax", "umin"];
 
 fn targets(m: &str) -> bool {
-    matches!(m, "b" | "bl" | "cbz" | "cbnz" | "tbz" | "tbnz" | "adr" | "adrp")
-        || m.starts_with("b.")
+    matches!(
+        m,
+        "b" | "bl" | "cbz" | "cbnz" | "tbz" | "tbnz" | "adr" | "adrp"
+    ) || m.starts_with("b.")
         || m.starts_with("bc.")
 }
 
@@ -30,10 +32,38 @@ pub fn is_rivet_form(m: &str, text: &str) -> bool {
         || literal
         || matches!(
             m,
-            "br" | "blr" | "ret" | "braa" | "brab" | "braaz" | "brabz" | "blraa" | "blrab" | "blraaz" | "blrabz"
-                | "retaa" | "retab" | "eret" | "bti" | "paciasp" | "pacibsp" | "autiasp" | "autibsp" | "paciaz"
-                | "pacibz" | "autiaz" | "autibz" | "pacia1716" | "pacib1716" | "autia1716" | "autib1716"
-                | "xpaclri" | "clrex" | "svc" | "brk" | "udf" | "hlt"
+            "br" | "blr"
+                | "ret"
+                | "braa"
+                | "brab"
+                | "braaz"
+                | "brabz"
+                | "blraa"
+                | "blrab"
+                | "blraaz"
+                | "blrabz"
+                | "retaa"
+                | "retab"
+                | "eret"
+                | "bti"
+                | "paciasp"
+                | "pacibsp"
+                | "autiasp"
+                | "autibsp"
+                | "paciaz"
+                | "pacibz"
+                | "autiaz"
+                | "autibz"
+                | "pacia1716"
+                | "pacib1716"
+                | "autia1716"
+                | "autib1716"
+                | "xpaclri"
+                | "clrex"
+                | "svc"
+                | "brk"
+                | "udf"
+                | "hlt"
         )
         || is_exclusive(m)
         || m.starts_with("cas")
@@ -43,7 +73,10 @@ pub fn is_rivet_form(m: &str, text: &str) -> bool {
 
 fn is_exclusive(m: &str) -> bool {
     let base = m.trim_end_matches(['b', 'h']);
-    matches!(base, "ldxr" | "ldaxr" | "stxr" | "stlxr" | "ldxp" | "ldaxp" | "stxp" | "stlxp")
+    matches!(
+        base,
+        "ldxr" | "ldaxr" | "stxr" | "stlxr" | "ldxp" | "ldaxp" | "stxp" | "stlxp"
+    )
 }
 
 fn parse_num(t: &str) -> Option<i64> {
@@ -80,14 +113,21 @@ impl Facts {
             None => (s.to_string(), String::new()),
         };
         let mut mnem = m;
-        for (from, to) in [("b.hs", "b.cs"), ("b.lo", "b.cc"), ("bc.hs", "bc.cs"), ("bc.lo", "bc.cc")] {
+        for (from, to) in [
+            ("b.hs", "b.cs"),
+            ("b.lo", "b.cc"),
+            ("bc.hs", "bc.cs"),
+            ("bc.lo", "bc.cc"),
+        ] {
             if mnem == from {
                 mnem = to.to_string();
             }
         }
         let has_memory = ops.contains('[');
-        let tokens: Vec<&str> =
-            ops.split(|c: char| c == ',' || c.is_whitespace() || "[]{}!".contains(c)).filter(|t| !t.is_empty()).collect();
+        let tokens: Vec<&str> = ops
+            .split(|c: char| c == ',' || c.is_whitespace() || "[]{}!".contains(c))
+            .filter(|t| !t.is_empty())
+            .collect();
         let mut gprs = Vec::new();
         for t in &tokens {
             let g = match *t {
@@ -97,7 +137,10 @@ impl Facts {
                 "wsp" | "wzr" => Some(('w', 31)),
                 _ => {
                     let c = t.chars().next().unwrap_or(' ');
-                    if (c == 'x' || c == 'w') && t.len() > 1 && t[1..].bytes().all(|b| b.is_ascii_digit()) {
+                    if (c == 'x' || c == 'w')
+                        && t.len() > 1
+                        && t[1..].bytes().all(|b| b.is_ascii_digit())
+                    {
                         t[1..].parse::<u8>().ok().map(|n| (c, n))
                     } else {
                         None
@@ -129,10 +172,14 @@ impl Facts {
                 } else if let Some(r) = t.strip_prefix("$-") {
                     parse_num(r).map(|v| -v)
                 } else if let Some(h) = t.strip_prefix("0x") {
-                    u64::from_str_radix(h, 16).ok().map(|abs| abs.wrapping_sub(base(&mnem, pc)) as i64)
+                    u64::from_str_radix(h, 16)
+                        .ok()
+                        .map(|abs| abs.wrapping_sub(base(&mnem, pc)) as i64)
                 } else if t.bytes().all(|b| b.is_ascii_hexdigit()) && !t.is_empty() {
                     // binutils prints absolute targets as bare hex (wrapped below address 0)
-                    u64::from_str_radix(t, 16).ok().map(|abs| abs.wrapping_sub(base(&mnem, pc)) as i64)
+                    u64::from_str_radix(t, 16)
+                        .ok()
+                        .map(|abs| abs.wrapping_sub(base(&mnem, pc)) as i64)
                 } else {
                     None
                 };
@@ -140,15 +187,27 @@ impl Facts {
         }
         let mut imms = Vec::new();
         if mnem == "tbz" || mnem == "tbnz" {
-            if let Some(b) = tokens.get(1).and_then(|t| parse_num(t.trim_start_matches('#'))) {
+            if let Some(b) = tokens
+                .get(1)
+                .and_then(|t| parse_num(t.trim_start_matches('#')))
+            {
                 imms.push(b);
             }
         }
-        Facts { mnem, target, gprs, imms, has_memory }
+        Facts {
+            mnem,
+            target,
+            gprs,
+            imms,
+            has_memory,
+        }
     }
 
     pub fn same_rivet_facts(&self, other: &Facts) -> bool {
-        self.mnem == other.mnem && self.target == other.target && self.gprs == other.gprs && self.imms == other.imms
+        self.mnem == other.mnem
+            && self.target == other.target
+            && self.gprs == other.gprs
+            && self.imms == other.imms
     }
 }
 
@@ -156,7 +215,9 @@ impl Facts {
 /// (the references print preferred aliases; some crates print the base form).
 pub fn is_base_of_alias(alias: &str, base: &str) -> bool {
     let bases: &[&str] = match alias {
-        "mov" => &["orr", "movz", "movn", "add", "dup", "umov", "ins", "orr", "sel", "cpy", "dupm", "mov"],
+        "mov" => &[
+            "orr", "movz", "movn", "add", "dup", "umov", "ins", "orr", "sel", "cpy", "dupm", "mov",
+        ],
         "cmp" => &["subs"],
         "cmn" => &["adds"],
         "tst" => &["ands"],
@@ -182,8 +243,8 @@ pub fn is_base_of_alias(alias: &str, base: &str) -> bool {
         "cset" | "cinc" => &["csinc"],
         "csetm" | "cinv" => &["csinv"],
         "cneg" => &["csneg"],
-        "nop" | "yield" | "wfe" | "wfi" | "sev" | "sevl" | "esb" | "csdb" | "bti" | "paciasp" | "autiasp"
-        | "pacibsp" | "autibsp" | "xpaclri" | "dgh" | "psb" => &["hint"],
+        "nop" | "yield" | "wfe" | "wfi" | "sev" | "sevl" | "esb" | "csdb" | "bti" | "paciasp"
+        | "autiasp" | "pacibsp" | "autibsp" | "xpaclri" | "dgh" | "psb" => &["hint"],
         "sxtl" | "sxtl2" => &["sshll", "sshll2"],
         "uxtl" | "uxtl2" => &["ushll", "ushll2"],
         "fmov" => &["dup", "fdup", "fcpy", "cpy"],

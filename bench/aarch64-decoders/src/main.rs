@@ -85,7 +85,11 @@ impl Dec for Capstone {
     fn text(&self, word: u32, pc: u64) -> Option<String> {
         let insns = self.0.disasm_count(&word.to_le_bytes(), pc, 1).ok()?;
         let i = insns.iter().next()?;
-        Some(format!("{} {}", i.mnemonic().unwrap_or(""), i.op_str().unwrap_or("")))
+        Some(format!(
+            "{} {}",
+            i.mnemonic().unwrap_or(""),
+            i.op_str().unwrap_or("")
+        ))
     }
 }
 
@@ -112,33 +116,57 @@ struct RefWord {
 fn parse_objdump(out: &str) -> HashMap<u64, (u32, Option<String>)> {
     let mut map = HashMap::new();
     for line in out.lines() {
-        let Some((addr, rest)) = line.split_once(':') else { continue };
+        let Some((addr, rest)) = line.split_once(':') else {
+            continue;
+        };
         let addr = addr.trim();
-        if addr.is_empty() || !line.starts_with(' ') || !addr.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if addr.is_empty() || !line.starts_with(' ') || !addr.bytes().all(|b| b.is_ascii_hexdigit())
+        {
             continue;
         }
-        let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
+        let Ok(addr) = u64::from_str_radix(addr, 16) else {
+            continue;
+        };
         let rest = rest.trim_start();
         // "d503201f \tnop": both print the instruction as one 32-bit hex word
-        let Some((w, text)) = rest.split_once(|c: char| c.is_whitespace()) else { continue };
+        let Some((w, text)) = rest.split_once(|c: char| c.is_whitespace()) else {
+            continue;
+        };
         if w.len() != 8 {
             continue; // .byte / .short data
         }
-        let Ok(word) = u32::from_str_radix(w, 16) else { continue };
+        let Ok(word) = u32::from_str_radix(w, 16) else {
+            continue;
+        };
         let text = text.replace('\t', " ");
         let t = text.trim();
-        if t.starts_with(".word") || t.starts_with(".byte") || t.starts_with(".short") || t.starts_with(".hword") {
+        if t.starts_with(".word")
+            || t.starts_with(".byte")
+            || t.starts_with(".short")
+            || t.starts_with(".hword")
+        {
             continue;
         }
-        let undefined = t.starts_with(".inst") || t.contains("<unknown>") || t.contains("undefined");
-        map.insert(addr, (word, if undefined { None } else { Some(t.to_string()) }));
+        let undefined =
+            t.starts_with(".inst") || t.contains("<unknown>") || t.contains("undefined");
+        map.insert(
+            addr,
+            (word, if undefined { None } else { Some(t.to_string()) }),
+        );
     }
     map
 }
 
 fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("running {cmd}: {e}"));
-    assert!(out.status.success(), "{cmd} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8 objdump output")
 }
 
@@ -149,7 +177,9 @@ fn collect_references(files: &[String]) -> (BTreeMap<u32, RefWord>, u64) {
         let gnu = parse_objdump(&run("aarch64-linux-gnu-objdump", &["-d", "-w", f]));
         let llvm = parse_objdump(&run("llvm-objdump-19", &["-d", "--no-print-imm-hex", f]));
         for (addr, (word, gtext)) in &gnu {
-            let Some((lword, ltext)) = llvm.get(addr) else { continue };
+            let Some((lword, ltext)) = llvm.get(addr) else {
+                continue;
+            };
             if lword != word {
                 continue; // one of them treats this as data
             }
@@ -171,15 +201,15 @@ fn collect_references(files: &[String]) -> (BTreeMap<u32, RefWord>, u64) {
 
 #[derive(Default)]
 struct Tally {
-    fail: (u64, u64),            // (unique, instances): references decode it, the crate does not
+    fail: (u64, u64), // (unique, instances): references decode it, the crate does not
     accepts_invalid: (u64, u64), // both references reject it, the crate decodes it
-    mnemonic: (u64, u64),        // mnemonic agrees with neither reference, nor is the base form of its alias
-    base_form: (u64, u64),       // the crate prints the base instruction where the references print an alias
-    unformatted: (u64, u64),     // decoded, but the text has placeholders instead of operands
-    operands: (u64, u64),        // same mnemonic as a reference, different registers/target/bit
+    mnemonic: (u64, u64), // mnemonic agrees with neither reference, nor is the base form of its alias
+    base_form: (u64, u64), // the crate prints the base instruction where the references print an alias
+    unformatted: (u64, u64), // decoded, but the text has placeholders instead of operands
+    operands: (u64, u64),  // same mnemonic as a reference, different registers/target/bit
     operand_examples: Vec<String>,
-    rivet_checked: (u64, u64),   // Rivet forms compared on all facts
-    rivet_bad: (u64, u64),       // Rivet forms where a fact differs (or decode failed)
+    rivet_checked: (u64, u64), // Rivet forms compared on all facts
+    rivet_bad: (u64, u64),     // Rivet forms where a fact differs (or decode failed)
     fail_by_group: BTreeMap<String, (u64, u64, Vec<String>)>,
     mnemonic_pairs: BTreeMap<(String, String), (u64, u64, u32, u64)>, // -> (unique, instances, example word, pc)
     rivet_examples: Vec<String>,
@@ -194,17 +224,31 @@ fn add(t: &mut (u64, u64), n: u64) {
 /// A coarse group of a reference mnemonic for the failure histogram.
 fn group(m: &str, text: &str) -> String {
     let z = text.contains(" z") || text.contains("{z") || text.contains(" p") && text.contains("/");
-    let sve_scalar = ["addvl", "addpl", "rdvl", "whilelo", "whilelt", "whilele", "whilels", "ptrue", "pfalse", "ptest"];
+    let sve_scalar = [
+        "addvl", "addpl", "rdvl", "whilelo", "whilelt", "whilele", "whilels", "ptrue", "pfalse",
+        "ptest",
+    ];
     let sve_count = ["inc", "dec", "cnt", "sqinc", "sqdec", "uqinc", "uqdec"]
         .iter()
-        .any(|p| m.strip_prefix(p).is_some_and(|r| matches!(r, "b" | "h" | "w" | "d" | "p")));
+        .any(|p| {
+            m.strip_prefix(p)
+                .is_some_and(|r| matches!(r, "b" | "h" | "w" | "d" | "p"))
+        });
     if z || sve_scalar.contains(&m) || sve_count {
         return "SVE".into();
     }
     if text.contains(" v") || text.contains("{v") {
         return "SIMD".into();
     }
-    if m.starts_with("aes") || m.starts_with("sha") || m.starts_with("sm3") || m.starts_with("sm4") || m == "eor3" || m == "rax1" || m == "xar" || m == "bcax" {
+    if m.starts_with("aes")
+        || m.starts_with("sha")
+        || m.starts_with("sm3")
+        || m.starts_with("sm4")
+        || m == "eor3"
+        || m == "rax1"
+        || m == "xar"
+        || m == "bcax"
+    {
         return "crypto".into();
     }
     if is_rivet_form(m, text) {
@@ -216,8 +260,14 @@ fn group(m: &str, text: &str) -> String {
 fn correctness(files: &[String]) {
     let t0 = Instant::now();
     let (words, total) = collect_references(files);
-    let undefined = words.values().filter(|r| r.gnu.is_none() && r.llvm.is_none()).count();
-    let disagree_refs = words.values().filter(|r| r.gnu.is_none() != r.llvm.is_none()).count();
+    let undefined = words
+        .values()
+        .filter(|r| r.gnu.is_none() && r.llvm.is_none())
+        .count();
+    let disagree_refs = words
+        .values()
+        .filter(|r| r.gnu.is_none() != r.llvm.is_none())
+        .count();
     println!(
         "# {} files, {} instructions, {} unique words ({} undefined to both references, {} to one of them); references read in {:.1}s",
         files.len(),
@@ -229,7 +279,12 @@ fn correctness(files: &[String]) {
     );
     let rivet_total: u64 = words
         .values()
-        .filter(|r| r.gnu.as_deref().map(|g| Facts::parse(g, r.pc)).is_some_and(|f| is_rivet_form(&f.mnem, r.gnu.as_deref().unwrap())))
+        .filter(|r| {
+            r.gnu
+                .as_deref()
+                .map(|g| Facts::parse(g, r.pc))
+                .is_some_and(|f| is_rivet_form(&f.mnem, r.gnu.as_deref().unwrap()))
+        })
         .map(|r| r.count)
         .sum();
     println!("# Rivet forms (branches, PC-relative, PAC/BTI, exclusives, atomics, traps): {rivet_total} instances");
@@ -240,9 +295,15 @@ fn correctness(files: &[String]) {
         let mut t = Tally::default();
         for (word, r) in &words {
             let out = dec.text(*word, r.pc);
-            let refs: Vec<Facts> = [&r.gnu, &r.llvm].iter().filter_map(|x| x.as_deref()).map(|x| Facts::parse(x, r.pc)).collect();
+            let refs: Vec<Facts> = [&r.gnu, &r.llvm]
+                .iter()
+                .filter_map(|x| x.as_deref())
+                .map(|x| Facts::parse(x, r.pc))
+                .collect();
             let ref_text = r.gnu.as_deref().or(r.llvm.as_deref()).unwrap_or("");
-            let rivet = refs.first().is_some_and(|f| is_rivet_form(&f.mnem, ref_text));
+            let rivet = refs
+                .first()
+                .is_some_and(|f| is_rivet_form(&f.mnem, ref_text));
             if rivet {
                 add(&mut t.rivet_checked, r.count);
             }
@@ -256,13 +317,21 @@ fn correctness(files: &[String]) {
                     e.0 += 1;
                     e.1 += r.count;
                     if e.2.len() < 6 {
-                        e.2.push(format!("{word:08x} `{ref_text}`"));
+                        e.2.push(format!("{word:08x} `{ref_text}` ({})", r.file));
                     }
                     if rivet {
                         add(&mut t.rivet_bad, r.count);
-                        add(t.rivet_by_kind.entry(format!("{}: not decoded", refs[0].mnem)).or_default(), r.count);
+                        add(
+                            t.rivet_by_kind
+                                .entry(format!("{}: not decoded", refs[0].mnem))
+                                .or_default(),
+                            r.count,
+                        );
                         if t.rivet_examples.len() < 40 {
-                            t.rivet_examples.push(format!("{word:08x} @{:#x} ref `{ref_text}`: not decoded", r.pc));
+                            t.rivet_examples.push(format!(
+                                "{word:08x} @{:#x} ref `{ref_text}`: not decoded",
+                                r.pc
+                            ));
                         }
                     }
                 }
@@ -272,7 +341,10 @@ fn correctness(files: &[String]) {
                         add(&mut t.unformatted, r.count);
                     }
                     if refs.iter().any(|f| f.mnem == mine.mnem) {
-                        if !rivet && !text.contains(":SVE_") && !refs.iter().any(|f| f.same_rivet_facts(&mine)) {
+                        if !rivet
+                            && !text.contains(":SVE_")
+                            && !refs.iter().any(|f| f.same_rivet_facts(&mine))
+                        {
                             add(&mut t.operands, r.count);
                             if t.operand_examples.len() < 20 {
                                 t.operand_examples.push(format!(
@@ -282,17 +354,28 @@ fn correctness(files: &[String]) {
                                 ));
                             }
                         }
-                    } else if refs.iter().any(|f| facts::is_base_of_alias(&f.mnem, &mine.mnem)) {
+                    } else if refs
+                        .iter()
+                        .any(|f| facts::is_base_of_alias(&f.mnem, &mine.mnem))
+                    {
                         add(&mut t.base_form, r.count);
                     } else {
                         add(&mut t.mnemonic, r.count);
-                        let e = t.mnemonic_pairs.entry((refs[0].mnem.clone(), mine.mnem.clone())).or_insert((0, 0, *word, r.pc));
+                        let e = t
+                            .mnemonic_pairs
+                            .entry((refs[0].mnem.clone(), mine.mnem.clone()))
+                            .or_insert((0, 0, *word, r.pc));
                         e.0 += 1;
                         e.1 += r.count;
                     }
                     if rivet && !refs.iter().any(|f| f.same_rivet_facts(&mine)) {
                         add(&mut t.rivet_bad, r.count);
-                        add(t.rivet_by_kind.entry(format!("{} -> {}", refs[0].mnem, mine.mnem)).or_default(), r.count);
+                        add(
+                            t.rivet_by_kind
+                                .entry(format!("{} -> {}", refs[0].mnem, mine.mnem))
+                                .or_default(),
+                            r.count,
+                        );
                         if t.rivet_examples.len() < 40 {
                             t.rivet_examples.push(format!(
                                 "{word:08x} @{:#x} ref `{}` / `{}`: got `{text}` -> {:?} vs {:?}",
@@ -333,7 +416,7 @@ fn correctness(files: &[String]) {
         }
         let _ = writeln!(report, "wrong mnemonic: differs from both references and is not the base form of their alias (top 40 by instances; ref -> crate, unique / instances, example):");
         let mut pairs: Vec<_> = t.mnemonic_pairs.iter().collect();
-        pairs.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+        pairs.sort_by_key(|p| std::cmp::Reverse(p.1 .1));
         for ((a, b), (u, n, w, pc)) in pairs.iter().take(40) {
             let r = &words[w];
             let _ = writeln!(
@@ -348,9 +431,12 @@ fn correctness(files: &[String]) {
         for e in &t.operand_examples {
             let _ = writeln!(report, "  {e}");
         }
-        let _ = writeln!(report, "Rivet-form mismatches by reference mnemonic (unique / instances):");
+        let _ = writeln!(
+            report,
+            "Rivet-form mismatches by reference mnemonic (unique / instances):"
+        );
         let mut kinds: Vec<_> = t.rivet_by_kind.iter().collect();
-        kinds.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+        kinds.sort_by_key(|k| std::cmp::Reverse(k.1 .1));
         for (k, (u, n)) in kinds.iter().take(30) {
             let _ = writeln!(report, "  {k}: {u} / {n}");
         }
@@ -366,23 +452,32 @@ fn correctness(files: &[String]) {
         println!("{s}");
     }
     println!("{report}");
-    let _ = words.values().map(|r| &r.file).count();
 }
 
 /// Control-flow classification through each crate's structured API, against binutils.
 fn classify_cmd(files: &[String]) {
     let (words, total) = collect_references(files);
-    println!("# {} files, {total} instructions, {} unique words", files.len(), words.len());
+    println!(
+        "# {} files, {total} instructions, {} unique words",
+        files.len(),
+        words.len()
+    );
     type Classifier = (&'static str, fn(u32, u64) -> Option<classify::Flow>);
     let classifiers: [Classifier; 3] = [
-        ("yaxpeax-arm (Opcode + Operand::PCOffset)", |w, _| classify::yaxpeax(w)),
+        ("yaxpeax-arm (Opcode + Operand::PCOffset)", |w, _| {
+            classify::yaxpeax(w)
+        }),
         ("bad64 (Op + Operand::Label)", classify::bad64),
-        ("disarm64 (InsnClass + operand bit fields)", |w, _| classify::disarm64(w)),
+        ("disarm64 (InsnClass + operand bit fields)", |w, _| {
+            classify::disarm64(w)
+        }),
     ];
     let mut ref_kinds: BTreeMap<&str, u64> = BTreeMap::new();
     for r in words.values() {
         if let Some(t) = r.gnu.as_deref().or(r.llvm.as_deref()) {
-            *ref_kinds.entry(classify::reference(t, r.pc).kind()).or_default() += r.count;
+            *ref_kinds
+                .entry(classify::reference(t, r.pc).kind())
+                .or_default() += r.count;
         }
     }
     println!("reference kinds (instances): {ref_kinds:?}");
@@ -393,16 +488,24 @@ fn classify_cmd(files: &[String]) {
         let (mut agree, mut differ, mut undecoded) = (0u64, (0u64, 0u64), (0u64, 0u64));
         let mut by: BTreeMap<String, (u64, u64, String)> = BTreeMap::new();
         for (w, r) in &words {
-            let Some(t) = r.gnu.as_deref().or(r.llvm.as_deref()) else { continue };
+            let Some(t) = r.gnu.as_deref().or(r.llvm.as_deref()) else {
+                continue;
+            };
             let want = classify::reference(t, r.pc);
             // either reference will do: binutils applies relocations in objects, llvm does not
-            let want2 = r.llvm.as_deref().map(|l| classify::reference(l, r.pc)).unwrap_or(want);
+            let want2 = r
+                .llvm
+                .as_deref()
+                .map(|l| classify::reference(l, r.pc))
+                .unwrap_or(want);
             match f(*w, r.pc) {
                 None => add(&mut undecoded, r.count),
                 Some(got) if got == want || got == want2 => agree += r.count,
                 Some(got) => {
                     add(&mut differ, r.count);
-                    let e = by.entry(format!("{} -> {}", want.kind(), got.kind())).or_insert((0, 0, String::new()));
+                    let e = by
+                        .entry(format!("{} -> {}", want.kind(), got.kind()))
+                        .or_insert((0, 0, String::new()));
                     e.0 += 1;
                     e.1 += r.count;
                     if e.2.is_empty() {
@@ -411,7 +514,10 @@ fn classify_cmd(files: &[String]) {
                 }
             }
         }
-        println!("| {name} | {agree} | {} / {} | {} / {} |", differ.0, differ.1, undecoded.0, undecoded.1);
+        println!(
+            "| {name} | {agree} | {} / {} | {} / {} |",
+            differ.0, differ.1, undecoded.0, undecoded.1
+        );
         let _ = writeln!(details, "\n{name}:");
         for (k, (u, n, ex)) in by {
             let _ = writeln!(details, "  {k}: {u} / {n}, e.g. {ex}");
@@ -429,7 +535,10 @@ fn speed(path: &str, reps: usize) {
     let bytes = text.data().expect(".text data");
     let base = text.address();
     let n = bytes.len() / 4;
-    let words: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+    let words: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     println!("# {path}: .text {} bytes, {n} words", bytes.len());
     println!("| crate / call | M insn/s (best of {reps}) | invalid words |");
     println!("|---|---|---|");
@@ -446,46 +555,57 @@ fn speed(path: &str, reps: usize) {
         }
         println!("| {name} | {:.1} | {bad} |", n as f64 / best / 1e6);
     };
-    bench("yaxpeax-arm `decode_into` (reused Instruction)", &mut || {
-        use yaxpeax_arch::Decoder;
-        let d = yaxpeax_arm::armv8::a64::InstDecoder::default();
-        let mut inst = yaxpeax_arm::armv8::a64::Instruction::default();
-        let (mut bad, mut sink) = (0u64, 0u64);
-        for w in &words {
-            let b = w.to_le_bytes();
-            let mut r = yaxpeax_arch::U8Reader::new(&b);
-            if d.decode_into(&mut inst, &mut r).is_ok() {
-                std::hint::black_box(&inst);
-                sink += 1;
-            } else {
-                bad += 1;
-            }
-        }
-        (bad, sink)
-    });
-    bench("yaxpeax-arm `decode_into` + PC-relative target and registers from `operands`", &mut || {
-        use yaxpeax_arch::Decoder;
-        use yaxpeax_arm::armv8::a64::Operand;
-        let d = yaxpeax_arm::armv8::a64::InstDecoder::default();
-        let mut inst = yaxpeax_arm::armv8::a64::Instruction::default();
-        let (mut bad, mut sink) = (0u64, 0u64);
-        for (i, w) in words.iter().enumerate() {
-            let b = w.to_le_bytes();
-            let mut r = yaxpeax_arch::U8Reader::new(&b);
-            if d.decode_into(&mut inst, &mut r).is_ok() {
-                for op in &inst.operands {
-                    match op {
-                        Operand::PCOffset(off) => sink = sink.wrapping_add((base + 4 * i as u64).wrapping_add(*off as u64)),
-                        Operand::Register(_, n) | Operand::RegisterOrSP(_, n) => sink = sink.wrapping_add(*n as u64),
-                        _ => {}
-                    }
+    bench(
+        "yaxpeax-arm `decode_into` (reused Instruction)",
+        &mut || {
+            use yaxpeax_arch::Decoder;
+            let d = yaxpeax_arm::armv8::a64::InstDecoder::default();
+            let mut inst = yaxpeax_arm::armv8::a64::Instruction::default();
+            let (mut bad, mut sink) = (0u64, 0u64);
+            for w in &words {
+                let b = w.to_le_bytes();
+                let mut r = yaxpeax_arch::U8Reader::new(&b);
+                if d.decode_into(&mut inst, &mut r).is_ok() {
+                    std::hint::black_box(&inst);
+                    sink += 1;
+                } else {
+                    bad += 1;
                 }
-            } else {
-                bad += 1;
             }
-        }
-        (bad, sink)
-    });
+            (bad, sink)
+        },
+    );
+    bench(
+        "yaxpeax-arm `decode_into` + PC-relative target and registers from `operands`",
+        &mut || {
+            use yaxpeax_arch::Decoder;
+            use yaxpeax_arm::armv8::a64::Operand;
+            let d = yaxpeax_arm::armv8::a64::InstDecoder::default();
+            let mut inst = yaxpeax_arm::armv8::a64::Instruction::default();
+            let (mut bad, mut sink) = (0u64, 0u64);
+            for (i, w) in words.iter().enumerate() {
+                let b = w.to_le_bytes();
+                let mut r = yaxpeax_arch::U8Reader::new(&b);
+                if d.decode_into(&mut inst, &mut r).is_ok() {
+                    for op in &inst.operands {
+                        match op {
+                            Operand::PCOffset(off) => {
+                                sink = sink
+                                    .wrapping_add((base + 4 * i as u64).wrapping_add(*off as u64))
+                            }
+                            Operand::Register(_, n) | Operand::RegisterOrSP(_, n) => {
+                                sink = sink.wrapping_add(*n as u64)
+                            }
+                            _ => {}
+                        }
+                    }
+                } else {
+                    bad += 1;
+                }
+            }
+            (bad, sink)
+        },
+    );
     bench("bad64 `decode`", &mut || {
         let (mut bad, mut sink) = (0u64, 0u64);
         for (i, w) in words.iter().enumerate() {
@@ -501,29 +621,36 @@ fn speed(path: &str, reps: usize) {
         let (mut bad, mut sink) = (0u64, 0u64);
         for w in &words {
             match disarm64::decoder::decode(*w) {
-                Some(ins) => sink = sink.wrapping_add(ins.bits() as u64 ^ ins.definition().mnemonic.len() as u64),
-                None => bad += 1,
-            }
-        }
-        (bad, sink)
-    });
-    bench("disarm64 `decoder::decode` + every operand bit field extracted", &mut || {
-        use disarm64::InsnOpcode;
-        let (mut bad, mut sink) = (0u64, 0u64);
-        for w in &words {
-            match disarm64::decoder::decode(*w) {
                 Some(ins) => {
-                    for op in ins.definition().operands {
-                        for f in op.bit_fields {
-                            sink = sink.wrapping_add(((*w >> f.lsb) & ((1u32 << f.width) - 1)) as u64);
-                        }
-                    }
+                    sink = sink
+                        .wrapping_add(ins.bits() as u64 ^ ins.definition().mnemonic.len() as u64)
                 }
                 None => bad += 1,
             }
         }
         (bad, sink)
     });
+    bench(
+        "disarm64 `decoder::decode` + every operand bit field extracted",
+        &mut || {
+            use disarm64::InsnOpcode;
+            let (mut bad, mut sink) = (0u64, 0u64);
+            for w in &words {
+                match disarm64::decoder::decode(*w) {
+                    Some(ins) => {
+                        for op in ins.definition().operands {
+                            for f in op.bit_fields {
+                                sink = sink
+                                    .wrapping_add(((*w >> f.lsb) & ((1u32 << f.width) - 1)) as u64);
+                            }
+                        }
+                    }
+                    None => bad += 1,
+                }
+            }
+            (bad, sink)
+        },
+    );
     bench("bad64 `decode` + operands()", &mut || {
         let (mut bad, mut sink) = (0u64, 0u64);
         for (i, w) in words.iter().enumerate() {
@@ -536,12 +663,18 @@ fn speed(path: &str, reps: usize) {
     });
     for detail in [false, true] {
         let cs = Capstone::new(detail);
-        let name = if detail { "capstone `disasm_iter`, detail on" } else { "capstone `disasm_iter`, detail off" };
+        let name = if detail {
+            "capstone `disasm_iter`, detail on"
+        } else {
+            "capstone `disasm_iter`, detail off"
+        };
         bench(name, &mut || {
             let (mut bad, mut sink) = (0u64, 0u64);
             let mut off = 0usize;
             while off < bytes.len() {
-                let mut it = cs.0.disasm_iter(&bytes[off..], base + off as u64).expect("iter");
+                let mut it =
+                    cs.0.disasm_iter(&bytes[off..], base + off as u64)
+                        .expect("iter");
                 while let Some(ins) = it.next() {
                     sink = sink.wrapping_add(ins.id().0 as u64);
                     off += 4;
@@ -598,7 +731,13 @@ fn api() {
         let insns = cs.0.disasm_count(&w.to_le_bytes(), pc, 1).unwrap();
         if let Some(i) = insns.iter().next() {
             let detail = cs.0.insn_detail(i).unwrap();
-            println!("  capstone {} {} groups {:?} {:?}", i.mnemonic().unwrap_or(""), i.op_str().unwrap_or(""), detail.groups(), detail.arch_detail().operands());
+            println!(
+                "  capstone {} {} groups {:?} {:?}",
+                i.mnemonic().unwrap_or(""),
+                i.op_str().unwrap_or(""),
+                detail.groups(),
+                detail.arch_detail().operands()
+            );
         }
     }
 }
@@ -608,7 +747,10 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("correctness") => correctness(&args[1..]),
         Some("classify") => classify_cmd(&args[1..]),
-        Some("speed") => speed(&args[1], args.get(2).map_or(5, |s| s.parse().expect("REPS"))),
+        Some("speed") => speed(
+            &args[1],
+            args.get(2).map_or(5, |s| s.parse().expect("REPS")),
+        ),
         Some("api") => api(),
         Some("random-words") => {
             // random-words N SEED OUT: N pseudo-random 32-bit words (xorshift64*), raw
@@ -619,14 +761,18 @@ fn main() {
                 x ^= x >> 12;
                 x ^= x << 25;
                 x ^= x >> 27;
-                out.extend_from_slice(&((x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32).to_le_bytes());
+                out.extend_from_slice(
+                    &((x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32).to_le_bytes(),
+                );
             }
             std::fs::write(&args[3], out).expect("write");
         }
         Some("text") => {
             // text WORD [PC]: what every crate prints for one word
             let w = u32::from_str_radix(args[1].trim_start_matches("0x"), 16).expect("hex word");
-            let pc = args.get(2).map_or(0x10000, |s| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex pc"));
+            let pc = args.get(2).map_or(0x10000, |s| {
+                u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex pc")
+            });
             for d in decoders() {
                 println!("{:28} {:?}", d.name(), d.text(w, pc));
             }
