@@ -92,14 +92,16 @@ if [[ $what == speed || $what == all ]]; then
             dpkg --add-architecture arm64
             added=1
         fi
-        apt-get update -qq
-        (cd "$tmp" && apt-get download libllvm19:arm64 && dpkg-deb -x libllvm19_*_arm64.deb x)
-        cp "$tmp/x/usr/lib/aarch64-linux-gnu/libLLVM.so.19.1" "$llvm"
+        ok=1
+        apt-get update -qq &&
+            (cd "$tmp" && apt-get download libllvm19:arm64 && dpkg-deb -x libllvm19_*_arm64.deb x) &&
+            cp "$tmp/x/usr/lib/aarch64-linux-gnu/libLLVM.so.19.1" "$llvm" || ok=0
         rm -rf -- "$tmp"
-        if [[ $added -eq 1 ]]; then
+        if [[ $added -eq 1 ]]; then # leave apt as it was, also on failure
             dpkg --remove-architecture arm64
             apt-get update -qq
         fi
+        [[ $ok -eq 1 ]] || { echo "run.sh: could not download libllvm19:arm64" >&2; exit 1; }
     fi
     {
         "$BIN" speed "$llvm" 3
