@@ -484,7 +484,11 @@ pub fn rewrite(
     let mut segment = new_segment(elf)?;
     let counters = instrumentation.map(|i| {
         let size = (u64::from(i.counters) * 8).max(1).div_ceil(4096) * 4096;
-        (segment.reserve_counters(size), size)
+        // The runtime's private data page follows the counters (`rivet_runtime::DATA_SIZE`).
+        (
+            segment.reserve_counters(size + rivet_runtime::DATA_SIZE),
+            size,
+        )
     });
     let mut placed: Vec<(FragmentPlan, Vaddr)> = Vec::with_capacity(plans.len());
     let hot_start =
@@ -961,7 +965,7 @@ pub fn rewrite(
         entry,
         eh_frame_hdr,
         rebuild_id_salt: Some(salt),
-        counters,
+        counters: counters.map(|(at, size)| (at, size + rivet_runtime::DATA_SIZE)),
     };
     lap(&mut summary, "symbols");
     let image = write_output(elf, &segment, &rewrite)?;
