@@ -247,6 +247,7 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     let mut fail_close = a.create_label();
     let mut fail_plain = a.create_label();
     let mut fail_other = a.create_label();
+    let mut fail_truncate = a.create_label();
 
     // 0. Privileged (set-user-ID, set-group-ID, file capabilities, an LSM transition): the
     //    kernel's AT_SECURE says so. Without an AT_SECURE entry, or with real and effective
@@ -556,7 +557,7 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.mov(r10, r14)?;
     a.syscall()?;
     a.test(rax, rax)?;
-    a.jle(fail_close)?;
+    a.jle(fail_truncate)?;
     a.add(r14, rax)?;
     a.mov(rax, prefix_len)?;
     a.cmp(r14, rax)?;
@@ -576,13 +577,15 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.jz(ready)?;
     a.cmp(rax, -EOPNOTSUPP)?;
     a.je(sparse)?;
+    a.lea(rbx, ptr(msg_space))?;
+    // A new file left half set up would pass for another binary's: empty it.
+    a.set_label(&mut fail_truncate)?;
     a.mov(r14, rax)?;
     a.mov(eax, SYS_FTRUNCATE)?;
     a.mov(rdi, r13)?;
     a.xor(esi, esi)?;
     a.syscall()?;
     a.mov(rax, r14)?;
-    a.lea(rbx, ptr(msg_space))?;
     a.jmp(fail_close)?;
     a.set_label(&mut sparse)?;
     a.mov(eax, SYS_FTRUNCATE)?;
