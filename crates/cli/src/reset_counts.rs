@@ -7,12 +7,14 @@
 //! one atomic swap against zero over a shared mapping of the file. The instrumented code
 //! increments with `lock`-prefixed instructions, so every increment lands either before the
 //! swap (in the saved phase) or after it (in the next phase), never in both and never lost.
+//! The targets recorded in indirect call site tables are not counts: they stay, and the saved
+//! phase gets a copy, so both phases name what their counts are of.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rivet_profile::counters::CounterFile;
+use rivet_profile::counters::{CounterFile, SITE_TARGETS};
 
 use crate::UserError;
 use crate::rewrite::PendingOutput;
@@ -32,9 +34,11 @@ fn bad_file(path: &Path, why: impl std::fmt::Display) -> UserError {
         .hint("give the file an instrumented program counts into (`rivet instrument --profile`)")
 }
 
-/// Swaps every counter of `area` (little-endian u64s, 8-byte aligned) with zero; returns the
-/// values taken.
-fn take_counters(area: &mut [u8]) -> Vec<u64> {
+/// Swaps every counter of `area` (little-endian u64s, 8-byte aligned) with zero, except the
+/// words `is_target` marks (the targets of indirect call site tables, which say what their
+/// counts count): those are read after the counts, so that a target claimed meanwhile comes
+/// with a count of zero rather than a count without its target. Returns the values taken.
+fn take_counters(area: &mut [u8], is_target: &[bool]) -> Vec<u64> {
     let (head, words, tail) = {
         #[allow(unsafe_code)]
         // SAFETY: AtomicU64 has u64's size and every bit pattern is valid for it; align_to
@@ -45,19 +49,29 @@ fn take_counters(area: &mut [u8]) -> Vec<u64> {
             area.align_to_mut::<AtomicU64>()
         }
     };
-    assert!(head.is_empty() && tail.is_empty(), "counters are 8-byte aligned");
-    words
+    assert!(
+        head.is_empty() && tail.is_empty(),
+        "counters are 8-byte aligned"
+    );
+    let mut taken: Vec<u64> = words
         .iter()
-        .map(|w| {
+        .zip(is_target)
+        .map(|(w, &target)| {
             // Zero stays zero unless a program counts, and that count belongs to the next
             // phase: leave such pages clean.
-            if w.load(Ordering::Relaxed) == 0 {
+            if target || w.load(Ordering::Relaxed) == 0 {
                 0
             } else {
                 u64::from_le(w.swap(0, Ordering::SeqCst))
             }
         })
-        .collect()
+        .collect();
+    for ((w, &target), v) in words.iter().zip(is_target).zip(&mut taken) {
+        if target {
+            *v = u64::from_le(w.load(Ordering::SeqCst));
+        }
+    }
+    taken
 }
 
 pub fn run(args: &ResetCountsArgs) -> Result<(), UserError> {
@@ -88,7 +102,17 @@ pub fn run(args: &ResetCountsArgs) -> Result<(), UserError> {
     if (map.len() as u64) < end {
         return Err(bad_file(path, "it shrank while being read"));
     }
-    let taken = take_counters(&mut map[offset as usize..end as usize]);
+    let mut is_target = vec![false; parsed.counters.len()];
+    for f in &parsed.map.functions {
+        for &(_, first) in &f.indirect {
+            for pair in 0..SITE_TARGETS {
+                if let Some(t) = is_target.get_mut((first + 2 * pair) as usize) {
+                    *t = true;
+                }
+            }
+        }
+    }
+    let taken = take_counters(&mut map[offset as usize..end as usize], &is_target);
     drop(map);
     let total: u64 = taken.iter().fold(0u64, |a, &b| a.saturating_add(b));
     if let Some(out) = &args.output {

@@ -446,7 +446,10 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     // struct open_how { flags, mode, resolve }.
     a.mov(qword_ptr(rsp + ACTION_BUF), O_DIRECTORY_CLOEXEC)?;
     a.mov(qword_ptr(rsp + ACTION_BUF + 8), 0)?;
-    a.mov(qword_ptr(rsp + ACTION_BUF + 16), RESOLVE_NO_MAGICLINKS_SYMLINKS)?;
+    a.mov(
+        qword_ptr(rsp + ACTION_BUF + 16),
+        RESOLVE_NO_MAGICLINKS_SYMLINKS,
+    )?;
     a.mov(eax, SYS_OPENAT2)?;
     a.mov(edi, AT_FDCWD)?;
     a.lea(rdx, qword_ptr(rsp + ACTION_BUF))?;
