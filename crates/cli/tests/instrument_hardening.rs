@@ -507,6 +507,7 @@ impl SmallFs {
         let st = Command::new("dd")
             .args(["if=/dev/zero", "bs=4096", "status=none"])
             .arg(format!("of={}", s(&filler)))
+            .stderr(Stdio::null())
             .status()
             .unwrap();
         assert!(!st.success(), "dd stops at a full disk");
