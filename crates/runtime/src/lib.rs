@@ -16,10 +16,32 @@
 //! and the program then runs with private counters. Counts made before the mapping (IFUNC
 //! resolvers run before any entry point) are added into the file first.
 //!
+//! A privileged process (the kernel's `AT_SECURE` is nonzero: set-user-ID, set-group-ID,
+//! file capabilities, an LSM transition; or real and effective ids differ; or no `AT_SECURE`
+//! entry is found) ignores its environment: whoever started it chose `RIVET_PROFILE`. It counts
+//! only into the path fixed at instrumentation time, and only when that path is absolute, its
+//! directory is reached without any symbolic link (`openat2` with `RESOLVE_NO_SYMLINKS`), is
+//! owned by root or the effective user, writable by no other user (group-writable only for the
+//! effective group), and the file there is a regular file owned by the effective user, with
+//! one link, writable by nobody else. Otherwise it says why on stderr and keeps its counts
+//! private. `AT_SECURE` is read from the auxiliary vector after the environment array the
+//! kernel wrote on the stack: the entry point sees that stack; a library's `DT_INIT` gets it
+//! through glibc's `argv` (`_dl_argv`, on that stack even when `environ` has moved to the heap).
+//!
+//! The file's counter area gets its disk blocks when the file is set up (`fallocate`), so a
+//! full disk later cannot fault an increment. A fault in the counter segment all the same (the
+//! file truncated under the program, a hole punched) reaches the runtime's SIGBUS handler,
+//! which maps anonymous zero pages over the segment, says once on stderr that counts are no
+//! longer saved, and returns: the program goes on. A SIGBUS the runtime did not cause goes to
+//! the disposition it replaced (the default: the program ends as it would have without the
+//! runtime). The replaced disposition lives in a private page after the counters
+//! (`DATA_SIZE`), the only memory besides its stack the runtime writes.
+//!
 //! The runtime is generated as x86-64 machine code with iced's assembler rather than compiled
 //! from a freestanding source: it is a few hundred bytes of straight-line system calls, and
 //! generating it means there is no runtime library to build, ship, or find at run time. It
-//! uses raw Linux system calls only and touches nothing of the program but its own stack.
+//! uses raw Linux system calls only and touches nothing of the program but its own stack and
+//! the SIGBUS disposition.
 
 use iced_x86::IcedError;
 use iced_x86::code_asm::*;
@@ -408,8 +430,9 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
 
     // 3. Open: create 0600, never through a symlink. A privileged process opens only an
     //    absolute path, in a directory reached without any symbolic link, owned by root or
-    //    the effective user and writable by nobody else, so that no other user can choose or
-    //    swap the file it writes as its owner.
+    //    the effective user and writable by no other user (its group may write it when that
+    //    is the effective group), so that no other user can choose or swap the file it
+    //    writes as its owner.
     let mut opened = a.create_label();
     let mut plain_open = a.create_label();
     a.cmp(qword_ptr(rsp + SECURE_SLOT), 0)?;
