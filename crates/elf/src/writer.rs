@@ -304,13 +304,32 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     let mut out = Vec::with_capacity(output_size_bound(elf, segment, rewrite));
     out.extend_from_slice(&input[..kept]);
 
-    // 1. In-place patches.
+    // 1. In-place patches. None may touch the ELF header or the program header table, which
+    // are written last: a patch there (a relocation of a corrupt input that claims to sit
+    // in them) would be silently lost, and the output would disagree with what was planned.
+    let phdrs_start = hdr.e_phoff(LE);
+    let phdrs_end = phdrs_start.saturating_add(elf.segments().len() as u64 * PHDR_SIZE);
+    let headers = [
+        (0, u64::from(hdr.e_ehsize(LE)).max(64)),
+        (phdrs_start, phdrs_end),
+    ];
     for (addr, bytes) in &rewrite.patches {
         let off = elf
             .file_offset_of(*addr)
             .ok_or_else(|| bad("patch", format!("{addr} is not file-backed")))?
             .0 as usize;
         let end = off + bytes.len();
+        if let Some((start, stop)) = headers
+            .iter()
+            .find(|&&(start, stop)| (off as u64) < stop && start < end as u64)
+        {
+            return Err(bad(
+                "patch",
+                format!(
+                    "{addr} lies in the ELF or program headers (file offsets {start:#x}..{stop:#x})"
+                ),
+            ));
+        }
         if end > out.len()
             || elf
                 .file_offset_of(*addr + (bytes.len() as u64 - 1))
