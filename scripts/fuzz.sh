@@ -115,10 +115,19 @@ for name in "${new[@]}"; do
         rc=0
         cli_err=$(timeout 30 "$rivet" inspect "$artifact" 2>&1 >/dev/null) || rc=$?
         cli="exit $rc${cli_err:+: $(head -c 300 <<<"$cli_err" | tr '\n' ' ')}"
+    elif [[ $target == writers && -x $rivet ]]; then
+        rc=0
+        out=$(mktemp -u)
+        cli_err=$(timeout 60 "$rivet" rewrite "$artifact" -o "$out" --verify 2>&1 >/dev/null) || rc=$?
+        rm -f -- "$out"
+        cli="exit $rc${cli_err:+: $(head -c 300 <<<"$cli_err" | tr '\n' ' ')}"
     fi
     echo "- \`$name\` ($(stat -c %s -- "$artifact") bytes)"
     echo "  - target: ${message:-no panic on replay (timeout, OOM or flaky?)}"
-    if [[ $target == inspect ]]; then
+    if [[ $target == writers ]]; then
+        echo "  - release rivet rewrite --verify: $cli"
+        echo "  - repro: \`$binary $artifact\` or \`target/release/rivet rewrite $artifact -o OUT --verify\`"
+    elif [[ $target == inspect ]]; then
         echo "  - release rivet inspect: $cli"
         echo "  - repro: \`$binary $artifact\` or \`target/release/rivet inspect $artifact\`"
     else
