@@ -730,7 +730,18 @@ fn mutate(good: &[u8], rng: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn mutated_counter_file_headers_never_make_the_program_write_outside_its_counters() {
-    let dir = scratch("hardening", "header-fuzz");
+    let seconds: u64 = std::env::var("RIVET_HEADER_FUZZ_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // A long run gets a directory of its own: a test run meanwhile must not pull its files
+    // away.
+    let name = if seconds > 0 {
+        format!("header-fuzz-long-{}", std::process::id())
+    } else {
+        "header-fuzz".to_string()
+    };
+    let dir = scratch("hardening", &name);
     let counts = counts_program(&dir);
     let bin = dir.join("counts.inst");
     instrument(&counts, &bin, s(&dir.join("default.counts")));
@@ -750,10 +761,6 @@ fn mutated_counter_file_headers_never_make_the_program_write_outside_its_counter
     );
     let expected = Command::new(&counts).args(["loop", "3"]).output().unwrap();
 
-    let seconds: u64 = std::env::var("RIVET_HEADER_FUZZ_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
     let start = std::time::Instant::now();
     let mut rng = Rng(0x5eed_0000_0000_0001 ^ seconds);
     let file = dir.join("fuzzed.counts");
@@ -794,6 +801,12 @@ fn mutated_counter_file_headers_never_make_the_program_write_outside_its_counter
             refused += 1;
         }
         runs += 1;
+        if runs % 2000 == 0 {
+            println!(
+                "header fuzz: {runs} executions in {:.0} s so far: {accepted} accepted, {refused} refused",
+                start.elapsed().as_secs_f64()
+            );
+        }
     }
     println!(
         "header fuzz: {runs} executions in {:.0} s: {accepted} accepted, {refused} refused, no write outside the counters, no crash",
