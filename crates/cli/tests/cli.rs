@@ -223,7 +223,8 @@ fn fuzz_regressions() {
 
 /// Inputs the writer fuzz target (`fuzz/fuzz_targets/writers.rs`) found (a relocation that
 /// claims to sit in the ELF header, which the writer patched and then overwrote; a symbol
-/// table not named `.symtab`, left live beside the new one with a stale link): `rewrite
+/// table not named `.symtab`, left live beside the new one with a stale link; a relocation into
+/// a section whose type says it has no contents, patched where readers do not look): `rewrite
 /// --verify` must write a verified output or refuse with one clean error line, never write
 /// an output that fails verification.
 #[test]

@@ -177,7 +177,21 @@ fn privileged_programs_ignore_rivet_profile_and_count_only_into_a_safe_fixed_pat
     std::os::unix::fs::chown(&theirs, Some(nobody), None).unwrap();
     let link = root.join("link");
     std::os::unix::fs::symlink(&prof, &link).unwrap();
-    let cases: [(&str, String, &Path, &str); 4] = [
+    // A directory the caller's own group may write (here nogroup, which `nobody` runs as).
+    let callers = mkdir(&root.join("callers-group"), 0o775);
+    let st = Command::new("chgrp")
+        .arg("nogroup")
+        .arg(&callers)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let cases: [(&str, String, &Path, &str); 5] = [
+        (
+            "directory the caller's group may write",
+            format!("{}/c.counts", s(&callers)),
+            &callers,
+            "a directory another user owns or may write",
+        ),
         (
             "world-writable directory",
             format!("{}/o.counts", s(&open)),

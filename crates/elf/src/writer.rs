@@ -330,6 +330,17 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
                 ),
             ));
         }
+        // Where a section covers the patch, readers take the bytes from the section: one
+        // without contents there (a corrupt type, NOBITS) would hide the patch from them.
+        if elf
+            .section_containing(*addr)
+            .is_some_and(|sec| (sec.data.len() as u64) < (*addr - sec.addr) + bytes.len() as u64)
+        {
+            return Err(bad(
+                "patch",
+                format!("{addr} lies in a section without file contents there"),
+            ));
+        }
         if end > out.len()
             || elf
                 .file_offset_of(*addr + (bytes.len() as u64 - 1))

@@ -21,8 +21,8 @@
 //! entry is found) ignores its environment: whoever started it chose `RIVET_PROFILE`. It counts
 //! only into the path fixed at instrumentation time, and only when that path is absolute, its
 //! directory is reached without any symbolic link (`openat2` with `RESOLVE_NO_SYMLINKS`), is
-//! owned by root or the effective user, writable by no other user (group-writable only for the
-//! effective group), and the file there is a regular file owned by the effective user, with
+//! owned by root or the effective user, writable by no other user (group-writable only for a
+//! group the set-group-ID bit granted), and the file there is a regular file owned by the effective user, with
 //! one link, writable by nobody else. Otherwise it says why on stderr and keeps its counts
 //! private. `AT_SECURE` is read from the auxiliary vector after the environment array the
 //! kernel wrote on the stack: the entry point sees that stack; a library's `DT_INIT` gets it
@@ -157,9 +157,10 @@ const DIGITS_BUF: i32 = HEADER_BUF + 64;
 const SECURE_SLOT: i32 = DIGITS_BUF + 32;
 const EUID_SLOT: i32 = SECURE_SLOT + 8;
 const EGID_SLOT: i32 = EUID_SLOT + 8;
-const ACTION_BUF: i32 = EGID_SLOT + 8;
+const GID_SLOT: i32 = EGID_SLOT + 8;
+const ACTION_BUF: i32 = GID_SLOT + 8;
 /// Frame size: with the six saved registers it keeps the stack 16-byte aligned.
-const FRAME: i32 = ACTION_BUF + 32;
+const FRAME: i32 = ACTION_BUF + 40;
 
 /// Bytes of private, zero-initialised memory the runtime needs after the counter segment
 /// (`RuntimeParams::counters_size` past `counters`), never mapped from the file: the SIGBUS
@@ -302,23 +303,25 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.dec(ecx)?;
     a.jnz(aux_loop)?;
     a.set_label(&mut aux_done)?;
+    // The effective ids and the real group are needed later (who may own or write the
+    // directory and file), whatever the comparison says.
     let mut ids_differ = a.create_label();
     let mut ids_done = a.create_label();
-    a.mov(eax, SYS_GETUID)?;
-    a.syscall()?;
-    a.mov(r14, rax)?;
     a.mov(eax, SYS_GETEUID)?;
     a.syscall()?;
     a.mov(qword_ptr(rsp + EUID_SLOT), rax)?;
-    a.cmp(rax, r14)?;
-    a.jne(ids_differ)?;
-    a.mov(eax, SYS_GETGID)?;
-    a.syscall()?;
-    a.mov(r14, rax)?;
     a.mov(eax, SYS_GETEGID)?;
     a.syscall()?;
     a.mov(qword_ptr(rsp + EGID_SLOT), rax)?;
-    a.cmp(rax, r14)?;
+    a.mov(eax, SYS_GETGID)?;
+    a.syscall()?;
+    a.mov(qword_ptr(rsp + GID_SLOT), rax)?;
+    a.mov(eax, SYS_GETUID)?;
+    a.syscall()?;
+    a.cmp(rax, qword_ptr(rsp + EUID_SLOT))?;
+    a.jne(ids_differ)?;
+    a.mov(rax, qword_ptr(rsp + GID_SLOT))?;
+    a.cmp(rax, qword_ptr(rsp + EGID_SLOT))?;
     a.je(ids_done)?;
     a.set_label(&mut ids_differ)?;
     a.mov(qword_ptr(rsp + SECURE_SLOT), 1)?;
@@ -499,14 +502,16 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.set_label(&mut dir_owner_ok)?;
     a.test(dword_ptr(rsp + STAT_BUF + STAT_MODE_OFFSET), 0o002)?;
     a.jnz(fail_other)?;
-    // Group-writable only by the group the process runs as (a set-group-ID program's own
-    // directory, like /var/games for group games).
+    // Group-writable only by the group the set-group-ID bit granted (a program's own
+    // directory, like /var/games for group games): not by the caller's own group.
     let mut dir_ok = a.create_label();
     a.test(dword_ptr(rsp + STAT_BUF + STAT_MODE_OFFSET), 0o020)?;
     a.jz(dir_ok)?;
     a.mov(eax, dword_ptr(rsp + STAT_BUF + STAT_GID_OFFSET))?;
     a.cmp(eax, dword_ptr(rsp + EGID_SLOT))?;
     a.jne(fail_other)?;
+    a.cmp(eax, dword_ptr(rsp + GID_SLOT))?;
+    a.je(fail_other)?;
     a.set_label(&mut dir_ok)?;
     a.mov(eax, SYS_OPENAT)?;
     a.mov(rdi, r13)?;
