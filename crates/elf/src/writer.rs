@@ -489,6 +489,14 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
         let bytes = input
             .get(start as usize..start.saturating_add(size) as usize)
             .ok_or_else(|| bad("section", format!("{} lies outside the file", sec.name)))?;
+        // A corrupt alignment would pad the output by exabytes (found by the writers fuzz
+        // target): a power of two up to 1 MiB, or none.
+        if !(sec.align == 0 || (sec.align.is_power_of_two() && sec.align <= 1 << 20)) {
+            return Err(bad(
+                "section",
+                format!("{} has an alignment of {:#x}", sec.name, sec.align),
+            ));
+        }
         let off = align(out.len() as u64, sec.align);
         out.resize(off as usize, 0);
         out.extend_from_slice(bytes);
