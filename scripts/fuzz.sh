@@ -8,6 +8,9 @@
 #   fdata    reads BOLT fdata; what it accepts must write and read back unchanged
 #   yaml     reads a BOLT YAML profile; the same round trip, plus merging it with itself
 #   native   reads Rivet's own profile format (and goes through read_any); the same round trip
+#   writers  parses its input as an ELF file and, when discovery accepts it, rewrites it with a
+#            layout picked from the input's length and verifies the output as --verify does (a
+#            verification failure panics); seeds in fuzz/seeds, like inspect
 # The profile targets start from fuzz/seeds-<target> and use fuzz/<target>.dict.
 # The corpus grows in fuzz/corpus/<target> (gitignored); findings land in
 # fuzz/artifacts/<target>/. libFuzzer runs in fork mode with FUZZ_JOBS workers and keeps
@@ -35,8 +38,9 @@ fuzz=$repo/fuzz
 target=${2:-inspect}
 case $target in
     inspect) seeds=$fuzz/seeds ;;
+    writers) seeds=$fuzz/seeds dict=inspect ;;
     fdata | yaml | native | perf | counters) seeds=$fuzz/seeds-$target ;;
-    *) echo "fuzz.sh: unknown target '$target' (inspect, fdata, yaml, native, perf or counters)" >&2; exit 2 ;;
+    *) echo "fuzz.sh: unknown target '$target' (inspect, writers, fdata, yaml, native, perf or counters)" >&2; exit 2 ;;
 esac
 
 command -v cargo-fuzz >/dev/null ||
@@ -51,7 +55,7 @@ fi
 cargo_fuzz=(cargo "+$toolchain" fuzz)
 [[ $toolchain == nightly* ]] || export RUSTC_BOOTSTRAP=1
 
-if [[ $target == inspect ]]; then
+if [[ $target == inspect || $target == writers ]]; then
     [[ -n $(find "$seeds" -type f 2>/dev/null) ]] || "$fuzz/make-seeds.sh" >/dev/null
 fi
 [[ -n $(find "$seeds" -type f 2>/dev/null) ]] ||
@@ -78,7 +82,7 @@ echo "fuzz.sh: fuzzing $target for ${seconds}s with $jobs jobs; log in $log" >&2
 status=0
 RAYON_NUM_THREADS=1 "${cargo_fuzz[@]}" run "${build_flags[@]}" "$target" "$corpus" "$seeds" -- \
     -max_len=65536 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -dict="$fuzz/$target.dict" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
+    -dict="$fuzz/${dict:-$target}.dict" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
     -ignore_ooms=1 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 |
     tee "$log" | grep --line-buffered -E '^#[0-9]+:|INFO: (fuzzed|exiting)|ERROR|panicked' >&2 ||
     status=$?
@@ -111,10 +115,19 @@ for name in "${new[@]}"; do
         rc=0
         cli_err=$(timeout 30 "$rivet" inspect "$artifact" 2>&1 >/dev/null) || rc=$?
         cli="exit $rc${cli_err:+: $(head -c 300 <<<"$cli_err" | tr '\n' ' ')}"
+    elif [[ $target == writers && -x $rivet ]]; then
+        rc=0
+        out=$(mktemp -u)
+        cli_err=$(timeout 60 "$rivet" rewrite "$artifact" -o "$out" --verify 2>&1 >/dev/null) || rc=$?
+        rm -f -- "$out"
+        cli="exit $rc${cli_err:+: $(head -c 300 <<<"$cli_err" | tr '\n' ' ')}"
     fi
     echo "- \`$name\` ($(stat -c %s -- "$artifact") bytes)"
     echo "  - target: ${message:-no panic on replay (timeout, OOM or flaky?)}"
-    if [[ $target == inspect ]]; then
+    if [[ $target == writers ]]; then
+        echo "  - release rivet rewrite --verify: $cli"
+        echo "  - repro: \`$binary $artifact\` or \`target/release/rivet rewrite $artifact -o OUT --verify\`"
+    elif [[ $target == inspect ]]; then
         echo "  - release rivet inspect: $cli"
         echo "  - repro: \`$binary $artifact\` or \`target/release/rivet inspect $artifact\`"
     else

@@ -35,7 +35,7 @@ if [[ ${1:-} == __worker ]]; then
         timeout --kill-after=5 "$limit" "$SWEEP_RIVET" inspect "$file" --json \
         >"$tmp/out" 2>"$tmp/err" || rc=$?
     read -r wall rss < <(tail -n 1 "$tmp/time")
-    functions='' simple='' fbytes='' sbytes='' reasons='' message=''
+    functions='' simple='' fbytes='' sbytes='' reasons='' message='' ways_in=''
     stderr_lines=$(wc -l <"$tmp/err")
     if ((rc == 124)) || { ((rc == 137)) && awk -v w="$wall" -v l="$limit" 'BEGIN{exit !(w >= l)}'; }; then
         outcome=HANG
@@ -53,9 +53,13 @@ if [[ ${1:-} == __worker ]]; then
         message=$(tr '\t' ' ' <"$tmp/err")
     elif ((rc == 0)) && jq -e 'has("functions")' "$tmp/out" >/dev/null 2>&1; then
         outcome=OK
-        IFS=$'\t' read -r functions simple fbytes sbytes reasons < <(jq -r '[.functions,
+        IFS=$'\t' read -r functions simple fbytes sbytes reasons ways_in < <(jq -r '[.functions,
             .simple_functions, .function_bytes, .simple_bytes,
-            ([.skipped_by_reason | to_entries[] | "\(.key)=\(.value)"] | join(","))] | @tsv' \
+            ([.skipped_by_reason | to_entries[] | "\(.key)=\(.value)"] | join(",")
+                | if . == "" then "-" else . end),
+            (.ways_in | [.interior_branches, .interior_branches_without_relocation,
+                .interior_short_branches, .interior_code_addresses,
+                .entered_under_forwarding_jump] | map(tostring) | join(","))] | @tsv' \
             "$tmp/out")
         [[ -s $tmp/err ]] && message="stderr: $(head -c 300 "$tmp/err" | tr '\n\t' '  ')"
     else
@@ -67,8 +71,9 @@ if [[ ${1:-} == __worker ]]; then
         PANIC | HANG | CRASH | UNCLEAN) printf '%-7s %s: %s\n' "$outcome" "$file" "$message" >&2 ;;
     esac
     # One printf = one write(2) on an O_APPEND file: rows from parallel workers never interleave.
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$file" "$size" "$outcome" "$rc" \
-        "$wall" "$rss" "$functions" "$simple" "$fbytes" "$sbytes" "${reasons:--}" "${message:--}"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$file" "$size" "$outcome" \
+        "$rc" "$wall" "$rss" "$functions" "$simple" "$fbytes" "$sbytes" "${reasons:--}" \
+        "${message:--}" "${ways_in:--}"
     exit 0
 fi
 
@@ -142,7 +147,7 @@ elapsed=$(($(date +%s) - start))
 tsv=$outdir/results.tsv
 {
     printf 'file\tbytes\toutcome\texit\twall_s\tpeak_rss_kb\tfunctions\tsimple_functions'
-    printf '\tfunction_bytes\tsimple_bytes\tskipped_by_reason\tmessage\n'
+    printf '\tfunction_bytes\tsimple_bytes\tskipped_by_reason\tmessage\tways_in\n'
     sort -t $'\t' -k1,1 "$rows"
 } >"$tsv"
 
@@ -176,6 +181,11 @@ NR == 1 { next }
             for (i = 1; i <= nr; i++) { split(parts[i], kv, "="); reason[kv[1]] += kv[2] }
         }
         if ($12 != "-") { oddities[++nodd] = file ": " $12 }
+        if ($13 != "-") {
+            split($13, w, ",")
+            for (i = 1; i <= 5; i++) { ways[i] += w[i]; if (w[i] > 0) ways_files[i]++ }
+            if (w[5] > 0) near_entry[++nnear] = sprintf("`%s` (%d)", file, w[5])
+        }
     } else if (outcome == "ERROR") {
         key = normalize($12, file); errors[key]++
         if (!(key in example)) example[key] = file
@@ -213,6 +223,20 @@ END {
     cmd = "sort -t \"|\" -k3,3nr"
     for (r in reason) printf "| %s | %d |\n", r, reason[r] | cmd
     close(cmd)
+    print ""
+    print "Ways into a function other than its entry (what moving some functions and not others"
+    print "can break; `rivet_emit::ways_in`), summed over the successes:"
+    print ""
+    print "| kind | count | files |"
+    print "|---|---:|---:|"
+    split("branches into another function|of those without a relocation|of those short (rel8)|code addresses into another function|functions entered within 5 bytes of their entry", wname, "|")
+    for (i = 1; i <= 5; i++) printf "| %s | %.0f | %d |\n", wname[i], ways[i], ways_files[i]
+    if (nnear > 0) {
+        print ""
+        printf "Files with functions entered within 5 bytes of their entry:"
+        for (i = 1; i <= nnear && i <= 30; i++) printf " %s", near_entry[i]
+        print (nnear > 30 ? ", ..." : "")
+    }
     print ""
     print "## Error messages (clean refusals), grouped"
     print ""

@@ -6,8 +6,14 @@
  *   threads T M     T threads, each tick() M times
  *   fork A B        tick() A times, fork; the child tick()s B times; the parent waits
  *   block N         tick() N times, say "ready", then wait to be killed
- *   fptr N          calls through a table of nine functions, target i % 9 for i < N */
+ *   fptr N          calls through a table of nine functions, target i % 9 for i < N
+ *   step N M        tick() N times, say "ready", read a line from stdin, tick() M times
+ *   step-dfl N M    the same after setting SIGBUS to its default action itself
+ *   bus             a SIGBUS of its own: touches a mapped file it truncated
+ *   raise           raise(SIGBUS) */
 #include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +73,7 @@ NOINLINE void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s loop|switch|recurse|threads|fork|block N [M]\n", argv[0]);
+        fprintf(stderr, "usage: %s loop|switch|recurse|threads|fork|block|step|step-dfl N [M], bus x, raise x\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
@@ -97,6 +103,22 @@ int main(int argc, char **argv) {
         waitpid(pid, &status, 0);
     } else if (!strcmp(mode, "fptr")) {
         for (long i = 0; i < n; i++) call_through(i);
+    } else if (!strcmp(mode, "step") || !strcmp(mode, "step-dfl")) {
+        if (!strcmp(mode, "step-dfl")) signal(SIGBUS, SIG_DFL);
+        for (long i = 0; i < n; i++) tick();
+        printf("ready\n");
+        fflush(stdout);
+        char line[64];
+        if (!fgets(line, sizeof line, stdin)) return 3;
+        for (long i = 0; i < m; i++) tick();
+    } else if (!strcmp(mode, "bus")) {
+        FILE *f = tmpfile();
+        if (!f || ftruncate(fileno(f), 4096)) return 4;
+        volatile char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fileno(f), 0);
+        if (p == MAP_FAILED || ftruncate(fileno(f), 0)) return 5;
+        p[0] = 1;
+    } else if (!strcmp(mode, "raise")) {
+        raise(SIGBUS);
     } else if (!strcmp(mode, "block")) {
         for (long i = 0; i < n; i++) tick();
         printf("ready\n");

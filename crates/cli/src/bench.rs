@@ -303,6 +303,13 @@ impl Verdict {
             Verdict::NoDifference
         }
     }
+    /// Only a significant slowdown fails, so that a script can gate on "B is not slower".
+    fn exit_status(self) -> u8 {
+        match self {
+            Verdict::Slower => EXIT_SLOWER,
+            Verdict::Faster | Verdict::NoDifference => 0,
+        }
+    }
     fn name(self) -> &'static str {
         match self {
             Verdict::Faster => "faster",
@@ -421,6 +428,43 @@ struct Round {
     a_first: bool,
     a: Sample,
     b: Sample,
+}
+
+/// The per-round ratios B/A of `metric`, in round order.
+fn round_ratios(rounds: &[Round], metric: Metric) -> Vec<f64> {
+    rounds
+        .iter()
+        .map(|r| r.b.get(metric) / r.a.get(metric))
+        .collect()
+}
+
+/// The estimate from `rounds` and their `ratios`: without layout variants, the sign-test
+/// interval over rounds; over `layout_pairs` variant pairs, each pair's median ratio (its
+/// rounds are not independent draws of a layout) and the t interval over pairs. None when
+/// there are too few rounds or pairs for an interval.
+fn estimate_of(
+    rounds: &[Round],
+    ratios: &[f64],
+    layout_pairs: Option<usize>,
+    confidence: f64,
+) -> Option<Estimate> {
+    match layout_pairs {
+        None => estimate_rounds(ratios, confidence),
+        Some(pairs) => {
+            let per_pair: Vec<f64> = (0..pairs)
+                .map(|p| {
+                    let mut of_pair: Vec<f64> = rounds
+                        .iter()
+                        .zip(ratios)
+                        .filter(|(r, _)| r.pair == p)
+                        .map(|(_, &x)| x)
+                        .collect();
+                    median(&mut of_pair)
+                })
+                .collect();
+            estimate_variants(&per_pair, confidence)
+        }
+    }
 }
 
 /// Replaces every `{}` in `arg` with `binary`.
@@ -978,31 +1022,13 @@ pub fn run_with(args: &BenchArgs, print: bool) -> Result<(ExitCode, serde_json::
         ))
         .hint("give a longer workload (a tenth of a second or more)"));
     }
-    let ratios: Vec<f64> = rounds
-        .iter()
-        .map(|r| r.b.get(args.metric) / r.a.get(args.metric))
-        .collect();
-    let estimate = match args.randomize_layout {
-        None => estimate_rounds(&ratios, args.confidence),
-        Some(_) => {
-            let per_pair: Vec<f64> = (0..pairs)
-                .map(|p| {
-                    let mut of_pair: Vec<f64> = rounds
-                        .iter()
-                        .zip(&ratios)
-                        .filter(|(r, _)| r.pair == p)
-                        .map(|(_, &x)| x)
-                        .collect();
-                    median(&mut of_pair)
-                })
-                .collect();
-            estimate_variants(&per_pair, args.confidence)
-        }
-    }
-    .ok_or_else(|| {
-        UserError::new("too few rounds for an interval")
-            .hint(format!("use --runs {} or more", minimum.max(6)))
-    })?;
+    let ratios = round_ratios(&rounds, args.metric);
+    let layout_pairs = args.randomize_layout.map(|_| pairs);
+    let estimate =
+        estimate_of(&rounds, &ratios, layout_pairs, args.confidence).ok_or_else(|| {
+            UserError::new("too few rounds for an interval")
+                .hint(format!("use --runs {} or more", minimum.max(6)))
+        })?;
     let verdict = Verdict::of(&estimate);
 
     let cachegrind_counts = if args.cachegrind {
@@ -1035,11 +1061,7 @@ pub fn run_with(args: &BenchArgs, print: bool) -> Result<(ExitCode, serde_json::
         report.print();
     }
     drop(scratch);
-    let code = match verdict {
-        Verdict::Slower => ExitCode::from(EXIT_SLOWER),
-        Verdict::Faster | Verdict::NoDifference => ExitCode::SUCCESS,
-    };
-    Ok((code, json))
+    Ok((ExitCode::from(verdict.exit_status()), json))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1260,6 +1282,329 @@ mod tests {
         let noisy = estimate_variants(&[0.95, 1.04, 1.0], 0.95).unwrap();
         assert_eq!(Verdict::of(&noisy), Verdict::NoDifference);
         assert!(estimate_variants(&[1.0], 0.95).is_none());
+    }
+
+    /// `a` and `b` within a relative 1e-12 (values computed along another path than the
+    /// code's, e.g. a median recomputed by hand).
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * a.abs().max(b.abs())
+    }
+
+    fn estimate(ratio: f64, low: f64, high: f64) -> Estimate {
+        Estimate {
+            ratio,
+            low,
+            high,
+            coverage: 0.95,
+            method: "test",
+        }
+    }
+
+    #[test]
+    fn the_sign_test_interval_is_a_pair_of_order_statistics() {
+        // n = 10 at 95%: ranks 2 and 9 of the sorted ratios, whatever their values.
+        let ratios = [0.95, 0.80, 1.10, 0.85, 0.90, 0.70, 0.88, 0.92, 0.86, 1.30];
+        let e = estimate_rounds(&ratios, 0.95).unwrap();
+        assert!(close(e.ratio, (0.88 + 0.90) / 2.0), "{e:?}");
+        assert_eq!((e.low, e.high), (0.80, 1.10));
+        assert!(close(e.coverage, 1.0 - 22.0 / 1024.0), "{e:?}");
+        // Two rounds at or above 1.00 of ten: the 9th ratio is above 1, no difference.
+        assert_eq!(Verdict::of(&e), Verdict::NoDifference);
+        // One round above 1.00 (the outlier 1.30) is outside ranks 2..9: faster.
+        let mut one_outlier = ratios;
+        one_outlier[2] = 0.99;
+        let e = estimate_rounds(&one_outlier, 0.95).unwrap();
+        assert_eq!((e.low, e.high), (0.80, 0.99));
+        assert_eq!(Verdict::of(&e), Verdict::Faster);
+    }
+
+    #[test]
+    fn all_equal_samples_give_a_zero_width_interval() {
+        for (value, verdict) in [
+            (1.0, Verdict::NoDifference),
+            (0.8, Verdict::Faster),
+            (1.25, Verdict::Slower),
+        ] {
+            let e = estimate_rounds(&[value; 10], 0.95).unwrap();
+            assert_eq!((e.ratio, e.low, e.high), (value, value, value));
+            assert_eq!(Verdict::of(&e), verdict, "{value}");
+            let e = estimate_variants(&[value; 4], 0.95).unwrap();
+            assert!(close(e.ratio, value) && close(e.low, value) && close(e.high, value));
+            assert_eq!(Verdict::of(&e), verdict, "{value}");
+        }
+    }
+
+    #[test]
+    fn one_outlier_is_ignored_over_rounds_and_widens_the_interval_over_layouts() {
+        // Eleven rounds at 0.6 and one at 50 (a run that stalled): the median and its
+        // interval ignore it.
+        let mut ratios = [0.6; 12];
+        ratios[7] = 50.0;
+        let e = estimate_rounds(&ratios, 0.95).unwrap();
+        assert_eq!((e.ratio, e.low, e.high), (0.6, 0.6, 0.6));
+        assert_eq!(Verdict::of(&e), Verdict::Faster);
+        // Over layouts the unit is the layout, and one layout 80 times slower is real
+        // evidence: the t interval widens to include 1.00.
+        let e = estimate_variants(&[0.6, 0.6, 0.6, 0.6, 50.0], 0.95).unwrap();
+        assert!(e.low < 1.0 && 1.0 < e.high, "{e:?}");
+        assert_eq!(Verdict::of(&e), Verdict::NoDifference);
+    }
+
+    #[test]
+    fn few_rounds() {
+        // No interval at all from nothing, or from fewer rounds than the confidence needs.
+        assert!(estimate_rounds(&[], 0.95).is_none());
+        assert!(estimate_rounds(&[0.5, 0.5], 0.95).is_none());
+        assert!(estimate_rounds(&[0.5; 5], 0.95).is_none());
+        // 5 rounds reach 90% (1 - 2/32): the interval is [min, max].
+        let e = estimate_rounds(&[0.5, 0.7, 0.6, 0.9, 0.8], 0.90).unwrap();
+        assert_eq!((e.ratio, e.low, e.high), (0.7, 0.5, 0.9));
+        assert!(close(e.coverage, 1.0 - 2.0 / 32.0));
+        // 6 rounds at 95% (1 - 2/64): [min, max] again, so one round on the other side of
+        // 1.00 is enough to make it no difference.
+        let e = estimate_rounds(&[0.9, 0.9, 0.9, 0.9, 0.9, 0.95], 0.95).unwrap();
+        assert_eq!((e.low, e.high), (0.9, 0.95));
+        assert!(close(e.coverage, 1.0 - 2.0 / 64.0));
+        assert_eq!(Verdict::of(&e), Verdict::Faster);
+        let e = estimate_rounds(&[0.9, 0.9, 0.9, 0.9, 0.9, 1.01], 0.95).unwrap();
+        assert_eq!(Verdict::of(&e), Verdict::NoDifference);
+        // Two layouts are the fewest for a t interval (df = 1: t = 12.706 at 95%).
+        assert!(estimate_variants(&[], 0.95).is_none());
+        assert!(estimate_variants(&[0.9], 0.95).is_none());
+        let e = estimate_variants(&[0.9, 1.0], 0.95).unwrap();
+        let (mean, sd) = ((0.9f64.ln() + 0.0) / 2.0, (0.9f64.ln()).abs() / 2f64.sqrt());
+        // df = 1 is the Cauchy distribution: t = tan(pi c / 2) exactly.
+        let t = (std::f64::consts::FRAC_PI_2 * 0.95).tan();
+        let half = t * sd / 2f64.sqrt();
+        assert!((e.ratio - mean.exp()).abs() < 1e-12, "{e:?}");
+        assert!((e.low - (mean - half).exp()).abs() < 1e-9, "{e:?}");
+        assert!((e.high - (mean + half).exp()).abs() < 1e-9, "{e:?}");
+    }
+
+    #[test]
+    fn the_t_interval_over_layouts_is_exact_for_two_degrees_of_freedom() {
+        // Log-ratios -0.1, 0, 0.1: mean 0, standard deviation 0.1. For df = 2 the critical
+        // value has a closed form, t = c * sqrt(2 / (1 - c^2)), independent of the series.
+        let e = estimate_variants(&[(-0.1f64).exp(), 1.0, 0.1f64.exp()], 0.95).unwrap();
+        let t = 0.95 * (2.0f64 / (1.0 - 0.95 * 0.95)).sqrt();
+        let half = t * 0.1 / 3f64.sqrt();
+        assert!((e.ratio - 1.0).abs() < 1e-12, "{e:?}");
+        assert!((e.low - (-half).exp()).abs() < 1e-9, "{e:?}");
+        assert!((e.high - half.exp()).abs() < 1e-9, "{e:?}");
+        assert_eq!(e.coverage, 0.95);
+        assert_eq!(Verdict::of(&e), Verdict::NoDifference);
+    }
+
+    #[test]
+    fn an_interval_touching_one_is_no_difference() {
+        // The verdict needs the whole interval strictly on one side of 1.00.
+        for (low, high, verdict) in [
+            (0.9, 1.0, Verdict::NoDifference),
+            (1.0, 1.1, Verdict::NoDifference),
+            (1.0, 1.0, Verdict::NoDifference),
+            (0.9, 1.0 - f64::EPSILON, Verdict::Faster),
+            (1.0 + f64::EPSILON, 1.1, Verdict::Slower),
+        ] {
+            let e = estimate((low + high) / 2.0, low, high);
+            assert_eq!(Verdict::of(&e), verdict, "{low}..{high}");
+        }
+    }
+
+    #[test]
+    fn exit_status_follows_the_verdict() {
+        assert_eq!(Verdict::Faster.exit_status(), 0);
+        assert_eq!(Verdict::NoDifference.exit_status(), 0);
+        assert_eq!(Verdict::Slower.exit_status(), 3);
+    }
+
+    #[test]
+    fn intervals_hold_their_estimate() {
+        // Deterministic pseudo-random samples of many shapes: the estimate is inside its
+        // interval, the interval ends are rounds' ratios, the coverage is what was asked.
+        let mut state = 7u64;
+        let mut next = || {
+            state = splitmix64(state);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for confidence in [0.9, 0.95, 0.99, 0.999] {
+            for n in min_rounds_for(confidence)..=40 {
+                let center = 0.5 + next();
+                let ratios: Vec<f64> = (0..n)
+                    .map(|_| center * (1.0 + 0.6 * (next() - 0.5)) + f64::from(next() < 0.1))
+                    .collect();
+                let e = estimate_rounds(&ratios, confidence).unwrap();
+                assert!(e.low <= e.ratio && e.ratio <= e.high, "{n}: {e:?}");
+                assert!(ratios.contains(&e.low) && ratios.contains(&e.high));
+                assert!(e.coverage >= confidence, "{n}: {e:?}");
+            }
+            for k in 2..=12 {
+                let ratios: Vec<f64> = (0..k).map(|_| 0.7 + 0.6 * next()).collect();
+                let e = estimate_variants(&ratios, confidence).unwrap();
+                assert!(e.low <= e.ratio && e.ratio <= e.high, "{k}: {e:?}");
+            }
+        }
+    }
+
+    fn sample(cpu: f64) -> Sample {
+        Sample { wall: 1.0, cpu }
+    }
+
+    /// `ratios[i]` as round `i` of `pairs` variant pairs (A's CPU time 1 s).
+    fn rounds_of(ratios: &[f64], pairs: usize) -> Vec<Round> {
+        ratios
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| Round {
+                pair: i % pairs,
+                a_first: (i / pairs).is_multiple_of(2),
+                a: sample(1.0),
+                b: sample(r),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ratios_use_the_chosen_metric() {
+        let round = Round {
+            pair: 0,
+            a_first: true,
+            a: Sample {
+                wall: 2.0,
+                cpu: 1.0,
+            },
+            b: Sample {
+                wall: 1.0,
+                cpu: 1.5,
+            },
+        };
+        assert_eq!(round_ratios(&[round], Metric::Cpu), [1.5]);
+        assert_eq!(round_ratios(&[round], Metric::Wall), [0.5]);
+    }
+
+    #[test]
+    fn layout_noise_is_not_a_difference() {
+        // Same binary on both sides, 5 layouts a side whose speeds differ by accident by up
+        // to 25%, 3 rounds each with 1% jitter. Each pair counts once (its median, the layout's
+        // ratio itself here), and the 99% t interval over 5 layouts holds 1.00.
+        let layouts = [0.80, 1.25, 0.95, 1.10, 0.90];
+        let ratios: Vec<f64> = [1.0, 1.01, 0.99]
+            .iter()
+            .flat_map(|jitter| layouts.iter().map(move |l| l * jitter))
+            .collect();
+        let rounds = rounds_of(&ratios, 5);
+        assert_eq!(round_ratios(&rounds, Metric::Cpu), ratios);
+        let e = estimate_of(&rounds, &ratios, Some(5), 0.99).unwrap();
+        assert_eq!(e, estimate_variants(&layouts, 0.99).unwrap());
+        assert!(e.low < 1.0 && 1.0 < e.high, "{e:?}");
+        assert_eq!(Verdict::of(&e), Verdict::NoDifference);
+    }
+
+    #[test]
+    fn rounds_of_one_layout_are_not_independent_evidence() {
+        // Two layout pairs that both happen to favour B (0.8 and 0.9), ten rounds each with 1%
+        // jitter. As 20 independent rounds the sign test calls B faster; over layouts, two
+        // draws of layout luck are no evidence of a difference.
+        let layouts = [0.8, 0.9];
+        let ratios: Vec<f64> = (0..20)
+            .map(|i| layouts[i % 2] * [0.99, 1.0, 1.01][(i / 2) % 3])
+            .collect();
+        let rounds = rounds_of(&ratios, 2);
+        let naive = estimate_of(&rounds, &ratios, None, 0.95).unwrap();
+        assert_eq!(Verdict::of(&naive), Verdict::Faster, "{naive:?}");
+        let paired = estimate_of(&rounds, &ratios, Some(2), 0.95).unwrap();
+        assert_eq!(paired, estimate_variants(&layouts, 0.95).unwrap());
+        assert_eq!(Verdict::of(&paired), Verdict::NoDifference, "{paired:?}");
+    }
+
+    #[test]
+    fn a_real_difference_survives_layout_noise() {
+        // B is 30% faster than A, with +-3% of layout noise: faster over layouts too.
+        let layouts = [0.70, 0.68, 0.72, 0.71, 0.69];
+        let ratios: Vec<f64> = (0..15).map(|i| layouts[i % 5]).collect();
+        let e = estimate_of(&rounds_of(&ratios, 5), &ratios, Some(5), 0.99).unwrap();
+        assert_eq!(Verdict::of(&e), Verdict::Faster, "{e:?}");
+        // Without layouts, the sign test over the rounds.
+        let e = estimate_of(&rounds_of(&ratios, 1), &ratios, None, 0.95).unwrap();
+        assert_eq!(e, estimate_rounds(&ratios, 0.95).unwrap());
+        assert_eq!(Verdict::of(&e), Verdict::Faster, "{e:?}");
+        assert!(estimate_of(&rounds_of(&ratios[..1], 1), &ratios[..1], Some(1), 0.95).is_none());
+    }
+
+    fn args(confidence: f64) -> BenchArgs {
+        BenchArgs {
+            a: "/x/a".into(),
+            b: "/x/b".into(),
+            extra: Vec::new(),
+            command: vec!["{}".into()],
+            runs: None,
+            randomize_layout: None,
+            seed: 1,
+            metric: Metric::Cpu,
+            confidence,
+            max_time: None,
+            cachegrind: false,
+            json: true,
+        }
+    }
+
+    /// The report of `ratios` as rounds (A 1 s of CPU each): its JSON and its sentence.
+    fn report(ratios: &[f64], confidence: f64) -> (serde_json::Value, String, Verdict) {
+        let args = args(confidence);
+        let a = side_without_variants("A", Path::new("/x/a"));
+        let b = side_without_variants("B", Path::new("/x/b"));
+        let rounds = rounds_of(ratios, 1);
+        let e = estimate_of(&rounds, ratios, None, confidence).unwrap();
+        let report = Report {
+            args: &args,
+            sides: [&a, &b],
+            rounds: &rounds,
+            ratios,
+            estimate: &e,
+            verdict: Verdict::of(&e),
+            cachegrind: None,
+        };
+        (report.json(), report.sentence(), report.verdict)
+    }
+
+    #[test]
+    fn the_report_states_the_verdict_and_its_interval() {
+        let (json, sentence, verdict) = report(&[0.6; 10], 0.95);
+        assert_eq!(verdict, Verdict::Faster);
+        assert_eq!(sentence, "B is 40.0% faster than A (95% CI 40.0%..40.0%)");
+        assert_eq!(json["verdict"], "faster");
+        assert_eq!(json["summary"], sentence.as_str());
+        assert_eq!(json["metric"], "cpu");
+        assert_eq!(json["rounds"], 10);
+        assert_eq!(json["samples"].as_array().unwrap().len(), 10);
+        assert_eq!(json["a"]["median_cpu_s"], 1.0);
+        assert_eq!(json["b"]["median_cpu_s"], 0.6);
+        assert_eq!(
+            (json["ratio"].as_f64(), json["ci_low"].as_f64()),
+            (Some(0.6), Some(0.6))
+        );
+
+        let ratios = [1.5, 1.4, 1.6, 1.45, 1.7, 1.5, 1.55, 1.4, 1.6, 1.5];
+        let (json, sentence, verdict) = report(&ratios, 0.95);
+        assert_eq!(verdict, Verdict::Slower);
+        assert_eq!(verdict.exit_status(), 3);
+        assert_eq!(sentence, "B is 50.0% slower than A (95% CI 40.0%..60.0%)");
+        assert_eq!(json["verdict"], "slower");
+        assert_eq!(
+            (json["ci_low"].as_f64(), json["ci_high"].as_f64()),
+            (Some(1.4), Some(1.6))
+        );
+
+        let (json, sentence, verdict) = report(&[1.0; 30], 0.999);
+        assert_eq!(verdict, Verdict::NoDifference);
+        assert_eq!(sentence, "no significant difference (CI includes 1.00)");
+        assert_eq!(json["verdict"], "no-difference");
+        assert_eq!(json["confidence"], 0.999);
+        // n = 30 at 99.9%: ranks 6 and 25, coverage 1 - 2 P(Bin(30, 1/2) <= 5).
+        let coverage = json["coverage"].as_f64().unwrap();
+        assert!(
+            (coverage - 0.999_675_085_768_103_6).abs() < 1e-12,
+            "{coverage}"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::io::Write as _;
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover, unwind_rows};
 use rivet_elf::{ElfError, ElfFile, MappedFile};
+use rivet_emit::ways_in::WaysIn;
 use rivet_ir::dump::{dump_function, dump_program};
 use rivet_ir::{Program, RelocationMode, Status, Terminator};
 use serde::Serialize;
@@ -69,12 +70,35 @@ struct SummaryJson {
     plt_entries: usize,
     cold_fragments: usize,
     secondary_entries: usize,
+    /// What a partial move can break (`rivet_emit::ways_in`).
+    ways_in: WaysInJson,
     noreturn_calls: usize,
     warnings: Vec<String>,
     skipped: Vec<SkippedJson>,
 }
 
-fn summarize(path: &std::path::Path, p: &Program) -> SummaryJson {
+#[derive(Serialize)]
+struct WaysInJson {
+    interior_branches: usize,
+    interior_branches_without_relocation: usize,
+    interior_short_branches: usize,
+    interior_code_addresses: usize,
+    entered_under_forwarding_jump: usize,
+}
+
+impl From<WaysIn> for WaysInJson {
+    fn from(w: WaysIn) -> Self {
+        WaysInJson {
+            interior_branches: w.interior_branches,
+            interior_branches_without_relocation: w.interior_branches_without_relocation,
+            interior_short_branches: w.interior_short_branches,
+            interior_code_addresses: w.interior_code_addresses,
+            entered_under_forwarding_jump: w.entered_under_forwarding_jump,
+        }
+    }
+}
+
+fn summarize(path: &std::path::Path, p: &Program, ways_in: WaysIn) -> SummaryJson {
     let mut skipped_by_reason = BTreeMap::new();
     let mut skipped = Vec::new();
     let (mut function_bytes, mut simple_bytes) = (0, 0);
@@ -152,6 +176,7 @@ fn summarize(path: &std::path::Path, p: &Program) -> SummaryJson {
             })
             .count(),
         secondary_entries: p.functions.iter().map(|f| f.secondary_entries.len()).sum(),
+        ways_in: ways_in.into(),
         noreturn_calls,
         warnings: p.warnings.clone(),
         skipped,
@@ -208,6 +233,20 @@ fn render_summary(s: &SummaryJson, show_skipped: usize) -> String {
     let _ = writeln!(o, "  noreturn calls     {}", s.noreturn_calls);
     let _ = writeln!(o, "  cold fragments     {}", s.cold_fragments);
     let _ = writeln!(o, "  secondary entries  {}", s.secondary_entries);
+    let w = &s.ways_in;
+    let _ = writeln!(
+        o,
+        "  interior branches  {} into other functions ({} without relocation, {} short), {} code addresses",
+        w.interior_branches,
+        w.interior_branches_without_relocation,
+        w.interior_short_branches,
+        w.interior_code_addresses
+    );
+    let _ = writeln!(
+        o,
+        "  entered near entry {} functions (within a forwarding jump's bytes)",
+        w.entered_under_forwarding_jump
+    );
     let _ = writeln!(o, "  PLT stubs          {}", s.plt_entries);
     if !s.skipped_by_reason.is_empty() {
         let _ = writeln!(o, "  skipped by reason:");
@@ -327,7 +366,15 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
     if args.dump {
         return emit(&dump_program(&program));
     }
-    let summary = summarize(&args.binary, &program);
+    let statics = if program.info.relocation_mode == RelocationMode::Available {
+        let symbols = elf.symbols().map_err(|e| elf_error(&args.binary, &e))?;
+        elf.static_relocations(&symbols)
+            .map_err(|e| elf_error(&args.binary, &e))?
+    } else {
+        Vec::new()
+    };
+    let ways_in = rivet_emit::ways_in::count(&elf, &program, &statics);
+    let summary = summarize(&args.binary, &program, ways_in);
     if args.json {
         return emit(&(serde_json::to_string_pretty(&summary).expect("JSON of plain data") + "\n"));
     }

@@ -189,7 +189,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             s.functions
         );
         println!(
-            "  counts go to {profile_path}{} while it runs (RIVET_PROFILE overrides)",
+            "  counts go to {profile_path}{} while it runs (RIVET_PROFILE overrides, except in set-user-ID and other privileged runs)",
             if args.per_process { ".PID" } else { "" }
         );
         if approximate > 0 {

@@ -13,6 +13,7 @@ mod merge;
 mod optimize;
 mod profile_use;
 mod report;
+mod reset_counts;
 mod rewrite;
 mod verify;
 
@@ -79,6 +80,11 @@ enum Command {
     ///
     /// Example: rivet auto ./app -o app.fast --train '{} input1' --train '{} input2 | wc -l' --bench
     Auto(auto::AutoArgs),
+    /// Zero the counts of a counter file in place, while instrumented programs count into it
+    /// (never truncate or delete a live one); -o saves the counts taken as a phase profile.
+    ///
+    /// Example: rivet reset-counts app.inst.counts -o warmup.counts
+    ResetCounts(reset_counts::ResetCountsArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -153,6 +159,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(&args),
         Command::Verify(args) => verify::run(&args),
         Command::Auto(args) => auto::run(&args),
+        Command::ResetCounts(args) => reset_counts::run(&args),
         Command::Bench(args) => match bench::run(&args) {
             Ok(code) => return code,
             Err(e) => Err(e),

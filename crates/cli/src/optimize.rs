@@ -619,7 +619,7 @@ pub fn run_with(
         .map_err(|e| rewrite_error(&args.binary, e))?;
     clock.extend(&output.summary.timings);
     if args.verify {
-        crate::verify::verify_output(&elf, &program, &output).map_err(|e| {
+        rivet::verify_check::verify_output(&elf, &program, &output).map_err(|e| {
             UserError::new(format!(
                 "verification of {} failed: {e}",
                 args.output.display()

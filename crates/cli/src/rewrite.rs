@@ -212,7 +212,7 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     let output =
         rewrite(&elf, &program, &options, None).map_err(|e| rewrite_error(&args.binary, e))?;
     if args.verify {
-        crate::verify::verify_output(&elf, &program, &output).map_err(|e| {
+        rivet::verify_check::verify_output(&elf, &program, &output).map_err(|e| {
             UserError::new(format!(
                 "verification of {} failed: {e}",
                 args.output.display()

@@ -220,3 +220,53 @@ fn fuzz_regressions() {
     }
     assert!(count >= 3);
 }
+
+/// Inputs the writer fuzz target (`fuzz/fuzz_targets/writers.rs`) found (a relocation that
+/// claims to sit in the ELF header, which the writer patched and then overwrote; a symbol
+/// table not named `.symtab`, left live beside the new one with a stale link; a relocation into
+/// a section whose type says it has no contents, patched where readers do not look): `rewrite
+/// --verify` must write a verified output or refuse with one clean error line, never write
+/// an output that fails verification.
+#[test]
+fn writer_fuzz_regressions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-regressions");
+    let out_dir = scratch();
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("writers-")
+        {
+            continue;
+        }
+        count += 1;
+        let output = out_dir.join("writer-fuzz-regression.out");
+        let _ = std::fs::remove_file(&output);
+        let out = rivet(&[
+            "rewrite",
+            path.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+            "--verify",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{}: {stderr}", path.display());
+        assert!(
+            !stderr.contains("verification"),
+            "{}: {stderr}",
+            path.display()
+        );
+        match out.status.code() {
+            Some(0) => assert!(output.exists()),
+            Some(1) => {
+                assert_one_error_line(&out, "");
+                assert!(!output.exists());
+            }
+            other => panic!("{}: exit {other:?}: {stderr}", path.display()),
+        }
+    }
+    assert!(count >= 1);
+}

@@ -71,6 +71,13 @@ const CASES: &[(&str, &str)] = &[
 
 #[test]
 fn gdb_breaks_on_the_same_lines_and_shows_the_same_stacks() {
+    // `gdb()` runs gdb under `timeout`, so a missing gdb is not a spawn error there: it would
+    // show as "gdb found only []", which sends one looking for a bug in the corpus.
+    let probe = Command::new("gdb").arg("--version").output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "gdb is required (apt-get install gdb; scripts/test.sh installs it)"
+    );
     let corpus = common::corpus_dir();
     let dir = scratch("debug-info", "gdb");
     let mut failures = Vec::new();

@@ -304,13 +304,43 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     let mut out = Vec::with_capacity(output_size_bound(elf, segment, rewrite));
     out.extend_from_slice(&input[..kept]);
 
-    // 1. In-place patches.
+    // 1. In-place patches. None may touch the ELF header or the program header table, which
+    // are written last: a patch there (a relocation of a corrupt input that claims to sit
+    // in them) would be silently lost, and the output would disagree with what was planned.
+    let phdrs_start = hdr.e_phoff(LE);
+    let phdrs_end = phdrs_start.saturating_add(elf.segments().len() as u64 * PHDR_SIZE);
+    let headers = [
+        (0, u64::from(hdr.e_ehsize(LE)).max(64)),
+        (phdrs_start, phdrs_end),
+    ];
     for (addr, bytes) in &rewrite.patches {
         let off = elf
             .file_offset_of(*addr)
             .ok_or_else(|| bad("patch", format!("{addr} is not file-backed")))?
             .0 as usize;
         let end = off + bytes.len();
+        if let Some((start, stop)) = headers
+            .iter()
+            .find(|&&(start, stop)| (off as u64) < stop && start < end as u64)
+        {
+            return Err(bad(
+                "patch",
+                format!(
+                    "{addr} lies in the ELF or program headers (file offsets {start:#x}..{stop:#x})"
+                ),
+            ));
+        }
+        // Where a section covers the patch, readers take the bytes from the section: one
+        // without contents there (a corrupt type, NOBITS) would hide the patch from them.
+        if elf
+            .section_containing(*addr)
+            .is_some_and(|sec| (sec.data.len() as u64) < (*addr - sec.addr) + bytes.len() as u64)
+        {
+            return Err(bad(
+                "patch",
+                format!("{addr} lies in a section without file contents there"),
+            ));
+        }
         if end > out.len()
             || elf
                 .file_offset_of(*addr + (bytes.len() as u64 - 1))
@@ -459,6 +489,14 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
         let bytes = input
             .get(start as usize..start.saturating_add(size) as usize)
             .ok_or_else(|| bad("section", format!("{} lies outside the file", sec.name)))?;
+        // A corrupt alignment would pad the output by exabytes (found by the writers fuzz
+        // target): a power of two up to 1 MiB, or none.
+        if !(sec.align == 0 || (sec.align.is_power_of_two() && sec.align <= 1 << 20)) {
+            return Err(bad(
+                "section",
+                format!("{} has an alignment of {:#x}", sec.name, sec.align),
+            ));
+        }
         let off = align(out.len() as u64, sec.align);
         out.resize(off as usize, 0);
         out.extend_from_slice(bytes);

@@ -12,3 +12,4 @@ pub mod references;
 pub mod rewrite;
 pub mod symbols;
 pub mod unwind;
+pub mod ways_in;

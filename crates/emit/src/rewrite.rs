@@ -491,7 +491,11 @@ pub fn rewrite(
     let mut segment = new_segment(elf)?;
     let counters = instrumentation.map(|i| {
         let size = (u64::from(i.counters) * 8).max(1).div_ceil(4096) * 4096;
-        (segment.reserve_counters(size), size)
+        // The runtime's private data page follows the counters (`rivet_runtime::DATA_SIZE`).
+        (
+            segment.reserve_counters(size + rivet_runtime::DATA_SIZE),
+            size,
+        )
     });
     let mut placed: Vec<(FragmentPlan, Vaddr)> = Vec::with_capacity(plans.len());
     let hot_start =
@@ -927,14 +931,31 @@ pub fn rewrite(
 
     // Input sections the output supersedes: renamed, and tables re-typed so no tool reads
     // them as live.
+    // The symbol table superseded is the one `symbols::build` read (the first SHT_SYMTAB and
+    // the string table it links), whatever their names: a renamed one left live would keep
+    // its link index, which points elsewhere once sections are added.
     let has_new_symtab = new_sections.iter().any(|s| s.name == ".symtab");
+    let old_symbol_tables: Vec<u32> = elf
+        .sections()
+        .iter()
+        .find(|s| s.sh_type == object::elf::SHT_SYMTAB.0)
+        .map(|s| {
+            let mut v = vec![s.index as u32];
+            // Its strings, unless a corrupt link names a loaded section (`.dynstr`).
+            if elf.section(s.link as usize).is_some_and(|l| !l.is_alloc()) {
+                v.push(s.link);
+            }
+            v
+        })
+        .unwrap_or_default();
     for s in elf.sections() {
         let i = s.index as u32;
         let name = s.name.as_ref();
+        let is_old_symbol_table = has_new_symtab && old_symbol_tables.contains(&i);
         let replaced = match name {
+            _ if is_old_symbol_table => true,
             ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table" => has_tables,
             ".text" => !in_place && hot_index.is_some(),
-            ".symtab" | ".strtab" => has_new_symtab,
             // Regenerated, or dropped because nothing regenerates them (.debug_frame,
             // .debug_macro, name indexes): either way the input's copy is stale.
             ".gdb_index" => true,
@@ -949,7 +970,7 @@ pub fn rewrite(
                 drop_contents.push(i);
             }
         }
-        if stale_relocations || (has_new_symtab && matches!(name, ".symtab" | ".strtab")) {
+        if stale_relocations || is_old_symbol_table {
             retype.push(i);
         }
     }
@@ -976,7 +997,7 @@ pub fn rewrite(
         entry,
         eh_frame_hdr,
         rebuild_id_salt: Some(salt),
-        counters,
+        counters: counters.map(|(at, size)| (at, size + rivet_runtime::DATA_SIZE)),
     };
     lap(&mut summary, "symbols");
     let image = write_output(elf, &segment, &rewrite)?;

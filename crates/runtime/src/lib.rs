@@ -16,10 +16,32 @@
 //! and the program then runs with private counters. Counts made before the mapping (IFUNC
 //! resolvers run before any entry point) are added into the file first.
 //!
+//! A privileged process (the kernel's `AT_SECURE` is nonzero: set-user-ID, set-group-ID,
+//! file capabilities, an LSM transition; or real and effective ids differ; or no `AT_SECURE`
+//! entry is found) ignores its environment: whoever started it chose `RIVET_PROFILE`. It counts
+//! only into the path fixed at instrumentation time, and only when that path is absolute, its
+//! directory is reached without any symbolic link (`openat2` with `RESOLVE_NO_SYMLINKS`), is
+//! owned by root or the effective user, writable by no other user (group-writable only for a
+//! group the set-group-ID bit granted), and the file there is a regular file owned by the effective user, with
+//! one link, writable by nobody else. Otherwise it says why on stderr and keeps its counts
+//! private. `AT_SECURE` is read from the auxiliary vector after the environment array the
+//! kernel wrote on the stack: the entry point sees that stack; a library's `DT_INIT` gets it
+//! through glibc's `argv` (`_dl_argv`, on that stack even when `environ` has moved to the heap).
+//!
+//! The file's counter area gets its disk blocks when the file is set up (`fallocate`), so a
+//! full disk later cannot fault an increment. A fault in the counter segment all the same (the
+//! file truncated under the program, a hole punched) reaches the runtime's SIGBUS handler,
+//! which maps anonymous zero pages over the segment, says once on stderr that counts are no
+//! longer saved, and returns: the program goes on. A SIGBUS the runtime did not cause goes to
+//! the disposition it replaced (the default: the program ends as it would have without the
+//! runtime). The replaced disposition lives in a private page after the counters
+//! (`DATA_SIZE`), the only memory besides its stack the runtime writes.
+//!
 //! The runtime is generated as x86-64 machine code with iced's assembler rather than compiled
 //! from a freestanding source: it is a few hundred bytes of straight-line system calls, and
 //! generating it means there is no runtime library to build, ship, or find at run time. It
-//! uses raw Linux system calls only and touches nothing of the program but its own stack.
+//! uses raw Linux system calls only and touches nothing of the program but its own stack and
+//! the SIGBUS disposition.
 
 use iced_x86::IcedError;
 use iced_x86::code_asm::*;
@@ -30,7 +52,8 @@ use rivet_elf::Vaddr;
 pub struct RuntimeParams<'a> {
     /// Address the runtime is placed at.
     pub at: Vaddr,
-    /// The counter segment: page-aligned address and size (a page multiple).
+    /// The counter segment: page-aligned address and size (a page multiple). `DATA_SIZE`
+    /// bytes of writable memory follow it.
     pub counters: Vaddr,
     pub counters_size: u64,
     /// The file's header and map, padded to the counters' offset in the file (a page multiple).
@@ -87,6 +110,32 @@ const SYS_GETPID: i32 = 39;
 const SYS_FLOCK: i32 = 73;
 const SYS_FTRUNCATE: i32 = 77;
 const SYS_OPENAT: i32 = 257;
+const SYS_RT_SIGACTION: i32 = 13;
+const SYS_RT_SIGRETURN: i32 = 15;
+const SYS_KILL: i32 = 62;
+const SYS_GETUID: i32 = 102;
+const SYS_GETGID: i32 = 104;
+const SYS_GETEUID: i32 = 107;
+const SYS_GETEGID: i32 = 108;
+const SYS_FALLOCATE: i32 = 285;
+const SYS_OPENAT2: i32 = 437;
+const EOPNOTSUPP: i32 = 95;
+const SIGBUS: i32 = 7;
+const SA_SIGINFO: i32 = 4;
+const SA_RESTORER: i32 = 0x0400_0000;
+const AT_SECURE: i32 = 23;
+/// Auxiliary vector entries looked at before giving up (the kernel writes about 20).
+const AUXV_MAX: i32 = 64;
+const O_DIRECTORY_CLOEXEC: i32 = 0o200000 | 0o2000000;
+const RESOLVE_NO_MAGICLINKS_SYMLINKS: i32 = 0x02 | 0x04;
+const S_IFMT: i32 = 0o170000;
+const S_IFREG: i32 = 0o100000;
+const MAP_PRIVATE_ANONYMOUS: i32 = 0x02 | 0x20;
+/// Offsets in x86-64 `struct stat`.
+const STAT_NLINK_OFFSET: i32 = 16;
+const STAT_MODE_OFFSET: i32 = 24;
+const STAT_UID_OFFSET: i32 = 28;
+const STAT_GID_OFFSET: i32 = 32;
 const AT_FDCWD: i32 = -100;
 const O_RDWR_CREAT_NOFOLLOW_CLOEXEC: i32 = 0o2 | 0o100 | 0o400000 | 0o2000000;
 const MODE_0600: i32 = 0o600;
@@ -98,14 +147,25 @@ const MAP_FIXED: i32 = 0x10;
 /// Offset of `st_size` in x86-64 `struct stat`.
 const STAT_SIZE_OFFSET: i32 = 48;
 
-// Stack frame of `start`: path buffer, stat buffer, header buffer, pid digits.
+// Stack frame of `start`: path buffer, stat buffer, header buffer, pid digits, whether the
+// process is privileged (AT_SECURE), its effective uid, a `struct sigaction` / `open_how`.
 const PATH_BUF: i32 = 0;
 const STAT_BUF: i32 = 4096;
 const HEADER_BUF: i32 = STAT_BUF + 144;
 const HEADER_CMP: usize = 64;
 const DIGITS_BUF: i32 = HEADER_BUF + 64;
+const SECURE_SLOT: i32 = DIGITS_BUF + 32;
+const EUID_SLOT: i32 = SECURE_SLOT + 8;
+const EGID_SLOT: i32 = EUID_SLOT + 8;
+const GID_SLOT: i32 = EGID_SLOT + 8;
+const ACTION_BUF: i32 = GID_SLOT + 8;
 /// Frame size: with the six saved registers it keeps the stack 16-byte aligned.
-const FRAME: i32 = DIGITS_BUF + 32 + 8;
+const FRAME: i32 = ACTION_BUF + 40;
+
+/// Bytes of private, zero-initialised memory the runtime needs after the counter segment
+/// (`RuntimeParams::counters_size` past `counters`), never mapped from the file: the SIGBUS
+/// disposition the runtime replaced, which it restores or chains to for faults not its own.
+pub const DATA_SIZE: u64 = 4096;
 
 /// Generates the runtime for `params`.
 pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError> {
@@ -131,6 +191,16 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     let mut msg_errno = a.create_label();
     let mut msg_lost = a.create_label();
     let mut msg_close = a.create_label();
+    let mut msg_relative = a.create_label();
+    let mut msg_dir = a.create_label();
+    let mut msg_unsafe_dir = a.create_label();
+    let mut msg_unsafe_file = a.create_label();
+    let mut msg_not_regular = a.create_label();
+    let mut msg_space = a.create_label();
+    let mut msg_bus = a.create_label();
+    let mut root_dir = a.create_label();
+    let mut bus_handler = a.create_label();
+    let mut bus_restorer = a.create_label();
 
     // The runtime's first byte, where `params.at` is: a trap never executed, holding the label
     // the counter segment's address is computed from.
@@ -144,6 +214,7 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
         a.set_label(&mut l)?;
         a.mov(rax, qword_ptr(rsp))?;
         a.lea(rdi, qword_ptr(rsp + rax * 8 + 16))?;
+        a.mov(rsi, rdi)?;
         a.push(rdx)?;
         a.push(rdx)?;
         a.call(start)?;
@@ -152,7 +223,10 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
         a.jmp(entry.get())?;
         entry_label = Some(l);
     }
-    // DT_INIT stub of a shared library: glibc calls it with (argc, argv, envp).
+    // DT_INIT stub of a shared library: glibc calls it with (argc, argv, envp). envp is the
+    // program's `environ` of the moment, which setenv may have moved to the heap; argv is
+    // ld.so's `_dl_argv`, on the stack the kernel built, where the environment array the
+    // kernel wrote follows argv's null and the auxiliary vector follows that.
     let mut init_label = None;
     if let Some(init) = params.init {
         let mut l = a.create_label();
@@ -160,6 +234,16 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
         a.push(rdi)?;
         a.push(rsi)?;
         a.push(rdx)?;
+        let mut no_argv = a.create_label();
+        let mut have_argv = a.create_label();
+        a.test(rsi, rsi)?;
+        a.jz(no_argv)?;
+        a.mov(ecx, edi)?;
+        a.lea(rsi, qword_ptr(rsi + rcx * 8 + 8))?;
+        a.jmp(have_argv)?;
+        a.set_label(&mut no_argv)?;
+        a.xor(esi, esi)?;
+        a.set_label(&mut have_argv)?;
         a.mov(rdi, rdx)?;
         a.call(start)?;
         a.pop(rdx)?;
@@ -169,7 +253,9 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
         init_label = Some(l);
     }
 
-    // start(envp): callee-saved registers: r12 path, r13 fd, r14/r15 scratch, rbx errno-message.
+    // start(envp, stack_envp): envp is where RIVET_PROFILE is looked up, stack_envp the
+    // environment array the kernel wrote (0 if unknown), which the auxiliary vector follows.
+    // Callee-saved registers: r12 path, r13 fd, r14/r15 scratch, rbx errno-message.
     a.set_label(&mut start)?;
     a.push(rbp)?;
     a.mov(rbp, rsp)?;
@@ -184,6 +270,62 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     let mut fail_close = a.create_label();
     let mut fail_plain = a.create_label();
     let mut fail_other = a.create_label();
+    let mut fail_truncate = a.create_label();
+
+    // 0. Privileged (set-user-ID, set-group-ID, file capabilities, an LSM transition): the
+    //    kernel's AT_SECURE says so. Without an AT_SECURE entry, or with real and effective
+    //    ids that differ now, the runtime takes the process for privileged too.
+    a.mov(qword_ptr(rsp + SECURE_SLOT), 1)?;
+    let mut env_skip = a.create_label();
+    let mut aux_loop = a.create_label();
+    let mut aux_next = a.create_label();
+    let mut aux_done = a.create_label();
+    a.test(rsi, rsi)?;
+    a.jz(aux_done)?;
+    a.set_label(&mut env_skip)?;
+    a.mov(rax, qword_ptr(rsi))?;
+    a.add(rsi, 8)?;
+    a.test(rax, rax)?;
+    a.jnz(env_skip)?;
+    a.mov(ecx, AUXV_MAX)?;
+    a.set_label(&mut aux_loop)?;
+    a.mov(rax, qword_ptr(rsi))?;
+    a.test(rax, rax)?;
+    a.jz(aux_done)?;
+    a.cmp(rax, AT_SECURE)?;
+    a.jne(aux_next)?;
+    a.cmp(qword_ptr(rsi + 8), 0)?;
+    a.jne(aux_done)?;
+    a.mov(qword_ptr(rsp + SECURE_SLOT), 0)?;
+    a.jmp(aux_done)?;
+    a.set_label(&mut aux_next)?;
+    a.add(rsi, 16)?;
+    a.dec(ecx)?;
+    a.jnz(aux_loop)?;
+    a.set_label(&mut aux_done)?;
+    // The effective ids and the real group are needed later (who may own or write the
+    // directory and file), whatever the comparison says.
+    let mut ids_differ = a.create_label();
+    let mut ids_done = a.create_label();
+    a.mov(eax, SYS_GETEUID)?;
+    a.syscall()?;
+    a.mov(qword_ptr(rsp + EUID_SLOT), rax)?;
+    a.mov(eax, SYS_GETEGID)?;
+    a.syscall()?;
+    a.mov(qword_ptr(rsp + EGID_SLOT), rax)?;
+    a.mov(eax, SYS_GETGID)?;
+    a.syscall()?;
+    a.mov(qword_ptr(rsp + GID_SLOT), rax)?;
+    a.mov(eax, SYS_GETUID)?;
+    a.syscall()?;
+    a.cmp(rax, qword_ptr(rsp + EUID_SLOT))?;
+    a.jne(ids_differ)?;
+    a.mov(rax, qword_ptr(rsp + GID_SLOT))?;
+    a.cmp(rax, qword_ptr(rsp + EGID_SLOT))?;
+    a.je(ids_done)?;
+    a.set_label(&mut ids_differ)?;
+    a.mov(qword_ptr(rsp + SECURE_SLOT), 1)?;
+    a.set_label(&mut ids_done)?;
 
     // 1. The path: RIVET_PROFILE=... (first one, non-empty), else the default. r15 says
     //    which.
@@ -195,6 +337,9 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     let mut compare = a.create_label();
     a.test(rdi, rdi)?;
     a.jz(scan_done)?;
+    // A privileged process ignores its environment: whoever started it chose it.
+    a.cmp(qword_ptr(rsp + SECURE_SLOT), 0)?;
+    a.jne(scan_done)?;
     a.set_label(&mut scan)?;
     a.mov(rsi, qword_ptr(rdi))?;
     a.test(rsi, rsi)?;
@@ -286,13 +431,108 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
         a.jnz(append)?;
     }
 
-    // 3. Open: create 0600, never through a symlink.
+    // 3. Open: create 0600, never through a symlink. A privileged process opens only an
+    //    absolute path, in a directory reached without any symbolic link, owned by root or
+    //    the effective user and writable by no other user (its group may write it when that
+    //    is the effective group), so that no other user can choose or swap the file it
+    //    writes as its owner.
+    let mut opened = a.create_label();
+    let mut plain_open = a.create_label();
+    a.cmp(qword_ptr(rsp + SECURE_SLOT), 0)?;
+    a.je(plain_open)?;
+    a.lea(rbx, ptr(msg_relative))?;
+    a.xor(eax, eax)?;
+    a.cmp(byte_ptr(rsp + PATH_BUF), b'/' as i32)?;
+    a.jne(fail_errno)?;
+    // rdx = the last '/'.
+    let mut slash_scan = a.create_label();
+    let mut slash_next = a.create_label();
+    let mut slash_done = a.create_label();
+    a.xor(ecx, ecx)?;
+    a.xor(edx, edx)?;
+    a.set_label(&mut slash_scan)?;
+    a.mov(al, byte_ptr(rsp + rcx + PATH_BUF))?;
+    a.test(al, al)?;
+    a.jz(slash_done)?;
+    a.cmp(al, b'/' as i32)?;
+    a.jne(slash_next)?;
+    a.mov(edx, ecx)?;
+    a.set_label(&mut slash_next)?;
+    a.inc(ecx)?;
+    a.jmp(slash_scan)?;
+    a.set_label(&mut slash_done)?;
+    a.mov(r14, rdx)?;
+    a.lea(rsi, ptr(root_dir))?;
+    let mut dir_named = a.create_label();
+    a.test(rdx, rdx)?;
+    a.jz(dir_named)?;
+    a.mov(byte_ptr(rsp + rdx + PATH_BUF), 0)?;
+    a.lea(rsi, qword_ptr(rsp + PATH_BUF))?;
+    a.set_label(&mut dir_named)?;
+    // struct open_how { flags, mode, resolve }.
+    a.mov(qword_ptr(rsp + ACTION_BUF), O_DIRECTORY_CLOEXEC)?;
+    a.mov(qword_ptr(rsp + ACTION_BUF + 8), 0)?;
+    a.mov(
+        qword_ptr(rsp + ACTION_BUF + 16),
+        RESOLVE_NO_MAGICLINKS_SYMLINKS,
+    )?;
+    a.mov(eax, SYS_OPENAT2)?;
+    a.mov(edi, AT_FDCWD)?;
+    a.lea(rdx, qword_ptr(rsp + ACTION_BUF))?;
+    a.mov(r10d, 24)?;
+    a.syscall()?;
+    a.mov(byte_ptr(rsp + r14 + PATH_BUF), b'/' as i32)?;
+    a.lea(rbx, ptr(msg_dir))?;
+    a.test(rax, rax)?;
+    a.js(fail_errno)?;
+    a.mov(r13, rax)?;
+    a.mov(eax, SYS_FSTAT)?;
+    a.mov(rdi, r13)?;
+    a.lea(rsi, qword_ptr(rsp + STAT_BUF))?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.js(fail_close)?;
+    a.lea(rbx, ptr(msg_unsafe_dir))?;
+    let mut dir_owner_ok = a.create_label();
+    a.mov(eax, dword_ptr(rsp + STAT_BUF + STAT_UID_OFFSET))?;
+    a.test(eax, eax)?;
+    a.jz(dir_owner_ok)?;
+    a.cmp(eax, dword_ptr(rsp + EUID_SLOT))?;
+    a.jne(fail_other)?;
+    a.set_label(&mut dir_owner_ok)?;
+    a.test(dword_ptr(rsp + STAT_BUF + STAT_MODE_OFFSET), 0o002)?;
+    a.jnz(fail_other)?;
+    // Group-writable only by the group the set-group-ID bit granted (a program's own
+    // directory, like /var/games for group games): not by the caller's own group.
+    let mut dir_ok = a.create_label();
+    a.test(dword_ptr(rsp + STAT_BUF + STAT_MODE_OFFSET), 0o020)?;
+    a.jz(dir_ok)?;
+    a.mov(eax, dword_ptr(rsp + STAT_BUF + STAT_GID_OFFSET))?;
+    a.cmp(eax, dword_ptr(rsp + EGID_SLOT))?;
+    a.jne(fail_other)?;
+    a.cmp(eax, dword_ptr(rsp + GID_SLOT))?;
+    a.je(fail_other)?;
+    a.set_label(&mut dir_ok)?;
+    a.mov(eax, SYS_OPENAT)?;
+    a.mov(rdi, r13)?;
+    a.lea(rsi, qword_ptr(rsp + r14 + (PATH_BUF + 1)))?;
+    a.mov(edx, O_RDWR_CREAT_NOFOLLOW_CLOEXEC)?;
+    a.mov(r10d, MODE_0600)?;
+    a.syscall()?;
+    a.mov(r15, rax)?;
+    a.mov(eax, SYS_CLOSE)?;
+    a.mov(rdi, r13)?;
+    a.syscall()?;
+    a.mov(rax, r15)?;
+    a.jmp(opened)?;
+    a.set_label(&mut plain_open)?;
     a.mov(eax, SYS_OPENAT)?;
     a.mov(edi, AT_FDCWD)?;
     a.mov(rsi, r12)?;
     a.mov(edx, O_RDWR_CREAT_NOFOLLOW_CLOEXEC)?;
     a.mov(r10d, MODE_0600)?;
     a.syscall()?;
+    a.set_label(&mut opened)?;
     a.lea(rbx, ptr(msg_open))?;
     a.test(rax, rax)?;
     a.js(fail_errno)?;
@@ -308,6 +548,25 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.syscall()?;
     a.test(rax, rax)?;
     a.js(fail_close)?;
+    // Only a regular file: mapping a device or a FIFO means nothing. A privileged process
+    // also wants the file its own, with no other name, and writable by nobody else.
+    a.lea(rbx, ptr(msg_not_regular))?;
+    a.mov(eax, dword_ptr(rsp + STAT_BUF + STAT_MODE_OFFSET))?;
+    a.and(eax, S_IFMT)?;
+    a.cmp(eax, S_IFREG)?;
+    a.jne(fail_other)?;
+    let mut file_ok = a.create_label();
+    a.cmp(qword_ptr(rsp + SECURE_SLOT), 0)?;
+    a.je(file_ok)?;
+    a.lea(rbx, ptr(msg_unsafe_file))?;
+    a.mov(eax, dword_ptr(rsp + STAT_BUF + STAT_UID_OFFSET))?;
+    a.cmp(eax, dword_ptr(rsp + EUID_SLOT))?;
+    a.jne(fail_other)?;
+    a.cmp(qword_ptr(rsp + STAT_BUF + STAT_NLINK_OFFSET), 1)?;
+    a.jne(fail_other)?;
+    a.test(dword_ptr(rsp + STAT_BUF + STAT_MODE_OFFSET), 0o022)?;
+    a.jnz(fail_other)?;
+    a.set_label(&mut file_ok)?;
     let prefix_len = params.file_prefix.len() as u64;
     let total = prefix_len + params.counters_size;
     let mut existing = a.create_label();
@@ -329,11 +588,37 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.mov(r10, r14)?;
     a.syscall()?;
     a.test(rax, rax)?;
-    a.jle(fail_close)?;
+    a.jle(fail_truncate)?;
     a.add(r14, rax)?;
     a.mov(rax, prefix_len)?;
     a.cmp(r14, rax)?;
     a.jb(write_more)?;
+    // Allocate every counter page now: a page left a hole would need disk space the first
+    // time the program touches it, and a full disk then is a SIGBUS. A file system without
+    // fallocate gets a sparse file (the SIGBUS handler covers it); no space leaves the file
+    // empty, for a later run to set up.
+    let mut sparse = a.create_label();
+    a.mov(eax, SYS_FALLOCATE)?;
+    a.mov(rdi, r13)?;
+    a.xor(esi, esi)?;
+    a.xor(edx, edx)?;
+    a.mov(r10, total)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jz(ready)?;
+    a.cmp(rax, -EOPNOTSUPP)?;
+    a.je(sparse)?;
+    a.lea(rbx, ptr(msg_space))?;
+    // A new file left half set up would pass for another binary's: empty it.
+    a.set_label(&mut fail_truncate)?;
+    a.mov(r14, rax)?;
+    a.mov(eax, SYS_FTRUNCATE)?;
+    a.mov(rdi, r13)?;
+    a.xor(esi, esi)?;
+    a.syscall()?;
+    a.mov(rax, r14)?;
+    a.jmp(fail_close)?;
+    a.set_label(&mut sparse)?;
     a.mov(eax, SYS_FTRUNCATE)?;
     a.mov(rdi, r13)?;
     a.mov(rsi, total)?;
@@ -366,6 +651,20 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.add(ecx, 8)?;
     a.cmp(ecx, HEADER_CMP as i32)?;
     a.jb(cmp_loop)?;
+    // Holes in an existing file (copied sparse, or made where fallocate failed) get their
+    // blocks now, for the same reason as a new file's.
+    a.mov(eax, SYS_FALLOCATE)?;
+    a.mov(rdi, r13)?;
+    a.xor(esi, esi)?;
+    a.xor(edx, edx)?;
+    a.mov(r10, total)?;
+    a.syscall()?;
+    a.test(rax, rax)?;
+    a.jz(ready)?;
+    a.cmp(rax, -EOPNOTSUPP)?;
+    a.je(ready)?;
+    a.lea(rbx, ptr(msg_space))?;
+    a.jmp(fail_close)?;
 
     // 6. Map the file's counters somewhere, add what was counted so far, then map them over
     //    the counter segment.
@@ -416,7 +715,23 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.syscall()?;
     a.cmp(rax, r14)?;
     a.jne(fail_close)?;
-    // 7. Unlock and close: the mapping stays.
+    // 7. Catch the SIGBUS of a counter page the file no longer backs (truncated, or no disk
+    //    space for it). The replaced disposition is kept for faults not the runtime's.
+    a.lea(rax, ptr(bus_handler))?;
+    a.mov(qword_ptr(rsp + ACTION_BUF), rax)?;
+    a.mov(qword_ptr(rsp + ACTION_BUF + 8), SA_SIGINFO | SA_RESTORER)?;
+    a.lea(rax, ptr(bus_restorer))?;
+    a.mov(qword_ptr(rsp + ACTION_BUF + 16), rax)?;
+    a.mov(qword_ptr(rsp + ACTION_BUF + 24), 0)?;
+    a.mov(eax, SYS_RT_SIGACTION)?;
+    a.mov(edi, SIGBUS)?;
+    a.lea(rsi, qword_ptr(rsp + ACTION_BUF))?;
+    a.mov(rdx, r14)?;
+    a.mov(r10, params.counters_size)?;
+    a.add(rdx, r10)?;
+    a.mov(r10d, 8)?;
+    a.syscall()?;
+    // 8. Unlock and close: the mapping stays.
     a.mov(eax, SYS_FLOCK)?;
     a.mov(rdi, r13)?;
     a.mov(esi, LOCK_UN)?;
@@ -568,6 +883,80 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.popfq()?;
     a.ret()?;
 
+    // bus_handler(sig, info, context): a fault in the counter segment (si_code > 0: the
+    // kernel's, not a kill) is the file gone short under the mapping. Anonymous zero pages
+    // replace the mapping, so the faulting increment and the rest of the run go on, without
+    // saving counts, and one line says so. Anything else goes to the disposition the runtime
+    // replaced: a handler is called as the kernel would; the default or ignore is put back,
+    // and returning re-runs the faulting instruction under it (a kill is sent again), so the
+    // process ends exactly as it would have without the runtime.
+    a.set_label(&mut bus_handler)?;
+    let mut foreign = a.create_label();
+    let mut restore = a.create_label();
+    let mut handled = a.create_label();
+    a.lea(rcx, ptr(base))?;
+    a.mov(rax, params.counters.get().wrapping_sub(params.at.get()))?;
+    a.add(rcx, rax)?;
+    a.cmp(dword_ptr(rsi + 8), 0)?;
+    a.jle(foreign)?;
+    a.mov(rax, qword_ptr(rsi + 16))?;
+    a.sub(rax, rcx)?;
+    a.mov(r8, params.counters_size)?;
+    a.cmp(rax, r8)?;
+    a.jae(foreign)?;
+    a.push(rsi)?;
+    a.push(rdx)?;
+    a.push(rcx)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.mov(rdi, rcx)?;
+    a.mov(rsi, params.counters_size)?;
+    a.mov(edx, PROT_READ_WRITE)?;
+    a.mov(r10d, MAP_PRIVATE_ANONYMOUS | MAP_FIXED)?;
+    a.mov(r8, -1i64)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.pop(rcx)?;
+    a.pop(rdx)?;
+    a.pop(rsi)?;
+    a.cmp(rax, -4095)?;
+    a.jae(foreign)?;
+    a.lea(rsi, ptr(msg_bus))?;
+    a.mov(edx, MSG_BUS.len() as i32)?;
+    a.call(print)?;
+    a.set_label(&mut handled)?;
+    a.ret()?;
+    a.set_label(&mut foreign)?;
+    // rcx + counters_size: the saved `struct sigaction`.
+    a.mov(rax, params.counters_size)?;
+    a.add(rcx, rax)?;
+    a.mov(rax, qword_ptr(rcx))?;
+    a.cmp(rax, 1)?;
+    a.jbe(restore)?;
+    a.mov(edi, SIGBUS)?;
+    a.jmp(rax)?;
+    a.set_label(&mut restore)?;
+    a.push(rsi)?;
+    a.mov(eax, SYS_RT_SIGACTION)?;
+    a.mov(edi, SIGBUS)?;
+    a.mov(rsi, rcx)?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8)?;
+    a.syscall()?;
+    a.pop(rsi)?;
+    a.cmp(dword_ptr(rsi + 8), 0)?;
+    a.jg(handled)?;
+    a.mov(eax, SYS_GETPID)?;
+    a.syscall()?;
+    a.mov(rdi, rax)?;
+    a.mov(eax, SYS_KILL)?;
+    a.mov(esi, SIGBUS)?;
+    a.syscall()?;
+    a.ret()?;
+    // The return from a handler: the kernel's x86-64 signal frame needs one of its own.
+    a.set_label(&mut bus_restorer)?;
+    a.mov(eax, SYS_RT_SIGRETURN)?;
+    a.syscall()?;
+
     // Data.
     let cstr = |a: &mut CodeAssembler, label: &mut CodeLabel, s: &str| -> Result<(), IcedError> {
         a.set_label(label)?;
@@ -600,6 +989,38 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     cstr(&mut a, &mut msg_errno, MSG_ERRNO)?;
     cstr(&mut a, &mut msg_lost, MSG_LOST)?;
     cstr(&mut a, &mut msg_close, ")")?;
+    cstr(&mut a, &mut root_dir, "/")?;
+    cstr(
+        &mut a,
+        &mut msg_relative,
+        "a privileged (AT_SECURE) process refuses a relative profile path: ",
+    )?;
+    cstr(
+        &mut a,
+        &mut msg_dir,
+        "a privileged (AT_SECURE) process cannot open, without following symbolic links, the directory of the profile ",
+    )?;
+    cstr(
+        &mut a,
+        &mut msg_unsafe_dir,
+        "a privileged (AT_SECURE) process refuses a profile in a directory another user owns or may write: ",
+    )?;
+    cstr(
+        &mut a,
+        &mut msg_unsafe_file,
+        "a privileged (AT_SECURE) process refuses a profile file another user owns or may write, or with other links: ",
+    )?;
+    cstr(
+        &mut a,
+        &mut msg_not_regular,
+        "the profile is not a regular file: ",
+    )?;
+    cstr(
+        &mut a,
+        &mut msg_space,
+        "cannot reserve disk space for the profile ",
+    )?;
+    cstr(&mut a, &mut msg_bus, MSG_BUS)?;
     a.set_label(&mut prefix)?;
     a.db(params.file_prefix)?;
 
@@ -625,3 +1046,4 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
 const MSG_PREFIX: &str = "rivet: ";
 const MSG_ERRNO: &str = " (errno ";
 const MSG_LOST: &str = "; this run's counts are not saved\n";
+const MSG_BUS: &str = "rivet: the profile file lost pages under the running program (truncated, or no disk space); this process's counts from now on are not saved\n";

@@ -1,0 +1,515 @@
+//! Verification of a rewritten binary against its input (`rewrite --verify`, `rivet verify`).
+//!
+//! For every block of every rewritten function, the output must hold the same instructions
+//! at the block's new address (PC-relative and absolute code operands translated through the
+//! address map), and end with control flow equivalent to the input's: the same successors,
+//! translated, whether the emitter kept, inverted, re-created or dropped the branch. Every
+//! stored reference to moved code (data pointers, dynamic relocations, jump tables, fields in
+//! code that stayed) must hold the translated target. Every branch, call and code address of
+//! code that stays whose target moved must reach the new copy, or land on original bytes that
+//! are still there (`Checker::check_code_that_stays`).
+//!
+//! The address map comes from the rewrite itself, or from the `.rivet.bat` table of an output
+//! file; the checks decode the output's bytes independently of how the emitter produced them.
+
+use std::collections::HashSet;
+
+use rivet_arch::{Flow, Inst, decode_all};
+use rivet_discover::{DiscoverOptions, discover};
+use rivet_elf::lines::{LineTable, SourcePosition};
+use rivet_elf::{ElfFile, Vaddr};
+use rivet_emit::code::{AddressMap, ViaSlots};
+use rivet_emit::references::{RefField, collect};
+use rivet_emit::rewrite::RewriteOutput;
+use rivet_ir::{Function, Program, Terminator};
+
+/// What was checked.
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    pub functions: usize,
+    pub blocks: usize,
+    pub instructions: usize,
+    pub references: usize,
+    /// Instructions whose source line was compared.
+    pub lines: usize,
+}
+
+struct Checker<'a> {
+    program: &'a Program,
+    out: &'a ElfFile<'a>,
+    input: &'a ElfFile<'a>,
+    map: &'a AddressMap,
+    new_block_starts: HashSet<Vaddr>,
+    /// The PLT stubs' slots, for calls `--plt` made through them.
+    via_slots: ViaSlots,
+}
+
+impl Checker<'_> {
+    fn tr(&self, addr: Vaddr) -> Result<Vaddr, String> {
+        self.map
+            .translate(self.program, addr)
+            .ok_or_else(|| format!("{addr} has no new address"))
+    }
+
+    fn decode_at(&self, at: Vaddr, max: u64) -> Result<Vec<Inst>, String> {
+        // Read what exists, up to `max` bytes, from the section holding `at`.
+        let section = self
+            .out
+            .section_containing(at)
+            .ok_or_else(|| format!("{at} is not in any section of the output"))?;
+        let avail = section.range().end - at;
+        let bytes = self
+            .out
+            .bytes_at(at, max.min(avail))
+            .ok_or_else(|| format!("cannot read the output at {at}"))?;
+        Ok(decode_all(bytes, at))
+    }
+
+    /// Whether execution at `at` arrives at `want`: `at` is `want`, or only `nop`s (alignment
+    /// padding, at most 255 bytes) lie between them.
+    fn reaches(&self, at: Vaddr, want: Vaddr) -> Result<bool, String> {
+        if at == want {
+            return Ok(true);
+        }
+        if want < at || want - at > 255 {
+            return Ok(false);
+        }
+        let mut next = at;
+        for inst in self.decode_at(at, want - at)? {
+            if !inst.is_nop() {
+                return Ok(false);
+            }
+            next = inst.end();
+        }
+        Ok(next == want)
+    }
+
+    /// Whether `new` is `old`, a direct call or jump into a PLT stub, made through the stub's
+    /// GOT slot instead (`rivet optimize --plt`).
+    fn goes_through_slot(&self, old: &Inst, new: &Inst) -> bool {
+        matches!(
+            (old.flow(), new.flow()),
+            (Flow::Call { .. }, Flow::IndirectCall) | (Flow::Jump { .. }, Flow::IndirectJump)
+        ) && self
+            .via_slots
+            .slot_for(old)
+            .is_some_and(|slot| new.indirect_slot() == Some(slot))
+    }
+
+    fn same_instruction(&self, old: &Inst, new: &Inst) -> Result<(), String> {
+        if self.goes_through_slot(old, new) {
+            return Ok(());
+        }
+        let fail = |why: &str| {
+            Err(format!(
+                "{}: `{}` became `{}` at {} ({why})",
+                old.addr(),
+                old.to_att(),
+                new.to_att(),
+                new.addr()
+            ))
+        };
+        if old.len() != new.len() || old.mnemonic_name() != new.mnemonic_name() {
+            return fail("different instruction");
+        }
+        if let Some(target) = old.pc_relative_target() {
+            if new.pc_relative_target() != Some(self.tr(target)?) {
+                return fail("PC-relative target not translated");
+            }
+            return Ok(());
+        }
+        let old_bytes = self.input.bytes_at(old.addr(), u64::from(old.len()));
+        let new_bytes = self.out.bytes_at(new.addr(), u64::from(new.len()));
+        if old_bytes == new_bytes {
+            return Ok(());
+        }
+        // Absolute code addresses are the only other thing that may change.
+        let expected: Vec<u64> = old
+            .absolute_constants()
+            .map(|c| self.tr(Vaddr(c)).map(Vaddr::get).unwrap_or(c))
+            .collect();
+        if expected == new.absolute_constants().collect::<Vec<_>>() {
+            Ok(())
+        } else {
+            fail("bytes differ")
+        }
+    }
+
+    fn check_block(
+        &self,
+        f: &Function,
+        b: &rivet_ir::Block,
+        report: &mut VerifyReport,
+    ) -> Result<(), String> {
+        let new_start = self
+            .map
+            .in_function(f.id, b.start)
+            .ok_or_else(|| format!("block {} of {} has no new address", b.start, f.name()))?;
+        let insts = f.block_insts(b);
+        let recreated = f.block_exit(b).is_some_and(|exit| exit.recreates_last());
+        // The input's alignment padding is left out of rewritten code; a re-created terminator
+        // (a branch, never padding) is checked apart.
+        let mut body: Vec<&Inst> = f.kept_insts(b).collect();
+        if recreated {
+            body.pop();
+        }
+        // Enough bytes for every instruction to be one longer (a call through a GOT slot).
+        let body_len: u64 = body.iter().map(|i| u64::from(i.len()) + 1).sum();
+        let decoded = self.decode_at(new_start, body_len + 16)?;
+        for (k, old) in body.iter().enumerate() {
+            let new = decoded
+                .get(k)
+                .ok_or_else(|| format!("block {} of {} is truncated", b.start, f.name()))?;
+            self.same_instruction(old, new)?;
+            report.instructions += 1;
+        }
+        let end = body
+            .len()
+            .checked_sub(1)
+            .map_or(new_start, |k| decoded[k].end());
+        if !recreated {
+            return Ok(());
+        }
+        let last = insts.last().expect("recreated terminator");
+        report.instructions += 1;
+        let fall_old = last.end();
+        // What the output does after the body: a jump, a conditional jump (and a jump), or
+        // nothing when the successor is the next block of the layout.
+        let first = decoded.get(body.len());
+        let block_name = || format!("block {} of {}", b.start, f.name());
+        match (&b.terminator, last.flow()) {
+            (Terminator::Jump | Terminator::TailCall { .. }, Flow::Jump { target }) => {
+                let want = self.tr(target)?;
+                if self.reaches(end, want)? {
+                    return Ok(());
+                }
+                match first {
+                    Some(new) if new.flow() == (Flow::Jump { target: want }) => {}
+                    Some(new) if self.goes_through_slot(last, new) => {}
+                    _ => return Err(format!("{}: does not jump to {want}", block_name())),
+                }
+            }
+            (_, Flow::CondJump { target }) => {
+                let Some(jcc) = first else {
+                    return Err(format!("{}: conditional jump missing", block_name()));
+                };
+                let Flow::CondJump { target: x } = jcc.flow() else {
+                    return Err(format!("{}: expected a conditional jump", block_name()));
+                };
+                let after = jcc.end();
+                let y = match decoded.get(body.len() + 1).map(Inst::flow) {
+                    Some(Flow::Jump { target }) if !self.new_block_starts.contains(&after) => {
+                        target
+                    }
+                    _ => after,
+                };
+                let (t, fl) = (self.tr(target)?, self.tr(fall_old)?);
+                // Without a jump after it, the conditional falls through, maybe over padding.
+                let continues_to = |want: Vaddr| -> Result<bool, String> {
+                    Ok(y == want || (y == after && self.reaches(after, want)?))
+                };
+                let same = jcc.condition() == last.condition() && x == t && continues_to(fl)?;
+                let inverted =
+                    jcc.condition() == last.inverted_condition() && x == fl && continues_to(t)?;
+                if !same && !inverted {
+                    return Err(format!(
+                        "{}: branches to {x}/{y}, expected {t}/{fl}",
+                        block_name()
+                    ));
+                }
+            }
+            _ => return Err(format!("{}: unexpected terminator", block_name())),
+        }
+        Ok(())
+    }
+
+    /// Blocks that fall through: the successor must follow or be jumped to.
+    fn check_fall_through(&self, f: &Function, b: &rivet_ir::Block) -> Result<(), String> {
+        if b.terminator != Terminator::FallThrough {
+            return Ok(());
+        }
+        let last = f.block_insts(b).last().expect("non-empty block");
+        let new_last = self
+            .map
+            .in_function(f.id, last.addr())
+            .unwrap_or(last.addr());
+        // Left-out padding at the end of the block takes no bytes; a call made through a GOT
+        // slot one more than the original.
+        let end = if f.is_dropped_padding(b.insts.end - 1) {
+            new_last
+        } else {
+            match self.decode_at(new_last, 16)?.first() {
+                Some(new) if self.goes_through_slot(last, new) => new.end(),
+                _ => new_last + u64::from(last.len()),
+            }
+        };
+        let want = self.tr(last.end())?;
+        if self.reaches(end, want)? {
+            return Ok(());
+        }
+        match self.decode_at(end, 16)?.first().map(Inst::flow) {
+            Some(Flow::Jump { target }) if target == want => Ok(()),
+            _ => Err(format!(
+                "block {} of {}: does not continue at {want}",
+                b.start,
+                f.name()
+            )),
+        }
+    }
+}
+
+impl Checker<'_> {
+    /// The rewritten function holding `addr`, if any.
+    fn rewritten_at(&self, addr: Vaddr) -> Option<&Function> {
+        self.program
+            .function_containing(addr)
+            .filter(|g| self.map.is_rewritten(g.id))
+    }
+
+    /// Every way from code that stays into a rewritten function: each direct branch or call
+    /// of a function left in place (all its decoded instructions, skipped functions' too),
+    /// and each RIP-relative code address of a modelled one, whose target lies in a
+    /// rewritten function. The output must either send it to the translated target (the same
+    /// instruction otherwise), or keep it and still hold, at the old target, what the input
+    /// held there: the original code up to the end of its block, or at an old entry a jump to
+    /// the new one. This is checked on the output's bytes, whatever the rewrite meant to do:
+    /// a forwarding jump written over a second way into a function shows here.
+    fn check_code_that_stays(&self, report: &mut VerifyReport) -> Result<(), String> {
+        for f in self
+            .program
+            .functions
+            .iter()
+            .filter(|f| !self.map.is_rewritten(f.id))
+        {
+            // RIP-relative operands of a skipped function's linear sweep may be data read as
+            // instructions; only modelled code is taken at its word for those.
+            let modelled: HashSet<Vaddr> = if f.is_simple() {
+                f.blocks
+                    .iter()
+                    .filter(|b| b.is_reachable)
+                    .flat_map(|b| f.block_insts(b).iter().map(Inst::addr))
+                    .collect()
+            } else {
+                HashSet::new()
+            };
+            for old in &f.insts {
+                let target = match old.flow() {
+                    Flow::Jump { target } | Flow::CondJump { target } | Flow::Call { target } => {
+                        target
+                    }
+                    _ => match old.rip_relative_target() {
+                        Some(t) if modelled.contains(&old.addr()) => t,
+                        _ => continue,
+                    },
+                };
+                let Some(g) = self.rewritten_at(target) else {
+                    continue;
+                };
+                self.check_way_in(old, target, g)
+                    .map_err(|why| format!("{} in {}: {why}", old.addr(), f.name()))?;
+                report.references += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// One way in from code that stays: `old`, an instruction of the input, reaches `target`
+    /// in the rewritten function `g`.
+    fn check_way_in(&self, old: &Inst, target: Vaddr, g: &Function) -> Result<(), String> {
+        let new = self
+            .decode_at(old.addr(), u64::from(old.len()))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| "the output holds no instruction there".to_string())?;
+        let unchanged = self.input.bytes_at(old.addr(), u64::from(old.len()))
+            == self.out.bytes_at(new.addr(), u64::from(new.len()));
+        if !unchanged {
+            return self.same_instruction(old, &new);
+        }
+        // Kept as it was: the old target must still do what it did.
+        if self.map.translate(self.program, target) == Some(target) {
+            return Ok(()); // rewritten in place, and that instruction did not move
+        }
+        if target == g.range.start
+            && let Ok(new_entry) = self.tr(target)
+            && matches!(
+                self.decode_at(target, 5)?.first().map(Inst::flow),
+                Some(Flow::Jump { target: t }) if t == new_entry
+            )
+        {
+            return Ok(());
+        }
+        // The original code from the target to the end of its block.
+        let end = g
+            .blocks
+            .iter()
+            .find(|b| b.start <= target && f_block_end(g, b) > target)
+            .map_or(target + 1, |b| f_block_end(g, b));
+        let len = end - target;
+        if self.input.bytes_at(target, len) != self.out.bytes_at(target, len) {
+            return Err(format!(
+                "`{}` still goes to {target}, in {} which moved, and the bytes there changed \
+                 (the old code from {target} to {end} must stay intact, or the branch must be \
+                 sent to {})",
+                old.to_att(),
+                g.name(),
+                self.tr(target)
+                    .map_or("the new code".to_string(), |t| t.to_string())
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where block `b` of `f` ends in the input.
+fn f_block_end(f: &Function, b: &rivet_ir::Block) -> Vaddr {
+    f.block_insts(b).last().map_or(b.start, Inst::end)
+}
+
+/// Checks `out` (an output of `input`, discovered as `program`) given the address map.
+pub fn check(
+    input: &ElfFile<'_>,
+    program: &Program,
+    out: &ElfFile<'_>,
+    map: &AddressMap,
+) -> Result<VerifyReport, String> {
+    let mut new_block_starts = HashSet::new();
+    for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {
+        for b in &f.blocks {
+            if let Some(n) = map.in_function(f.id, b.start) {
+                new_block_starts.insert(n);
+            }
+        }
+    }
+    let checker = Checker {
+        program,
+        out,
+        input,
+        map,
+        new_block_starts,
+        via_slots: ViaSlots::of_program(program),
+    };
+    let mut report = VerifyReport::default();
+    for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {
+        report.functions += 1;
+        for b in &f.blocks {
+            checker.check_block(f, b, &mut report)?;
+            checker.check_fall_through(f, b)?;
+            report.blocks += 1;
+        }
+    }
+
+    // Stored references.
+    let symbols = input.symbols().map_err(|e| e.to_string())?;
+    let statics = if program.info.relocation_mode == rivet_ir::RelocationMode::Available {
+        input
+            .static_relocations(&symbols)
+            .map_err(|e| e.to_string())?
+    } else {
+        Vec::new()
+    };
+    let dynamics = input.dynamic_relocations().map_err(|e| e.to_string())?;
+    let is_rewritten = |f: rivet_ir::FuncId| map.is_rewritten(f);
+    let refs = collect(input, program, &is_rewritten, &statics, &dynamics);
+    for r in &refs.stored {
+        // Only references to moved code are rewritten; others keep whatever the linker stored
+        // (a PIE's data words may hold 0 until the loader applies their RELATIVE relocation).
+        let Some(want) = map.translate(program, r.target).filter(|w| *w != r.target) else {
+            continue;
+        };
+        let got = match r.field {
+            RefField::Absolute { size: 8 } => out.read_u64(r.site),
+            RefField::Absolute { .. } => out.read_u32(r.site).map(u64::from),
+            RefField::Relative { size: 8, base } => {
+                out.read_u64(r.site).map(|v| base.get().wrapping_add(v))
+            }
+            RefField::Relative { base, .. } => out
+                .read_i32(r.site)
+                .map(|v| base.offset(i64::from(v)).get()),
+            RefField::RelaAddend { entry, .. } => out.read_u64(entry + 16),
+        };
+        if got != Some(want.get()) {
+            return Err(format!(
+                "reference at {} holds {}, expected {want} (for {})",
+                r.site,
+                got.map_or("nothing".into(), |g| format!("{:#x}", g)),
+                r.target
+            ));
+        }
+        report.references += 1;
+    }
+    checker.check_code_that_stays(&mut report)?;
+    report.lines = check_lines(input, program, out, map)?;
+    let want_entry = map.translate(program, input.entry).unwrap_or(input.entry);
+    if out.entry != want_entry {
+        return Err(format!(
+            "entry point is {}, expected {want_entry}",
+            out.entry
+        ));
+    }
+    Ok(report)
+}
+
+/// Every instruction copied into rewritten code must have the source position it had in
+/// the input (when the output keeps debug info; a rewrite that could not carry it over
+/// removes it). Branches are skipped: a dropped jump has no bytes, a re-created one may sit
+/// elsewhere in its block.
+fn check_lines(
+    input: &ElfFile<'_>,
+    program: &Program,
+    out: &ElfFile<'_>,
+    map: &AddressMap,
+) -> Result<usize, String> {
+    let Some(old) = LineTable::read(input).map_err(|e| format!("input line table: {e}"))? else {
+        return Ok(0);
+    };
+    let Some(new) = LineTable::read(out).map_err(|e| format!("output line table: {e}"))? else {
+        return Ok(0);
+    };
+    let name = |t: &LineTable, p: SourcePosition| {
+        format!("{}:{}:{}", t.file_name(p.file), p.line, p.column)
+    };
+    let mut checked = 0;
+    for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {
+        for (i, inst) in f.insts.iter().enumerate() {
+            if matches!(inst.flow(), Flow::Jump { .. } | Flow::CondJump { .. })
+                || f.is_dropped_padding(i as u32)
+            {
+                continue;
+            }
+            let (Some(want), Some(at)) = (
+                old.at(inst.addr().get()),
+                map.in_function(f.id, inst.addr()),
+            ) else {
+                continue;
+            };
+            let want = name(&old, want);
+            let got = new.at(at.get()).map(|p| name(&new, p));
+            if got.as_deref() != Some(want.as_str()) {
+                return Err(format!(
+                    "{} (`{}`) was at {want} in the source; its copy at {at} is at {}",
+                    inst.addr(),
+                    inst.to_att(),
+                    got.as_deref().unwrap_or("no line")
+                ));
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
+}
+
+/// `rewrite --verify`: checks the image about to be written.
+pub fn verify_output(
+    input: &ElfFile<'_>,
+    program: &Program,
+    output: &RewriteOutput,
+) -> Result<VerifyReport, String> {
+    let out =
+        ElfFile::parse(&output.image).map_err(|e| format!("the output does not parse: {e}"))?;
+    let report = check(input, program, &out, &output.map)?;
+    // The output must read back as a program Rivet understands as well as the input.
+    discover(&out, &DiscoverOptions::default())
+        .map_err(|e| format!("the output cannot be analysed: {e:?}"))?;
+    Ok(report)
+}
