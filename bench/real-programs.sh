@@ -18,7 +18,10 @@ fi
 RIVET="$(readlink -f "$RIVET")"
 export RIVET
 declare -A REAL
-while read -r name path; do REAL[$name]=$path; done < <(scripts/build-real-programs.sh 2>/dev/null)
+# REAL_PROGRAMS (set by the sourcing script): the programs it needs, by build-real-programs.sh's
+# names; unset: all of them.
+# shellcheck disable=SC2086 # a list of words
+while read -r name path; do REAL[$name]=$path; done < <(scripts/build-real-programs.sh ${REAL_PROGRAMS:-} 2>/dev/null)
 export LC_ALL=C TZ=UTC
 
 # ---------------------------------------------------------------- inputs

@@ -23,6 +23,10 @@
 #   cppcheck -> the `cppcheck` static analyser and its `testrunner` (4,000-odd unit tests),
 #              C++ with exceptions, gcc only, upstream's Makefile, plain -O2 -g -DNDEBUG
 #              (gcc's `.cold` parts stay in), with the bundled tinyxml2 and simplecpp
+#   openssl -> OpenSSL 3.0's `libcrypto.so.3` and `libssl.so.3`, the `openssl` app and the
+#              test programs, gcc only, upstream's Configure (`linux-x86_64 shared`) on the
+#              Debian source tree (Debian's patches applied), built in that tree and kept with
+#              its objects so that `make test` runs there without rebuilding
 #
 # each with CC in {gcc, clang-19}; flags: -O2 -g -Wl,--emit-relocs, and for gcc
 # also -fno-reorder-blocks-and-partition. Default PIE (the compilers' default).
@@ -42,6 +46,8 @@
 #   R/postgresql-15-<debian-version>-gcc/   install/ (bin/postgres ...), regress/
 #   R/cppcheck-<debian-version>-gcc/        tree/: the source tree with cppcheck and
 #        testrunner built in it (both look for cfg/ and the test files there)
+#   R/openssl-<debian-version>-gcc/         tree/: the source tree with OpenSSL built in it
+#        (libcrypto.so.3, libssl.so.3, apps/openssl, test/*); run `make test` in a copy
 # Complete directories (.complete marker) are reused; builds happen in a temp
 # dir renamed into place; a flock on R/.lock serialises concurrent invocations.
 #
@@ -54,10 +60,24 @@
 #   sqlite3-gcc-norelocs, testfixture-gcc-norelocs, redis-gcc (redis-server),
 #   redis-benchmark, redis-cli, postgres-gcc (install/bin/postgres), postgres-regress
 #   (the directory to run pg_regress in), cppcheck-gcc, cppcheck-testrunner (run it in its
-#   own directory). Everything else goes to stderr.
+#   own directory), openssl-tree (the built tree), openssl-libcrypto, openssl-libssl,
+#   openssl-app (apps/openssl; run it through the tree's util/shlib_wrap.sh, which points
+#   LD_LIBRARY_PATH at the tree). Everything else goes to stderr.
+#
+# Arguments: names of programs to build (lua sqlite3 redis postgresql cppcheck openssl);
+# none means all of them. Only the named programs' result lines are printed.
 set -euo pipefail
 
 exec 3>&1 1>&2 # real stdout only for the result lines
+
+PROGRAMS=(lua sqlite3 redis postgresql cppcheck openssl)
+WANTED=("$@")
+for w in "${WANTED[@]}"; do
+    [[ " ${PROGRAMS[*]} " == *" $w "* ]] || { echo "build-real-programs: error: unknown program '$w' (known: ${PROGRAMS[*]})" >&2; exit 2; }
+done
+want() { # program -> true when it is to be built (no arguments: all)
+    [[ ${#WANTED[@]} -eq 0 || " ${WANTED[*]} " == *" $1 "* ]]
+}
 
 CACHE_ROOT="${RIVET_CACHE:-${HOME:-/tmp}/.cache/rivet}"
 R="$CACHE_ROOT/real"
@@ -238,24 +258,42 @@ fetchable_source() { # package -> sets FETCHED and FETCHED_VER
     die "no version of $pkg's source package downloads (apt-cache showsrc $pkg)"
 }
 
-LUA_VER="$(src_version lua5.4)"
-SQLITE_VER="$(src_version sqlite3)"
-REDIS_VER="$(src_version redis)"
-log "lua5.4 $LUA_VER, sqlite3 $SQLITE_VER, redis $REDIS_VER"
-fetch_source lua5.4 "$LUA_VER"
-LUA_SRC=$FETCHED
-fetch_source sqlite3 "$SQLITE_VER"
-SQLITE_SRC=$FETCHED
-fetch_source redis "$REDIS_VER" "$(apt_version redis "$REDIS_VER")"
-REDIS_SRC=$FETCHED
-fetchable_source postgresql-15
-PG_VER=$FETCHED_VER
-PG_SRC=$FETCHED
-log "postgresql-15 $PG_VER"
-fetchable_source cppcheck
-CPPCHECK_VER=$FETCHED_VER
-CPPCHECK_SRC=$FETCHED
-log "cppcheck $CPPCHECK_VER"
+if want lua; then
+    LUA_VER="$(src_version lua5.4)"
+    log "lua5.4 $LUA_VER"
+    fetch_source lua5.4 "$LUA_VER"
+    LUA_SRC=$FETCHED
+fi
+if want sqlite3; then
+    SQLITE_VER="$(src_version sqlite3)"
+    log "sqlite3 $SQLITE_VER"
+    fetch_source sqlite3 "$SQLITE_VER"
+    SQLITE_SRC=$FETCHED
+fi
+if want redis; then
+    REDIS_VER="$(src_version redis)"
+    log "redis $REDIS_VER"
+    fetch_source redis "$REDIS_VER" "$(apt_version redis "$REDIS_VER")"
+    REDIS_SRC=$FETCHED
+fi
+if want postgresql; then
+    fetchable_source postgresql-15
+    PG_VER=$FETCHED_VER
+    PG_SRC=$FETCHED
+    log "postgresql-15 $PG_VER"
+fi
+if want cppcheck; then
+    fetchable_source cppcheck
+    CPPCHECK_VER=$FETCHED_VER
+    CPPCHECK_SRC=$FETCHED
+    log "cppcheck $CPPCHECK_VER"
+fi
+if want openssl; then
+    fetchable_source openssl
+    OPENSSL_VER=$FETCHED_VER
+    OPENSSL_SRC=$FETCHED
+    log "openssl $OPENSSL_VER"
+fi
 
 # --- 3. builds --------------------------------------------------------------
 # new_build <package> <version> <cc>: prints the build dir if already complete
@@ -626,47 +664,143 @@ build_cppcheck() {
     log "built $final/tree/cppcheck in $(elapsed "$t0")"
 }
 
-for cc in "${COMPILERS[@]}"; do build_lua "$cc"; done
-build_redis
-build_postgres
-build_cppcheck
-build_lua gcc norelocs
-make_amalgamation
-for cc in "${COMPILERS[@]}"; do prepare_sqlite "$cc"; done
-for cc in "${COMPILERS[@]}"; do prepare_testfixture "$cc"; done
-prepare_sqlite gcc norelocs
-prepare_testfixture gcc norelocs
-build_sqlites
+# OpenSSL: upstream's Configure and Makefile in a copy of the Debian source tree (Debian's
+# patches applied; debian/rules builds three flavours with its own options, we build the one
+# the issue tracker's reproduction used): `linux-x86_64 shared` plus our flags, which Configure
+# appends to its own -O3 (so -O2 wins) and to the link lines (--emit-relocs on libcrypto.so.3,
+# libssl.so.3, apps/openssl and every test program). `make build_sw` (no manual pages). The
+# tree keeps its objects: `make test` in a copy of it then runs the suite without rebuilding
+# (a copy whose libraries are replaced must keep their mtimes, or make relinks everything).
+# Nothing has an rpath: util/shlib_wrap.sh points LD_LIBRARY_PATH at the tree, as `make test`
+# does.
+check_openssl() { # tree
+    local tree=$1 out lib
+    out="$("$tree/util/shlib_wrap.sh" "$tree/apps/openssl" version 2>&1)" ||
+        die "$tree/apps/openssl version failed: $out"
+    [[ $out == "OpenSSL 3."* ]] || die "$tree/apps/openssl version printed '$out'"
+    # The app must use the tree's libraries, not the system's.
+    out="$(env LD_LIBRARY_PATH="$tree" ldd "$tree/apps/openssl")"
+    grep -q "libcrypto.so.3 => $tree/libcrypto.so.3" <<<"$out" || die "apps/openssl does not load $tree/libcrypto.so.3: $out"
+    for lib in libcrypto.so.3 libssl.so.3; do
+        out="$(readelf -S -W "$tree/$lib")" # (not piped into grep -q: pipefail and SIGPIPE)
+        grep -q ' \.rela\.text ' <<<"$out" || die "$tree/$lib has no .rela.text section"
+    done
+    [[ -x $tree/test/evp_test && -x $tree/test/sslapitest ]] || die "no test programs in $tree/test"
+}
+build_openssl() {
+    local final="$R/openssl-$OPENSSL_VER-gcc" tmp t0 flags
+    if [[ -f $final/.complete ]]; then
+        log "cached: $final/tree/libcrypto.so.3"
+        return 0
+    fi
+    command -v perl >/dev/null || die "missing perl: apt-get install perl"
+    t0=$(now)
+    flags="$(cflags_for gcc | tr '\n' ' ')-Wl,--emit-relocs"
+    rm -rf -- "$final"
+    new_tmp "$final"
+    tmp=$NEW_TMP
+    ln -s "$OPENSSL_SRC" "$tmp/source"
+    cp -a -- "$OPENSSL_SRC" "$tmp/tree"
+    # Test data of Debian's security patches (binary files no patch can carry), unpacked as
+    # debian/rules does before configuring; without them test_cms and test_cmsapi fail.
+    if [[ -f $tmp/tree/debian/binary.tar ]]; then
+        tar -xf "$tmp/tree/debian/binary.tar" -C "$tmp/tree" --no-same-owner || die "cannot unpack debian/binary.tar"
+    fi
+    log "building openssl with gcc (./Configure linux-x86_64 shared $flags; make build_sw) ..."
+    # shellcheck disable=SC2086  # $flags: one Configure argument per word
+    if ! (cd "$tmp/tree" && ./Configure linux-x86_64 shared $flags &&
+        make -j "$(nproc)" build_sw) >"$tmp/build.log" 2>&1; then
+        tail -n 60 "$tmp/build.log" >&2
+        die "openssl build failed (log above)"
+    fi
+    printf '%s\n' "./Configure linux-x86_64 shared $flags" >"$tmp/flags.txt"
+    # Configure writes the tree's absolute path into two generated Perl files (module paths
+    # for `make` and the test harness); point them at the final place, keeping their mtimes
+    # (make would reconfigure if configdata.pm looked newer than the Makefile).
+    local f stamp left
+    for f in configdata.pm util/wrap.pl; do
+        stamp="$(stat -c %y "$tmp/tree/$f")"
+        sed -i "s|$tmp/tree|$final/tree|g" "$tmp/tree/$f"
+        touch -d "$stamp" "$tmp/tree/$f"
+    done
+    left="$(grep -rlIF --exclude='*.[oad]' --exclude='*.so*' --exclude=build.log "$tmp" "$tmp/tree" | head -n 5 || true)"
+    [[ -z $left ]] || die "the OpenSSL tree still names its build directory $tmp in: $left"
+    check_openssl "$tmp/tree"
+    touch "$tmp/.complete"
+    mv -T -- "$tmp" "$final"
+    check_openssl "$final/tree"
+    log "built $final/tree/libcrypto.so.3 in $(elapsed "$t0")"
+}
+
+if want lua; then
+    for cc in "${COMPILERS[@]}"; do build_lua "$cc"; done
+fi
+if want redis; then build_redis; fi
+if want postgresql; then build_postgres; fi
+if want cppcheck; then build_cppcheck; fi
+if want openssl; then build_openssl; fi
+if want lua; then build_lua gcc norelocs; fi
+if want sqlite3; then
+    make_amalgamation
+    for cc in "${COMPILERS[@]}"; do prepare_sqlite "$cc"; done
+    for cc in "${COMPILERS[@]}"; do prepare_testfixture "$cc"; done
+    prepare_sqlite gcc norelocs
+    prepare_testfixture gcc norelocs
+    build_sqlites
+fi
 
 # Final checks (also on cached builds) and the result lines.
-for cc in "${COMPILERS[@]}"; do
-    check_binary "$(lua_dir "$cc")/lua" lua
-    check_binary "$R/sqlite3-$SQLITE_VER-$cc/sqlite3" sqlite3
-    check_binary "$R/sqlite3-$SQLITE_VER-testfixture-$cc/testfixture" testfixture
-done
-check_binary "$(lua_dir gcc-norelocs)/lua" lua norelocs
-check_binary "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3" sqlite3 norelocs
-check_binary "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture" testfixture norelocs
-check_binary "$R/redis-$REDIS_VER-gcc/redis-server" redis
-check_binary "$R/postgresql-15-$PG_VER-gcc/install/bin/postgres" postgres
-check_binary "$R/cppcheck-$CPPCHECK_VER-gcc/tree/cppcheck" cppcheck
+if want lua; then
+    for cc in "${COMPILERS[@]}"; do check_binary "$(lua_dir "$cc")/lua" lua; done
+    check_binary "$(lua_dir gcc-norelocs)/lua" lua norelocs
+fi
+if want sqlite3; then
+    for cc in "${COMPILERS[@]}"; do
+        check_binary "$R/sqlite3-$SQLITE_VER-$cc/sqlite3" sqlite3
+        check_binary "$R/sqlite3-$SQLITE_VER-testfixture-$cc/testfixture" testfixture
+    done
+    check_binary "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3" sqlite3 norelocs
+    check_binary "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture" testfixture norelocs
+fi
+if want redis; then check_binary "$R/redis-$REDIS_VER-gcc/redis-server" redis; fi
+if want postgresql; then check_binary "$R/postgresql-15-$PG_VER-gcc/install/bin/postgres" postgres; fi
+if want cppcheck; then check_binary "$R/cppcheck-$CPPCHECK_VER-gcc/tree/cppcheck" cppcheck; fi
+if want openssl; then check_openssl "$R/openssl-$OPENSSL_VER-gcc/tree"; fi
 log "all done in $(elapsed "$start_all")"
 {
-    printf 'lua-src %s\n' "$LUA_SRC"
-    printf 'sqlite3-src %s\n' "$SQLITE_SRC"
-    for cc in "${COMPILERS[@]}"; do printf 'lua-%s %s\n' "$cc" "$(lua_dir "$cc")/lua"; done
-    for cc in "${COMPILERS[@]}"; do printf 'sqlite3-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-$cc/sqlite3"; done
-    for cc in "${COMPILERS[@]}"; do
-        printf 'testfixture-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-testfixture-$cc/testfixture"
-    done
-    printf 'lua-gcc-norelocs %s\n' "$(lua_dir gcc-norelocs)/lua"
-    printf 'sqlite3-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3"
-    printf 'testfixture-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture"
-    printf 'redis-gcc %s\n' "$R/redis-$REDIS_VER-gcc/redis-server"
-    printf 'redis-benchmark %s\n' "$R/redis-$REDIS_VER-gcc/redis-benchmark"
-    printf 'redis-cli %s\n' "$R/redis-$REDIS_VER-gcc/redis-cli"
-    printf 'postgres-gcc %s\n' "$R/postgresql-15-$PG_VER-gcc/install/bin/postgres"
-    printf 'postgres-regress %s\n' "$R/postgresql-15-$PG_VER-gcc/regress"
-    printf 'cppcheck-gcc %s\n' "$R/cppcheck-$CPPCHECK_VER-gcc/tree/cppcheck"
-    printf 'cppcheck-testrunner %s\n' "$R/cppcheck-$CPPCHECK_VER-gcc/tree/testrunner"
+    if want lua; then printf 'lua-src %s\n' "$LUA_SRC"; fi
+    if want sqlite3; then printf 'sqlite3-src %s\n' "$SQLITE_SRC"; fi
+    if want lua; then
+        for cc in "${COMPILERS[@]}"; do printf 'lua-%s %s\n' "$cc" "$(lua_dir "$cc")/lua"; done
+    fi
+    if want sqlite3; then
+        for cc in "${COMPILERS[@]}"; do printf 'sqlite3-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-$cc/sqlite3"; done
+        for cc in "${COMPILERS[@]}"; do
+            printf 'testfixture-%s %s\n' "$cc" "$R/sqlite3-$SQLITE_VER-testfixture-$cc/testfixture"
+        done
+    fi
+    if want lua; then printf 'lua-gcc-norelocs %s\n' "$(lua_dir gcc-norelocs)/lua"; fi
+    if want sqlite3; then
+        printf 'sqlite3-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-gcc-norelocs/sqlite3"
+        printf 'testfixture-gcc-norelocs %s\n' "$R/sqlite3-$SQLITE_VER-testfixture-gcc-norelocs/testfixture"
+    fi
+    if want redis; then
+        printf 'redis-gcc %s\n' "$R/redis-$REDIS_VER-gcc/redis-server"
+        printf 'redis-benchmark %s\n' "$R/redis-$REDIS_VER-gcc/redis-benchmark"
+        printf 'redis-cli %s\n' "$R/redis-$REDIS_VER-gcc/redis-cli"
+    fi
+    if want postgresql; then
+        printf 'postgres-gcc %s\n' "$R/postgresql-15-$PG_VER-gcc/install/bin/postgres"
+        printf 'postgres-regress %s\n' "$R/postgresql-15-$PG_VER-gcc/regress"
+    fi
+    if want cppcheck; then
+        printf 'cppcheck-gcc %s\n' "$R/cppcheck-$CPPCHECK_VER-gcc/tree/cppcheck"
+        printf 'cppcheck-testrunner %s\n' "$R/cppcheck-$CPPCHECK_VER-gcc/tree/testrunner"
+    fi
+    if want openssl; then
+        printf 'openssl-tree %s\n' "$R/openssl-$OPENSSL_VER-gcc/tree"
+        printf 'openssl-libcrypto %s\n' "$R/openssl-$OPENSSL_VER-gcc/tree/libcrypto.so.3"
+        printf 'openssl-libssl %s\n' "$R/openssl-$OPENSSL_VER-gcc/tree/libssl.so.3"
+        printf 'openssl-app %s\n' "$R/openssl-$OPENSSL_VER-gcc/tree/apps/openssl"
+    fi
 } >&3

@@ -10,65 +10,12 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::corpus::{corpus, instrument_and_run, parallel};
+use common::corpus::{
+    NO_RELOCATIONS, ORDER_FILE, corpus, instrument_and_run, optimize_option_sets, parallel,
+};
 
 fn rivet() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rivet"))
-}
-
-/// Marker arguments the test replaces: the function order file, and "strip relocations".
-const ORDER_FILE: &str = "{order-file}";
-const NO_RELOCATIONS: &str = "{no-relocations}";
-
-fn configs() -> Vec<Vec<&'static str>> {
-    vec![
-        // The defaults: ext-TSP, cdsort, all cold blocks and cold landing pads split.
-        vec![],
-        // llvm-bolt's spellings, C3 and hot/cold (trailing) splitting.
-        vec![
-            "-reorder-blocks=ext-tsp",
-            "-reorder-functions=hfsort",
-            "-split-functions",
-            "-split-all-cold=0",
-            "-split-eh",
-            "-dyno-stats",
-            "-update-debug-sections",
-            "-plt=all",
-        ],
-        vec![
-            "--reorder-blocks",
-            "reverse",
-            "--reorder-functions",
-            "exec-count",
-            "--split-functions=false",
-        ],
-        vec![
-            "--reorder-blocks",
-            "none",
-            "--reorder-functions",
-            "none",
-            "--cold-landing-pads",
-        ],
-        vec![
-            "--reorder-blocks=cache+",
-            "--split-eh=false",
-            "--align-functions",
-            "64",
-            "--hot-text",
-            "--min-hot-count",
-            "3",
-            "-align-blocks",
-            "--block-alignment",
-            "32",
-        ],
-        vec![
-            "--reorder-functions",
-            "user",
-            "--function-order",
-            ORDER_FILE,
-        ],
-        vec![NO_RELOCATIONS],
-    ]
 }
 
 #[test]
@@ -98,7 +45,7 @@ fn optimized_corpus_programs_behave_the_same() {
 
     common::corpus::differential(
         &base.join("work"),
-        &configs(),
+        &optimize_option_sets(),
         |config| config.join(" "),
         |e, config, slot, out| {
             let counts = profiles.join(&e.name).join("counts");

@@ -6,6 +6,64 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+/// Marker arguments of `optimize_option_sets` the caller replaces: the function order file,
+/// and "strip relocations" (`objcopy --remove-relocations=*` of the input).
+pub const ORDER_FILE: &str = "{order-file}";
+pub const NO_RELOCATIONS: &str = "{no-relocations}";
+
+/// The option sets of `rivet optimize` the differential tests run: every block order, function
+/// order and splitting option, llvm-bolt's spellings, and in place (no relocations).
+pub fn optimize_option_sets() -> Vec<Vec<&'static str>> {
+    vec![
+        // The defaults: ext-TSP, cdsort, all cold blocks and cold landing pads split.
+        vec![],
+        // llvm-bolt's spellings, C3 and hot/cold (trailing) splitting.
+        vec![
+            "-reorder-blocks=ext-tsp",
+            "-reorder-functions=hfsort",
+            "-split-functions",
+            "-split-all-cold=0",
+            "-split-eh",
+            "-dyno-stats",
+            "-update-debug-sections",
+            "-plt=all",
+        ],
+        vec![
+            "--reorder-blocks",
+            "reverse",
+            "--reorder-functions",
+            "exec-count",
+            "--split-functions=false",
+        ],
+        vec![
+            "--reorder-blocks",
+            "none",
+            "--reorder-functions",
+            "none",
+            "--cold-landing-pads",
+        ],
+        vec![
+            "--reorder-blocks=cache+",
+            "--split-eh=false",
+            "--align-functions",
+            "64",
+            "--hot-text",
+            "--min-hot-count",
+            "3",
+            "-align-blocks",
+            "--block-alignment",
+            "32",
+        ],
+        vec![
+            "--reorder-functions",
+            "user",
+            "--function-order",
+            ORDER_FILE,
+        ],
+        vec![NO_RELOCATIONS],
+    ]
+}
+
 pub struct Entry {
     pub name: String,
     pub kind: String,

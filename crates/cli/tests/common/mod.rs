@@ -122,26 +122,32 @@ pub fn real_program(name: &str) -> &'static Path {
     use std::collections::HashMap;
     use std::sync::OnceLock;
     static BUILDS: OnceLock<HashMap<String, PathBuf>> = OnceLock::new();
-    let builds = BUILDS.get_or_init(|| {
-        let out = std::process::Command::new("bash")
-            .arg(repo_root().join("scripts/build-real-programs.sh"))
-            .output()
-            .expect("running scripts/build-real-programs.sh");
-        assert!(
-            out.status.success(),
-            "scripts/build-real-programs.sh failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
-            .collect()
-    });
-    builds
+    BUILDS
+        .get_or_init(|| real_programs(&[]))
         .get(name)
         .unwrap_or_else(|| panic!("build-real-programs.sh did not build {name}"))
+}
+
+/// Runs `scripts/build-real-programs.sh PROGRAMS...` (none: all of them), which builds what is
+/// not cached; returns its result lines as name -> path.
+#[allow(dead_code)]
+pub fn real_programs(programs: &[&str]) -> std::collections::HashMap<String, PathBuf> {
+    let out = std::process::Command::new("bash")
+        .arg(repo_root().join("scripts/build-real-programs.sh"))
+        .args(programs)
+        .output()
+        .expect("running scripts/build-real-programs.sh");
+    assert!(
+        out.status.success(),
+        "scripts/build-real-programs.sh {programs:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+        .collect()
 }
 
 /// The repository's root.
