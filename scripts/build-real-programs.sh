@@ -187,6 +187,8 @@ find_tcl_config() { # -> path of tclConfig.sh (tcl-dev), or nothing
 }
 [[ -n "$(find_tcl_config)" && -f /usr/include/tcl8.6/tcl.h ]] || need_pkgs+=(tcl-dev)
 [[ -f /usr/include/zlib.h ]] || need_pkgs+=(zlib1g-dev)
+# OpenSSL 3's Configure and test harness use Perl modules that perl-base lacks (IPC::Cmd).
+perl -MIPC::Cmd -e 1 >/dev/null 2>&1 || need_pkgs+=(perl)
 if [[ ${#need_pkgs[@]} -gt 0 ]]; then
     log "installing ${need_pkgs[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_pkgs[@]}" >&2
