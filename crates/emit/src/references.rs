@@ -325,18 +325,22 @@ fn branches_without_relocations(
 /// the rewritten copy. `reference_targets` is sorted.
 pub fn old_entry_is_free(f: &Function, len: u64, reference_targets: &[Vaddr]) -> bool {
     let start = f.range.start;
-    let covered = |a: Vaddr| a > start && a < start + len;
-    if f.secondary_entries.iter().any(|&e| covered(e)) {
-        return false;
-    }
-    if f.blocks
-        .iter()
-        .any(|b| (b.is_entry || b.is_landing_pad || b.is_address_taken) && covered(b.start))
-    {
-        return false;
-    }
     let first = reference_targets.partition_point(|&t| t <= start);
-    !reference_targets.get(first).is_some_and(|&t| covered(t))
+    let referenced = reference_targets
+        .get(first)
+        .is_some_and(|&t| t < start + len);
+    !referenced && !is_entered_within(f, len)
+}
+
+/// Whether something of `f` itself enters it within its first `len` bytes, past its entry: a
+/// secondary entry, a landing pad or a label whose address is taken.
+pub fn is_entered_within(f: &Function, len: u64) -> bool {
+    let start = f.range.start;
+    let covered = |a: Vaddr| a > start && a < start + len;
+    f.secondary_entries.iter().any(|&e| covered(e))
+        || f.blocks
+            .iter()
+            .any(|b| (b.is_entry || b.is_landing_pad || b.is_address_taken) && covered(b.start))
 }
 
 /// Outcome of turning references into patches.

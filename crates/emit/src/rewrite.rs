@@ -260,7 +260,7 @@ fn ineligible(elf: &ElfFile<'_>, f: &rivet_ir::Function, in_place: bool) -> Opti
 }
 
 /// The function a compiler-split cold part belongs to (itself for ordinary functions).
-fn family_root(program: &Program, f: FuncId) -> FuncId {
+pub(crate) fn family_root(program: &Program, f: FuncId) -> FuncId {
     match program.function(f).parent {
         Some(rivet_ir::Parent {
             function,

@@ -14,9 +14,10 @@ use std::collections::HashSet;
 use rivet_arch::Flow;
 use rivet_elf::relocs::StaticReloc;
 use rivet_elf::{ElfFile, Vaddr};
-use rivet_ir::{FuncId, PartKind, Program};
+use rivet_ir::{FuncId, Program};
 
-use crate::rewrite::FORWARDING_JUMP_SIZE;
+use crate::references::is_entered_within;
+use crate::rewrite::{FORWARDING_JUMP_SIZE, family_root};
 
 /// The counts. "Interior" is anywhere in another function but its first byte; branches
 /// between a function and its compiler-split cold part are the function's own and not counted.
@@ -36,14 +37,6 @@ pub struct WaysIn {
     pub entered_under_forwarding_jump: usize,
 }
 
-/// The function a compiler-split cold part belongs to (itself for ordinary functions).
-fn family(program: &Program, f: FuncId) -> FuncId {
-    match program.function(f).parent {
-        Some(p) if p.kind == PartKind::ColdFragment => p.function,
-        _ => f,
-    }
-}
-
 /// Counts the ways in of `program`, given the static relocations of `elf` (empty without).
 pub fn count(elf: &ElfFile<'_>, program: &Program, statics: &[StaticReloc]) -> WaysIn {
     let relocated: HashSet<Vaddr> = statics
@@ -54,7 +47,7 @@ pub fn count(elf: &ElfFile<'_>, program: &Program, statics: &[StaticReloc]) -> W
     let mut out = WaysIn::default();
     let interior_of_another = |from: FuncId, target: Vaddr| {
         program.function_containing(target).is_some_and(|g| {
-            g.range.start != target && family(program, g.id) != family(program, from)
+            g.range.start != target && family_root(program, g.id) != family_root(program, from)
         })
     };
     for f in &program.functions {
@@ -83,13 +76,7 @@ pub fn count(elf: &ElfFile<'_>, program: &Program, statics: &[StaticReloc]) -> W
                 }
             }
         }
-        let start = f.range.start;
-        let under = |a: Vaddr| a > start && a < start + FORWARDING_JUMP_SIZE;
-        if f.secondary_entries.iter().any(|&e| under(e))
-            || f.blocks
-                .iter()
-                .any(|b| (b.is_entry || b.is_landing_pad || b.is_address_taken) && under(b.start))
-        {
+        if is_entered_within(f, FORWARDING_JUMP_SIZE) {
             out.entered_under_forwarding_jump += 1;
         }
     }
