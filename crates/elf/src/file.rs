@@ -207,6 +207,27 @@ impl<'data> ElfFile<'data> {
                 data: section_data,
             });
         }
+        // The ELF specification allows one section of each symbol-table type. Readers take
+        // the first; a second one (a corrupt or crafted file) would be what other tools read,
+        // and what a rewrite leaves live next to the table it regenerates.
+        for sh_type in [elf::SHT_SYMTAB.0, elf::SHT_DYNSYM.0] {
+            let mut tables = sections.iter().filter(|s| s.sh_type == sh_type);
+            if let (Some(first), Some(second)) = (tables.next(), tables.next()) {
+                return Err(ElfError::malformed(
+                    "section header table",
+                    format!(
+                        "two {} sections ({} and {}); a file has at most one",
+                        if sh_type == elf::SHT_SYMTAB.0 {
+                            "SHT_SYMTAB"
+                        } else {
+                            "SHT_DYNSYM"
+                        },
+                        first.index,
+                        second.index
+                    ),
+                ));
+            }
+        }
         let mut by_addr: Vec<usize> = sections
             .iter()
             .filter(|s| s.is_alloc() && !s.is_nobits() && !s.is_tls() && s.size > 0)

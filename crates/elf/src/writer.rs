@@ -185,13 +185,26 @@ pub fn new_segment(elf: &ElfFile<'_>) -> Result<NewSegment> {
             "too many program headers to add one",
         ));
     }
-    let top = elf
+    if !elf.segments().iter().any(|s| s.is_load()) {
+        return Err(ElfError::malformed(
+            "program header table",
+            "no PT_LOAD segment",
+        ));
+    }
+    // Above everything the input places at an address: every loaded segment (its file size
+    // too, should a corrupt one claim less memory than file) and every allocated section (a
+    // corrupt one may lie outside its segment), so the new segment overlaps none of them.
+    let segments = elf
         .segments()
         .iter()
         .filter(|s| s.is_load())
-        .map(|s| s.vaddr.get().saturating_add(s.memsz))
-        .max()
-        .ok_or_else(|| ElfError::malformed("program header table", "no PT_LOAD segment"))?;
+        .map(|s| s.vaddr.get().saturating_add(s.memsz.max(s.filesz)));
+    let sections = elf
+        .sections()
+        .iter()
+        .filter(|s| s.is_alloc() && !s.is_tls())
+        .map(|s| s.addr.get().saturating_add(s.size));
+    let top = segments.chain(sections).max().unwrap_or(0);
     let vaddr = top
         .checked_add(PAGE - 1)
         .map(|v| v & !(PAGE - 1))
@@ -231,6 +244,22 @@ fn loaded_end(elf: &ElfFile<'_>) -> u64 {
         .max()
         .unwrap_or(0)
         .min(elf.data().len() as u64)
+}
+
+/// Section 0, all zero (`SHN_UNDEF`, no extended numbering).
+fn null_section_header() -> elf::SectionHeader64<LE> {
+    elf::SectionHeader64::<LE> {
+        sh_name: U32::new(LE, 0),
+        sh_type: U32::new(LE, elf::SHT_NULL),
+        sh_flags: U64::new(LE, elf::SectionFlags(0)),
+        sh_addr: U64::new(LE, 0),
+        sh_offset: U64::new(LE, 0),
+        sh_size: U64::new(LE, 0),
+        sh_link: U32::new(LE, 0),
+        sh_info: U32::new(LE, 0),
+        sh_addralign: U64::new(LE, 0),
+        sh_entsize: U64::new(LE, 0),
+    }
 }
 
 fn align(v: u64, a: u64) -> u64 {
@@ -331,15 +360,28 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
             ));
         }
         // Where a section covers the patch, readers take the bytes from the section: one
-        // without contents there (a corrupt type, NOBITS) would hide the patch from them.
-        if elf
-            .section_containing(*addr)
-            .is_some_and(|sec| (sec.data.len() as u64) < (*addr - sec.addr) + bytes.len() as u64)
-        {
-            return Err(bad(
-                "patch",
-                format!("{addr} lies in a section without file contents there"),
-            ));
+        // without contents there (a corrupt type, NOBITS) would hide the patch from them, and
+        // one whose file offset disagrees with the segment mapping its address would make
+        // the patch land on other bytes than the ones discovery decoded.
+        if let Some(sec) = elf.section_containing(*addr) {
+            let in_section = *addr - sec.addr;
+            if (sec.data.len() as u64) < in_section + bytes.len() as u64 {
+                return Err(bad(
+                    "patch",
+                    format!("{addr} lies in a section without file contents there"),
+                ));
+            }
+            let by_section = sec.offset.0.saturating_add(in_section);
+            if by_section != off as u64 {
+                return Err(bad(
+                    "patch",
+                    format!(
+                        "{addr} is at file offset {by_section:#x} by section {} but at {off:#x} by \
+                         its segment (section and program headers disagree)",
+                        sec.name.escape_debug()
+                    ),
+                ));
+            }
         }
         if end > out.len()
             || elf
@@ -530,7 +572,10 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     for (i, sh) in input_shdrs.iter().enumerate() {
         let mut sh = *sh;
         if i == 0 {
-            shdrs.push(sh);
+            // Section 0 carries only the extended-numbering fields, which this writer never
+            // uses (it refuses SHN_LORESERVE sections and PN_XNUM headers): zero, whatever a
+            // corrupt input held there (a name offset past the new .shstrtab, a type).
+            shdrs.push(null_section_header());
             continue;
         }
         let name = match rewrite.renames.iter().find(|(k, _)| *k as usize == i) {
