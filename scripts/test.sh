@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 need_cargo
-need_packages gcc g++ clang-19 lld-19 bolt-19 valgrind make dpkg-dev binutils file time gdb linux-perf chromium
+need_packages gcc g++ clang-19 lld-19 bolt-19 valgrind make dpkg-dev binutils file time gdb linux-perf chromium strace
 
 echo "== corpus and real programs" >&2
 scripts/build-corpus.sh >/dev/null

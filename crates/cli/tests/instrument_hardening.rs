@@ -6,9 +6,9 @@
 //!   and counts only into the path fixed at instrumentation time, and only when that path is
 //!   safe (absolute, no symbolic link on the way, a directory no other user may write, a file
 //!   of its own). The tests run as root (CI does) and run the programs as `nobody`.
-//! - The counter file under a running program: truncated, deleted, moved, reset with `rivet
-//!   reset-counts`, on a full or read-only file system; and faults that are not the runtime's
-//!   end the program exactly as they would without it.
+//! - The counter file under a running program: truncated (at start-up too), deleted, moved,
+//!   reset with `rivet reset-counts`, on a full or read-only file system; and faults that are
+//!   not the runtime's end the program exactly as they would without it.
 //! - Inputs: a program started with its standard descriptors closed, and counter files with
 //!   a right magic but mutated headers and sizes (a bounded fuzz run; `RIVET_HEADER_FUZZ_SECS`
 //!   makes it run for that long instead, which `scripts/fuzz-counter-headers.sh` uses).
@@ -403,6 +403,62 @@ fn truncation_deletion_and_replacement_leave_the_program_running() {
     });
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(7), "{out:?}");
+}
+
+/// The start-up: the runtime maps the file and adds the counts made before it (an IFUNC
+/// resolver the loader ran) with its SIGBUS handler already in place, so a truncation in that
+/// moment costs counts, not the program. strace holds the program for a few seconds right
+/// after the runtime's `fallocate` (the call before the file is first mapped), the test
+/// truncates the file then, and the program must finish as it would have.
+#[test]
+fn a_truncation_during_start_up_costs_counts_not_the_program() {
+    let dir = scratch("hardening", "start-up");
+    let early = build_instrument_program(&dir, "early.c", "gcc", &["-O2"], "early");
+    let bin = dir.join("early.inst");
+    let file = dir.join("early.counts");
+    instrument(&early, &bin, s(&file));
+
+    // Undisturbed, the resolver's count (made before the runtime ran) reaches the file.
+    let out = Command::new(&bin).args(["early", "5"]).output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert_eq!(text(&out.stdout), "total 5\n");
+    let p = profile(&file);
+    // The resolver carries two symbols: the IFUNC `step` and its own `resolve_step`.
+    assert_eq!(entries(&p, "resolve_step") + entries(&p, "step"), 1);
+    assert_eq!(entries(&p, "main"), 1);
+
+    let trace = dir.join("strace.out");
+    let _ = std::fs::remove_file(&trace);
+    let child = Command::new("strace")
+        .args(["-qq", "-e", "trace=fallocate", "-e"])
+        .arg("inject=fallocate:delay_exit=3000000")
+        .arg("-o")
+        .arg(&trace)
+        .arg(&bin)
+        .args(["early", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace is required (apt-get install strace)");
+    // Bounded wait for the runtime's fallocate to be under way.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("fallocate(")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runtime made no fallocate call under strace"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "total 5\n");
+    assert_eq!(text(&out.stderr), LOST_PAGES);
 }
 
 #[test]

@@ -14,7 +14,8 @@
 //! profile, with no dump at exit, no thread and no watcher process. An existing file of the
 //! same instrumentation accumulates; one of another is left alone with a message on stderr,
 //! and the program then runs with private counters. Counts made before the mapping (IFUNC
-//! resolvers run before any entry point) are added into the file first.
+//! resolvers run before any entry point) are kept in anonymous memory while the file is
+//! mapped, then added into it.
 //!
 //! A privileged process (the kernel's `AT_SECURE` is nonzero: set-user-ID, set-group-ID,
 //! file capabilities, an LSM transition; or real and effective ids differ; or no `AT_SECURE`
@@ -31,7 +32,8 @@
 //! The file's counter area gets its disk blocks when the file is set up (`fallocate`), so a
 //! full disk later cannot fault an increment. A fault in the counter segment all the same (the
 //! file truncated under the program, a hole punched) reaches the runtime's SIGBUS handler,
-//! which maps anonymous zero pages over the segment, says once on stderr that counts are no
+//! installed before the file is first mapped and only ever mapped over the counter segment (so
+//! no moment of the start-up is exposed), which maps anonymous zero pages over the segment, says once on stderr that counts are no
 //! longer saved, and returns: the program goes on. A SIGBUS the runtime did not cause goes to
 //! the disposition it replaced (the default: the program ends as it would have without the
 //! runtime). The replaced disposition lives in a private page after the counters
@@ -666,57 +668,15 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.lea(rbx, ptr(msg_space))?;
     a.jmp(fail_close)?;
 
-    // 6. Map the file's counters somewhere, add what was counted so far, then map them over
-    //    the counter segment.
+    // 6. Catch the SIGBUS of a counter page the file no longer backs (truncated, or no disk
+    //    space for it), before the file is mapped anywhere: from its first mapping on, a
+    //    truncation can only fault where the handler zero-pages. The replaced disposition is
+    //    kept for faults not the runtime's.
     a.set_label(&mut ready)?;
-    a.lea(rbx, ptr(msg_map))?;
-    a.mov(eax, SYS_MMAP)?;
-    a.xor(edi, edi)?;
-    a.mov(rsi, params.counters_size)?;
-    a.mov(edx, PROT_READ_WRITE)?;
-    a.mov(r10d, MAP_SHARED)?;
-    a.mov(r8, r13)?;
-    a.mov(r9, prefix_len)?;
-    a.syscall()?;
-    a.cmp(rax, -4095)?;
-    a.jae(fail_close)?;
-    a.mov(r15, rax)?;
     // r14 = the counter segment's run-time address.
     a.lea(r14, ptr(base))?;
     a.mov(rax, params.counters.get().wrapping_sub(params.at.get()))?;
     a.add(r14, rax)?;
-    a.xor(ecx, ecx)?;
-    let mut add_loop = a.create_label();
-    let mut add_skip = a.create_label();
-    let mut add_done = a.create_label();
-    a.set_label(&mut add_loop)?;
-    a.mov(rax, params.counters_size)?;
-    a.cmp(rcx, rax)?;
-    a.jae(add_done)?;
-    a.mov(rax, qword_ptr(r14 + rcx))?;
-    a.test(rax, rax)?;
-    a.jz(add_skip)?;
-    a.lock().add(qword_ptr(r15 + rcx), rax)?;
-    a.set_label(&mut add_skip)?;
-    a.add(rcx, 8)?;
-    a.jmp(add_loop)?;
-    a.set_label(&mut add_done)?;
-    a.mov(eax, SYS_MUNMAP)?;
-    a.mov(rdi, r15)?;
-    a.mov(rsi, params.counters_size)?;
-    a.syscall()?;
-    a.mov(eax, SYS_MMAP)?;
-    a.mov(rdi, r14)?;
-    a.mov(rsi, params.counters_size)?;
-    a.mov(edx, PROT_READ_WRITE)?;
-    a.mov(r10d, MAP_SHARED | MAP_FIXED)?;
-    a.mov(r8, r13)?;
-    a.mov(r9, prefix_len)?;
-    a.syscall()?;
-    a.cmp(rax, r14)?;
-    a.jne(fail_close)?;
-    // 7. Catch the SIGBUS of a counter page the file no longer backs (truncated, or no disk
-    //    space for it). The replaced disposition is kept for faults not the runtime's.
     a.lea(rax, ptr(bus_handler))?;
     a.mov(qword_ptr(rsp + ACTION_BUF), rax)?;
     a.mov(qword_ptr(rsp + ACTION_BUF + 8), SA_SIGINFO | SA_RESTORER)?;
@@ -730,6 +690,68 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.mov(r10, params.counters_size)?;
     a.add(rdx, r10)?;
     a.mov(r10d, 8)?;
+    a.syscall()?;
+    // 7. Keep what was counted before this point (a library's code run before its own
+    //    initializer): copy it to anonymous memory, map the file's counters over the counter
+    //    segment, and add the copy into them. Only the counter segment ever maps the file, so
+    //    a truncation at any moment faults where the handler above recovers.
+    a.lea(rbx, ptr(msg_map))?;
+    a.mov(eax, SYS_MMAP)?;
+    a.xor(edi, edi)?;
+    a.mov(rsi, params.counters_size)?;
+    a.mov(edx, PROT_READ_WRITE)?;
+    a.mov(r10d, MAP_PRIVATE_ANONYMOUS)?;
+    a.mov(r8, -1i64)?;
+    a.xor(r9d, r9d)?;
+    a.syscall()?;
+    a.cmp(rax, -4095)?;
+    a.jae(fail_close)?;
+    a.mov(r15, rax)?;
+    a.xor(ecx, ecx)?;
+    let mut copy_loop = a.create_label();
+    let mut copy_skip = a.create_label();
+    let mut copy_done = a.create_label();
+    a.set_label(&mut copy_loop)?;
+    a.mov(rax, params.counters_size)?;
+    a.cmp(rcx, rax)?;
+    a.jae(copy_done)?;
+    a.mov(rax, qword_ptr(r14 + rcx))?;
+    a.test(rax, rax)?;
+    a.jz(copy_skip)?;
+    a.mov(qword_ptr(r15 + rcx), rax)?;
+    a.set_label(&mut copy_skip)?;
+    a.add(rcx, 8)?;
+    a.jmp(copy_loop)?;
+    a.set_label(&mut copy_done)?;
+    a.mov(eax, SYS_MMAP)?;
+    a.mov(rdi, r14)?;
+    a.mov(rsi, params.counters_size)?;
+    a.mov(edx, PROT_READ_WRITE)?;
+    a.mov(r10d, MAP_SHARED | MAP_FIXED)?;
+    a.mov(r8, r13)?;
+    a.mov(r9, prefix_len)?;
+    a.syscall()?;
+    a.cmp(rax, r14)?;
+    a.jne(fail_close)?;
+    a.xor(ecx, ecx)?;
+    let mut add_loop = a.create_label();
+    let mut add_skip = a.create_label();
+    let mut add_done = a.create_label();
+    a.set_label(&mut add_loop)?;
+    a.mov(rax, params.counters_size)?;
+    a.cmp(rcx, rax)?;
+    a.jae(add_done)?;
+    a.mov(rax, qword_ptr(r15 + rcx))?;
+    a.test(rax, rax)?;
+    a.jz(add_skip)?;
+    a.lock().add(qword_ptr(r14 + rcx), rax)?;
+    a.set_label(&mut add_skip)?;
+    a.add(rcx, 8)?;
+    a.jmp(add_loop)?;
+    a.set_label(&mut add_done)?;
+    a.mov(eax, SYS_MUNMAP)?;
+    a.mov(rdi, r15)?;
+    a.mov(rsi, params.counters_size)?;
     a.syscall()?;
     // 8. Unlock and close: the mapping stays.
     a.mov(eax, SYS_FLOCK)?;
