@@ -486,6 +486,68 @@ fn faults_that_are_not_the_runtimes_end_the_program_as_without_it() {
     }
 }
 
+/// A program's own SIGBUS handler, set before it loads an instrumented library: the runtime's
+/// handler takes its place and passes on the faults it did not cause, which must reach the
+/// program's handler as they would without the runtime: on the alternate stack it asked for,
+/// with its mask, and, for a one-shot handler, once (the second fault ends the program).
+#[test]
+fn a_programs_own_sigbus_handler_sees_its_faults_as_without_the_runtime() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = scratch("hardening", "own-handler");
+    let lib = dir.join("libcount.so");
+    let st = Command::new("gcc")
+        .args(["-g", "-O2", "-Wl,--emit-relocs", "-shared", "-fPIC"])
+        .arg(common::instrument_source("lib.c"))
+        .arg("-o")
+        .arg(&lib)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let program = dir.join("busowner");
+    let st = Command::new("gcc")
+        .args(["-g", "-O2"])
+        .arg(common::instrument_source("busowner.c"))
+        .arg("-o")
+        .arg(&program)
+        .arg("-ldl")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let inst = dir.join("libcount.inst.so");
+    let counts = dir.join("lib.counts");
+    instrument(&lib, &inst, s(&counts));
+    for (mode, expected_signal) in [("keep", None), ("once", Some(7))] {
+        let original = Command::new(&program)
+            .args([s(&lib), mode])
+            .output()
+            .unwrap();
+        let instrumented = Command::new(&program)
+            .args([s(&inst), mode])
+            .output()
+            .unwrap();
+        assert_eq!(original.status.signal(), expected_signal, "{original:?}");
+        assert!(
+            text(&original.stdout).contains("fault 1: alternate stack"),
+            "{original:?}"
+        );
+        assert_eq!(
+            text(&instrumented.stdout),
+            text(&original.stdout),
+            "{mode}: {}",
+            text(&instrumented.stderr)
+        );
+        assert_eq!(
+            instrumented.status.signal(),
+            original.status.signal(),
+            "{mode}"
+        );
+        assert_eq!(instrumented.status.code(), original.status.code(), "{mode}");
+        assert!(instrumented.stderr.is_empty(), "{mode}: {instrumented:?}");
+    }
+    // The library counted all the while.
+    assert_eq!(entries(&profile(&counts), "lib_work"), 2 + 1);
+}
+
 #[test]
 fn reset_counts_gives_a_clean_next_phase() {
     let dir = scratch("hardening", "reset");

@@ -36,7 +36,8 @@
 //! no moment of the start-up is exposed), which maps anonymous zero pages over the segment, says once on stderr that counts are no
 //! longer saved, and returns: the program goes on. A SIGBUS the runtime did not cause goes to
 //! the disposition it replaced (the default: the program ends as it would have without the
-//! runtime). The replaced disposition lives in a private page after the counters
+//! runtime; a handler: called with the mask, alternate stack, restart and one-shot behaviour
+//! it was set with, which the runtime's own handler copies when it takes its place). The replaced disposition lives in a private page after the counters
 //! (`DATA_SIZE`), the only memory besides its stack the runtime writes.
 //!
 //! The runtime is generated as x86-64 machine code with iced's assembler rather than compiled
@@ -125,6 +126,10 @@ const EOPNOTSUPP: i32 = 95;
 const SIGBUS: i32 = 7;
 const SA_SIGINFO: i32 = 4;
 const SA_RESTORER: i32 = 0x0400_0000;
+const SA_ONSTACK: u32 = 0x0800_0000;
+const SA_RESTART: u32 = 0x1000_0000;
+const SA_NODEFER: u32 = 0x4000_0000;
+const SA_RESETHAND: u32 = 0x8000_0000;
 const AT_SECURE: i32 = 23;
 /// Auxiliary vector entries looked at before giving up (the kernel writes about 20).
 const AUXV_MAX: i32 = 64;
@@ -677,12 +682,33 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.lea(r14, ptr(base))?;
     a.mov(rax, params.counters.get().wrapping_sub(params.at.get()))?;
     a.add(r14, rax)?;
+    // The handler runs as the one it replaces would have, for the faults it passes on: on
+    // the alternate stack, with the same signals blocked, SIGBUS itself unblocked and
+    // system calls restarted when that one asked for it (the program's own handler, set
+    // before an instrumented library's initializer ran). So the replaced disposition is
+    // read first, and its mask and those flags are the new one's; its one-shot flag is
+    // honoured when a fault is passed on (see bus_handler).
+    a.mov(eax, SYS_RT_SIGACTION)?;
+    a.mov(edi, SIGBUS)?;
+    a.xor(esi, esi)?;
+    a.mov(rdx, r14)?;
+    a.mov(r10, params.counters_size)?;
+    a.add(rdx, r10)?;
+    a.mov(r10d, 8)?;
+    a.syscall()?;
+    a.mov(rdx, r14)?;
+    a.mov(r10, params.counters_size)?;
+    a.add(rdx, r10)?;
+    a.mov(rax, qword_ptr(rdx + 8))?;
+    a.and(eax, (SA_ONSTACK | SA_RESTART | SA_NODEFER) as i32)?;
+    a.or(eax, SA_SIGINFO | SA_RESTORER)?;
+    a.mov(qword_ptr(rsp + ACTION_BUF + 8), rax)?;
+    a.mov(rax, qword_ptr(rdx + 24))?;
+    a.mov(qword_ptr(rsp + ACTION_BUF + 24), rax)?;
     a.lea(rax, ptr(bus_handler))?;
     a.mov(qword_ptr(rsp + ACTION_BUF), rax)?;
-    a.mov(qword_ptr(rsp + ACTION_BUF + 8), SA_SIGINFO | SA_RESTORER)?;
     a.lea(rax, ptr(bus_restorer))?;
     a.mov(qword_ptr(rsp + ACTION_BUF + 16), rax)?;
-    a.mov(qword_ptr(rsp + ACTION_BUF + 24), 0)?;
     a.mov(eax, SYS_RT_SIGACTION)?;
     a.mov(edi, SIGBUS)?;
     a.lea(rsi, qword_ptr(rsp + ACTION_BUF))?;
@@ -954,6 +980,25 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.mov(rax, qword_ptr(rcx))?;
     a.cmp(rax, 1)?;
     a.jbe(restore)?;
+    // A one-shot handler (SA_RESETHAND) leaves SIGBUS at its default as it runs, as the
+    // kernel would have done delivering to it.
+    let mut chain = a.create_label();
+    a.test(qword_ptr(rcx + 8), SA_RESETHAND as i32)?;
+    a.jz(chain)?;
+    a.push(rax)?;
+    a.push(rsi)?;
+    a.push(rdx)?;
+    a.mov(qword_ptr(rcx), 0)?;
+    a.mov(eax, SYS_RT_SIGACTION)?;
+    a.mov(edi, SIGBUS)?;
+    a.mov(rsi, rcx)?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8)?;
+    a.syscall()?;
+    a.pop(rdx)?;
+    a.pop(rsi)?;
+    a.pop(rax)?;
+    a.set_label(&mut chain)?;
     a.mov(edi, SIGBUS)?;
     a.jmp(rax)?;
     a.set_label(&mut restore)?;
