@@ -5,6 +5,7 @@
 //! dispatch. The rest of Rivet sees `Inst` and `Flow`, never iced-x86 types, so a second ISA
 //! (AArch64) can be added behind the same surface.
 
+pub mod aarch64;
 pub mod x86_64;
 
 pub use x86_64::encode::{
