@@ -1,5 +1,6 @@
-//! Architecture rules of DESIGN.md, checked on the source tree: dependencies point one way,
-//! the ISA stays inside `arch`, only the CLI exits the process, every module says what it is.
+//! Architecture rules of docs/architecture.md, checked on the source tree: dependencies point
+//! one way, the ISA stays inside `arch`, only the CLI exits the process, every module says what
+//! it is, the CLI's commands do not import each other, and the repository stands alone.
 
 use std::path::{Path, PathBuf};
 
@@ -227,4 +228,82 @@ fn cli_commands_import_only_shared_modules() {
     broken.sort();
     broken.dedup();
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The files of the repository: the ones git tracks, or every file outside build and fuzzing
+/// output when the tree is not a git checkout (a source archive).
+fn repository_files(root: &Path) -> Vec<PathBuf> {
+    let listed = std::process::Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root)
+        .output();
+    if let Ok(out) = listed
+        && out.status.success()
+    {
+        return out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|name| !name.is_empty())
+            .map(|name| root.join(String::from_utf8_lossy(name).as_ref()))
+            .collect();
+    }
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                if !name.starts_with('.') && !matches!(&*name, "target" | "corpus" | "artifacts") {
+                    walk(&path, out);
+                }
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(root, &mut files);
+    files
+}
+
+/// A user of the repository has only the repository: no file may send them to the team's
+/// working notes beside it (its design page, its copy of BOLT facts, the articles it started
+/// from). docs/architecture.md is the design page of the repository itself.
+#[test]
+fn the_repository_stands_alone() {
+    // Spelt in pieces so that this file does not match itself.
+    let outside = [
+        ["..", "/shared"].concat(),
+        ["shared", "/DESIGN.md"].concat(),
+        ["shared", "/seeds"].concat(),
+        ["shared", "/reference"].concat(),
+        ["bolt-facts", ".md"].concat(),
+    ];
+    let root = crates_dir().join("..").canonicalize().unwrap();
+    let files = repository_files(&root);
+    assert!(
+        files.iter().any(|f| f.ends_with("docs/architecture.md")),
+        "docs/architecture.md is missing from the files checked"
+    );
+    let mut found = Vec::new();
+    for file in &files {
+        // A file git lists may be deleted in the working tree.
+        let Ok(bytes) = std::fs::read(file) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        for (n, line) in text.lines().enumerate() {
+            if outside
+                .iter()
+                .any(|pattern| line.contains(pattern.as_str()))
+            {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "references to files outside the repository (point to docs/architecture.md or say it \
+         in words):\n{}",
+        found.join("\n")
+    );
 }
