@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/postgres.sh -- PostgreSQL 15 optimized by Rivet and by llvm-bolt-19 from one profile of
-# a read-only pgbench load, the workload of the PostgreSQL article in shared/seeds; every
-# binary checked by PostgreSQL's own regression suite; speed as pgbench transactions per
+# a read-only pgbench load, the workload of Tomas Vondra's "Playing with BOLT and Postgres";
+# every binary checked by PostgreSQL's own regression suite; speed as pgbench transactions per
 # second in interleaved rounds.
 #
 # The server is scripts/build-real-programs.sh's build (upstream 15.x from the Debian source

@@ -2,7 +2,7 @@
 # shellcheck disable=SC2016  # single-quoted $(...) / $@ below are Makefile text
 # build-real-programs.sh -- build real programs nobody here wrote, from Debian
 # source packages, with relocations kept (-Wl,--emit-relocs), for Rivet's
-# end-to-end tests and benchmarks (DESIGN.md section 4, item 4).
+# end-to-end tests and benchmarks (docs/architecture.md, "Testing").
 #
 #   lua5.4  -> the `lua` interpreter, liblua linked statically (no readline)
 #   sqlite3 -> the `sqlite3` shell from the amalgamation (sqlite3.c + shell.c)
@@ -18,8 +18,8 @@
 #              pg_ctl, psql, pgbench) and its regression suite (pg_regress, regress.so,
 #              the SQL files), gcc only, from the upstream tarball of the Debian source
 #              package (no Debian patches), no ICU, no readline; plain -O2 -g as the
-#              upstream build and the PostgreSQL article in shared/seeds use, so gcc's own
-#              hot/cold split (`.cold` parts) stays in
+#              upstream build and Tomas Vondra's "Playing with BOLT and Postgres" use,
+#              so gcc's own hot/cold split (`.cold` parts) stays in
 #   cppcheck -> the `cppcheck` static analyser and its `testrunner` (4,000-odd unit tests),
 #              C++ with exceptions, gcc only, upstream's Makefile, plain -O2 -g -DNDEBUG
 #              (gcc's `.cold` parts stay in), with the bundled tinyxml2 and simplecpp

@@ -11,15 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
-use rivet_elf::{ElfFile, MappedFile};
+use rivet_elf::ElfFile;
 use rivet_profile::perf::{Aggregator, Segment};
 use rivet_profile::{fdata, native};
 
-use crate::UserError;
-use crate::inspect::elf_error;
-use crate::merge::FormatArg;
-use crate::profile_use::hex;
-use crate::rewrite::PendingOutput;
+use crate::error::{UserError, elf_error};
+use crate::files::{PendingOutput, map_input};
+use crate::profile_use::{FormatArg, hex};
 
 #[derive(clap::Args, Debug)]
 pub struct AggregateArgs {
@@ -165,10 +163,7 @@ fn feed_perf_data(
 }
 
 pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
-    let mapped = MappedFile::open(&args.binary).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", args.binary.display()))
-            .hint("check the path and its permissions")
-    })?;
+    let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     if !args.perf_script {
         let head = std::fs::read(&args.perf_data)

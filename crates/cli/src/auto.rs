@@ -64,13 +64,12 @@ use clap::Parser as _;
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::Pid;
 use rivet_discover::DiscoverError;
-use rivet_elf::{ElfFile, MappedFile};
+use rivet_elf::ElfFile;
 use rivet_ir::RelocationMode;
 
-use crate::UserError;
-use crate::inspect::elf_error;
-use crate::merge::{Input, read_profile};
-use crate::rewrite::{PendingOutput, same_file};
+use crate::error::{UserError, elf_error};
+use crate::files::{PendingOutput, map_input, same_file};
+use crate::profile_use::{Input, read_profile};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -799,10 +798,7 @@ fn check_args(args: &AutoArgs) -> Result<(), UserError> {
 
 /// Reads the input and says whether it can be instrumented (and trained by these commands).
 fn check_binary(binary: &Path, args_all_have_placeholder: bool) -> Result<(), UserError> {
-    let mapped = MappedFile::open(binary).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", binary.display()))
-            .hint("check the path and its permissions")
-    })?;
+    let mapped = map_input(binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(binary, &e))?;
     let relocation_mode = rivet_discover::relocation_mode(&elf).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(binary, &e),

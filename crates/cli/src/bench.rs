@@ -64,13 +64,12 @@ use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
-use rivet_elf::{ElfFile, MappedFile};
+use rivet_elf::ElfFile;
 use rivet_emit::rewrite::{RewriteError, RewriteOptions, rewrite};
 use rivet_ir::layout::LayoutStrategy;
 
-use crate::UserError;
-use crate::inspect::elf_error;
-use crate::rewrite::rewrite_error;
+use crate::error::{UserError, elf_error, rewrite_error};
+use crate::files::map_input;
 
 /// Exit code when B is significantly slower than A.
 const EXIT_SLOWER: u8 = 3;
@@ -626,10 +625,7 @@ fn side_with_variants(
     first_seed: u64,
     dir: &Path,
 ) -> Result<Side, UserError> {
-    let mapped = MappedFile::open(input).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", input.display()))
-            .hint("check the path and its permissions")
-    })?;
+    let mapped = map_input(input)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(input, &e))?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(input, &e),

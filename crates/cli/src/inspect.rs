@@ -3,37 +3,48 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::path::PathBuf;
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover, unwind_rows};
-use rivet_elf::{ElfError, ElfFile, MappedFile};
+use rivet_elf::ElfFile;
 use rivet_emit::ways_in::WaysIn;
 use rivet_ir::dump::{dump_function, dump_program};
 use rivet_ir::{Program, RelocationMode, Status, Terminator};
 use serde::Serialize;
 
-use crate::{InspectArgs, UserError};
+use crate::error::{UserError, elf_error};
+use crate::files::map_input;
+use crate::profile_use;
 
-/// Maps reading errors to a message and a hint a user can act on.
-pub fn elf_error(path: &std::path::Path, e: &ElfError) -> UserError {
-    let p = path.display();
-    let err = UserError::new(format!("{p}: {e}"));
-    match e {
-        ElfError::NotElf => err.hint("give the path of a linked executable or shared library"),
-        ElfError::Not64Bit | ElfError::BigEndian | ElfError::WrongMachine(_) => {
-            err.hint("Rivet optimizes x86-64 ELF64 binaries only")
-        }
-        ElfError::WrongType(_) => err.hint("link the program first; Rivet works on final binaries"),
-        ElfError::Malformed { .. } => {
-            err.hint("the file looks truncated or corrupt; rebuild it or check the copy")
-        }
-    }
-}
-
-fn map_input(path: &std::path::Path) -> Result<MappedFile, UserError> {
-    MappedFile::open(path).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", path.display()))
-            .hint("check the path and its permissions")
-    })
+#[derive(clap::Args, Debug)]
+pub struct InspectArgs {
+    /// The ELF executable or shared library to read.
+    pub binary: PathBuf,
+    /// Print the CFG of the named function(s) (a symbol name, or name/file for locals).
+    #[arg(long, short = 'f')]
+    pub function: Vec<String>,
+    /// Print the stable text dump of every function (what golden tests compare).
+    #[arg(long)]
+    pub dump: bool,
+    /// List every function with its status.
+    #[arg(long)]
+    pub list: bool,
+    /// Machine-readable output (summary, or the selected functions).
+    #[arg(long)]
+    pub json: bool,
+    /// How many skipped functions to name in the summary.
+    #[arg(long, default_value_t = 20)]
+    pub show_skipped: usize,
+    /// Attach this profile (counter file, Rivet profile, fdata): report what matched and the
+    /// hottest functions.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// With --profile: how many hot functions to list.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// With --profile: accept a profile of another build.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Serialize)]
@@ -291,20 +302,19 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
     if let Some(path) = &args.profile {
-        let profile = crate::profile_use::load_profile(path, &args.binary, &elf, args.force)?;
-        let attached = crate::profile_use::attach_profile(&program, &profile);
+        let profile = profile_use::load_profile(path, &args.binary, &elf, args.force)?;
+        let attached = profile_use::attach_profile(&program, &profile);
         if args.json {
-            let hot: Vec<serde_json::Value> =
-                crate::profile_use::hot_functions(&program, &attached)
-                    .into_iter()
-                    .take(args.top)
-                    .map(|(f, n)| {
-                        serde_json::json!({
-                            "name": program.function(f).qualified_name(),
-                            "executed_instructions": n,
-                        })
+            let hot: Vec<serde_json::Value> = profile_use::hot_functions(&program, &attached)
+                .into_iter()
+                .take(args.top)
+                .map(|(f, n)| {
+                    serde_json::json!({
+                        "name": program.function(f).qualified_name(),
+                        "executed_instructions": n,
                     })
-                    .collect();
+                })
+                .collect();
             let r = &attached.report;
             let json = serde_json::json!({
                 "records": r.records,
@@ -318,10 +328,7 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
             });
             println!("{json}");
         } else {
-            print!(
-                "{}",
-                crate::profile_use::describe(&program, &attached, args.top)
-            );
+            print!("{}", profile_use::describe(&program, &attached, args.top));
         }
         return Ok(());
     }

@@ -8,15 +8,14 @@
 use std::path::{Path, PathBuf};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
-use rivet_elf::{ElfFile, MappedFile};
+use rivet_elf::ElfFile;
 use rivet_emit::rewrite::{Instrumentation, RewriteError, RewriteOptions, check_input, rewrite};
 use rivet_ir::layout::LayoutStrategy;
 use rivet_ir::probes::{FunctionProbes, ProbeAt};
 use rivet_passes::instrument_program;
 
-use crate::UserError;
-use crate::inspect::elf_error;
-use crate::rewrite::{PendingOutput, mode_of, rewrite_error, same_file};
+use crate::error::{UserError, elf_error, rewrite_error};
+use crate::files::{PendingOutput, map_input, mode_of, same_file};
 
 #[derive(clap::Args, Debug)]
 pub struct InstrumentArgs {
@@ -82,10 +81,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             )),
         );
     }
-    let mapped = MappedFile::open(&args.binary).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", args.binary.display()))
-            .hint("check the path and its permissions")
-    })?;
+    let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     let rewrite_failed = |e: RewriteError| match e {
         RewriteError::NeedsRelocations { reason } => UserError::new(format!(

@@ -3,7 +3,23 @@
 //! Owns everything user-facing: argument parsing, reading the input, progress and output, and
 //! turning errors into one `rivet: error: ...` line with a hint. Library crates never print
 //! and never exit; this crate is the only place that does.
+//!
+//! Its modules come in two layers. A command module (one per subcommand, the ones `main`
+//! dispatches to) holds that command's arguments and its `run`. The shared modules hold what
+//! several commands need: [`error`] (one error line with a hint), [`files`] (reading the input,
+//! writing outputs atomically) and [`profile_use`] (reading, checking and attaching profiles).
+//! A command module imports shared modules, never another command module, and a shared
+//! module imports no command module, so that commands can change apart and the crate has no
+//! import cycles. The one exception is a command that runs other commands as its steps:
+//! `auto` runs `instrument`, `optimize` and `bench`, and builds their arguments.
+//! `tests/architecture.rs` checks the rule.
 
+// Shared modules.
+mod error;
+mod files;
+mod profile_use;
+
+// Command modules.
 mod aggregate;
 mod auto;
 mod bench;
@@ -11,13 +27,11 @@ mod inspect;
 mod instrument;
 mod merge;
 mod optimize;
-mod profile_use;
 mod report;
 mod reset_counts;
 mod rewrite;
 mod verify;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -38,7 +52,7 @@ enum Command {
     /// Show how Rivet models a binary: functions, CFGs, jump tables, what it skips and why.
     ///
     /// Example: rivet inspect ./app --function main
-    Inspect(InspectArgs),
+    Inspect(inspect::InspectArgs),
     /// Write a copy of a binary with its code laid out anew: identity, reversed or random.
     ///
     /// Example: rivet rewrite ./app -o app.shuffled --layout shuffle --seed 7 --verify
@@ -87,57 +101,6 @@ enum Command {
     ResetCounts(reset_counts::ResetCountsArgs),
 }
 
-#[derive(clap::Args, Debug)]
-pub struct InspectArgs {
-    /// The ELF executable or shared library to read.
-    pub binary: PathBuf,
-    /// Print the CFG of the named function(s) (a symbol name, or name/file for locals).
-    #[arg(long, short = 'f')]
-    pub function: Vec<String>,
-    /// Print the stable text dump of every function (what golden tests compare).
-    #[arg(long)]
-    pub dump: bool,
-    /// List every function with its status.
-    #[arg(long)]
-    pub list: bool,
-    /// Machine-readable output (summary, or the selected functions).
-    #[arg(long)]
-    pub json: bool,
-    /// How many skipped functions to name in the summary.
-    #[arg(long, default_value_t = 20)]
-    pub show_skipped: usize,
-    /// Attach this profile (counter file, Rivet profile, fdata): report what matched and the
-    /// hottest functions.
-    #[arg(long)]
-    pub profile: Option<PathBuf>,
-    /// With --profile: how many hot functions to list.
-    #[arg(long, default_value_t = 20)]
-    pub top: usize,
-    /// With --profile: accept a profile of another build.
-    #[arg(long)]
-    pub force: bool,
-}
-
-/// An error that reaches the user: the message, and a hint on what to do about it.
-#[derive(Debug)]
-pub struct UserError {
-    pub message: String,
-    pub hint: Option<String>,
-}
-
-impl UserError {
-    pub fn new(message: impl Into<String>) -> Self {
-        UserError {
-            message: message.into(),
-            hint: None,
-        }
-    }
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
-        self
-    }
-}
-
 fn main() -> ExitCode {
     // `rivet optimize` also takes llvm-bolt's single-dash spellings.
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -168,27 +131,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // Messages can quote bytes of a hostile input (section names...): keep the error
-            // on one line, whatever they contain.
-            let message = one_line(&e.message);
-            match e.hint {
-                Some(hint) => eprintln!("rivet: error: {message} (hint: {hint})"),
-                None => eprintln!("rivet: error: {message}"),
-            }
+            eprintln!("{}", e.line());
             ExitCode::FAILURE
         }
     }
-}
-
-/// Escapes control characters so a message prints as one line.
-fn one_line(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }

@@ -7,22 +7,11 @@
 
 use std::path::PathBuf;
 
-use rivet_profile::counters::{CounterFile, is_counter_file};
-use rivet_profile::native::{AnyProfile, read_any};
-use rivet_profile::{Profile, fdata, merge, native, yaml};
+use rivet_profile::{fdata, merge, native, yaml};
 
-use crate::UserError;
-use crate::rewrite::PendingOutput;
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FormatArg {
-    /// Rivet's profile format (keeps the build-id and how the profile was taken).
-    Rivet,
-    /// BOLT's fdata (for llvm-bolt -data= and merge-fdata).
-    Fdata,
-    /// BOLT's YAML profile (YAML inputs only).
-    Yaml,
-}
+use crate::error::UserError;
+use crate::files::PendingOutput;
+use crate::profile_use::{FormatArg, Input, read_profile};
 
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
@@ -35,34 +24,6 @@ pub struct MergeArgs {
     /// Output format (default: fdata for a .fdata output, YAML for .yaml, else Rivet's).
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
-}
-
-/// A profile read for merging.
-pub enum Input {
-    Located(Profile),
-    Yaml(yaml::YamlProfile),
-}
-
-/// Reads any profile Rivet knows; counter files become profiles of the input binary.
-pub fn read_profile(path: &std::path::Path) -> Result<Input, UserError> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", path.display()))
-            .hint("check the path and its permissions")
-    })?;
-    if is_counter_file(&bytes) {
-        let counts = CounterFile::parse(&bytes).map_err(|e| {
-            UserError::new(format!("{}: {e}", path.display()))
-                .hint("a counter file is written by a binary from `rivet instrument`")
-        })?;
-        return Ok(Input::Located(counts.to_profile()));
-    }
-    match read_any(&bytes) {
-        Ok(AnyProfile::Located { profile, .. }) => Ok(Input::Located(profile)),
-        Ok(AnyProfile::Yaml(y)) => Ok(Input::Yaml(y)),
-        Err(e) => Err(UserError::new(format!("{}: {e}", path.display())).hint(
-            "Rivet reads its counter files and profiles, BOLT fdata and YAML; perf.data goes through `rivet aggregate`",
-        )),
-    }
 }
 
 pub fn run(args: &MergeArgs) -> Result<(), UserError> {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
-use rivet_elf::{ElfFile, MappedFile};
+use rivet_elf::ElfFile;
 use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
 use rivet_ir::layout::{Layout, PltCalls};
 use rivet_ir::{FuncId, Program};
@@ -24,10 +24,9 @@ use rivet_passes::optimize::{
     BlockAlignment, BlockOrder, FunctionOrder, OptimizeOptions, Splitting, optimized_layout,
 };
 
-use crate::UserError;
-use crate::inspect::elf_error;
-use crate::profile_use::{attach_profile, load_profile};
-use crate::rewrite::{PendingOutput, mode_of, rewrite_error, same_file};
+use crate::error::{UserError, elf_error, rewrite_error};
+use crate::files::{PendingOutput, map_input, mode_of, same_file};
+use crate::profile_use::{attach_profile, load_profile, partial_match_warning};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockOrderArg {
@@ -533,10 +532,7 @@ pub fn run_with(
     }
     let start = Instant::now();
     let mut clock = PhaseClock::new();
-    let mapped = MappedFile::open(&args.binary).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", args.binary.display()))
-            .hint("check the path and its permissions")
-    })?;
+    let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
     clock.lap("read binary and profile");
@@ -558,7 +554,7 @@ pub fn run_with(
         ))
         .hint("the profile describes another program; `rivet inspect BINARY --profile P` shows what it names"));
     }
-    warnings.extend(crate::profile_use::partial_match_warning(
+    warnings.extend(partial_match_warning(
         &elf,
         &attached,
         &args.profile,

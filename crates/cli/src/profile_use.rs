@@ -1,5 +1,7 @@
-//! Using a profile on a binary: reading it whatever its format, refusing one of another build,
-//! attaching it to the program, and showing what matched and what is hot.
+//! Profiles as commands use them: reading one whatever its format, refusing one of another
+//! build, attaching it to the program, showing what matched and what is hot, and the formats
+//! a profile can be written in. Shared by `merge`, `aggregate`, `inspect`, `optimize`,
+//! `report` and `auto`, so that a profile reads and fails the same way in each.
 
 use std::path::Path;
 
@@ -7,9 +9,51 @@ use rivet_elf::ElfFile;
 use rivet_ir::Program;
 use rivet_passes::attach::{AttachedProfile, attach};
 use rivet_profile::Profile;
+use rivet_profile::counters::{CounterFile, is_counter_file};
+use rivet_profile::native::{AnyProfile, read_any};
+use rivet_profile::yaml;
 
-use crate::UserError;
-use crate::merge::{Input, read_profile};
+use crate::error::UserError;
+
+/// The formats `merge` and `aggregate` write profiles in.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormatArg {
+    /// Rivet's profile format (keeps the build-id and how the profile was taken).
+    Rivet,
+    /// BOLT's fdata (for llvm-bolt -data= and merge-fdata).
+    Fdata,
+    /// BOLT's YAML profile (YAML inputs only).
+    Yaml,
+}
+
+/// A profile as read: address-based (counter files, Rivet profiles, fdata) or BOLT YAML,
+/// which is keyed by block index and so cannot mix with the others.
+pub enum Input {
+    Located(Profile),
+    Yaml(yaml::YamlProfile),
+}
+
+/// Reads any profile Rivet knows; counter files become profiles of the input binary.
+pub fn read_profile(path: &Path) -> Result<Input, UserError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        UserError::new(format!("cannot read {}: {e}", path.display()))
+            .hint("check the path and its permissions")
+    })?;
+    if is_counter_file(&bytes) {
+        let counts = CounterFile::parse(&bytes).map_err(|e| {
+            UserError::new(format!("{}: {e}", path.display()))
+                .hint("a counter file is written by a binary from `rivet instrument`")
+        })?;
+        return Ok(Input::Located(counts.to_profile()));
+    }
+    match read_any(&bytes) {
+        Ok(AnyProfile::Located { profile, .. }) => Ok(Input::Located(profile)),
+        Ok(AnyProfile::Yaml(y)) => Ok(Input::Yaml(y)),
+        Err(e) => Err(UserError::new(format!("{}: {e}", path.display())).hint(
+            "Rivet reads its counter files and profiles, BOLT fdata and YAML; perf.data goes through `rivet aggregate`",
+        )),
+    }
+}
 
 /// Lower-case hex, as profiles write build-ids.
 pub fn hex(bytes: &[u8]) -> String {

@@ -17,16 +17,15 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
-use rivet_elf::{ElfFile, MappedFile, Vaddr};
+use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FunctionLayout, Layout};
 use rivet_ir::{BlockId, FuncId, Program};
 use rivet_passes::attach::AttachedProfile;
 use rivet_passes::dyno::{DynoStats, dyno_stats};
 
-use crate::UserError;
-use crate::inspect::elf_error;
+use crate::error::{UserError, elf_error};
+use crate::files::{PendingOutput, map_input};
 use crate::profile_use::{attach_profile, hex, hot_functions, load_profile};
-use crate::rewrite::PendingOutput;
 
 /// Bytes of code per heatmap cell.
 pub const CELL_BYTES: u64 = 256;
@@ -76,13 +75,6 @@ struct Heatmap {
     sections: Vec<HeatSection>,
     /// Bytes (in whole cache lines) holding 99% of the executed instructions.
     footprint: u64,
-}
-
-fn open(path: &Path) -> Result<MappedFile, UserError> {
-    MappedFile::open(path).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", path.display()))
-            .hint("check the path and its permissions")
-    })
 }
 
 /// Where each profiled block ran, as spans of bytes weighted by executed instructions,
@@ -391,10 +383,10 @@ solid #ccc;border-radius:6px;padding:.6em 1em}.card b{display:block;font-size:1.
 .heatmap{margin:1em 0}.sec{color:#555;margin:.4em 0 .2em}svg{display:block}code{font-size:.95em}";
 
 pub fn run(args: &ReportArgs) -> Result<(), UserError> {
-    let mapped = open(&args.binary)?;
+    let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
-    let optimized_map = args.optimized.as_deref().map(open).transpose()?;
+    let optimized_map = args.optimized.as_deref().map(map_input).transpose()?;
     let optimized_elf = match (&optimized_map, &args.optimized) {
         (Some(m), Some(p)) => Some(ElfFile::parse(m.bytes()).map_err(|e| elf_error(p, &e))?),
         _ => None,

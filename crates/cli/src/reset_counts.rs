@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rivet_profile::counters::{CounterFile, SITE_TARGETS};
 
-use crate::UserError;
-use crate::rewrite::PendingOutput;
+use crate::error::UserError;
+use crate::files::PendingOutput;
 
 #[derive(clap::Args, Debug)]
 pub struct ResetCountsArgs {

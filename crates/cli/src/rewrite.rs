@@ -5,19 +5,16 @@
 //! only when complete, so a failed run leaves nothing behind and the input is never opened
 //! for writing.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
-use rivet_elf::{ElfFile, MappedFile};
+use rivet_elf::ElfFile;
 use rivet_emit::debug::DebugWriter;
-use rivet_emit::rewrite::{RewriteError, RewriteOptions, Summary, rewrite};
+use rivet_emit::rewrite::{RewriteOptions, Summary, rewrite};
 use rivet_ir::layout::LayoutStrategy;
 
-use crate::UserError;
-use crate::inspect::elf_error;
+use crate::error::{UserError, elf_error, rewrite_error};
+use crate::files::{PendingOutput, map_input, mode_of, same_file};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayoutArg {
@@ -66,122 +63,12 @@ pub enum DebugWriterArg {
     Convert,
 }
 
-/// A temporary output file that disappears unless committed.
-pub(crate) struct PendingOutput {
-    temp: PathBuf,
-    dest: PathBuf,
-    committed: bool,
-}
-
-impl PendingOutput {
-    pub(crate) fn create(dest: &Path) -> Result<(PendingOutput, File), UserError> {
-        // Found now rather than at the final rename, after all the work.
-        if dest.is_dir() {
-            return Err(
-                UserError::new(format!("the output {} is a directory", dest.display()))
-                    .hint("give a file path for the output, e.g. DIR/NAME"),
-            );
-        }
-        let dir = match dest.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = dest
-            .file_name()
-            .ok_or_else(|| UserError::new(format!("{} is not a file path", dest.display())))?;
-        let temp = dir.join(format!(
-            ".{}.rivet-{}.tmp",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|e| {
-                UserError::new(format!("cannot write to {}: {e}", dir.display()))
-                    .hint("choose an output path in a directory you can write to")
-            })?;
-        Ok((
-            PendingOutput {
-                temp,
-                dest: dest.to_path_buf(),
-                committed: false,
-            },
-            file,
-        ))
-    }
-
-    /// Writes `bytes` to the temporary file (`file`, from `create`), syncs it, gives it `mode`
-    /// and renames it into place.
-    pub(crate) fn finish(self, mut file: File, bytes: &[u8], mode: u32) -> Result<(), UserError> {
-        file.write_all(bytes)
-            .and_then(|_| file.sync_all())
-            .map_err(|e| {
-                UserError::new(format!("cannot write {}: {e}", self.dest.display()))
-                    .hint("check the free space of its file system")
-            })?;
-        drop(file);
-        self.commit(mode)
-    }
-
-    fn commit(mut self, mode: u32) -> Result<(), UserError> {
-        let fail = |e: std::io::Error| {
-            UserError::new(format!("cannot write {}: {e}", self.dest.display()))
-                .hint("check that the output path can be replaced (not a directory, not busy)")
-        };
-        std::fs::set_permissions(&self.temp, std::fs::Permissions::from_mode(mode))
-            .map_err(fail)?;
-        std::fs::rename(&self.temp, &self.dest).map_err(fail)?;
-        self.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for PendingOutput {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = std::fs::remove_file(&self.temp);
-        }
-    }
-}
-
-/// The permission bits an output made from `input` gets: the input's (an executable stays
-/// executable), 0755 when they cannot be read.
-pub(crate) fn mode_of(input: &Path) -> u32 {
-    std::fs::metadata(input)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0o755)
-}
-
-pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
-}
-
 fn strategy(args: &RewriteArgs) -> LayoutStrategy {
     match args.layout {
         LayoutArg::Identity => LayoutStrategy::Identity,
         LayoutArg::Reverse => LayoutStrategy::Reverse,
         LayoutArg::Shuffle => LayoutStrategy::Shuffle { seed: args.seed },
         LayoutArg::ShuffleBlocks => LayoutStrategy::ShuffleBlocks { seed: args.seed },
-    }
-}
-
-pub(crate) fn rewrite_error(path: &Path, e: RewriteError) -> UserError {
-    let p = path.display();
-    match e {
-        RewriteError::AlreadyRewritten => UserError::new(format!("{p}: {e}"))
-            .hint("rewrite the original binary instead of Rivet's output"),
-        RewriteError::NeedsRelocations { .. } => UserError::new(format!("{p}: {e}")).hint(
-            "relink with -Wl,--emit-relocs, or use --layout identity or shuffle-blocks, which keep function order",
-        ),
-        RewriteError::Elf(e) => elf_error(path, &e),
-        other => UserError::new(format!("{p}: {other}"))
-            .hint("please report this with the binary; `rivet inspect` shows what Rivet understood"),
     }
 }
 
@@ -192,10 +79,7 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
                 .hint("Rivet never modifies its input; give another -o path"),
         );
     }
-    let mapped = MappedFile::open(&args.binary).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", args.binary.display()))
-            .hint("check the path and its permissions")
-    })?;
+    let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     // Fail on an unwritable destination before the work, and own the temp file from here.
     let (pending, file) = PendingOutput::create(&args.output)?;

@@ -2,15 +2,13 @@
 //! address map its `.rivet.bat` section records (the checks themselves are in
 //! `rivet::verify_check`, shared with `--verify` and the writer fuzz target).
 
-use std::path::Path;
-
 use rivet::verify_check::check;
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
-use rivet_elf::{ElfFile, MappedFile};
+use rivet_elf::ElfFile;
 use rivet_emit::code::AddressMap;
 
-use crate::UserError;
-use crate::inspect::elf_error;
+use crate::error::{UserError, elf_error};
+use crate::files::map_input;
 
 #[derive(clap::Args, Debug)]
 pub struct VerifyArgs {
@@ -22,13 +20,7 @@ pub struct VerifyArgs {
 
 /// `rivet verify INPUT OUTPUT`.
 pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
-    let open = |p: &Path| {
-        MappedFile::open(p).map_err(|e| {
-            UserError::new(format!("cannot read {}: {e}", p.display()))
-                .hint("check the path and its permissions")
-        })
-    };
-    let (in_map, out_map) = (open(&args.input)?, open(&args.output)?);
+    let (in_map, out_map) = (map_input(&args.input)?, map_input(&args.output)?);
     let input = ElfFile::parse(in_map.bytes()).map_err(|e| elf_error(&args.input, &e))?;
     let out = ElfFile::parse(out_map.bytes()).map_err(|e| elf_error(&args.output, &e))?;
     let bat = out

@@ -1,5 +1,6 @@
-//! Architecture rules of DESIGN.md, checked on the source tree: dependencies point one way,
-//! the ISA stays inside `arch`, only the CLI exits the process, every module says what it is.
+//! Architecture rules of docs/architecture.md, checked on the source tree: dependencies point
+//! one way, the ISA stays inside `arch`, only the CLI exits the process, every module says what
+//! it is, the CLI's commands do not import each other, and the repository stands alone.
 
 use std::path::{Path, PathBuf};
 
@@ -115,4 +116,194 @@ fn every_module_opens_with_a_doc_paragraph() {
             );
         }
     }
+}
+
+/// The modules named by `crate::` paths in `text` (`use` lines, grouped `use crate::{...}`,
+/// and paths written inline), comments left out: the first segment of each path.
+fn crate_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let first_segment = |path: &str| -> String {
+        path.trim()
+            .chars()
+            .take_while(|c| is_ident(*c))
+            .collect::<String>()
+    };
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        // `rivet_crate::`, say, is another path.
+        if code[..at].chars().next_back().is_some_and(is_ident) {
+            continue;
+        }
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // The top-level items of the group, up to its closing brace.
+            let mut depth = 0;
+            let mut item = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.push(first_segment(&item));
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+            found.push(first_segment(&item));
+        } else {
+            found.push(first_segment(rest));
+        }
+    }
+    found.retain(|m| !m.is_empty());
+    found
+}
+
+/// The `rivet` binary's modules in two layers (its `main.rs` says why): command modules, the
+/// ones `main` dispatches to with `NAME::run(`, import shared modules only; shared modules
+/// import no command module; nothing imports from `main` itself, which imports them all.
+/// The one exception is a command that runs others as its steps.
+#[test]
+fn cli_commands_import_only_shared_modules() {
+    const STEPS: &[(&str, &str)] = &[
+        ("auto", "instrument"),
+        ("auto", "optimize"),
+        ("auto", "bench"),
+    ];
+    let src = crates_dir().join("cli").join("src");
+    let main = std::fs::read_to_string(src.join("main.rs")).unwrap();
+    let modules: Vec<&str> = main
+        .lines()
+        .filter_map(|line| line.strip_prefix("mod ")?.strip_suffix(';'))
+        .collect();
+    let commands: Vec<&str> = modules
+        .iter()
+        .copied()
+        .filter(|m| main.contains(&format!("{m}::run(")))
+        .collect();
+    assert!(
+        commands.contains(&"rewrite") && commands.contains(&"auto"),
+        "the command modules were not found in main.rs: {commands:?}"
+    );
+    let mut broken = Vec::new();
+    for module in &modules {
+        let file = src.join(format!("{module}.rs"));
+        let file = if file.exists() {
+            file
+        } else {
+            src.join(module).join("mod.rs")
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        let is_command = commands.contains(module);
+        for imported in crate_paths(&text) {
+            let imported = imported.as_str();
+            if imported == *module {
+                continue;
+            }
+            if !modules.contains(&imported) {
+                broken.push(format!(
+                    "{module} imports {imported} from main.rs: move it to a shared module"
+                ));
+            } else if commands.contains(&imported) {
+                if !is_command {
+                    broken.push(format!(
+                        "shared module {module} imports command module {imported}"
+                    ));
+                } else if !STEPS.contains(&(*module, imported)) {
+                    broken.push(format!(
+                        "command module {module} imports command module {imported}: move what they share to a shared module"
+                    ));
+                }
+            }
+        }
+    }
+    broken.sort();
+    broken.dedup();
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+/// The files of the repository: the ones git tracks, or every file outside build and fuzzing
+/// output when the tree is not a git checkout (a source archive).
+fn repository_files(root: &Path) -> Vec<PathBuf> {
+    let listed = std::process::Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root)
+        .output();
+    if let Ok(out) = listed
+        && out.status.success()
+    {
+        return out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|name| !name.is_empty())
+            .map(|name| root.join(String::from_utf8_lossy(name).as_ref()))
+            .collect();
+    }
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                if !name.starts_with('.') && !matches!(&*name, "target" | "corpus" | "artifacts") {
+                    walk(&path, out);
+                }
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(root, &mut files);
+    files
+}
+
+/// A user of the repository has only the repository: no file may send them to the team's
+/// working notes beside it (its design page, its copy of BOLT facts, the articles it started
+/// from). docs/architecture.md is the design page of the repository itself.
+#[test]
+fn the_repository_stands_alone() {
+    // Spelt in pieces so that this file does not match itself.
+    let outside = [
+        ["..", "/shared"].concat(),
+        ["shared", "/DESIGN.md"].concat(),
+        ["shared", "/seeds"].concat(),
+        ["shared", "/reference"].concat(),
+        ["bolt-facts", ".md"].concat(),
+    ];
+    let root = crates_dir().join("..").canonicalize().unwrap();
+    let files = repository_files(&root);
+    assert!(
+        files.iter().any(|f| f.ends_with("docs/architecture.md")),
+        "docs/architecture.md is missing from the files checked"
+    );
+    let mut found = Vec::new();
+    for file in &files {
+        // A file git lists may be deleted in the working tree.
+        let Ok(bytes) = std::fs::read(file) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        for (n, line) in text.lines().enumerate() {
+            if outside
+                .iter()
+                .any(|pattern| line.contains(pattern.as_str()))
+            {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "references to files outside the repository (point to docs/architecture.md or say it \
+         in words):\n{}",
+        found.join("\n")
+    );
 }

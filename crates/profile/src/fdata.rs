@@ -2,8 +2,8 @@
 //!
 //! fdata is what `perf2bolt` and BOLT's instrumentation runtime write and what `llvm-bolt
 //! -data=` and `merge-fdata` read, so reading it lets users bring BOLT profiles to Rivet and
-//! writing it lets our tests hand Rivet's profiles to BOLT. The grammar
-//! (`reference/bolt-facts.md` §1.7.1):
+//! writing it lets our tests hand Rivet's profiles to BOLT. The grammar, as llvm-bolt-19
+//! reads and writes it (`tests/bolt_interop.rs` checks both directions against the tool):
 //!
 //! ```text
 //! file     := [ "no_lbr" { " " event } NL ] [ "boltedcollection" NL ] { record NL }

@@ -5,8 +5,8 @@
 //! binary. Turning it into the address-keyed [`crate::Profile`] needs the binary's CFG, so it
 //! stays its own typed structure here ([`YamlProfile`]); `merge::merge_yaml` sums several.
 //!
-//! The schema is the one llvm-bolt-19 reads (`reference/bolt-facts.md` §1.7.2), checked
-//! against the real tool: required keys must be there, optional keys default as in BOLT, and
+//! The schema is the one llvm-bolt-19 reads, checked against the real tool
+//! (`tests/bolt_interop.rs`): required keys must be there, optional keys default as in BOLT, and
 //! an unknown key is an error, as it is for BOLT. Two keys that only newer BOLT versions know
 //! are read too: a function's `extern` (entries from outside the binary) and the pseudo-probe
 //! descriptors of llvm-bolt-19 (`guid`, `pseudo_probe_desc_hash`, a block's `pseudo_probes`).

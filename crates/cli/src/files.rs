@@ -1,0 +1,119 @@
+//! The files a command reads and writes. Rivet never opens its input for writing: the binary
+//! is mapped read-only. Every output goes to a temporary file beside its destination and is
+//! renamed into place only once complete, so a failed or interrupted run leaves nothing
+//! behind and a reader of the destination never sees half a file.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use rivet_elf::MappedFile;
+
+use crate::error::UserError;
+
+/// Maps the file at `path` read-only, with the error every command gives for an unreadable
+/// input.
+pub(crate) fn map_input(path: &Path) -> Result<MappedFile, UserError> {
+    MappedFile::open(path).map_err(|e| {
+        UserError::new(format!("cannot read {}: {e}", path.display()))
+            .hint("check the path and its permissions")
+    })
+}
+
+/// A temporary output file that disappears unless committed.
+pub(crate) struct PendingOutput {
+    temp: PathBuf,
+    dest: PathBuf,
+    committed: bool,
+}
+
+impl PendingOutput {
+    pub(crate) fn create(dest: &Path) -> Result<(PendingOutput, File), UserError> {
+        // Found now rather than at the final rename, after all the work.
+        if dest.is_dir() {
+            return Err(
+                UserError::new(format!("the output {} is a directory", dest.display()))
+                    .hint("give a file path for the output, e.g. DIR/NAME"),
+            );
+        }
+        let dir = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = dest
+            .file_name()
+            .ok_or_else(|| UserError::new(format!("{} is not a file path", dest.display())))?;
+        let temp = dir.join(format!(
+            ".{}.rivet-{}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| {
+                UserError::new(format!("cannot write to {}: {e}", dir.display()))
+                    .hint("choose an output path in a directory you can write to")
+            })?;
+        Ok((
+            PendingOutput {
+                temp,
+                dest: dest.to_path_buf(),
+                committed: false,
+            },
+            file,
+        ))
+    }
+
+    /// Writes `bytes` to the temporary file (`file`, from `create`), syncs it, gives it `mode`
+    /// and renames it into place.
+    pub(crate) fn finish(self, mut file: File, bytes: &[u8], mode: u32) -> Result<(), UserError> {
+        file.write_all(bytes)
+            .and_then(|_| file.sync_all())
+            .map_err(|e| {
+                UserError::new(format!("cannot write {}: {e}", self.dest.display()))
+                    .hint("check the free space of its file system")
+            })?;
+        drop(file);
+        self.commit(mode)
+    }
+
+    fn commit(mut self, mode: u32) -> Result<(), UserError> {
+        let fail = |e: std::io::Error| {
+            UserError::new(format!("cannot write {}: {e}", self.dest.display()))
+                .hint("check that the output path can be replaced (not a directory, not busy)")
+        };
+        std::fs::set_permissions(&self.temp, std::fs::Permissions::from_mode(mode))
+            .map_err(fail)?;
+        std::fs::rename(&self.temp, &self.dest).map_err(fail)?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for PendingOutput {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// The permission bits an output made from `input` gets: the input's (an executable stays
+/// executable), 0755 when they cannot be read.
+pub(crate) fn mode_of(input: &Path) -> u32 {
+    std::fs::metadata(input)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o755)
+}
+
+/// Whether `a` and `b` name one file, so that a command can refuse to write over its input.
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
