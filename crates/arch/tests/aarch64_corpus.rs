@@ -136,3 +136,184 @@ fn every_instruction_of_the_aarch64_corpus_decodes_with_objdumps_targets() {
         files.len()
     );
 }
+
+/// One function of objdump's listing: its name and its decoded instructions.
+struct Function {
+    name: String,
+    insts: Vec<aarch64::Inst>,
+}
+
+fn functions(file: &Path) -> Vec<Function> {
+    let out = Command::new("aarch64-linux-gnu-objdump")
+        .args(["-d", "-w", "-j", ".text"])
+        .arg(file)
+        .output()
+        .expect("aarch64-linux-gnu-objdump");
+    let mut fs: Vec<Function> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")) {
+            fs.push(Function {
+                name: name.1.to_string(),
+                insts: Vec::new(),
+            });
+            continue;
+        }
+        let mut cols = line.split('\t');
+        let (Some(addr), Some(word)) = (cols.next(), cols.next()) else {
+            continue;
+        };
+        let (Some(Ok(addr)), Ok(word)) = (
+            addr.trim()
+                .strip_suffix(':')
+                .map(|a| u64::from_str_radix(a, 16)),
+            u32::from_str_radix(word.trim(), 16),
+        ) else {
+            continue;
+        };
+        if let (Some(f), Ok(inst)) = (fs.last_mut(), aarch64::decode(word, addr)) {
+            f.insts.push(inst);
+        }
+    }
+    fs
+}
+
+/// The path to the `br` at `insts[at]` a dispatch takes: the instructions before it back
+/// to a little before the nearest conditional branch on the flags (the bound check), with
+/// that branch followed when its target lies between it and the `br` (gcc's `b.ls` over
+/// the default case) and fallen through otherwise (clang's `b.hi` to the default).
+fn dispatch_path(insts: &[aarch64::Inst], at: usize) -> (Vec<aarch64::Inst>, Vec<u64>) {
+    let br = insts[at].addr;
+    let check = (at.saturating_sub(24)..at).rev().find(|&k| {
+        matches!(
+            insts[k].control,
+            Control::Conditional {
+                form: aarch64::CondForm::Flags { .. },
+                ..
+            }
+        )
+    });
+    let Some(c) = check else {
+        return (insts[at.saturating_sub(24)..=at].to_vec(), Vec::new());
+    };
+    let start = c.saturating_sub(8);
+    let Control::Conditional { target, .. } = insts[c].control else {
+        unreachable!()
+    };
+    if target > insts[c].addr && target <= br {
+        let resume = insts.iter().position(|i| i.addr == target).unwrap();
+        let mut path = insts[start..=c].to_vec();
+        path.extend_from_slice(&insts[resume..=at]);
+        (path, vec![insts[c].addr])
+    } else {
+        (insts[start..=at].to_vec(), Vec::new())
+    }
+}
+
+#[test]
+fn switch_tables_of_both_compilers_at_every_level_are_found_and_bounded() {
+    use object::{Object, ObjectSegment};
+    let dir = corpus();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("switch_")
+                && is_elf(p)
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 30, "{} switch programs", files.len());
+    let (mut tables, mut targets, mut slots) = (0u64, 0u64, 0u64);
+    let mut per_variant = std::collections::BTreeMap::<String, u64>::new();
+    for file in &files {
+        let data = std::fs::read(file).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let read = |addr: u64, len: u64| -> Option<Vec<u8>> {
+            elf.segments().find_map(|s| {
+                let (start, size) = (s.address(), s.size());
+                (addr >= start && addr + len <= start + size)
+                    .then(|| s.data_range(addr, len).ok().flatten().map(<[u8]>::to_vec))
+                    .flatten()
+            })
+        };
+        let name = file.file_name().unwrap().to_string_lossy();
+        let variant = name.split_once('.').unwrap().1.to_string();
+        for f in functions(file) {
+            for (at, inst) in f.insts.iter().enumerate() {
+                if !matches!(inst.control, Control::IndirectJump { .. }) {
+                    continue;
+                }
+                let (path, taken) = dispatch_path(&f.insts, at);
+                let result = aarch64::analyze_indirect_branch(&path, &taken);
+                if let aarch64::IndirectBranch::MemorySlot { slot } = result {
+                    // crt's tail calls through GOT entries (deregister_tm_clones...).
+                    assert!(
+                        read(slot, 8).is_some(),
+                        "{}: slot {slot:#x}",
+                        file.display()
+                    );
+                    slots += 1;
+                    continue;
+                }
+                let aarch64::IndirectBranch::Table {
+                    table,
+                    entry_size,
+                    bound,
+                    ..
+                } = result
+                else {
+                    panic!(
+                        "{} {} at {:#x}: an indirect branch not understood",
+                        file.display(),
+                        f.name,
+                        inst.addr
+                    );
+                };
+                let bound = bound.unwrap_or_else(|| {
+                    panic!(
+                        "{} {}: table at {table:#x} without a bound",
+                        file.display(),
+                        f.name
+                    )
+                });
+                let size = u64::from(entry_size);
+                let bytes = read(table, bound.entries * size)
+                    .unwrap_or_else(|| panic!("{}: table {table:#x} unreadable", file.display()));
+                let starts: std::collections::HashSet<u64> =
+                    f.insts.iter().map(|i| i.addr).collect();
+                assert!(
+                    starts.contains(&bound.default_target),
+                    "{} {}",
+                    file.display(),
+                    f.name
+                );
+                for k in 0..bound.entries as usize {
+                    let t = result.target_of(&bytes[k * size as usize..]).unwrap();
+                    assert!(
+                        starts.contains(&t),
+                        "{} {}: entry {k} of the table at {table:#x} goes to {t:#x}, not an instruction of the function",
+                        file.display(),
+                        f.name
+                    );
+                    targets += 1;
+                }
+                tables += 1;
+                *per_variant.entry(variant.clone()).or_default() += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{tables} tables, {targets} entries, {slots} jumps through pointer slots; per variant: {per_variant:?}"
+    );
+    // Every `br` was understood (the loop panics otherwise), and every variant of both
+    // compilers has tables: the switch programs hold 28, two per crt file besides are
+    // tail calls through the GOT.
+    assert_eq!(per_variant.len(), 16, "{per_variant:?}");
+    assert!(
+        tables >= 28 && slots >= 64,
+        "{tables} tables, {slots} slots"
+    );
+}

@@ -7,6 +7,7 @@
 
 pub mod decode;
 pub mod encode;
+pub mod jump_table;
 
 pub use decode::{
     CondForm, Control, Exclusive, Guard, INSN_SIZE, Inst, Invalid, PcRelative, decode, decode_all,
@@ -16,3 +17,4 @@ pub use encode::{
     BTI_C, BTI_J, BTI_JC, EncodeError, FILL, NOP, Reach, VENEER_REGISTER, b, bl, invert, reach_of,
     retarget, veneer,
 };
+pub use jump_table::{Bound, IndirectBranch, analyze_indirect_branch};

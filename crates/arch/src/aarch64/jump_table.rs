@@ -1,0 +1,517 @@
+//! Switch tables on AArch64: what an indirect `br` jumps through, read backwards along the
+//! path that reaches it.
+//!
+//! Both compilers emit the same shape (docs/aarch64-notes.md section 1): the table's address
+//! from `adrp`+`add` (or `adr`, after lld's relaxation), an entry loaded by a register-offset
+//! load (`ldrb`/`ldrh`/`ldr`/`ldrsw [table, index]`), an anchor from `adr`, and the target
+//! computed as anchor + entry, shifted left by 2 (entries count instructions), by an `add`
+//! with an extended (`sxtb #2`: gcc, signed) or shifted (`lsl #2`: clang, unsigned) register.
+//! At -O0 gcc adds to the table's own address (anchor = table, word entries). The entries
+//! carry no relocation: they are differences the assembler resolved, so the table is only
+//! found by this analysis. A bound comes from the `cmp index, #N` and the conditional branch
+//! that guards it. Anything else is `Unknown`: the caller skips the function, never guesses.
+
+use super::decode::{CondForm, Control, Inst, PcRelative, sign_extend};
+
+/// The register written by an instruction of the dispatch sequence, with what it computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Def {
+    /// `adr`/`adrp`: an address (`adrp`: a page, refined by a later `add #imm`).
+    Address { addr: u64, page: bool },
+    /// `add rd, rn, #imm`.
+    AddImm { rn: u8, imm: u64 },
+    /// `add rd, rn, rm, <extend|shift> #amount`.
+    AddReg {
+        rn: u8,
+        rm: u8,
+        extend: Extend,
+        amount: u8,
+    },
+    /// A register-offset load `[rn, rm{, extend #scale}]` of `bytes`, sign-extending when
+    /// `signed`.
+    Load {
+        rn: u8,
+        rm: u8,
+        bytes: u8,
+        signed: bool,
+        scaled: bool,
+    },
+    /// `mov rd, rm` (`orr rd, zr, rm`).
+    Copy { rm: u8 },
+    /// `ldr rd, [rn, #offset]`: from the stack pointer (rn = 31), a value spilled there
+    /// (clang -O0 keeps the switch index on the stack between its check and the
+    /// dispatch); from an address, a pointer slot (a GOT entry a tail call jumps through).
+    LoadImm { rn: u8, offset: u64, bytes: u8 },
+    /// Anything else that writes the register.
+    Other,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extend {
+    /// `lsl` (shifted register) or `uxtx`: no extension.
+    None,
+    Unsigned(u8),
+    Signed(u8),
+}
+
+/// Which general register `word` writes, if it is one of the forms the dispatch uses or
+/// any other instruction with a destination register in bits 0-4 that matters here.
+fn definition(inst: &Inst) -> Option<(u8, Def)> {
+    let w = inst.word;
+    let rd = (w & 0x1f) as u8;
+    let rn = ((w >> 5) & 0x1f) as u8;
+    let rm = ((w >> 16) & 0x1f) as u8;
+    if let Some(pc) = inst.pc_relative {
+        return match pc {
+            PcRelative::Adr { reg, target } => Some((
+                reg,
+                Def::Address {
+                    addr: target,
+                    page: false,
+                },
+            )),
+            PcRelative::Adrp { reg, page } => Some((
+                reg,
+                Def::Address {
+                    addr: page,
+                    page: true,
+                },
+            )),
+            PcRelative::Literal { .. } => Some((rd, Def::Other)),
+        };
+    }
+    // ADD (immediate), 32 or 64 bit, not setting flags.
+    if w & 0x7f80_0000 == 0x1100_0000 {
+        let imm = u64::from((w >> 10) & 0xfff) << if w & (1 << 22) != 0 { 12 } else { 0 };
+        return Some((rd, Def::AddImm { rn, imm }));
+    }
+    // ADD (shifted register), LSL only.
+    if w & 0x7f20_0000 == 0x0b00_0000 {
+        let shift = (w >> 22) & 3;
+        let amount = ((w >> 10) & 0x3f) as u8;
+        return Some((
+            rd,
+            if shift == 0 {
+                Def::AddReg {
+                    rn,
+                    rm,
+                    extend: Extend::None,
+                    amount,
+                }
+            } else {
+                Def::Other
+            },
+        ));
+    }
+    // ADD (extended register).
+    if w & 0x7fe0_0000 == 0x0b20_0000 {
+        let option = (w >> 13) & 7;
+        let amount = ((w >> 10) & 7) as u8;
+        let bits = [8u8, 16, 32, 64][(option & 3) as usize];
+        let extend = match (option >> 2, bits) {
+            (0, 64) => Extend::None,
+            (0, b) => Extend::Unsigned(b),
+            (_, 64) => Extend::None,
+            (_, b) => Extend::Signed(b),
+        };
+        return Some((
+            rd,
+            Def::AddReg {
+                rn,
+                rm,
+                extend,
+                amount,
+            },
+        ));
+    }
+    // LDR/LDRB/LDRH/LDRSB/LDRSH/LDRSW (register offset), general registers.
+    if w & 0x3b20_0c00 == 0x3820_0800 {
+        let size = w >> 30;
+        let opc = (w >> 22) & 3;
+        let bytes = 1u8 << size;
+        return Some((
+            rd,
+            match opc {
+                1 => Def::Load {
+                    rn,
+                    rm,
+                    bytes,
+                    signed: false,
+                    scaled: w & (1 << 12) != 0,
+                },
+                2 | 3 if size < 3 => Def::Load {
+                    rn,
+                    rm,
+                    bytes,
+                    signed: true,
+                    scaled: w & (1 << 12) != 0,
+                },
+                _ => return None, // a store, or prefetch: writes no register
+            },
+        ));
+    }
+    // LDR (immediate, unsigned offset), general registers.
+    if w & 0x3bc0_0000 == 0x3940_0000 {
+        let size = w >> 30;
+        let offset = u64::from((w >> 10) & 0xfff) << size;
+        return Some((
+            rd,
+            Def::LoadImm {
+                rn,
+                offset,
+                bytes: 1 << size,
+            },
+        ));
+    }
+    // MOV (register): ORR rd, zr, rm with no shift.
+    if w & 0x7fe0_ffe0 == 0x2a00_03e0 {
+        return Some((rd, Def::Copy { rm }));
+    }
+    if writes_rd(inst) {
+        return Some((rd, Def::Other));
+    }
+    None
+}
+
+/// Whether an instruction outside the modelled forms may write register `rd` (bits 0-4):
+/// conservatively yes for everything but branches, compares, stores and hints, so an
+/// unknown write always breaks a chain instead of being looked through.
+fn writes_rd(inst: &Inst) -> bool {
+    let w = inst.word;
+    if !matches!(inst.control, Control::Next) {
+        return false;
+    }
+    let is_compare = (w & 0x1f) == 0x1f && (w >> 29) & 1 == 1; // flags set, rd = zr
+    let is_hint = w & 0xffff_f01f == 0xd503_201f;
+    let is_store = w & 0x0a00_0000 == 0x0800_0000 && (w >> 22) & 1 == 0;
+    !(is_compare || is_hint || is_store)
+}
+
+/// Registers an instruction writes besides its `rd`: a call's caller-saved registers
+/// (x0-x18 and the link register x30), the base of a pre- or post-indexed load or store,
+/// the second register of a load pair.
+fn also_writes(inst: &Inst, reg: u8) -> bool {
+    let w = inst.word;
+    if matches!(
+        inst.control,
+        Control::Call { .. } | Control::IndirectCall { .. }
+    ) {
+        return reg <= 18 || reg == 30;
+    }
+    let rn = ((w >> 5) & 0x1f) as u8;
+    let rt2 = ((w >> 10) & 0x1f) as u8;
+    // Load/store register, immediate pre- or post-indexed (bits 11-10: 01 post, 11 pre).
+    let single_writeback = w & 0x3b20_0000 == 0x3800_0000 && (w >> 10) & 1 == 1;
+    // Load/store pair, pre- or post-indexed (bits 24-23: 01 post, 11 pre).
+    let is_pair = w & 0x3a00_0000 == 0x2800_0000;
+    let pair_writeback = is_pair && (w >> 23) & 1 == 1;
+    let pair_load = is_pair && (w >> 22) & 1 == 1;
+    ((single_writeback || pair_writeback) && rn == reg) || (pair_load && rt2 == reg)
+}
+
+/// What an indirect `br` was found to jump through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndirectBranch {
+    /// Target = `anchor` + (entry << `shift`), the entry `entry_size` bytes at `table` +
+    /// index * `entry_size`, sign- or zero-extended.
+    Table {
+        table: u64,
+        anchor: u64,
+        entry_size: u8,
+        signed: bool,
+        shift: u8,
+        bound: Option<Bound>,
+    },
+    /// The target is the pointer stored at `slot` (a GOT entry, `adrp`+`ldr`): a tail
+    /// call through it.
+    MemorySlot { slot: u64 },
+    /// The target was computed outside what the analysis models.
+    Unknown,
+}
+
+/// The index check that bounds a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bound {
+    pub entries: u64,
+    /// The conditional branch that enforces it.
+    pub check: u64,
+    /// Where out-of-range indices go.
+    pub default_target: u64,
+}
+
+impl IndirectBranch {
+    /// The target of the entry `bytes` (little-endian, `entry_size` long).
+    pub fn target_of(&self, bytes: &[u8]) -> Option<u64> {
+        let IndirectBranch::Table {
+            anchor,
+            entry_size,
+            signed,
+            shift,
+            ..
+        } = *self
+        else {
+            return None;
+        };
+        let raw = match entry_size {
+            1 => u64::from(*bytes.first()?),
+            2 => u64::from(u16::from_le_bytes(bytes.get(..2)?.try_into().ok()?)),
+            4 => u64::from(u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?)),
+            _ => return None,
+        };
+        let value = if signed {
+            sign_extend(raw as u32, u32::from(entry_size) * 8)
+        } else {
+            raw as i64
+        };
+        Some(anchor.wrapping_add_signed(value << shift))
+    }
+}
+
+/// The last definition of `reg` in `path[..end]`, with its position (an instruction that
+/// writes it as a side effect counts as `Other`).
+fn last_def(path: &[Inst], end: usize, reg: u8) -> Option<(usize, Def)> {
+    path[..end].iter().enumerate().rev().find_map(|(i, inst)| {
+        if also_writes(inst, reg) {
+            return Some((i, Def::Other));
+        }
+        definition(inst).and_then(|(rd, def)| (rd == reg).then_some((i, def)))
+    })
+}
+
+/// The address `reg` holds at `path[end]`: `adr`, or `adrp` + `add #lo12` (any copies in
+/// between followed).
+fn address_in(path: &[Inst], end: usize, reg: u8) -> Option<u64> {
+    let (i, def) = last_def(path, end, reg)?;
+    match def {
+        Def::Address { addr, page: false } => Some(addr),
+        Def::AddImm { rn, imm } => match last_def(path, i, rn)? {
+            (_, Def::Address { addr, page: true }) => Some(addr + imm),
+            _ => None,
+        },
+        Def::Copy { rm } => address_in(path, i, rm),
+        _ => None,
+    }
+}
+
+/// The registers that hold the value `reg` holds at `path[end]`, going back through copies
+/// and stack spills: each with the position of the instruction that gave it the value
+/// (`None`: it held it from before the path).
+fn origin(path: &[Inst], end: usize, reg: u8) -> Vec<(u8, Option<usize>)> {
+    let mut chain = Vec::new();
+    let (mut at, mut r) = (end, reg);
+    loop {
+        let def = last_def(path, at, r);
+        chain.push((r, def.map(|d| d.0)));
+        match def {
+            Some((i, Def::Copy { rm })) => (at, r) = (i, rm),
+            Some((
+                i,
+                Def::LoadImm {
+                    rn: 31,
+                    offset,
+                    bytes,
+                },
+            )) => {
+                let Some((store, stored)) = stack_store(path, i, offset, bytes) else {
+                    break;
+                };
+                (at, r) = (store, stored);
+            }
+            _ => break,
+        }
+    }
+    chain
+}
+
+/// The last `str reg, [sp, #offset]` of `bytes` before `end`, with the stack pointer
+/// unchanged since: (its position, the register stored).
+fn stack_store(path: &[Inst], end: usize, offset: u64, bytes: u8) -> Option<(usize, u8)> {
+    let (k, inst) = path[..end].iter().enumerate().rev().find(|(_, i)| {
+        let w = i.word;
+        w & 0x3bc0_0000 == 0x3900_0000 && (w >> 5) & 0x1f == 31
+    })?;
+    let w = inst.word;
+    let size = w >> 30;
+    let same_slot = u64::from((w >> 10) & 0xfff) << size == offset && 1u8 << size == bytes;
+    let sp_moved = last_def(path, end, 31).is_some_and(|(d, _)| d > k);
+    (same_slot && !sp_moved).then_some((k, (w & 0x1f) as u8))
+}
+
+/// The bound on the index whose holders are `regs` (from `origin`): a compare of one of
+/// them with an immediate (`cmp` or `subs`) followed on the path by a conditional branch
+/// that the path takes (`b.ls`, `b.lo`: in range) or falls through (`b.hi`, `b.hs`: out of
+/// range goes to the default). `taken` lists the conditional branches whose target the
+/// path follows.
+fn bound(path: &[Inst], end: usize, regs: &[(u8, Option<usize>)], taken: &[u64]) -> Option<Bound> {
+    let (k, inst) = path[..end].iter().enumerate().rev().find(|(_, i)| {
+        matches!(
+            i.control,
+            Control::Conditional {
+                form: CondForm::Flags { .. },
+                ..
+            }
+        )
+    })?;
+    let Control::Conditional {
+        target,
+        form: CondForm::Flags { cond, .. },
+    } = inst.control
+    else {
+        return None;
+    };
+    // SUBS (immediate), unshifted: the flags of rn - imm.
+    let (c, cmp) = path[..k]
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, i)| sets_flags(i))?;
+    if cmp.word & 0x7fc0_0000 != 0x7100_0000 {
+        return None; // the last flag-setter is not an unshifted compare with an immediate
+    }
+    let rn = ((cmp.word >> 5) & 0x1f) as u8;
+    let holds_index = regs
+        .iter()
+        .any(|&(r, given)| r == rn && last_def(path, c, rn).map(|d| d.0) == given);
+    if !holds_index {
+        return None;
+    }
+    let n = u64::from((cmp.word >> 10) & 0xfff);
+    let is_taken = taken.contains(&inst.addr);
+    let next = inst.addr + 4;
+    // cond: 2 = hs, 3 = lo, 8 = hi, 9 = ls.
+    let (entries, default_target) = match (cond, is_taken) {
+        (9, true) => (n + 1, next),
+        (8, false) => (n + 1, target),
+        (3, true) => (n, next),
+        (2, false) => (n, target),
+        _ => return None,
+    };
+    Some(Bound {
+        entries,
+        check: inst.addr,
+        default_target,
+    })
+}
+
+/// Whether an instruction sets the condition flags: add/sub (immediate, shifted or
+/// extended register, with carry) with the S bit, `ands`/`bics`, `ccmp`/`ccmn`, `fcmp`, and
+/// writes of NZCV.
+fn sets_flags(inst: &Inst) -> bool {
+    let w = inst.word;
+    let s_bit = (w >> 29) & 1 == 1;
+    let both_opc = (w >> 29) & 3 == 3;
+    let add_sub_imm = w & 0x1f00_0000 == 0x1100_0000 && s_bit;
+    let add_sub_reg = w & 0x1f00_0000 == 0x0b00_0000 && s_bit;
+    let with_carry = w & 0x1fe0_0000 == 0x1a00_0000 && s_bit;
+    let cond_compare = w & 0x1fe0_0000 == 0x1a40_0000 && s_bit;
+    let ands_imm = w & 0x1f80_0000 == 0x1200_0000 && both_opc;
+    let ands_reg = w & 0x1f00_0000 == 0x0a00_0000 && both_opc;
+    let fcmp = w & 0x5f20_3c00 == 0x1e20_2000;
+    let msr_nzcv = w & 0xffff_ffe0 == 0xd51b_4200;
+    add_sub_imm
+        || add_sub_reg
+        || with_carry
+        || cond_compare
+        || ands_imm
+        || ands_reg
+        || fcmp
+        || msr_nzcv
+}
+
+/// Analyses the `br` that ends `path` (the instructions in the order the path executes
+/// them; conditional branches at the addresses in `taken` are followed to their target,
+/// the others fall through).
+pub fn analyze_indirect_branch(path: &[Inst], taken: &[u64]) -> IndirectBranch {
+    let Some((last, rest)) = path.split_last() else {
+        return IndirectBranch::Unknown;
+    };
+    let Control::IndirectJump { reg } = last.control else {
+        return IndirectBranch::Unknown;
+    };
+    let end = rest.len();
+    // Through copies to what computed the target.
+    let mut source = last_def(path, end, reg);
+    while let Some((i, Def::Copy { rm })) = source {
+        source = last_def(path, i, rm);
+    }
+    if let Some((
+        i,
+        Def::LoadImm {
+            rn,
+            offset,
+            bytes: 8,
+        },
+    )) = source
+        && rn != 31
+    {
+        // `adrp x, page; ldr y, [x, #lo12]`: the page is the base.
+        let base = match last_def(path, i, rn) {
+            Some((_, Def::Address { addr, page: true })) => Some(addr),
+            _ => address_in(path, i, rn),
+        };
+        return match base {
+            Some(base) => IndirectBranch::MemorySlot {
+                slot: base + offset,
+            },
+            None => IndirectBranch::Unknown,
+        };
+    }
+    let Some((
+        add_at,
+        Def::AddReg {
+            rn,
+            rm,
+            extend,
+            amount,
+        },
+    )) = source
+    else {
+        return IndirectBranch::Unknown;
+    };
+    // One operand is the anchor (an address), the other the loaded entry.
+    let (anchor_reg, entry_reg) = if address_in(path, add_at, rn).is_some() {
+        (rn, rm)
+    } else {
+        (rm, rn)
+    };
+    let Some(anchor) = address_in(path, add_at, anchor_reg) else {
+        return IndirectBranch::Unknown;
+    };
+    let Some((
+        load_at,
+        Def::Load {
+            rn: table_reg,
+            rm: index_reg,
+            bytes,
+            signed: load_signed,
+            scaled,
+        },
+    )) = last_def(path, add_at, entry_reg)
+    else {
+        return IndirectBranch::Unknown;
+    };
+    if bytes > 4 || (bytes > 1 && !scaled) {
+        return IndirectBranch::Unknown;
+    }
+    // The table register must still hold the table at the load, and the anchor register
+    // must not be redefined between the load and the add (last_def above saw the add's view).
+    let Some(table) = address_in(path, load_at, table_reg) else {
+        return IndirectBranch::Unknown;
+    };
+    let signed = match extend {
+        Extend::Signed(b) if b == bytes * 8 => true,
+        Extend::Signed(_) => return IndirectBranch::Unknown,
+        Extend::Unsigned(b) if b < bytes * 8 => return IndirectBranch::Unknown,
+        Extend::Unsigned(_) => load_signed,
+        Extend::None => load_signed,
+    };
+    let bound = bound(path, load_at, &origin(path, load_at, index_reg), taken);
+    IndirectBranch::Table {
+        table,
+        anchor,
+        entry_size: bytes,
+        signed,
+        shift: amount,
+        bound,
+    }
+}
