@@ -13,8 +13,9 @@
 //! The whole suite takes long (scripts/check-openssl.sh with no test names runs it: 257 test
 //! files, 4 to 38 minutes of wall time on this shared 2-core machine for about 6 minutes of
 //! CPU); by default `SUITE` (12 files, under 2 minutes) runs on the default optimization and
-//! on one shuffled layout (`RIVET_OPENSSL_FULL_SUITE=1` runs the whole suite on every output), and every other output runs TLS handshakes (each must complete),
-//! certificate parsing and the `openssl req` of issue 39, which crashed in RSA blinding when a moved
+//! on one shuffled layout (`RIVET_OPENSSL_FULL_SUITE=1` runs the whole suite on every
+//! output), and every other output runs TLS handshakes (each must complete), certificate
+//! parsing and the `openssl req` of issue 39, which crashed in RSA blinding when a moved
 //! function's forwarding jump covered a secondary entry that staying code branched to. Some of
 //! OpenSSL's test programs link `libcrypto.a` to reach internal functions; in those recipes
 //! only the `openssl` commands run the libraries under test.
