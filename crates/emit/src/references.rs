@@ -186,7 +186,11 @@ pub fn collect(
         if table_sites.contains(&r.site) {
             continue;
         }
-        // Data.
+        // Data. A site no section or segment of the file holds (only a corrupt relocation
+        // has one) has no bytes to patch, and nothing reads them at run time.
+        if elf.bytes_at(r.site, u64::from(size)).is_none() {
+            continue;
+        }
         if r.is_absolute() {
             out.stored.push(Reference {
                 site: r.site,
