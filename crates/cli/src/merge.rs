@@ -6,7 +6,8 @@
 //! An input is `PATH` or `PATH:WEIGHT`: only a trailing `:NUMBER` is a weight, so paths with
 //! colons elsewhere need nothing, and a path that itself ends in `:NUMBER` is given as
 //! `PATH:1`. Inputs are read one at a time and folded into the sum before the next is read,
-//! so thousands of them merge in the memory of about one profile.
+//! and the sum is written out record by record in Rivet's format (fdata and YAML outputs are
+//! built whole first), so thousands of inputs merge in the memory of about one profile.
 //!
 //! The output is sorted and independent of the order and grouping of the inputs, so the same
 //! inputs always give the same bytes, however a fleet splits the work. Mixing branch and
@@ -14,11 +15,12 @@
 //! written then.
 
 use std::ffi::{OsStr, OsString};
+use std::io::BufWriter;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rivet_profile::merge::{MergeError, Merger, Weight, YamlMerger};
-use rivet_profile::{fdata, native, yaml};
+use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
+use rivet_profile::{fdata, yaml};
 
 use crate::error::UserError;
 use crate::files::PendingOutput;
@@ -158,22 +160,40 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
     let text = match sum {
         None => return Err(UserError::new("no profiles to merge")),
         Some(Sum::Yaml(merger)) => yaml::write(&merger.finish().map_err(|e| describe(&e))?),
-        Some(Sum::Located(merger)) => {
-            let merged = merger.finish().map_err(|e| describe(&e))?;
-            match format {
-                FormatArg::Rivet => {
-                    native::write(&merged).map_err(|e| UserError::new(e.to_string()))?
-                }
-                FormatArg::Fdata => {
-                    fdata::write(&merged).map_err(|e| UserError::new(e.to_string()))?
-                }
-                FormatArg::Yaml => return Err(located_as_yaml()),
+        Some(Sum::Located(merger)) => match format {
+            // Streamed from the sum to the file: the whole profile is never held at once.
+            FormatArg::Rivet => return write_streamed(merger, &args.output, &describe),
+            FormatArg::Fdata => {
+                let merged = merger.finish().map_err(|e| describe(&e))?;
+                fdata::write(&merged).map_err(|e| UserError::new(e.to_string()))?
             }
-        }
+            FormatArg::Yaml => return Err(located_as_yaml()),
+        },
     };
     let (pending, file) = PendingOutput::create(&args.output)?;
     pending.finish(file, text.as_bytes(), 0o644)?;
     Ok(())
+}
+
+/// Writes the sum in Rivet's format to `output`, record by record, atomically.
+fn write_streamed(
+    merger: Merger,
+    output: &Path,
+    describe: &dyn Fn(&MergeError) -> UserError,
+) -> Result<(), UserError> {
+    let io_error = |e: std::io::Error| {
+        UserError::new(format!("cannot write {}: {e}", output.display()))
+            .hint("check the free space of its file system")
+    };
+    let (pending, file) = PendingOutput::create(output)?;
+    let mut out = BufWriter::new(file);
+    merger.write_native(&mut out).map_err(|e| match e {
+        WriteError::Merge(e) => describe(&e),
+        WriteError::Native(e) => UserError::new(e.to_string()),
+        WriteError::Io(e) => io_error(e),
+    })?;
+    let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
+    pending.finish(file, b"", 0o644)
 }
 
 fn located_as_yaml() -> UserError {

@@ -29,10 +29,13 @@
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
-use std::fmt;
+use std::fmt::{self, Write as _};
+use std::io::Write;
 use std::str::FromStr;
 
+use crate::fdata;
 use crate::model::{BranchCount, LocKind, Location, Mode, Origin, Profile};
+use crate::native::{self, NativeError};
 use crate::yaml::{YamlBlock, YamlFunction, YamlHeader, YamlProfile};
 
 /// Profiles that cannot be merged. `input`s count from 1 in the order given.
@@ -173,6 +176,37 @@ impl fmt::Display for MergeError {
 }
 
 impl std::error::Error for MergeError {}
+
+/// Why [`Merger::write_native`] could not write the sum.
+#[derive(Debug)]
+pub enum WriteError {
+    Merge(MergeError),
+    /// The sum holds what the format cannot write (an empty name, a newline in a name).
+    Native(NativeError),
+    Io(std::io::Error),
+}
+
+impl fmt::Display for WriteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteError::Merge(e) => e.fmt(f),
+            WriteError::Native(e) => e.fmt(f),
+            WriteError::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+impl From<std::io::Error> for WriteError {
+    fn from(e: std::io::Error) -> WriteError {
+        WriteError::Io(e)
+    }
+}
+
+fn unrepresentable(message: impl Into<String>) -> WriteError {
+    WriteError::Native(NativeError::Unrepresentable(message.into()))
+}
 
 /// How much an input counts in a merge: a decimal number like `3`, `0.5` or `1.25`, positive,
 /// with at most 9 digits after the point and 18 in all.
@@ -427,6 +461,84 @@ impl Merger {
         Ok(profile)
     }
 
+    /// Writes the sum in Rivet's format, the bytes `native::write(&self.finish()?)` gives,
+    /// without ever holding the whole profile or its text: records go out one by one from
+    /// the compact sum (renumbered so that names number in sorted order, which makes the
+    /// compact keys sort as the profile's do), through `out`, which should be buffered.
+    pub fn write_native(self, out: &mut impl Write) -> Result<(), WriteError> {
+        let header = self.header.ok_or(WriteError::Merge(MergeError::NoInputs))?;
+        let mut head = Profile::new(header.mode);
+        head.build_id = header.build_id;
+        head.binary_name = header.binary_name;
+        head.origin = header.origin;
+        head.bolted_collection = header.bolted_collection;
+        match head.mode {
+            Mode::Branches if !self.samples.is_empty() => {
+                return Err(unrepresentable("a branch profile holds IP samples"));
+            }
+            Mode::Samples { .. } if !self.branches.is_empty() => {
+                return Err(unrepresentable(
+                    "a sample (no_lbr) profile holds branch counts",
+                ));
+            }
+            _ => {}
+        }
+        let text = native::write(&head).map_err(WriteError::Native)?;
+        let (records_line, end) = text.split_at(text.len() - "end\n".len());
+        out.write_all(records_line.as_bytes())?;
+        // A name's rank in sorted order, by its number; then the names by rank.
+        let mut rank = vec![0u32; self.names.len()];
+        let mut names = Vec::with_capacity(self.names.len());
+        for (r, (name, id)) in self.names.into_iter().enumerate() {
+            rank[id as usize] = r as u32;
+            names.push(Location {
+                kind: LocKind::Symbol,
+                name: name.into_string(),
+                offset: 0,
+            });
+        }
+        let ranked = |l: Loc| Loc {
+            name: rank[l.name as usize],
+            ..l
+        };
+        let mut line = String::new();
+        let mut put = |line: &mut String, l: Loc, flag_base: u8| -> Result<(), WriteError> {
+            let loc = &mut names[l.name as usize];
+            loc.kind = l.kind;
+            loc.offset = l.offset;
+            fdata::write_location(line, loc, flag_base).map_err(unrepresentable)
+        };
+        // Each map is renumbered into a vector as it is drained (the map's nodes are freed
+        // as it goes) and sorted: no second map, and no vector that doubles as it grows.
+        let branches = renumbered(self.branches, |(from, to)| (ranked(from), ranked(to)));
+        for ((from, to), c) in branches {
+            line.clear();
+            put(&mut line, from, 0)?;
+            line.push(' ');
+            put(&mut line, to, 0)?;
+            let _ = writeln!(line, " {} {}", c.mispreds, c.count);
+            out.write_all(line.as_bytes())?;
+        }
+        let samples = renumbered(self.samples, ranked);
+        for (at, count) in samples {
+            line.clear();
+            put(&mut line, at, 0)?;
+            let _ = writeln!(line, " {count}");
+            out.write_all(line.as_bytes())?;
+        }
+        let memory = renumbered(self.memory, |(pc, data)| (ranked(pc), ranked(data)));
+        for ((pc, data), count) in memory {
+            line.clear();
+            put(&mut line, pc, 3)?;
+            line.push(' ');
+            put(&mut line, data, 3)?;
+            let _ = writeln!(line, " {count}");
+            out.write_all(line.as_bytes())?;
+        }
+        out.write_all(end.as_bytes())?;
+        Ok(())
+    }
+
     fn loc(&mut self, l: Location) -> Loc {
         let next = self.names.len() as u32;
         let name = match self.names.get(l.name.as_str()) {
@@ -524,6 +636,15 @@ impl Merger {
         }
         Ok(())
     }
+}
+
+/// The entries of `map` with their keys renumbered by `key`, sorted by the new keys.
+fn renumbered<K: Ord, V>(map: BTreeMap<K, V>, key: impl Fn(K) -> K) -> Vec<(K, V)> {
+    let mut entries = Vec::with_capacity(map.len());
+    entries.extend(map.into_iter().map(|(k, v)| (key(k), v)));
+    // Keys are unique: an unstable sort gives the one order.
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries
 }
 
 /// Sums profiles of one binary, each with weight 1 (see [`Merger`]).
@@ -967,6 +1088,21 @@ mod tests {
         let m = merger.finish().unwrap();
         assert_eq!(m.branches.values().next().unwrap().count, 5);
         assert_eq!(m.build_id.as_deref(), Some("aa"));
+    }
+
+    #[test]
+    fn streaming_out_refuses_what_the_format_cannot_write() {
+        let mut p = branches(None, 1);
+        p.add_branch(Location::symbol("", 0), Location::symbol("g", 0), 1, 0);
+        let mut merger = Merger::new();
+        merger.add(p, Weight::ONE).unwrap();
+        let e = merger.write_native(&mut Vec::new()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot write this profile: a location has an empty name"
+        );
+        let e = Merger::new().write_native(&mut Vec::new()).unwrap_err();
+        assert_eq!(e.to_string(), "no profiles to merge");
     }
 
     fn yaml(exec: u64) -> YamlProfile {
