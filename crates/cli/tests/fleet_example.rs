@@ -35,7 +35,12 @@ fn fleet_python() -> PathBuf {
 fn fleet(python: &Path, binary: &Path, recordings: &[String], list: &Path, out: &Path) -> Output {
     let mut cmd = Command::new(python);
     cmd.arg(repo_root().join("examples/fleet/fleet.py"))
-        .args(["--rivet", env!("CARGO_BIN_EXE_rivet"), "--binary", s(binary)])
+        .args([
+            "--rivet",
+            env!("CARGO_BIN_EXE_rivet"),
+            "--binary",
+            s(binary),
+        ])
         .args(["--profiles-from", s(list), "-o", s(out)])
         .args(["--workers", "4", "--fan-in", "8"]);
     for r in recordings {
@@ -128,7 +133,10 @@ fn dask_tree_merge_equals_one_merge() {
         .and_then(|head| head.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no worker count in: {stderr}"));
-    assert!(workers >= 2, "the tasks ran in {workers} process(es): {stderr}");
+    assert!(
+        workers >= 2,
+        "the tasks ran in {workers} process(es): {stderr}"
+    );
     assert!(stderr.contains("merged 304 inputs"), "{stderr}");
 
     // One merge of the same inputs with the same weights.
