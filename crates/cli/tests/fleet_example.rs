@@ -113,7 +113,7 @@ fn dask_tree_merge_equals_one_merge() {
         let mut p = template.clone();
         p.samples.retain(|_, c| {
             *c = 1 + noise(&mut state) % (2 * *c + 1);
-            noise(&mut state) % 5 != 0
+            !noise(&mut state).is_multiple_of(5)
         });
         let path = generated.join(format!("gen{i:03}.prof"));
         std::fs::write(&path, native::write(&p).unwrap()).unwrap();
