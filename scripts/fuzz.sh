@@ -7,7 +7,9 @@
 #            missing)
 #   fdata    reads BOLT fdata; what it accepts must write and read back unchanged
 #   yaml     reads a BOLT YAML profile; the same round trip, plus merging it with itself
-#   native   reads Rivet's own profile format (and goes through read_any); the same round trip
+#   native   reads Rivet's own profile format (and goes through read_any); the same round trip,
+#            plus merging it with itself and with a weight (`rivet merge`'s Merger), and its
+#            input read as a merge weight
 #   writers  parses its input as an ELF file and, when discovery accepts it, rewrites it with a
 #            layout picked from the input's length and verifies the output as --verify does (a
 #            verification failure panics); seeds in fuzz/seeds, like inspect

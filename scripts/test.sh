@@ -6,11 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 need_cargo
-need_packages gcc g++ clang-19 lld-19 bolt-19 valgrind make dpkg-dev binutils file time gdb linux-perf chromium strace
+need_packages gcc g++ clang-19 lld-19 bolt-19 valgrind make dpkg-dev binutils file time gdb linux-perf chromium strace python3 python3-venv
 
 echo "== corpus and real programs" >&2
 scripts/build-corpus.sh >/dev/null
 scripts/build-real-programs.sh >/dev/null
+
+echo "== Dask for examples/fleet (a venv under ~/.cache/rivet)" >&2
+# Fails the run when Dask cannot be installed: the fleet example's test needs it.
+examples/fleet/setup.sh >/dev/null
 
 echo "== format and lints" >&2
 cargo fmt --all -- --check

@@ -1,13 +1,26 @@
-//! `rivet merge`: sum profiles of one binary (several runs, several workloads) into one.
+//! `rivet merge`: sum profiles of one binary (several runs, several workloads, a fleet of
+//! hosts) into one, each input weighted.
 //!
 //! Inputs may be the counter files instrumented binaries write, Rivet profiles, or BOLT fdata;
 //! BOLT YAML profiles merge only with each other (they are keyed by block index, not address).
-//! The output is sorted, so the same inputs always give the same bytes. Mixing branch and
-//! sample profiles, or profiles of different builds, is an error naming the inputs.
+//! An input is `PATH` or `PATH:WEIGHT`: only a trailing `:NUMBER` is a weight, so paths with
+//! colons elsewhere need nothing, and a path that itself ends in `:NUMBER` is given as
+//! `PATH:1`. Inputs are read one at a time and folded into the sum before the next is read,
+//! and the sum is written out record by record in Rivet's format (fdata and YAML outputs are
+//! built whole first), so thousands of inputs merge in the memory of about one profile.
+//!
+//! The output is sorted and independent of the order and grouping of the inputs, so the same
+//! inputs always give the same bytes, however a fleet splits the work. Mixing branch and
+//! sample profiles, or profiles of different builds, is an error naming the inputs; nothing is
+//! written then.
 
-use std::path::PathBuf;
+use std::ffi::{OsStr, OsString};
+use std::io::BufWriter;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
-use rivet_profile::{fdata, merge, native, yaml};
+use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
+use rivet_profile::{fdata, yaml};
 
 use crate::error::UserError;
 use crate::files::PendingOutput;
@@ -15,15 +28,84 @@ use crate::profile_use::{FormatArg, Input, read_profile};
 
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
-    /// Profiles to sum: counter files, Rivet profiles, fdata, or BOLT YAML.
-    #[arg(required = true)]
-    pub inputs: Vec<PathBuf>,
+    /// Profiles to sum: counter files, Rivet profiles, fdata, or BOLT YAML. PATH:WEIGHT
+    /// multiplies an input's counts by WEIGHT (3, 0.5, ...; rounded to the nearest integer,
+    /// halves to even; records that round to 0 are dropped). Only a trailing :NUMBER is a
+    /// weight: give a path ending in :NUMBER as PATH:1.
+    #[arg(required_unless_present = "inputs_from", value_name = "PATH[:WEIGHT]")]
+    pub inputs: Vec<OsString>,
+    /// Also read inputs from this file, one PATH[:WEIGHT] a line (for more inputs than a
+    /// command line holds); `-` reads standard input.
+    #[arg(long, value_name = "FILE")]
+    pub inputs_from: Option<PathBuf>,
     /// Where to write the merged profile.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
     /// Output format (default: fdata for a .fdata output, YAML for .yaml, else Rivet's).
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
+}
+
+/// Splits `PATH:WEIGHT` into the path and its weight; anything else is a path of weight 1.
+fn input_spec(arg: &OsStr) -> Result<(PathBuf, Weight), UserError> {
+    let bytes = arg.as_bytes();
+    if let Some(colon) = bytes.iter().rposition(|&b| b == b':') {
+        let (path, suffix) = (&bytes[..colon], &bytes[colon + 1..]);
+        // A number-like suffix is meant as a weight: a bad one is an error, not a path.
+        let numeric = !suffix.is_empty() && suffix.iter().all(|b| b.is_ascii_digit() || *b == b'.');
+        if numeric && !path.is_empty() {
+            let text = std::str::from_utf8(suffix).unwrap_or_default();
+            let weight: Weight = text.parse().map_err(|e| {
+                UserError::new(format!("{}: {e}", arg.to_string_lossy())).hint(
+                    "a weight is a positive decimal number (3, 0.5); a path that ends in :NUMBER is given as PATH:1",
+                )
+            })?;
+            return Ok((PathBuf::from(OsStr::from_bytes(path)), weight));
+        }
+    }
+    Ok((PathBuf::from(arg), Weight::ONE))
+}
+
+/// The inputs of the command line, then those of `--inputs-from`.
+fn input_specs(args: &MergeArgs) -> Result<Vec<(PathBuf, Weight)>, UserError> {
+    let mut specs = Vec::new();
+    for arg in &args.inputs {
+        specs.push(input_spec(arg)?);
+    }
+    if let Some(list) = &args.inputs_from {
+        let text = if list == Path::new("-") {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut text).map(|_| text)
+        } else {
+            std::fs::read(list)
+        }
+        .map_err(|e| {
+            UserError::new(format!("cannot read {}: {e}", list.display()))
+                .hint("check the path and its permissions")
+        })?;
+        for line in text.split(|&b| b == b'\n') {
+            if !line.is_empty() {
+                specs.push(input_spec(OsStr::from_bytes(line))?);
+            }
+        }
+    }
+    if specs.is_empty() {
+        return Err(UserError::new(format!(
+            "{} lists no inputs",
+            args.inputs_from
+                .as_deref()
+                .unwrap_or(Path::new("-"))
+                .display()
+        ))
+        .hint("list one PATH[:WEIGHT] a line"));
+    }
+    Ok(specs)
+}
+
+/// The sum so far: address-based or YAML, decided by the first input.
+enum Sum {
+    Located(Merger),
+    Yaml(YamlMerger),
 }
 
 pub fn run(args: &MergeArgs) -> Result<(), UserError> {
@@ -34,51 +116,120 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
                 Some("yaml" | "yml") => FormatArg::Yaml,
                 _ => FormatArg::Rivet,
             });
-    let mut located = Vec::new();
-    let mut yamls = Vec::new();
-    for path in &args.inputs {
-        match read_profile(path)? {
-            Input::Located(p) => located.push(p),
-            Input::Yaml(y) => yamls.push(y),
+    let specs = input_specs(args)?;
+    let describe = |e: &MergeError| {
+        UserError::new(e.render(&|i| specs[i - 1].0.display().to_string()))
+            .hint("merge profiles of one build and of one kind")
+    };
+    // One input at a time: read, fold in, drop.
+    let mut sum: Option<Sum> = None;
+    for (path, weight) in &specs {
+        match (read_profile(path)?, &mut sum) {
+            (Input::Located(p), None) => {
+                if format == FormatArg::Yaml {
+                    return Err(located_as_yaml());
+                }
+                let mut merger = Merger::new();
+                merger.add(p, *weight).map_err(|e| describe(&e))?;
+                sum = Some(Sum::Located(merger));
+            }
+            (Input::Yaml(y), None) => {
+                if format != FormatArg::Yaml {
+                    return Err(UserError::new("YAML profiles merge into YAML only")
+                        .hint("use --format yaml"));
+                }
+                let mut merger = YamlMerger::new();
+                merger.add(y, *weight).map_err(|e| describe(&e))?;
+                sum = Some(Sum::Yaml(merger));
+            }
+            (Input::Located(p), Some(Sum::Located(merger))) => {
+                merger.add(p, *weight).map_err(|e| describe(&e))?
+            }
+            (Input::Yaml(y), Some(Sum::Yaml(merger))) => {
+                merger.add(y, *weight).map_err(|e| describe(&e))?
+            }
+            _ => {
+                return Err(UserError::new(format!(
+                    "{}: BOLT YAML profiles cannot be merged with address-based ones (counter files, Rivet profiles, fdata)",
+                    path.display()
+                ))
+                .hint("merge the YAML profiles on their own, or give Rivet the fdata ones"));
+            }
         }
     }
-    let describe = |e: &dyn std::fmt::Display| {
-        let mut message = e.to_string();
-        for (i, path) in args.inputs.iter().enumerate() {
-            message = message.replace(&format!("input {}", i + 1), &path.display().to_string());
-        }
-        UserError::new(message)
-    };
-    let text = if !yamls.is_empty() {
-        if !located.is_empty() {
-            return Err(UserError::new(
-                "BOLT YAML profiles cannot be merged with address-based ones (counter files, Rivet profiles, fdata)",
-            )
-            .hint("merge the YAML profiles on their own, or give Rivet the fdata ones"));
-        }
-        if format != FormatArg::Yaml {
-            return Err(
-                UserError::new("YAML profiles merge into YAML only").hint("use --format yaml")
-            );
-        }
-        yaml::write(&merge::merge_yaml(yamls).map_err(|e| describe(&e))?)
-    } else {
-        let merged = merge::merge(located)
-            .map_err(|e| describe(&e).hint("merge profiles of one build and of one kind"))?;
-        match format {
-            FormatArg::Rivet => {
-                native::write(&merged).map_err(|e| UserError::new(e.to_string()))?
+    let text = match sum {
+        None => return Err(UserError::new("no profiles to merge")),
+        Some(Sum::Yaml(merger)) => yaml::write(&merger.finish().map_err(|e| describe(&e))?),
+        Some(Sum::Located(merger)) => match format {
+            // Streamed from the sum to the file: the whole profile is never held at once.
+            FormatArg::Rivet => return write_streamed(merger, &args.output, &describe),
+            FormatArg::Fdata => {
+                let merged = merger.finish().map_err(|e| describe(&e))?;
+                fdata::write(&merged).map_err(|e| UserError::new(e.to_string()))?
             }
-            FormatArg::Fdata => fdata::write(&merged).map_err(|e| UserError::new(e.to_string()))?,
-            FormatArg::Yaml => {
-                return Err(UserError::new(
-                    "address-based profiles cannot be written as YAML without the binary's CFG",
-                )
-                .hint("write --format rivet or fdata"));
-            }
-        }
+            FormatArg::Yaml => return Err(located_as_yaml()),
+        },
     };
     let (pending, file) = PendingOutput::create(&args.output)?;
     pending.finish(file, text.as_bytes(), 0o644)?;
     Ok(())
+}
+
+/// Writes the sum in Rivet's format to `output`, record by record, atomically.
+fn write_streamed(
+    merger: Merger,
+    output: &Path,
+    describe: &dyn Fn(&MergeError) -> UserError,
+) -> Result<(), UserError> {
+    let io_error = |e: std::io::Error| {
+        UserError::new(format!("cannot write {}: {e}", output.display()))
+            .hint("check the free space of its file system")
+    };
+    let (pending, file) = PendingOutput::create(output)?;
+    let mut out = BufWriter::new(file);
+    merger.write_native(&mut out).map_err(|e| match e {
+        WriteError::Merge(e) => describe(&e),
+        WriteError::Native(e) => UserError::new(e.to_string()),
+        WriteError::Io(e) => io_error(e),
+    })?;
+    let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
+    pending.finish(file, b"", 0o644)
+}
+
+fn located_as_yaml() -> UserError {
+    UserError::new("address-based profiles cannot be written as YAML without the binary's CFG")
+        .hint("write --format rivet or fdata")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(arg: &str) -> (PathBuf, String) {
+        let (path, weight) = input_spec(OsStr::new(arg)).unwrap();
+        (path, weight.to_string())
+    }
+
+    #[test]
+    fn only_a_trailing_number_is_a_weight() {
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(spec("a.prof"), (p("a.prof"), "1".into()));
+        assert_eq!(spec("a.prof:3"), (p("a.prof"), "3".into()));
+        assert_eq!(spec("old.prof:0.5"), (p("old.prof"), "0.5".into()));
+        assert_eq!(spec("host:a.prof"), (p("host:a.prof"), "1".into()));
+        assert_eq!(spec("/d/x:y/a.prof:2"), (p("/d/x:y/a.prof"), "2".into()));
+        assert_eq!(spec("run:2:1"), (p("run:2"), "1".into()));
+        assert_eq!(spec("a.prof:"), (p("a.prof:"), "1".into()));
+        assert_eq!(spec(":3"), (p(":3"), "1".into()));
+        assert_eq!(spec("a:b.c:x1"), (p("a:b.c:x1"), "1".into()));
+        for bad in [
+            "a.prof:0",
+            "a.prof:1.2.3",
+            "a.prof:.5",
+            "a.prof:1.0000000001",
+        ] {
+            let e = input_spec(OsStr::new(bad)).unwrap_err();
+            assert!(e.message.starts_with(bad), "{}", e.message);
+        }
+    }
 }

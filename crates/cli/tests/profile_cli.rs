@@ -117,6 +117,68 @@ fn merge_sums_runs_deterministically_and_refuses_mixtures() {
 }
 
 #[test]
+fn merge_weighs_inputs_and_reads_colons_in_paths() {
+    let dir = scratch("profile-cli", "weights");
+    let binary = build(&dir, &["-O2"], "prog");
+    let files = counts(&binary, &[&["loop", "100"], &["loop", "7"]]);
+    // tick entered 100*3 + 7*0.5 = 300 + 3.5 -> 304 (halves go to even).
+    let weighted = dir.join("weighted.rprof");
+    let (a, b) = (
+        format!("{}:3", s(&files[0])),
+        format!("{}:0.5", s(&files[1])),
+    );
+    let r = rivet(&["merge", &a, &b, "-o", s(&weighted)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = std::fs::read_to_string(&weighted).unwrap();
+    assert_eq!(entries(&text, "tick"), 304);
+    // main was entered once per run: each input is weighted before the sum, so 1*3 plus 1*0.5,
+    // which rounds to 0 (halves to even): 3.
+    assert_eq!(entries(&text, "main"), 3);
+
+    // Colons: only a trailing :NUMBER is a weight; a path ending in one is given as PATH:1.
+    let colon = dir.join("host:a.counts");
+    let numbered = dir.join("run:2");
+    std::fs::copy(&files[0], &colon).unwrap();
+    std::fs::copy(&files[1], &numbered).unwrap();
+    let out = dir.join("colons.rprof");
+    let n = format!("{}:1", s(&numbered));
+    let r = rivet(&["merge", s(&colon), &n, "-o", s(&out)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        entries(&std::fs::read_to_string(&out).unwrap(), "tick"),
+        107
+    );
+    // Without the :1 the 2 is a weight, and the path "run" does not exist.
+    let r = rivet(&["merge", s(&numbered), "-o", s(&out)]);
+    assert_one_error_line(&r, "cannot read");
+    for bad in ["0", "-1", "1.2.3"] {
+        let arg = format!("{}:{bad}", s(&files[0]));
+        let r = rivet(&["merge", &arg, "-o", s(&out)]);
+        if bad == "-1" {
+            // Not a number: part of the path, which does not exist.
+            assert_one_error_line(&r, "cannot read");
+        } else {
+            assert_one_error_line(&r, "weight");
+        }
+    }
+
+    // The same inputs from a list file, with a bad weight in it, then without.
+    let list = dir.join("inputs.txt");
+    std::fs::write(&list, format!("{a}\n{b}\n")).unwrap();
+    let listed = dir.join("listed.rprof");
+    let r = rivet(&["merge", "--inputs-from", s(&list), "-o", s(&listed)]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(std::fs::read(&listed).unwrap(), text.as_bytes());
+    std::fs::write(&list, format!("{a}\n{}:x.5\n", s(&files[1]))).unwrap();
+    let r = rivet(&["merge", "--inputs-from", s(&list), "-o", s(&listed)]);
+    assert_one_error_line(&r, "cannot read");
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let r = rivet(&["merge", "--inputs-from", s(&empty), "-o", s(&listed)]);
+    assert_one_error_line(&r, "lists no inputs");
+}
+
+#[test]
 fn inspect_reports_matches_and_refuses_other_builds() {
     let dir = scratch("profile-cli", "inspect");
     let binary = build(&dir, &["-O2"], "prog");

@@ -281,7 +281,11 @@ pub(crate) fn write_records(profile: &Profile, out: &mut String) -> Result<(), S
 }
 
 /// `flag name hexoff`, the flag raised by `flag_base` (3 for memory lines).
-fn write_location(out: &mut String, loc: &Location, flag_base: u8) -> Result<(), String> {
+pub(crate) fn write_location(
+    out: &mut String,
+    loc: &Location,
+    flag_base: u8,
+) -> Result<(), String> {
     let name = escape_name(&loc.name)?;
     let _ = write!(
         out,

@@ -1,89 +1,88 @@
-//! Summing profiles of one binary: several training runs, several machines, several
-//! instrumented processes.
+//! Summing profiles of one binary: several training runs, several workloads, a fleet of hosts.
 //!
-//! [`merge`] sums [`Profile`]s (saturating, so a huge count sticks at `u64::MAX` instead of
-//! wrapping to a small one). It refuses to mix what cannot be summed meaningfully: branch
-//! counts with IP samples, samples of different events, profiles of different builds (when
-//! both build-ids are known), and BAT-mapped (`boltedcollection`) profiles with plain ones.
-//! [`merge_yaml`] sums BOLT YAML profiles with the rules of `merge-fdata`, plus two checks it
-//! lacks: build-ids and the block order (`dfs-order`) must agree, since block indices of a
-//! DFS-ordered profile name other blocks than those of a layout-ordered one.
+//! [`Merger`] folds profiles in one at a time, each with a [`Weight`], so that a caller can
+//! read an input, add it and drop it before reading the next: memory holds the sum so far and
+//! one input, never all of them, however many there are. The sum is kept in a compact form
+//! (symbol names stored once and referred to by number), 0.4 of the size of a [`Profile`] with
+//! the same records on SQLite's profile, and [`Merger::write_native`] streams it out record by
+//! record, so that the sum plus one input read as a `Profile` stays below twice the size of
+//! one profile (docs/merge-benchmark.md). Counts are summed saturating, so a huge count sticks at
+//! `u64::MAX` instead of wrapping to a small one.
 //!
-//! Errors name inputs by position, counting from 1, so the caller can name the files. The
-//! result depends only on the inputs and their order, never on hashing or threads.
+//! The result does not depend on the order of the inputs nor on how they are grouped: summing
+//! is commutative and associative (saturating addition of unsigned counts is), and so is every
+//! rule for the header (the least binary name, the common origin or `Unknown`, the one build-id
+//! and event list the inputs agree on). So a fleet can merge in a tree, in any order, on any
+//! number of machines, and get the bytes one merge of every input gives. A weight scales an
+//! input's counts before it is added (see [`Weight`] for the rounding); give weights to the
+//! leaves of such a tree, never to partial sums, since rounding a sum differs from summing
+//! rounded counts (integer weights alone distribute exactly).
+//!
+//! [`merge`] refuses to mix what cannot be summed meaningfully: branch counts with IP samples,
+//! samples of different events, profiles of different builds (when both build-ids are known),
+//! and BAT-mapped (`boltedcollection`) profiles with plain ones. [`YamlMerger`] sums BOLT YAML
+//! profiles with the rules of `merge-fdata`, plus two checks it lacks: build-ids and the block
+//! order (`dfs-order`) must agree, since block indices of a DFS-ordered profile name other
+//! blocks than those of a layout-ordered one.
+//!
+//! Errors name inputs by position, counting from 1, so the caller can name the files
+//! ([`MergeError::render`]). The result depends only on the inputs, never on hashing or threads.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::fmt::{self, Write as _};
+use std::io::Write;
+use std::str::FromStr;
 
-use thiserror::Error;
-
-use crate::model::{Mode, Origin, Profile};
+use crate::fdata;
+use crate::model::{BranchCount, LocKind, Location, Mode, Origin, Profile};
+use crate::native::{self, NativeError};
 use crate::yaml::{YamlBlock, YamlFunction, YamlHeader, YamlProfile};
 
 /// Profiles that cannot be merged. `input`s count from 1 in the order given.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MergeError {
-    #[error("no profiles to merge")]
     NoInputs,
-    #[error(
-        "input {input} has {found} but input {first} has {expected}: branch counts and IP samples cannot be summed"
-    )]
     Mode {
         first: usize,
         expected: &'static str,
         input: usize,
         found: &'static str,
     },
-    #[error(
-        "input {input} sampled events [{found}] but input {first} sampled [{expected}]: their counts cannot be summed"
-    )]
     Events {
         first: usize,
         expected: String,
         input: usize,
         found: String,
     },
-    #[error(
-        "input {input} is for build-id {found} but input {first} is for build-id {expected}: they profile different binaries"
-    )]
     BuildId {
         first: usize,
         expected: String,
         input: usize,
         found: String,
     },
-    #[error(
-        "input {input} {found} collected on a BOLTed binary (boltedcollection) but input {first} {expected}: they cannot be mixed"
-    )]
     BoltedCollection {
         first: usize,
         expected: &'static str,
         input: usize,
         found: &'static str,
     },
-    #[error(
-        "input {input} is an LBR profile and input {first} is not (or the other way round): they cannot be merged"
-    )]
-    YamlLbr { first: usize, input: usize },
-    #[error(
-        "input {input} hashes with {found:?} but input {first} with {expected:?}: they cannot be merged"
-    )]
+    YamlLbr {
+        first: usize,
+        input: usize,
+    },
     YamlHashFunc {
         first: usize,
         expected: crate::yaml::HashFunc,
         input: usize,
         found: crate::yaml::HashFunc,
     },
-    #[error(
-        "input {input} numbers blocks in {found} order but input {first} in {expected} order: block ids would name different blocks"
-    )]
     YamlBlockOrder {
         first: usize,
         expected: &'static str,
         input: usize,
         found: &'static str,
     },
-    #[error("input {input}, function {function}: {message}")]
     YamlFunction {
         input: usize,
         function: String,
@@ -91,26 +90,496 @@ pub enum MergeError {
     },
 }
 
-/// Sums profiles of one binary. The result keeps the first known build-id and binary name,
-/// the common origin (or `Unknown` when the inputs disagree), and the events of the inputs
-/// that name them.
-pub fn merge(profiles: impl IntoIterator<Item = Profile>) -> Result<Profile, MergeError> {
-    let mut inputs = profiles.into_iter();
-    let mut merged = inputs.next().ok_or(MergeError::NoInputs)?;
-    // For each property, the input that set it, so that an error can name both sides.
-    let mut events_from = 1;
-    let mut build_id_from = 1;
-    for (index, p) in inputs.enumerate() {
-        let input = index + 2;
-        match (&mut merged.mode, p.mode) {
+impl MergeError {
+    /// The message, with each input named by `name(position)` (positions count from 1). The
+    /// `Display` form names them "input N"; a command passes the file names instead.
+    pub fn render(&self, name: &dyn Fn(usize) -> String) -> String {
+        match self {
+            MergeError::NoInputs => "no profiles to merge".into(),
+            MergeError::Mode {
+                first,
+                expected,
+                input,
+                found,
+            } => format!(
+                "{} has {found} but {} has {expected}: branch counts and IP samples cannot be summed",
+                name(*input),
+                name(*first)
+            ),
+            MergeError::Events {
+                first,
+                expected,
+                input,
+                found,
+            } => format!(
+                "{} sampled events [{found}] but {} sampled [{expected}]: their counts cannot be summed",
+                name(*input),
+                name(*first)
+            ),
+            MergeError::BuildId {
+                first,
+                expected,
+                input,
+                found,
+            } => format!(
+                "{} is for build-id {found} but {} is for build-id {expected}: they profile different binaries",
+                name(*input),
+                name(*first)
+            ),
+            MergeError::BoltedCollection {
+                first,
+                expected,
+                input,
+                found,
+            } => format!(
+                "{} {found} collected on a BOLTed binary (boltedcollection) but {} {expected}: they cannot be mixed",
+                name(*input),
+                name(*first)
+            ),
+            MergeError::YamlLbr { first, input } => format!(
+                "{} is an LBR profile and {} is not (or the other way round): they cannot be merged",
+                name(*input),
+                name(*first)
+            ),
+            MergeError::YamlHashFunc {
+                first,
+                expected,
+                input,
+                found,
+            } => format!(
+                "{} hashes with {found:?} but {} with {expected:?}: they cannot be merged",
+                name(*input),
+                name(*first)
+            ),
+            MergeError::YamlBlockOrder {
+                first,
+                expected,
+                input,
+                found,
+            } => format!(
+                "{} numbers blocks in {found} order but {} in {expected} order: block ids would name different blocks",
+                name(*input),
+                name(*first)
+            ),
+            MergeError::YamlFunction {
+                input,
+                function,
+                message,
+            } => format!("{}, function {function}: {message}", name(*input)),
+        }
+    }
+}
+
+impl fmt::Display for MergeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(&|i| format!("input {i}")))
+    }
+}
+
+impl std::error::Error for MergeError {}
+
+/// Why [`Merger::write_native`] could not write the sum.
+#[derive(Debug)]
+pub enum WriteError {
+    Merge(MergeError),
+    /// The sum holds what the format cannot write (an empty name, a newline in a name).
+    Native(NativeError),
+    Io(std::io::Error),
+}
+
+impl fmt::Display for WriteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteError::Merge(e) => e.fmt(f),
+            WriteError::Native(e) => e.fmt(f),
+            WriteError::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+impl From<std::io::Error> for WriteError {
+    fn from(e: std::io::Error) -> WriteError {
+        WriteError::Io(e)
+    }
+}
+
+fn unrepresentable(message: impl Into<String>) -> WriteError {
+    WriteError::Native(NativeError::Unrepresentable(message.into()))
+}
+
+/// How much an input counts in a merge: a decimal number like `3`, `0.5` or `1.25`, positive,
+/// with at most 9 digits after the point and 18 in all.
+///
+/// A count `c` becomes `c × weight` rounded to the nearest integer, halves to the even one
+/// (so that rounding errors do not all lean one way across many records), and saturates at
+/// `u64::MAX`. The arithmetic is exact (decimal, in 128-bit integers), never floating point,
+/// so the result is the same on every machine. A record whose counts were not all zero but
+/// round to zero is left out: an old profile merged with a small weight fades away rather
+/// than leaving records of count 0. Weight 1 changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Weight {
+    /// The value is `units / 10^scale`.
+    units: u64,
+    scale: u32,
+}
+
+/// Why a weight could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightError(String);
+
+impl fmt::Display for WeightError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WeightError {}
+
+impl Weight {
+    pub const ONE: Weight = Weight { units: 1, scale: 0 };
+    const MAX_DECIMALS: u32 = 9;
+    const MAX_DIGITS: usize = 18;
+
+    /// Whether scaling by this weight is the identity.
+    pub fn is_one(self) -> bool {
+        u128::from(self.units) == 10u128.pow(self.scale)
+    }
+
+    /// `count × weight`, rounded to the nearest integer (halves to even), saturating.
+    pub fn apply(self, count: u64) -> u64 {
+        if self.is_one() {
+            return count;
+        }
+        let product = u128::from(count) * u128::from(self.units);
+        let divisor = 10u128.pow(self.scale);
+        let (quotient, remainder) = (product / divisor, product % divisor);
+        let rounded = match (2 * remainder).cmp(&divisor) {
+            std::cmp::Ordering::Less => quotient,
+            std::cmp::Ordering::Greater => quotient + 1,
+            std::cmp::Ordering::Equal => quotient + (quotient & 1),
+        };
+        u64::try_from(rounded).unwrap_or(u64::MAX)
+    }
+
+    /// Scales every count of `profile`, leaving out records that round away (see [`Weight`]).
+    pub fn scale_profile(self, profile: &mut Profile) {
+        if self.is_one() {
+            return;
+        }
+        profile.branches.retain(|_, c| {
+            let was_zero = c.count == 0 && c.mispreds == 0;
+            c.count = self.apply(c.count);
+            c.mispreds = self.apply(c.mispreds);
+            was_zero || c.count != 0 || c.mispreds != 0
+        });
+        scale_counts(&mut profile.samples, self);
+        scale_counts(&mut profile.memory, self);
+    }
+
+    /// Scales every count of a BOLT YAML profile. Nothing is left out: a YAML block or
+    /// function is part of the function's shape (its `nblocks`, its ids), not just a count.
+    pub fn scale_yaml(self, profile: &mut YamlProfile) {
+        if self.is_one() {
+            return;
+        }
+        for f in &mut profile.functions {
+            f.exec = self.apply(f.exec);
+            f.extern_entries = self.apply(f.extern_entries);
+            for b in &mut f.blocks {
+                b.exec = self.apply(b.exec);
+                b.events = self.apply(b.events);
+                for c in &mut b.calls {
+                    c.cnt = self.apply(c.cnt);
+                    c.mis = self.apply(c.mis);
+                }
+                for s in &mut b.succ {
+                    s.cnt = self.apply(s.cnt);
+                    s.mis = self.apply(s.mis);
+                }
+            }
+        }
+    }
+}
+
+/// Scales a map of single counts (samples, memory accesses) as [`Weight`] says.
+fn scale_counts<K: Ord>(counts: &mut BTreeMap<K, u64>, weight: Weight) {
+    counts.retain(|_, c| {
+        let was_zero = *c == 0;
+        *c = weight.apply(*c);
+        was_zero || *c != 0
+    });
+}
+
+impl FromStr for Weight {
+    type Err = WeightError;
+
+    /// Reads `DIGITS` or `DIGITS.DIGITS`; nothing else (no sign, exponent or spaces).
+    fn from_str(text: &str) -> Result<Weight, WeightError> {
+        let bad = |why: &str| WeightError(format!("weight {text:?}: {why}"));
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+        if whole.is_empty() || !digits(whole) || !digits(fraction) || text.ends_with('.') {
+            return Err(bad("expected a decimal number such as 3 or 0.5"));
+        }
+        if fraction.len() > Weight::MAX_DECIMALS as usize {
+            return Err(bad("at most 9 digits after the point"));
+        }
+        let all = format!("{whole}{fraction}");
+        let all = all.trim_start_matches('0');
+        if all.len() > Weight::MAX_DIGITS {
+            return Err(bad("at most 18 significant digits"));
+        }
+        let units: u64 = if all.is_empty() {
+            0
+        } else {
+            all.parse().map_err(|_| bad("not a number"))?
+        };
+        if units == 0 {
+            return Err(bad(
+                "a weight must be above 0 (leave the input out instead)",
+            ));
+        }
+        Ok(Weight {
+            units,
+            scale: fraction.len() as u32,
+        })
+    }
+}
+
+impl fmt::Display for Weight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let divisor = 10u64.pow(self.scale);
+        let (whole, fraction) = (self.units / divisor, self.units % divisor);
+        if fraction == 0 {
+            write!(f, "{whole}")
+        } else {
+            let digits = format!("{fraction:0width$}", width = self.scale as usize);
+            write!(f, "{whole}.{}", digits.trim_end_matches('0'))
+        }
+    }
+}
+
+/// A location with its name replaced by its number in [`Merger`]'s name table: 16 bytes and
+/// no allocation, where a [`Location`] takes 40 bytes plus its name's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Loc {
+    kind: LocKind,
+    name: u32,
+    offset: u64,
+}
+
+/// What the header of the sum says so far, and which input said it (for errors).
+#[derive(Debug)]
+struct Header {
+    mode: Mode,
+    events_from: usize,
+    build_id: Option<String>,
+    build_id_from: usize,
+    binary_name: Option<String>,
+    origin: Origin,
+    bolted_collection: bool,
+}
+
+/// Sums profiles of one binary fed one at a time (see the module's documentation).
+#[derive(Debug, Default)]
+pub struct Merger {
+    inputs: usize,
+    header: Option<Header>,
+    /// Each name once, with its number. A `BTreeMap` rather than a hash table: no hashing,
+    /// and no table that doubles (and briefly exists twice) as it grows.
+    names: BTreeMap<Box<str>, u32>,
+    branches: BTreeMap<(Loc, Loc), BranchCount>,
+    samples: BTreeMap<Loc, u64>,
+    memory: BTreeMap<(Loc, Loc), u64>,
+}
+
+impl Merger {
+    pub fn new() -> Merger {
+        Merger::default()
+    }
+
+    /// How many inputs were added.
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    /// Adds `profile`, its counts scaled by `weight`. On an error the sum is left as it was
+    /// before this input, and the error names it as input number [`Merger::inputs`] + 1.
+    pub fn add(&mut self, mut profile: Profile, weight: Weight) -> Result<(), MergeError> {
+        let input = self.inputs + 1;
+        self.check_header(&mut profile, input)?;
+        self.inputs = input;
+        weight.scale_profile(&mut profile);
+        for ((from, to), c) in profile.branches {
+            let key = (self.loc(from), self.loc(to));
+            let sum = self.branches.entry(key).or_default();
+            sum.count = sum.count.saturating_add(c.count);
+            sum.mispreds = sum.mispreds.saturating_add(c.mispreds);
+        }
+        for (at, count) in profile.samples {
+            let key = self.loc(at);
+            let sum = self.samples.entry(key).or_default();
+            *sum = sum.saturating_add(count);
+        }
+        for ((pc, data), count) in profile.memory {
+            let key = (self.loc(pc), self.loc(data));
+            let sum = self.memory.entry(key).or_default();
+            *sum = sum.saturating_add(count);
+        }
+        Ok(())
+    }
+
+    /// The sum, as a profile. Its records are sorted like every profile's, so the numbering
+    /// of names (the order they were first seen) leaves no trace.
+    pub fn finish(self) -> Result<Profile, MergeError> {
+        let header = self.header.ok_or(MergeError::NoInputs)?;
+        let mut names: Vec<Box<str>> = vec![Box::from(""); self.names.len()];
+        for (name, id) in self.names {
+            names[id as usize] = name;
+        }
+        let location = |l: Loc| Location {
+            kind: l.kind,
+            name: names[l.name as usize].to_string(),
+            offset: l.offset,
+        };
+        let mut profile = Profile::new(header.mode);
+        profile.build_id = header.build_id;
+        profile.binary_name = header.binary_name;
+        profile.origin = header.origin;
+        profile.bolted_collection = header.bolted_collection;
+        // `into_iter` frees the compact sum as the profile grows.
+        for ((from, to), c) in self.branches {
+            profile.branches.insert((location(from), location(to)), c);
+        }
+        for (at, count) in self.samples {
+            profile.samples.insert(location(at), count);
+        }
+        for ((pc, data), count) in self.memory {
+            profile.memory.insert((location(pc), location(data)), count);
+        }
+        Ok(profile)
+    }
+
+    /// Writes the sum in Rivet's format, the bytes `native::write(&self.finish()?)` gives,
+    /// without ever holding the whole profile or its text: records go out one by one from
+    /// the compact sum (renumbered so that names number in sorted order, which makes the
+    /// compact keys sort as the profile's do), through `out`, which should be buffered.
+    pub fn write_native(self, out: &mut impl Write) -> Result<(), WriteError> {
+        let header = self.header.ok_or(WriteError::Merge(MergeError::NoInputs))?;
+        let mut head = Profile::new(header.mode);
+        head.build_id = header.build_id;
+        head.binary_name = header.binary_name;
+        head.origin = header.origin;
+        head.bolted_collection = header.bolted_collection;
+        match head.mode {
+            Mode::Branches if !self.samples.is_empty() => {
+                return Err(unrepresentable("a branch profile holds IP samples"));
+            }
+            Mode::Samples { .. } if !self.branches.is_empty() => {
+                return Err(unrepresentable(
+                    "a sample (no_lbr) profile holds branch counts",
+                ));
+            }
+            _ => {}
+        }
+        let text = native::write(&head).map_err(WriteError::Native)?;
+        let (records_line, end) = text.split_at(text.len() - "end\n".len());
+        out.write_all(records_line.as_bytes())?;
+        // A name's rank in sorted order, by its number; then the names by rank.
+        let mut rank = vec![0u32; self.names.len()];
+        let mut names = Vec::with_capacity(self.names.len());
+        for (r, (name, id)) in self.names.into_iter().enumerate() {
+            rank[id as usize] = r as u32;
+            names.push(Location {
+                kind: LocKind::Symbol,
+                name: name.into_string(),
+                offset: 0,
+            });
+        }
+        let ranked = |l: Loc| Loc {
+            name: rank[l.name as usize],
+            ..l
+        };
+        let mut line = String::new();
+        let mut put = |line: &mut String, l: Loc, flag_base: u8| -> Result<(), WriteError> {
+            let loc = &mut names[l.name as usize];
+            loc.kind = l.kind;
+            loc.offset = l.offset;
+            fdata::write_location(line, loc, flag_base).map_err(unrepresentable)
+        };
+        // Each map is renumbered into a vector as it is drained (the map's nodes are freed
+        // as it goes) and sorted: no second map, and no vector that doubles as it grows.
+        let branches = renumbered(self.branches, |(from, to)| (ranked(from), ranked(to)));
+        for ((from, to), c) in branches {
+            line.clear();
+            put(&mut line, from, 0)?;
+            line.push(' ');
+            put(&mut line, to, 0)?;
+            let _ = writeln!(line, " {} {}", c.mispreds, c.count);
+            out.write_all(line.as_bytes())?;
+        }
+        let samples = renumbered(self.samples, ranked);
+        for (at, count) in samples {
+            line.clear();
+            put(&mut line, at, 0)?;
+            let _ = writeln!(line, " {count}");
+            out.write_all(line.as_bytes())?;
+        }
+        let memory = renumbered(self.memory, |(pc, data)| (ranked(pc), ranked(data)));
+        for ((pc, data), count) in memory {
+            line.clear();
+            put(&mut line, pc, 3)?;
+            line.push(' ');
+            put(&mut line, data, 3)?;
+            let _ = writeln!(line, " {count}");
+            out.write_all(line.as_bytes())?;
+        }
+        out.write_all(end.as_bytes())?;
+        Ok(())
+    }
+
+    fn loc(&mut self, l: Location) -> Loc {
+        let next = self.names.len() as u32;
+        let name = match self.names.get(l.name.as_str()) {
+            Some(&id) => id,
+            None => {
+                self.names.insert(l.name.into_boxed_str(), next);
+                next
+            }
+        };
+        Loc {
+            kind: l.kind,
+            name,
+            offset: l.offset,
+        }
+    }
+
+    /// Checks `p`'s header against the sum's and merges it in; takes what the sum needs
+    /// (events, build-id, name) out of `p`. Nothing changes on an error.
+    fn check_header(&mut self, p: &mut Profile, input: usize) -> Result<(), MergeError> {
+        let Some(merged) = &mut self.header else {
+            self.header = Some(Header {
+                mode: std::mem::replace(&mut p.mode, Mode::Branches),
+                events_from: input,
+                build_id: p.build_id.take(),
+                build_id_from: input,
+                binary_name: p.binary_name.take(),
+                origin: p.origin,
+                bolted_collection: p.bolted_collection,
+            });
+            return Ok(());
+        };
+        let mut take_events = false;
+        match (&merged.mode, &p.mode) {
             (Mode::Branches, Mode::Branches) => {}
             (Mode::Samples { events: mine }, Mode::Samples { events: theirs }) => {
                 if mine.is_empty() {
-                    *mine = theirs;
-                    events_from = input;
-                } else if !theirs.is_empty() && *mine != theirs {
+                    take_events = !theirs.is_empty();
+                } else if !theirs.is_empty() && mine != theirs {
                     return Err(MergeError::Events {
-                        first: events_from,
+                        first: merged.events_from,
                         expected: mine.join(" "),
                         input,
                         found: theirs.join(" "),
@@ -122,7 +591,7 @@ pub fn merge(profiles: impl IntoIterator<Item = Profile>) -> Result<Profile, Mer
                     first: 1,
                     expected: mode_words(mine),
                     input,
-                    found: mode_words(&theirs),
+                    found: mode_words(theirs),
                 });
             }
         }
@@ -135,38 +604,64 @@ pub fn merge(profiles: impl IntoIterator<Item = Profile>) -> Result<Profile, Mer
                 found: words(p.bolted_collection),
             });
         }
-        match (&merged.build_id, p.build_id) {
-            (Some(mine), Some(theirs)) if *mine != theirs => {
+        match (&merged.build_id, &p.build_id) {
+            (Some(mine), Some(theirs)) if mine != theirs => {
                 return Err(MergeError::BuildId {
-                    first: build_id_from,
+                    first: merged.build_id_from,
                     expected: mine.clone(),
                     input,
-                    found: theirs,
+                    found: theirs.clone(),
                 });
             }
-            (None, Some(theirs)) => {
-                merged.build_id = Some(theirs);
-                build_id_from = input;
+            (None, Some(_)) => {
+                merged.build_id = p.build_id.take();
+                merged.build_id_from = input;
             }
             _ => {}
         }
-        if merged.binary_name.is_none() {
-            merged.binary_name = p.binary_name;
+        if take_events {
+            merged.mode = std::mem::replace(&mut p.mode, Mode::Branches);
+            merged.events_from = input;
+        }
+        // The least name, not the first: the first depends on the order of the inputs.
+        if let Some(theirs) = p.binary_name.take()
+            && merged
+                .binary_name
+                .as_ref()
+                .is_none_or(|mine| theirs < *mine)
+        {
+            merged.binary_name = Some(theirs);
         }
         if merged.origin != p.origin {
             merged.origin = Origin::Unknown;
         }
-        for ((from, to), c) in p.branches {
-            merged.add_branch(from, to, c.count, c.mispreds);
-        }
-        for (at, count) in p.samples {
-            merged.add_sample(at, count);
-        }
-        for ((pc, data), count) in p.memory {
-            merged.add_memory(pc, data, count);
-        }
+        Ok(())
     }
-    Ok(merged)
+}
+
+/// The entries of `map` with their keys renumbered by `key`, sorted by the new keys.
+fn renumbered<K: Ord, V>(map: BTreeMap<K, V>, key: impl Fn(K) -> K) -> Vec<(K, V)> {
+    let mut entries = Vec::with_capacity(map.len());
+    entries.extend(map.into_iter().map(|(k, v)| (key(k), v)));
+    // Keys are unique: an unstable sort gives the one order.
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries
+}
+
+/// Sums profiles of one binary, each with weight 1 (see [`Merger`]).
+pub fn merge(profiles: impl IntoIterator<Item = Profile>) -> Result<Profile, MergeError> {
+    merge_weighted(profiles.into_iter().map(|p| (p, Weight::ONE)))
+}
+
+/// Sums profiles of one binary, each scaled by its weight (see [`Merger`], [`Weight`]).
+pub fn merge_weighted(
+    profiles: impl IntoIterator<Item = (Profile, Weight)>,
+) -> Result<Profile, MergeError> {
+    let mut merger = Merger::new();
+    for (profile, weight) in profiles {
+        merger.add(profile, weight)?;
+    }
+    merger.finish()
 }
 
 fn mode_words(mode: &Mode) -> &'static str {
@@ -176,30 +671,61 @@ fn mode_words(mode: &Mode) -> &'static str {
     }
 }
 
-/// Sums BOLT YAML profiles of one binary, as `merge-fdata` does: functions are matched by
-/// name and must agree on `fid`, `hash` and `nblocks`; blocks by `bid` and must agree on
-/// `insns` and `hash`; call sites by (`off`, `fid`, `disc`); successors by `bid`. Counts are
-/// summed; what only some inputs have is appended in input order. Functions come out sorted
-/// by `fid`. Header: the first binary name and known build-id are kept, origins and events
-/// that differ are joined (`; ` and `,`), flags are united.
+/// Sums BOLT YAML profiles of one binary fed one at a time, as `merge-fdata` does: functions
+/// are matched by name and must agree on `fid`, `hash` and `nblocks`; blocks by `bid` and must
+/// agree on `insns` and `hash`; call sites by (`off`, `fid`, `disc`); successors by `bid`.
+/// Counts are summed; what only some inputs have is appended in input order (so, unlike
+/// [`Merger`]'s, the bytes of the result can depend on the order of the inputs, though
+/// not what they mean). Functions come out sorted by `fid`. Header: the first binary name and
+/// known build-id are kept, origins and events that differ are joined (`; ` and `,`), flags
+/// are united.
+#[derive(Debug, Default)]
+pub struct YamlMerger {
+    inputs: usize,
+    header: Option<YamlHeader>,
+    build_id_from: usize,
+    functions: BTreeMap<String, YamlFunction>,
+}
+
+impl YamlMerger {
+    pub fn new() -> YamlMerger {
+        YamlMerger::default()
+    }
+
+    /// Adds `profile`, its counts scaled by `weight`. After an error the merger must not be
+    /// used further (a function may be half added).
+    pub fn add(&mut self, mut profile: YamlProfile, weight: Weight) -> Result<(), MergeError> {
+        let input = self.inputs + 1;
+        self.inputs = input;
+        weight.scale_yaml(&mut profile);
+        match &mut self.header {
+            None => {
+                self.header = Some(profile.header);
+                self.build_id_from = input;
+            }
+            Some(header) => merge_header(header, profile.header, input, &mut self.build_id_from)?,
+        }
+        add_functions(&mut self.functions, profile.functions, input)
+    }
+
+    pub fn finish(self) -> Result<YamlProfile, MergeError> {
+        let header = self.header.ok_or(MergeError::NoInputs)?;
+        let mut functions: Vec<YamlFunction> = self.functions.into_values().collect();
+        // Stable: functions with equal ids stay in name order.
+        functions.sort_by_key(|f| f.fid);
+        Ok(YamlProfile { header, functions })
+    }
+}
+
+/// Sums BOLT YAML profiles of one binary, each with weight 1 (see [`YamlMerger`]).
 pub fn merge_yaml(
     profiles: impl IntoIterator<Item = YamlProfile>,
 ) -> Result<YamlProfile, MergeError> {
-    let mut inputs = profiles.into_iter();
-    let first = inputs.next().ok_or(MergeError::NoInputs)?;
-    let mut header = first.header;
-    let mut build_id_from = 1;
-    let mut functions: BTreeMap<String, YamlFunction> = BTreeMap::new();
-    add_functions(&mut functions, first.functions, 1)?;
-    for (index, p) in inputs.enumerate() {
-        let input = index + 2;
-        merge_header(&mut header, p.header, input, &mut build_id_from)?;
-        add_functions(&mut functions, p.functions, input)?;
+    let mut merger = YamlMerger::new();
+    for p in profiles {
+        merger.add(p, Weight::ONE)?;
     }
-    let mut functions: Vec<YamlFunction> = functions.into_values().collect();
-    // Stable: functions with equal ids stay in name order.
-    functions.sort_by_key(|f| f.fid);
-    Ok(YamlProfile { header, functions })
+    merger.finish()
 }
 
 fn merge_header(
@@ -463,6 +989,121 @@ mod tests {
             "{e}"
         );
         assert_eq!(merge([]), Err(MergeError::NoInputs));
+    }
+
+    #[test]
+    fn weights_read_round_and_print() {
+        let w = |t: &str| t.parse::<Weight>().unwrap();
+        assert_eq!(w("3").apply(7), 21);
+        assert_eq!(w("1").apply(u64::MAX), u64::MAX);
+        assert!(w("1.000").is_one());
+        // Halves go to the even neighbour: 1.5 -> 2, 2.5 -> 2, 3.5 -> 4.
+        assert_eq!([3, 5, 7, 1, 0].map(|c| w("0.5").apply(c)), [2, 2, 4, 0, 0]);
+        assert_eq!(w("0.25").apply(10), 2);
+        assert_eq!(w("0.3").apply(10), 3);
+        assert_eq!(w("1.25").apply(3), 4);
+        assert_eq!(w("0.000000001").apply(1_500_000_000), 2);
+        assert_eq!(w("2").apply(u64::MAX / 2 + 1), u64::MAX);
+        assert_eq!(w("999999999999999999").apply(u64::MAX), u64::MAX);
+        for (text, shown) in [
+            ("3", "3"),
+            ("0.50", "0.5"),
+            ("007.250", "7.25"),
+            ("1.0", "1"),
+        ] {
+            assert_eq!(w(text).to_string(), shown);
+        }
+        for bad in [
+            "",
+            "0",
+            "0.000",
+            "-1",
+            "+1",
+            "1e3",
+            ".5",
+            "5.",
+            "1.2.3",
+            " 1",
+            "x",
+            "1.0000000001",
+        ] {
+            assert!(bad.parse::<Weight>().is_err(), "{bad:?} read as a weight");
+        }
+        assert_eq!(
+            "0".parse::<Weight>().unwrap_err().to_string(),
+            "weight \"0\": a weight must be above 0 (leave the input out instead)"
+        );
+        assert!("1234567890123456789".parse::<Weight>().is_err());
+        assert!("123456789.123456789".parse::<Weight>().is_ok());
+    }
+
+    #[test]
+    fn weights_scale_counts_and_fade_records_out() {
+        let mut p = branches(None, 3);
+        p.add_branch(Location::symbol("f", 2), Location::symbol("g", 0), 1, 0);
+        p.add_branch(Location::symbol("f", 3), Location::symbol("g", 0), 0, 0);
+        p.add_memory(Location::symbol("f", 1), Location::symbol("v", 0), 1);
+        let mut q = branches(None, 10);
+        q.add_memory(Location::symbol("f", 1), Location::symbol("v", 0), 4);
+        let half: Weight = "0.5".parse().unwrap();
+        let m = merge_weighted([(p, half), (q, "2".parse().unwrap())]).unwrap();
+        let counts: Vec<(u64, u64, u64)> = m
+            .branches
+            .iter()
+            .map(|((from, _), c)| (from.offset, c.count, c.mispreds))
+            .collect();
+        // f+1: 3*0.5 -> 2 plus 10*2; mispreds 1*0.5 -> 0 plus 2. f+2 (count 1) rounds to 0
+        // and fades out; f+3 had count 0 and stays as it was.
+        assert_eq!(counts, [(1, 22, 2), (3, 0, 0)]);
+        // The memory record: 1*0.5 rounds to 0 (halves go to even), plus 4*2.
+        assert_eq!(m.memory.values().copied().collect::<Vec<_>>(), [8]);
+    }
+
+    #[test]
+    fn the_sum_does_not_depend_on_input_order_for_names() {
+        let named = |name: &str| {
+            let mut p = branches(Some("ab"), 1);
+            p.binary_name = Some(name.into());
+            p
+        };
+        let ab = merge([named("b"), named("a")]).unwrap();
+        let ba = merge([named("a"), named("b")]).unwrap();
+        assert_eq!(ab, ba);
+        assert_eq!(ab.binary_name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn a_refused_input_leaves_the_sum_as_it_was() {
+        let mut merger = Merger::new();
+        merger.add(branches(Some("aa"), 4), Weight::ONE).unwrap();
+        let e = merger
+            .add(branches(Some("bb"), 1), Weight::ONE)
+            .unwrap_err();
+        assert_eq!(
+            e.render(&|i| format!("run{i}.counts")),
+            "run2.counts is for build-id bb but run1.counts is for build-id aa: they profile \
+             different binaries"
+        );
+        merger.add(branches(None, 1), Weight::ONE).unwrap();
+        assert_eq!(merger.inputs(), 2);
+        let m = merger.finish().unwrap();
+        assert_eq!(m.branches.values().next().unwrap().count, 5);
+        assert_eq!(m.build_id.as_deref(), Some("aa"));
+    }
+
+    #[test]
+    fn streaming_out_refuses_what_the_format_cannot_write() {
+        let mut p = branches(None, 1);
+        p.add_branch(Location::symbol("", 0), Location::symbol("g", 0), 1, 0);
+        let mut merger = Merger::new();
+        merger.add(p, Weight::ONE).unwrap();
+        let e = merger.write_native(&mut Vec::new()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot write this profile: a location has an empty name"
+        );
+        let e = Merger::new().write_native(&mut Vec::new()).unwrap_err();
+        assert_eq!(e.to_string(), "no profiles to merge");
     }
 
     fn yaml(exec: u64) -> YamlProfile {
