@@ -7,7 +7,7 @@
 //! program-wide and cuts the instructions into blocks with resolved successors. Phase B can be
 //! re-run when the set of noreturn functions grows.
 
-use rivet_arch::{Flow, IndirectJump, Inst, analyze_indirect_jump, decode_all};
+use rivet_arch::{Flow, IndirectJump, Inst, Isa};
 use rivet_elf::eh_frame::{Cfa, CfiRow, EhFrameTable};
 use rivet_elf::relocs::StaticReloc;
 use rivet_elf::{ElfFile, ElfKind, Vaddr, VaddrRange};
@@ -19,6 +19,8 @@ use crate::refs::CodeRef;
 #[derive(Debug)]
 pub struct Context<'a> {
     pub elf: &'a ElfFile<'a>,
+    /// The input's instruction set.
+    pub isa: Isa,
     pub reloc_mode: bool,
     /// Function starts and secondary entries, sorted.
     pub entries: Vec<(Vaddr, FuncId)>,
@@ -154,7 +156,7 @@ pub struct Decoded {
     pub outgoing: Vec<(Vaddr, bool)>,
     /// Landing pads of this function's call sites: (call-site range, landing pad).
     pub call_sites: Vec<(VaddrRange, Option<Vaddr>)>,
-    /// Code addresses computed by RIP-relative operands or (non-PIE) absolute constants.
+    /// Code addresses computed by PC-relative operands or (non-PIE) absolute constants.
     pub code_refs: Vec<CodeRef>,
     /// Direct calls whose fall-through leaves the function: the callee must be noreturn.
     pub trailing_call_targets: Vec<Vaddr>,
@@ -166,7 +168,7 @@ pub fn decode(elf: &ElfFile, f: &mut Function, reloc_mode: bool) -> Decoded {
         out.skip = Some(SkipReason::NoCode { at: f.range.start });
         return out;
     };
-    f.insts = decode_all(bytes, f.range.start);
+    f.insts = Isa::of(elf).decode_all(bytes, f.range.start);
     if let Some(bad) = f.insts.iter().find(|i| i.is_invalid()) {
         out.skip = Some(SkipReason::InvalidInstruction { at: bad.addr() });
     }
@@ -181,7 +183,7 @@ pub fn decode(elf: &ElfFile, f: &mut Function, reloc_mode: bool) -> Decoded {
             }
             Flow::Jump { .. } | Flow::CondJump { .. } | Flow::Call { .. } => {}
             _ => {
-                if let Some(target) = inst.rip_relative_target()
+                if let Some(target) = inst.pc_relative_memory_target()
                     && elf.is_code_address(target)
                 {
                     out.code_refs.push(CodeRef {
@@ -324,7 +326,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         if !unwind_rows.iter().any(|r| r.range.contains(at)) {
             unwind_rows = ctx.unwind_rows(at);
         }
-        frame_live_at(&unwind_rows, at)
+        frame_live_at(ctx.isa, &unwind_rows, at)
     };
     let mut constants: Option<Vec<(rivet_arch::RegisterId, u64)>> = None;
     let mut branch_preds: Option<Vec<(usize, usize)>> = None;
@@ -386,11 +388,11 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         while j > 0 && i - j < 48 && falls_into_next(ctx, &insts[j - 1]) && !merge[j] {
             j -= 1;
         }
-        let mut form = analyze_indirect_jump(&insts[j..=i]);
+        let mut form = ctx.isa.analyze_indirect_jump(&insts[j..=i], &[], &[]);
         if form == IndirectJump::Unknown {
-            let constants = constants.get_or_insert_with(|| rivet_arch::register_constants(insts));
+            let constants = constants.get_or_insert_with(|| ctx.isa.register_constants(insts));
             if !constants.is_empty() {
-                form = rivet_arch::analyze_indirect_jump_with(&insts[j..=i], &[], constants);
+                form = ctx.isa.analyze_indirect_jump(&insts[j..=i], &[], constants);
             }
         }
         if form == IndirectJump::Unknown && !reach {
@@ -429,7 +431,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     insts[k].flow() == Flow::IndirectJump && !indirect.iter().any(|(x, _)| *x == k)
                 })
                 .collect();
-            let live_in = rivet_arch::window_live_in(window);
+            let live_in = ctx.isa.window_live_in(window);
             let hints: Vec<_> = live_in
                 .iter()
                 .filter_map(|&r| {
@@ -438,7 +440,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 })
                 .collect();
             if !hints.is_empty() {
-                form = rivet_arch::analyze_indirect_jump_with(window, &[], &hints);
+                form = ctx.isa.analyze_indirect_jump(window, &[], &hints);
             } else if unresolved.len() > 1 {
                 // Two loops, each with its table base in a register the other reuses, wait on
                 // each other: the blocks only a table enters are taken for both jumps' targets,
@@ -454,7 +456,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     })
                     .collect();
                 if !own.is_empty() {
-                    let assumed = rivet_arch::analyze_indirect_jump_with(window, &[], &own);
+                    let assumed = ctx.isa.analyze_indirect_jump(window, &[], &own);
                     // A range check or a narrow index (`and $3`) bounds the table.
                     if matches!(
                         assumed,
@@ -959,7 +961,7 @@ fn reaching_constant(
         if falls_into_next(ctx, &insts[pos - 1]) {
             sources.push(pos - 1);
         }
-        if sources.is_empty() && (insts[pos].is_nop() || insts[pos].is_int3()) {
+        if sources.is_empty() && (insts[pos].is_nop() || insts[pos].is_fill_trap()) {
             // Alignment padding after a jump or a return: nothing runs it. The code after it
             // falls out of it only in appearance, so no value comes in this way. (Compilers
             // put a label after the padding, never before it.)
@@ -1092,7 +1094,7 @@ fn dispatch_from_predecessors(
         } else {
             &[insts[p].addr()]
         };
-        let found = rivet_arch::analyze_indirect_jump_path(&path, taken);
+        let found = ctx.isa.analyze_indirect_jump(&path, taken, &[]);
         let (table, entries, bits) = shape(&found)?;
         if *own_table.get_or_insert(table) != table {
             return None;
@@ -1219,14 +1221,14 @@ fn is_unreachable_end(b: &Builder, target: Vaddr) -> bool {
     let ends_with_call = ctx
         .elf
         .bytes_at(range.start, range.len())
-        .and_then(|code| decode_all(code, range.start).last().cloned())
+        .and_then(|code| ctx.isa.decode_all(code, range.start).last().cloned())
         .is_some_and(|last| matches!(last.flow(), Flow::Call { .. }) && last.end() == target);
     ends_with_call
-        && (1..=15)
+        && (1..=ctx.isa.max_inst_len())
             .rev()
             .find_map(|len| ctx.elf.bytes_at(target, len))
-            .and_then(|bytes| decode_all(bytes, target).first().cloned())
-            .is_some_and(|next| next.is_padding_nop() || next.is_int3())
+            .and_then(|bytes| ctx.isa.decode_all(bytes, target).first().cloned())
+            .is_some_and(|next| next.is_padding_nop() || next.is_fill_trap())
 }
 
 enum TableResult {
@@ -1417,20 +1419,16 @@ fn resolve_table(
 }
 
 /// Whether the stack frame is still there at `at`, which rules out a tail call: the unwind
-/// row in `rows` covering `at` does not put the CFA at the stack pointer plus 8 (where the
+/// row in `rows` covering `at` does not put the CFA where it is at a function entry (where the
 /// stack pointer would point at the caller's return address). False without a row for `at`.
-fn frame_live_at(rows: &[CfiRow], at: Vaddr) -> bool {
-    /// rsp's DWARF register number on x86-64.
-    const DWARF_RSP: u16 = 7;
-    rows.iter().find(|r| r.range.contains(at)).is_some_and(|r| {
-        !matches!(
-            r.cfa,
-            Cfa::RegisterOffset {
-                register: DWARF_RSP,
-                offset: 8
-            }
-        )
-    })
+fn frame_live_at(isa: Isa, rows: &[CfiRow], at: Vaddr) -> bool {
+    let at_entry = Cfa::RegisterOffset {
+        register: isa.dwarf_stack_pointer(),
+        offset: isa.entry_frame().cfa_offset,
+    };
+    rows.iter()
+        .find(|r| r.range.contains(at))
+        .is_some_and(|r| r.cfa != at_entry)
 }
 
 /// Whether what follows `f`'s extent is plainly not more of it: another function's entry,
@@ -1446,13 +1444,18 @@ fn nothing_continues_after(ctx: &Context, f: &Function) -> bool {
     {
         return true;
     }
-    // The longest x86 instruction is 15 bytes; fewer may be left before the section ends.
-    let Some(bytes) = (1..=15).rev().find_map(|len| ctx.elf.bytes_at(end, len)) else {
+    // One instruction's worth of bytes at most; fewer may be left before the section ends.
+    let longest = ctx.isa.max_inst_len();
+    let Some(bytes) = (1..=longest)
+        .rev()
+        .find_map(|len| ctx.elf.bytes_at(end, len))
+    else {
         return true;
     };
-    decode_all(bytes, end)
+    ctx.isa
+        .decode_all(bytes, end)
         .first()
-        .is_some_and(|next| next.is_padding_nop() || next.is_int3())
+        .is_some_and(|next| next.is_padding_nop() || next.is_fill_trap())
 }
 
 /// The callees among `candidates` (sorted) that `f` shows to return: a direct call to one of
@@ -1479,7 +1482,7 @@ pub fn callees_returned_to(f: &Function, candidates: &[Vaddr]) -> Vec<Vaddr> {
             Flow::Call { target }
                 if candidates.binary_search(&target).is_ok()
                     && !pair[1].is_padding_nop()
-                    && !pair[1].is_int3()
+                    && !pair[1].is_fill_trap()
                     && f.block_at(pair[1].addr()).is_none() =>
             {
                 Some(target)

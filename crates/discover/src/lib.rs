@@ -14,6 +14,7 @@ pub mod plt;
 pub mod refs;
 
 use rayon::prelude::*;
+use rivet_arch::Isa;
 use rivet_elf::eh_frame::CfiRow;
 use rivet_elf::{ElfError, ElfFile, Vaddr, VaddrRange};
 use rivet_ir::*;
@@ -226,6 +227,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     code_ref_sites.dedup_by_key(|r| r.0);
     let mut ctx = Context {
         elf,
+        isa: Isa::of(elf),
         reloc_mode,
         entries: Vec::new(),
         ranges: functions.iter().map(|f| f.range).collect(),
@@ -500,6 +502,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         .sum();
     Ok(Program {
         info: BinaryInfo {
+            isa: Isa::of(elf),
             kind: elf.kind,
             entry: elf.entry,
             build_id: elf.build_id().map(<[u8]>::to_vec),

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use rivet_arch::{Branch, BranchEncoder, BranchForm};
+use rivet_arch::{Branch, BranchForm};
 use rivet_elf::writer::{NewSection, Rewrite, SectionLink, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
@@ -36,8 +36,6 @@ use rivet_ir::probes::FunctionProbes;
 pub const RIVET_NOTE: &str = ".note.rivet";
 /// Note type: the descriptor is the input's GNU build-id.
 pub const NT_RIVET_INPUT_BUILD_ID: u32 = 1;
-/// Bytes of the `jmp rel32` left at the old entry of a moved function.
-pub const FORWARDING_JUMP_SIZE: u64 = 5;
 /// Prefix given to input sections whose contents the output replaces.
 pub const ORIGINAL_PREFIX: &str = ".rivet.orig";
 
@@ -203,6 +201,8 @@ pub struct Summary {
     /// Moved functions whose old entry keeps its original bytes instead of a forwarding jump,
     /// because another way into the old body lands within the jump's bytes.
     pub old_entries_not_forwarded: usize,
+    /// Bytes of the jump left at the old entry of a moved function (the ISA's near jump).
+    pub forwarding_jump_size: u64,
     pub frames: usize,
     pub lsdas: usize,
     /// Compilation units whose debug info was carried over (0: none, or removed).
@@ -311,7 +311,9 @@ pub fn rewrite(
     )?;
     let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
     let in_place = !relocation_mode;
+    let isa = program.info.isa;
     let mut summary = Summary {
+        forwarding_jump_size: isa.forwarding_jump_size(),
         functions: program.functions.len(),
         simple: program.functions.iter().filter(|f| f.is_simple()).count(),
         relocation_mode,
@@ -401,39 +403,42 @@ pub fn rewrite(
     };
     let planned: Vec<(FragmentRef, Result<FragmentPlan, EmitError>)> = refs
         .par_iter()
-        .map_init(BranchEncoder::default, |encoder, r| {
-            let f = program.function(r.function);
-            let probes = instrumentation
-                .and_then(|i| i.probes.get(r.function.0 as usize).copied().flatten());
-            (
-                *r,
-                plan_fragment(
-                    f,
+        .map_init(
+            || isa.branch_encoder(),
+            |encoder, r| {
+                let f = program.function(r.function);
+                let probes = instrumentation
+                    .and_then(|i| i.probes.get(r.function.0 as usize).copied().flatten());
+                (
                     *r,
-                    layout.fragment(*r),
-                    encoder,
-                    PlanOptions {
-                        probes,
-                        aligned: if r.fragment == 0 {
-                            layout
-                                .function(r.function)
-                                .map_or(&[][..], |fl| &fl.aligned)
-                        } else {
-                            &[]
+                    plan_fragment(
+                        f,
+                        *r,
+                        layout.fragment(*r),
+                        encoder,
+                        PlanOptions {
+                            probes,
+                            aligned: if r.fragment == 0 {
+                                layout
+                                    .function(r.function)
+                                    .map_or(&[][..], |fl| &fl.aligned)
+                            } else {
+                                &[]
+                            },
+                            block_alignment: alignment.blocks,
+                            via_slots: options
+                                .plt_calls
+                                .applies_to(r.fragment)
+                                .then_some(&via_slots),
+                            known_place: (in_place && r.fragment == 0).then_some(KnownPlace {
+                                at: f.range.start,
+                                program,
+                            }),
                         },
-                        block_alignment: alignment.blocks,
-                        via_slots: options
-                            .plt_calls
-                            .applies_to(r.fragment)
-                            .then_some(&via_slots),
-                        known_place: (in_place && r.fragment == 0).then_some(KnownPlace {
-                            at: f.range.start,
-                            program,
-                        }),
-                    },
-                ),
-            )
-        })
+                    ),
+                )
+            },
+        )
         .collect();
     let mut dropped: BTreeMap<FuncId, String> = BTreeMap::new();
     let mut plans: BTreeMap<FragmentRef, FragmentPlan> = BTreeMap::new();
@@ -602,37 +607,41 @@ pub fn rewrite(
     let refs = references::collect(elf, program, &is_rewritten, &statics, &dynamics);
     let encoded: Vec<Result<Vec<u8>, RewriteError>> = placed
         .par_iter()
-        .map_init(BranchEncoder::default, |encoder, (plan, addr)| {
-            encode_fragment(
-                elf,
-                program,
-                plan,
-                *addr,
-                &map,
-                &crate::code::Fixups {
-                    absolute_fields: &refs.in_moved_code,
-                    counters: counters.map(|c| c.0),
-                    recorder: runtime.as_ref().map(|(_, code)| code.recorder),
-                },
-                encoder,
-            )
-            .map_err(|source| RewriteError::Encode {
-                function: program.function(plan.fragment.function).qualified_name(),
-                source,
-            })
-        })
+        .map_init(
+            || isa.branch_encoder(),
+            |encoder, (plan, addr)| {
+                encode_fragment(
+                    elf,
+                    program,
+                    plan,
+                    *addr,
+                    &map,
+                    &crate::code::Fixups {
+                        absolute_fields: &refs.in_moved_code,
+                        counters: counters.map(|c| c.0),
+                        recorder: runtime.as_ref().map(|(_, code)| code.recorder),
+                    },
+                    encoder,
+                )
+                .map_err(|source| RewriteError::Encode {
+                    function: program.function(plan.fragment.function).qualified_name(),
+                    source,
+                })
+            },
+        )
         .collect();
-    let mut hot_text = vec![0xccu8; (hot_end - hot_start) as usize];
-    let mut cold_text = vec![0xccu8; (cold_end - cold_start) as usize];
+    let mut hot_text = isa.filled((hot_end - hot_start) as usize);
+    let mut cold_text = isa.filled((cold_end - cold_start) as usize);
     let mut patches: Vec<(Vaddr, Vec<u8>)> = Vec::new();
     for ((plan, addr), bytes) in placed.iter().zip(encoded) {
         let bytes = bytes?;
         let f = program.function(plan.fragment.function);
         if in_place && plan.fragment.fragment == 0 {
-            // Over the original bytes; the rest of the old extent becomes int3.
+            // Over the original bytes; the rest of the old extent becomes fill (a trap).
             let mut image = bytes;
             let extent = f.range.len().max(image.len() as u64);
-            image.resize(extent as usize, 0xcc);
+            let tail = extent as usize - image.len();
+            isa.fill(&mut image, tail);
             patches.push((*addr, image));
         } else if *addr >= cold_start {
             let off = (*addr - cold_start) as usize;
@@ -655,15 +664,16 @@ pub fn rewrite(
     // Forwarding jumps at the old entries of moved functions, except where another way into
     // the old body lands under the jump's bytes (`references::old_entry_is_free`).
     if !in_place {
-        let mut encoder = BranchEncoder::default();
+        let mut encoder = isa.branch_encoder();
+        let forwarding_jump_size = isa.forwarding_jump_size();
         let mut reference_targets: Vec<Vaddr> = refs.stored.iter().map(|r| r.target).collect();
         reference_targets.sort();
         reference_targets.dedup();
         for f in &program.functions {
-            if !layout.is_rewritten(f.id) || f.range.len() < FORWARDING_JUMP_SIZE {
+            if !layout.is_rewritten(f.id) || f.range.len() < forwarding_jump_size {
                 continue;
             }
-            if !references::old_entry_is_free(f, FORWARDING_JUMP_SIZE, &reference_targets) {
+            if !references::old_entry_is_free(f, forwarding_jump_size, &reference_targets) {
                 summary.old_entries_not_forwarded += 1;
                 continue;
             }
