@@ -8,6 +8,7 @@
 //! write padding and instrumentation probes. Each method matches on the ISA and forwards to
 //! that ISA's module (`x86_64/` today); the match is the only place an ISA is chosen.
 
+use rivet_elf::relocs::{DynRelocKind, RelocKind, RelocTypes};
 use rivet_elf::{ElfFile, Vaddr};
 
 use crate::inst::Inst;
@@ -306,6 +307,21 @@ impl Isa {
     ) -> Result<(), IndirectProbeError> {
         match self {
             Isa::X86_64 => x86_64::probe::encode_indirect_probe(branch, at, table, recorder, out),
+        }
+    }
+}
+
+/// Relocation type numbers, per ISA: `ElfFile::static_relocations` and
+/// `ElfFile::dynamic_relocations` take the program's `Isa` to name what each relocation is.
+impl RelocTypes for Isa {
+    fn static_kind(&self, r_type: u32) -> RelocKind {
+        match self {
+            Isa::X86_64 => x86_64::relocs::static_kind(r_type),
+        }
+    }
+    fn dynamic_kind(&self, r_type: u32) -> DynRelocKind {
+        match self {
+            Isa::X86_64 => x86_64::relocs::dynamic_kind(r_type),
         }
     }
 }

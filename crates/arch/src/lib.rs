@@ -36,7 +36,7 @@
 //! +-1 MiB, TBZ +-32 KiB) through [`Isa::branch_sizes`] and [`Isa::short_branch_reaches`],
 //! which will take the branch's condition kind; ADRP/ADD pairs as instructions whose
 //! PC-relative target spans two instructions ([`Inst::pc_relative_target`] on the pair's
-//! second half); `R_AARCH64_*` relocations in [`reloc`]; fill with `udf` ([`Isa::fill`]
+//! second half); `R_AARCH64_*` relocations as an `Isa`'s `RelocTypes` table; fill with `udf` ([`Isa::fill`]
 //! writes whole instructions, not a byte); SP as DWARF register 31 and the return address
 //! in x30 ([`Isa::dwarf_stack_pointer`], [`Isa::entry_frame`]); BTI landing pads as a fact
 //! the emitter will ask for at indirect branch targets.

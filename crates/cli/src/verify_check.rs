@@ -403,12 +403,14 @@ pub fn check(
     let symbols = input.symbols().map_err(|e| e.to_string())?;
     let statics = if program.info.relocation_mode == rivet_ir::RelocationMode::Available {
         input
-            .static_relocations(&symbols)
+            .static_relocations(&symbols, &program.info.isa)
             .map_err(|e| e.to_string())?
     } else {
         Vec::new()
     };
-    let dynamics = input.dynamic_relocations().map_err(|e| e.to_string())?;
+    let dynamics = input
+        .dynamic_relocations(&program.info.isa)
+        .map_err(|e| e.to_string())?;
     let is_rewritten = |f: rivet_ir::FuncId| map.is_rewritten(f);
     let refs = collect(input, program, &is_rewritten, &statics, &dynamics);
     for r in &refs.stored {

@@ -147,12 +147,13 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     };
     let relocation_mode = relocation_mode_from(has_symtab, elf.has_code_relocations());
     let reloc_mode = relocation_mode == RelocationMode::Available;
+    let isa = Isa::of(elf);
     let static_relocs = if reloc_mode {
-        elf.static_relocations(&symbols)?
+        elf.static_relocations(&symbols, &isa)?
     } else {
         Vec::new()
     };
-    let dynamic_relocs = elf.dynamic_relocations().unwrap_or_else(|e| {
+    let dynamic_relocs = elf.dynamic_relocations(&isa).unwrap_or_else(|e| {
         warnings.push(format!("dynamic relocations ignored: {e}"));
         Vec::new()
     });

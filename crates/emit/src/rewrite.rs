@@ -598,11 +598,11 @@ pub fn rewrite(
     // 4. References and encoding.
     let symbols_list = elf.symbols()?;
     let statics = if relocation_mode {
-        elf.static_relocations(&symbols_list)?
+        elf.static_relocations(&symbols_list, &isa)?
     } else {
         Vec::new()
     };
-    let dynamics = elf.dynamic_relocations()?;
+    let dynamics = elf.dynamic_relocations(&isa)?;
     let is_rewritten = |f: FuncId| layout.is_rewritten(f);
     let refs = references::collect(elf, program, &is_rewritten, &statics, &dynamics);
     let encoded: Vec<Result<Vec<u8>, RewriteError>> = placed
