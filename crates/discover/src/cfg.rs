@@ -265,6 +265,12 @@ enum IndirectKind {
 }
 
 /// Phase B: cuts `f.insts` into blocks and resolves every control transfer.
+///
+/// The steps, in order: mark the ways in (entries, sibling fragments, landing pads); resolve
+/// the indirect jumps (tables, tail calls); find the address-taken labels, which decide what
+/// the jumps left unresolved are; mark every other block start; cut the blocks and give each
+/// its terminator and successors. A construct the model does not cover makes the function
+/// skipped, with the first reason found.
 pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Incoming]) {
     f.blocks.clear();
     f.calls.clear();
@@ -279,102 +285,321 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         range: f.range,
         skip: None,
     };
-    let insts = &f.insts;
-    let n = insts.len();
-    if n == 0 {
+    if f.insts.is_empty() {
         f.status = Status::Skipped(SkipReason::NoCode { at: f.range.start });
         return;
     }
-    let mut leader = vec![false; n];
-    let mut landing_pad = vec![false; n];
-    let mut address_taken = vec![false; n];
-    let mut entry = vec![false; n];
-    leader[0] = true;
-    entry[0] = true;
-    for &e in &f.secondary_entries {
-        match inst_index(insts, e) {
-            Some(i) => {
-                leader[i] = true;
-                entry[i] = true;
+    let mut marks = Marks::ways_in(&mut b, f, incoming);
+    let mut frame = FrameCheck {
+        ctx,
+        rows: Vec::new(),
+    };
+    let mut jumps = IndirectJumps::resolve(&mut b, f, &mut frame);
+    jumps.reject_paths_entered_otherwise(&mut b, f, incoming);
+    let labels = Labels::find(&mut b, f, &mut marks, &jumps.table_spans());
+    jumps.decide_unknown(&mut b, f, &labels, &mut frame);
+    marks.block_starts(&mut b, f, &jumps.resolved);
+    let call_landing_pads = marks.landing_pads(&mut b, f, decoded);
+    let cut = BlockCutter::new(&b, f, &marks, &labels, call_landing_pads);
+    let (blocks, calls, tables) = cut.blocks(&mut b, incoming, jumps.resolved);
+    f.blocks = blocks;
+    f.calls = calls;
+    f.jump_tables = tables;
+    f.status = match b.skip {
+        Some(r) => Status::Skipped(r),
+        None => Status::Simple,
+    };
+}
+
+/// Per instruction: whether a block starts there, and what kind of block it starts.
+struct Marks {
+    leader: Vec<bool>,
+    landing_pad: Vec<bool>,
+    address_taken: Vec<bool>,
+    entry: Vec<bool>,
+}
+
+impl Marks {
+    /// The ways into `f` known before its code is read: its entry and secondary entries, the
+    /// addresses sibling fragments jump to, and the landing pads they hold.
+    fn ways_in(b: &mut Builder, f: &Function, incoming: &[Incoming]) -> Marks {
+        let insts = &f.insts;
+        let n = insts.len();
+        let mut marks = Marks {
+            leader: vec![false; n],
+            landing_pad: vec![false; n],
+            address_taken: vec![false; n],
+            entry: vec![false; n],
+        };
+        marks.leader[0] = true;
+        marks.entry[0] = true;
+        for &e in &f.secondary_entries {
+            match inst_index(insts, e) {
+                Some(i) => {
+                    marks.leader[i] = true;
+                    marks.entry[i] = true;
+                }
+                None => b.fail(SkipReason::ReferenceIntoInstruction { target: e }),
             }
-            None => b.fail(SkipReason::ReferenceIntoInstruction { target: e }),
         }
+        for inc in incoming {
+            let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
+            match inst_index(insts, a) {
+                Some(i) => {
+                    marks.leader[i] = true;
+                    if matches!(inc, Incoming::LandingPad(_)) {
+                        marks.landing_pad[i] = true;
+                    }
+                }
+                None => b.fail(SkipReason::BranchIntoInstruction {
+                    at: f.range.start,
+                    target: a,
+                }),
+            }
+        }
+        marks
     }
-    for inc in incoming {
-        let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
-        match inst_index(insts, a) {
-            Some(i) => {
-                leader[i] = true;
-                if matches!(inc, Incoming::LandingPad(_)) {
-                    landing_pad[i] = true;
+
+    /// Block starts from direct branches, table entries and block ends.
+    fn block_starts(&mut self, b: &mut Builder, f: &Function, indirect: &[(usize, IndirectKind)]) {
+        let insts = &f.insts;
+        let n = insts.len();
+        for (i, inst) in insts.iter().enumerate() {
+            let flow = inst.flow();
+            match flow {
+                Flow::Jump { target } | Flow::CondJump { target } if f.range.contains(target) => {
+                    match inst_index(insts, target) {
+                        Some(t) => self.leader[t] = true,
+                        None => b.fail(SkipReason::BranchIntoInstruction {
+                            at: inst.addr(),
+                            target,
+                        }),
+                    }
+                }
+                _ => {}
+            }
+            let noreturn_call = matches!(flow, Flow::Call { target } if b.ctx.is_noreturn(target));
+            if (flow.ends_block() || noreturn_call) && i + 1 < n {
+                self.leader[i + 1] = true;
+            }
+        }
+        for (_, kind) in indirect {
+            if let IndirectKind::Table(t) = kind {
+                for &e in &t.entries {
+                    if let Some(idx) = inst_index(insts, e) {
+                        self.leader[idx] = true;
+                    }
                 }
             }
-            None => b.fail(SkipReason::BranchIntoInstruction {
-                at: f.range.start,
-                target: a,
-            }),
         }
     }
 
-    // Indirect jumps: tables, tail calls, computed gotos.
-    let mut indirect: Vec<(usize, IndirectKind)> = Vec::new();
-    let mut unknown_jumps = Vec::new();
-    // A jump made with the frame still on the stack is no tail call. The unwind rows of an
-    // FDE are read once, at the first indirect jump in it that needs them.
-    let mut unwind_rows: Vec<CfiRow> = Vec::new();
-    let mut frame_live = |at: Vaddr| {
-        if !unwind_rows.iter().any(|r| r.range.contains(at)) {
-            unwind_rows = ctx.unwind_rows(at);
+    /// Marks the landing pads of `f`'s call sites; returns (call-site range, landing pad) for
+    /// every call site that has one. A landing pad must be an instruction of `f` or lie in a
+    /// sibling fragment.
+    fn landing_pads(
+        &mut self,
+        b: &mut Builder,
+        f: &Function,
+        decoded: &Decoded,
+    ) -> Vec<(VaddrRange, Vaddr)> {
+        let ctx = b.ctx;
+        let mut call_landing_pads: Vec<(VaddrRange, Vaddr)> = Vec::new();
+        for &(range, lp) in &decoded.call_sites {
+            let Some(lp) = lp else { continue };
+            call_landing_pads.push((range, lp));
+            if f.range.contains(lp) {
+                match inst_index(&f.insts, lp) {
+                    Some(i) => {
+                        self.leader[i] = true;
+                        self.landing_pad[i] = true;
+                    }
+                    None => b.fail(SkipReason::BadLandingPad {
+                        lsda: f.lsda.unwrap_or_default(),
+                        landing_pad: lp,
+                    }),
+                }
+            } else if !ctx
+                .function_containing(lp)
+                .is_some_and(|g| ctx.are_fragments(f.id, g))
+            {
+                b.fail(SkipReason::BadLandingPad {
+                    lsda: f.lsda.unwrap_or_default(),
+                    landing_pad: lp,
+                });
+            }
         }
-        frame_live_at(ctx.isa, &unwind_rows, at)
-    };
-    let mut constants: Option<Vec<(rivet_arch::RegisterId, u64)>> = None;
-    let mut branch_preds: Option<Vec<(usize, usize)>> = None;
-    let mut merge_points: Option<Vec<bool>> = None;
-    // Two passes: jumps whose table the straight-line window reveals first, then those that
-    // need the paths into them (which go through the first ones' table targets).
-    let mut work: Vec<(usize, bool)> = (0..insts.len())
-        .filter(|&i| insts[i].flow() == Flow::IndirectJump)
-        .map(|i| (i, false))
-        .collect();
-    // Direct-branch predecessors, computed once if the function has indirect jumps.
-    let direct_preds = if work.is_empty() {
-        Vec::new()
-    } else {
-        branch_predecessors(insts)
-    };
-    let mut retry: Vec<(usize, bool)> = Vec::new();
-    // Jumps resolved from the branches into their block, with the block's start: checked
-    // below against the ways in that only the finished analysis knows.
-    let mut via_paths: Vec<(usize, Vaddr)> = Vec::new();
-    // Jumps the paths into them did not resolve: the ways into a table's targets are known
-    // only once its jump is, so they are tried again after a round that resolved another.
-    let mut waiting: Vec<usize> = Vec::new();
-    let mut resolved_before_round = 0;
-    let mut pass = 0;
-    while pass < 2 {
-        let Some((i, reach)) = (if pass == 0 { work.pop() } else { retry.pop() }) else {
-            if pass == 1 && !waiting.is_empty() && indirect.len() > resolved_before_round {
-                resolved_before_round = indirect.len();
-                retry = waiting.drain(..).rev().map(|i| (i, true)).collect();
-                branch_preds = None;
+        call_landing_pads
+    }
+}
+
+/// Whether the stack frame is still there at an indirect jump, which rules out a tail call.
+/// The unwind rows of an FDE are read once, at the first jump in it that needs them.
+struct FrameCheck<'c, 'a> {
+    ctx: &'c Context<'a>,
+    rows: Vec<CfiRow>,
+}
+
+impl FrameCheck<'_, '_> {
+    fn live_at(&mut self, at: Vaddr) -> bool {
+        if !self.rows.iter().any(|r| r.range.contains(at)) {
+            self.rows = self.ctx.unwind_rows(at);
+        }
+        frame_live_at(self.ctx.isa, &self.rows, at)
+    }
+}
+
+/// Facts about a function's code that the analyses of its indirect jumps share, each computed
+/// when first needed.
+struct CodeFacts {
+    /// (target, source) indices of the direct branches.
+    direct_preds: Vec<(usize, usize)>,
+    /// Instructions where paths merge: branch targets and stored labels.
+    merge_points: Option<Vec<bool>>,
+    /// Registers every definition of which loads the same constant address.
+    constants: Option<Vec<(rivet_arch::RegisterId, u64)>>,
+    /// Direct branches plus the entries of the tables resolved so far, as (target, source);
+    /// dropped whenever a round resolves more tables.
+    branch_preds: Option<Vec<(usize, usize)>>,
+}
+
+/// The order in which a function's indirect jumps are analysed. Pass 0 takes every jump with
+/// its straight-line window only; pass 1 retries those that need the paths into them (which
+/// go through the first ones' table targets). A jump the paths did not resolve waits: the
+/// ways into a table's targets are known only once its jump is, so the waiting jumps are
+/// tried again after each round that resolved another.
+struct Worklist {
+    first_pass: Vec<(usize, bool)>,
+    second_pass: Vec<(usize, bool)>,
+    waiting: Vec<usize>,
+    resolved_before_round: usize,
+    pass: u8,
+}
+
+impl Worklist {
+    /// The next jump to analyse (instruction index, whether to follow the paths into it),
+    /// given how many jumps are resolved so far; `None` when done.
+    fn next(&mut self, resolved: usize, facts: &mut CodeFacts) -> Option<(usize, bool)> {
+        while self.pass < 2 {
+            let next = if self.pass == 0 {
+                self.first_pass.pop()
+            } else {
+                self.second_pass.pop()
+            };
+            if next.is_some() {
+                return next;
+            }
+            if self.pass == 1 && !self.waiting.is_empty() && resolved > self.resolved_before_round {
+                self.resolved_before_round = resolved;
+                self.second_pass = self.waiting.drain(..).rev().map(|i| (i, true)).collect();
+                facts.branch_preds = None;
                 continue;
             }
-            if pass == 0 {
-                resolved_before_round = indirect.len();
+            if self.pass == 0 {
+                self.resolved_before_round = resolved;
             }
-            pass += 1;
-            continue;
+            self.pass += 1;
+        }
+        None
+    }
+}
+
+/// What the analysis of one indirect jump found.
+enum JumpAnalysis {
+    /// Its straight-line window says nothing: retry with the paths into it.
+    NeedsPaths,
+    Found {
+        form: IndirectJump,
+        /// Blocks entered only by a table that the paths into this jump went through, when
+        /// they were assumed to be this jump's targets (checked once its table is read).
+        assumed_targets: Option<Vec<usize>>,
+        /// Set when the form came from the branches into the jump's block: that block's
+        /// start, whose other ways in must be checked once all jumps are resolved.
+        via_paths: Option<Vaddr>,
+    },
+}
+
+/// The indirect jumps of a function and what they were found to be.
+struct IndirectJumps {
+    /// (instruction index, kind), in instruction order once `decide_unknown` ran.
+    resolved: Vec<(usize, IndirectKind)>,
+    /// Jumps no analysis explained: tail calls or computed gotos, decided with the labels.
+    unknown: Vec<usize>,
+    /// Jumps resolved from the branches into their block, with the block's start.
+    via_paths: Vec<(usize, Vaddr)>,
+}
+
+impl IndirectJumps {
+    /// Analyses every indirect jump of `f` (see [`Worklist`] for the order).
+    fn resolve(b: &mut Builder, f: &Function, frame: &mut FrameCheck) -> IndirectJumps {
+        let insts = &f.insts;
+        let mut jumps = IndirectJumps {
+            resolved: Vec::new(),
+            unknown: Vec::new(),
+            via_paths: Vec::new(),
         };
-        let inst = &insts[i];
-        // Blocks entered only by a table that the paths into this jump went through, when
-        // they were assumed to be this jump's targets (checked once its table is read).
+        let mut worklist = Worklist {
+            first_pass: (0..insts.len())
+                .filter(|&i| insts[i].flow() == Flow::IndirectJump)
+                .map(|i| (i, false))
+                .collect(),
+            second_pass: Vec::new(),
+            waiting: Vec::new(),
+            resolved_before_round: 0,
+            pass: 0,
+        };
+        // Direct-branch predecessors, computed once if the function has indirect jumps.
+        let mut facts = CodeFacts {
+            direct_preds: if worklist.first_pass.is_empty() {
+                Vec::new()
+            } else {
+                branch_predecessors(insts)
+            },
+            merge_points: None,
+            constants: None,
+            branch_preds: None,
+        };
+        while let Some((i, reach)) = worklist.next(jumps.resolved.len(), &mut facts) {
+            match jumps.analyze(b.ctx, f, i, reach, &mut facts) {
+                JumpAnalysis::NeedsPaths => worklist.second_pass.push((i, true)),
+                JumpAnalysis::Found {
+                    form,
+                    assumed_targets,
+                    via_paths,
+                } => {
+                    if let Some(head) = via_paths {
+                        jumps.via_paths.push((i, head));
+                    }
+                    match Self::classify(b, f, frame, i, reach, form, &assumed_targets) {
+                        Outcome::Resolved(kind) => jumps.resolved.push((i, kind)),
+                        Outcome::Waiting => worklist.waiting.push(i),
+                        Outcome::Unknown => jumps.unknown.push(i),
+                        Outcome::Failed => {}
+                    }
+                }
+            }
+        }
+        jumps.unknown.extend(worklist.waiting);
+        jumps
+    }
+    /// Analyses the indirect jump at `i`: its straight-line window first (with the constants
+    /// hoisted out of loops), then, when `reach` says so, the paths into its block.
+    fn analyze(
+        &self,
+        ctx: &Context,
+        f: &Function,
+        i: usize,
+        reach: bool,
+        facts: &mut CodeFacts,
+    ) -> JumpAnalysis {
+        let insts = &f.insts;
         let mut assumed_targets: Option<Vec<usize>> = None;
         // The straight-line window ends the jump: back to where other paths merge in (a branch
         // target or a stored label), so every value it computes holds on all paths.
-        let merge = merge_points.get_or_insert_with(|| {
+        let direct_preds = &facts.direct_preds;
+        let merge = facts.merge_points.get_or_insert_with(|| {
             let mut m = vec![false; insts.len()];
-            for &(t, _) in &direct_preds {
+            for &(t, _) in direct_preds {
                 m[t] = true;
             }
             for r in ctx.refs_into(f.range) {
@@ -390,22 +615,24 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         }
         let mut form = ctx.isa.analyze_indirect_jump(&insts[j..=i], &[], &[]);
         if form == IndirectJump::Unknown {
-            let constants = constants.get_or_insert_with(|| ctx.isa.register_constants(insts));
+            let constants = facts
+                .constants
+                .get_or_insert_with(|| ctx.isa.register_constants(insts));
             if !constants.is_empty() {
                 form = ctx.isa.analyze_indirect_jump(&insts[j..=i], &[], constants);
             }
         }
         if form == IndirectJump::Unknown && !reach {
-            retry.push((i, true));
-            continue;
+            return JumpAnalysis::NeedsPaths;
         }
         if form == IndirectJump::Unknown {
             // A table base hoisted out of a dispatch loop, in a register reused elsewhere:
             // follow every path back to the register's definition.
-            let preds = branch_preds.get_or_insert_with(|| {
+            let resolved = &self.resolved;
+            let preds = facts.branch_preds.get_or_insert_with(|| {
                 let mut p = direct_preds.clone();
                 // Targets of the tables found so far are entered from their jumps.
-                for (jump, kind) in &indirect {
+                for (jump, kind) in resolved {
                     if let IndirectKind::Table(t) = kind {
                         for e in &t.entries {
                             if let Some(target) = inst_index(insts, *e) {
@@ -428,7 +655,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             // yet understood (labels cannot be jumped to from other functions).
             let unresolved: Vec<usize> = (0..insts.len())
                 .filter(|&k| {
-                    insts[k].flow() == Flow::IndirectJump && !indirect.iter().any(|(x, _)| *x == k)
+                    insts[k].flow() == Flow::IndirectJump && !resolved.iter().any(|(x, _)| *x == k)
                 })
                 .collect();
             let live_in = ctx.isa.window_live_in(window);
@@ -472,6 +699,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 }
             }
         }
+        let mut via_paths = None;
         if matches!(
             form,
             IndirectJump::Unknown
@@ -485,32 +713,58 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length)
             {
                 form = bounded;
-                via_paths.push((i, head));
+                via_paths = Some(head);
             }
         }
+        JumpAnalysis::Found {
+            form,
+            assumed_targets,
+            via_paths,
+        }
+    }
+
+    /// What the jump at `i`, found to have `form`, is: a table (read now), a tail call, or a
+    /// jump to decide later.
+    fn classify(
+        b: &mut Builder,
+        f: &Function,
+        frame: &mut FrameCheck,
+        i: usize,
+        reach: bool,
+        form: IndirectJump,
+        assumed_targets: &Option<Vec<usize>>,
+    ) -> Outcome {
+        let ctx = b.ctx;
+        let insts = &f.insts;
+        let at = insts[i].addr();
+        let read_table = |b: &mut Builder,
+                          table: Vaddr,
+                          entry_size: u8,
+                          kind: JumpTableKind,
+                          index: TableIndex,
+                          frame: &mut FrameCheck| {
+            match resolve_table(b, insts, at, table, entry_size, kind, index) {
+                TableResult::Table(t) if !enters_all(insts, &t, assumed_targets) => {
+                    Outcome::Waiting
+                }
+                TableResult::Table(t) => Outcome::Resolved(IndirectKind::Table(t)),
+                TableResult::FunctionPointers if frame.live_at(at) => Outcome::Unknown,
+                TableResult::FunctionPointers => Outcome::Resolved(IndirectKind::TailCall),
+                TableResult::Failed => Outcome::Failed,
+            }
+        };
         match form {
             IndirectJump::AbsoluteTable {
-                table,
+                table: t,
                 entry_size,
                 bound,
                 index_bits,
             } => {
-                let kind = JumpTableKind::Absolute;
                 let index = TableIndex { bound, index_bits };
-                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, index) {
-                    TableResult::Table(t) if !enters_all(insts, &t, &assumed_targets) => {
-                        waiting.push(i)
-                    }
-                    TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
-                    TableResult::FunctionPointers if frame_live(inst.addr()) => {
-                        unknown_jumps.push(i)
-                    }
-                    TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
-                    TableResult::Failed => {}
-                }
+                read_table(b, t, entry_size, JumpTableKind::Absolute, index, frame)
             }
             IndirectJump::RelativeTable {
-                table,
+                table: t,
                 base,
                 entry_size,
                 bound,
@@ -518,239 +772,357 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             } => {
                 let kind = JumpTableKind::Relative { base };
                 let index = TableIndex { bound, index_bits };
-                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, index) {
-                    TableResult::Table(t) if !enters_all(insts, &t, &assumed_targets) => {
-                        waiting.push(i)
-                    }
-                    TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
-                    TableResult::FunctionPointers if frame_live(inst.addr()) => {
-                        unknown_jumps.push(i)
-                    }
-                    TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
-                    TableResult::Failed => {}
-                }
+                read_table(b, t, entry_size, kind, index, frame)
             }
             // A pointer read from a fixed address is a tail call, unless what is stored there
             // is a label of this very function: then it is a computed goto whose table base
             // the compiler folded into the load. Neither is a tail call made with the frame
             // still on the stack.
             IndirectJump::MemorySlot { slot } => match ctx.stored_code_at(slot) {
-                Some(t) if f.range.contains(t) && t != f.range.start => unknown_jumps.push(i),
-                _ if frame_live(inst.addr()) => unknown_jumps.push(i),
-                _ => indirect.push((i, IndirectKind::TailCall)),
+                Some(t) if f.range.contains(t) && t != f.range.start => Outcome::Unknown,
+                _ if frame.live_at(at) => Outcome::Unknown,
+                _ => Outcome::Resolved(IndirectKind::TailCall),
             },
-            IndirectJump::Unknown if reach => waiting.push(i),
-            IndirectJump::Unknown => unknown_jumps.push(i),
+            IndirectJump::Unknown if reach => Outcome::Waiting,
+            IndirectJump::Unknown => Outcome::Unknown,
         }
     }
-    unknown_jumps.extend(waiting);
-    // A block entered from a table, from a sibling fragment or as an entry has paths in that
-    // `dispatch_from_predecessors` did not follow: what it found does not hold on them.
-    for &(i, head) in &via_paths {
-        let other_way_in = head == f.range.start
-            || f.secondary_entries.contains(&head)
-            || incoming.iter().any(|inc| {
-                let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
-                a == head
-            })
-            || indirect.iter().any(|(_, k)| match k {
-                IndirectKind::Table(t) => t.entries.contains(&head),
-                _ => false,
-            });
-        if other_way_in {
-            b.fail(SkipReason::UnresolvedIndirectJump {
-                at: insts[i].addr(),
-            });
-        }
-    }
-    let table_spans: Vec<VaddrRange> = indirect
-        .iter()
-        .filter_map(|(_, k)| match k {
-            IndirectKind::Table(t) => Some(t.span()),
-            _ => None,
-        })
-        .collect();
-    let explained = |site: Vaddr| table_spans.iter().any(|s| s.contains(site));
 
-    // Stored references into the function's interior: address-taken labels. An indirect jump
-    // the analysis could not follow may reach any of them, including the entries of tables
-    // other jumps were recognized to use (gcc shares one label table between the dispatch
-    // sites of a threaded interpreter, loading the table base only once).
-    let mut labels: Vec<usize> = Vec::new();
-    let mut inexact_labels = false;
-    for r in ctx.refs_into(f.range) {
-        if r.target == f.range.start {
-            continue;
-        }
-        match inst_index(insts, r.target) {
-            Some(i) => {
-                leader[i] = true;
-                if !explained(r.site) {
-                    address_taken[i] = true;
-                }
-                labels.push(i);
-                inexact_labels |= !r.exact;
+    /// A block entered from a table, from a sibling fragment or as an entry has paths in that
+    /// `dispatch_from_predecessors` did not follow: what it found does not hold on them.
+    fn reject_paths_entered_otherwise(&self, b: &mut Builder, f: &Function, incoming: &[Incoming]) {
+        for &(i, head) in &self.via_paths {
+            let other_way_in = head == f.range.start
+                || f.secondary_entries.contains(&head)
+                || incoming.iter().any(|inc| {
+                    let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
+                    a == head
+                })
+                || self.resolved.iter().any(|(_, k)| match k {
+                    IndirectKind::Table(t) => t.entries.contains(&head),
+                    _ => false,
+                });
+            if other_way_in {
+                b.fail(SkipReason::UnresolvedIndirectJump {
+                    at: f.insts[i].addr(),
+                });
             }
-            None if r.exact => b.fail(SkipReason::ReferenceIntoInstruction { target: r.target }),
-            None => {}
         }
     }
-    labels.sort_unstable();
-    labels.dedup();
-    // PC-relative references from data into this function that none of its tables explain.
-    // A reference's `S + A` is its target plus its distance from the table's base, so the
-    // later entries of another function's table can land here (PostgreSQL's
-    // expression_tree_walker and its neighbours): those in a table that function was shown
-    // to read point into that function instead.
-    let relative_into_function = {
-        let lo = ctx.relative_refs.partition_point(|r| r.0 < f.range.start);
-        let hi = ctx.relative_refs.partition_point(|r| r.0 < f.range.end);
-        ctx.relative_refs[lo..hi]
+
+    /// The bytes of the tables the resolved jumps read.
+    fn table_spans(&self) -> Vec<VaddrRange> {
+        self.resolved
             .iter()
-            .any(|r| !explained(r.1) && !ctx.in_foreign_table(f.id, r.1))
-    };
-    for i in unknown_jumps {
-        let at = insts[i].addr();
-        if labels.is_empty() {
-            if relative_into_function {
-                b.fail(SkipReason::UnresolvedIndirectJump { at });
-            } else if frame_live(at) {
-                // A jump that leaves the frame on the stack is no tail call: the callee
-                // would return into it. It is a dispatch the analysis could not follow
-                // (a table of offsets from a base it did not find), and the table in data
-                // would still point at the old code.
-                b.fail(SkipReason::UnresolvedIndirectJump { at });
-            } else {
-                // No label of this function is stored anywhere: the jump can only reach
-                // function entries, i.e. it is a tail call through a register.
-                indirect.push((i, IndirectKind::TailCall));
-            }
-        } else if ctx.reloc_mode && !inexact_labels {
-            indirect.push((i, IndirectKind::ComputedGoto));
-        } else {
-            b.fail(SkipReason::ComputedGotoWithoutRelocations { at });
-        }
+            .filter_map(|(_, k)| match k {
+                IndirectKind::Table(t) => Some(t.span()),
+                _ => None,
+            })
+            .collect()
     }
-    indirect.sort_by_key(|(i, _)| *i);
 
-    // Leaders from direct branches, tables, landing pads and block ends.
-    for (i, inst) in insts.iter().enumerate() {
-        let flow = inst.flow();
-        match flow {
-            Flow::Jump { target } | Flow::CondJump { target } if f.range.contains(target) => {
-                match inst_index(insts, target) {
-                    Some(t) => leader[t] = true,
-                    None => b.fail(SkipReason::BranchIntoInstruction {
-                        at: inst.addr(),
-                        target,
-                    }),
+    /// Decides what the jumps no analysis explained are, from the labels stored anywhere:
+    /// without labels, tail calls (unless the frame is still on the stack, or PC-relative
+    /// data points into the function); with labels, computed gotos (in relocation mode, with
+    /// every label exact). Leaves `resolved` in instruction order.
+    fn decide_unknown(
+        &mut self,
+        b: &mut Builder,
+        f: &Function,
+        labels: &Labels,
+        frame: &mut FrameCheck,
+    ) {
+        let ctx = b.ctx;
+        for i in std::mem::take(&mut self.unknown) {
+            let at = f.insts[i].addr();
+            if labels.at.is_empty() {
+                if labels.relative_into_function {
+                    b.fail(SkipReason::UnresolvedIndirectJump { at });
+                } else if frame.live_at(at) {
+                    // A jump that leaves the frame on the stack is no tail call: the callee
+                    // would return into it. It is a dispatch the analysis could not follow
+                    // (a table of offsets from a base it did not find), and the table in data
+                    // would still point at the old code.
+                    b.fail(SkipReason::UnresolvedIndirectJump { at });
+                } else {
+                    // No label of this function is stored anywhere: the jump can only reach
+                    // function entries, i.e. it is a tail call through a register.
+                    self.resolved.push((i, IndirectKind::TailCall));
                 }
-            }
-            _ => {}
-        }
-        let noreturn_call = matches!(flow, Flow::Call { target } if ctx.is_noreturn(target));
-        if (flow.ends_block() || noreturn_call) && i + 1 < n {
-            leader[i + 1] = true;
-        }
-    }
-    for (_, kind) in &indirect {
-        if let IndirectKind::Table(t) = kind {
-            for &e in &t.entries {
-                if let Some(idx) = inst_index(insts, e) {
-                    leader[idx] = true;
-                }
+            } else if ctx.reloc_mode && !labels.inexact {
+                self.resolved.push((i, IndirectKind::ComputedGoto));
+            } else {
+                b.fail(SkipReason::ComputedGotoWithoutRelocations { at });
             }
         }
+        self.resolved.sort_by_key(|(i, _)| *i);
     }
-    let mut call_landing_pads: Vec<(VaddrRange, Vaddr)> = Vec::new();
-    for &(range, lp) in &decoded.call_sites {
-        let Some(lp) = lp else { continue };
-        call_landing_pads.push((range, lp));
-        if f.range.contains(lp) {
-            match inst_index(insts, lp) {
+}
+
+/// What one indirect jump turned out to be.
+enum Outcome {
+    Resolved(IndirectKind),
+    /// Its table does not enter the blocks assumed for it, or the paths did not resolve it:
+    /// tried again after a round that resolves another jump.
+    Waiting,
+    /// Decided once the labels are known.
+    Unknown,
+    /// Recorded as a skip reason.
+    Failed,
+}
+
+/// The function's address-taken labels: stored references into its interior.
+struct Labels {
+    /// Instruction indices, sorted.
+    at: Vec<usize>,
+    /// Some reference was only approximate (no relocation says exactly where it points).
+    inexact: bool,
+    /// PC-relative references from data point into the function and no table explains them.
+    relative_into_function: bool,
+}
+
+impl Labels {
+    /// Stored references into the function's interior: address-taken labels. An indirect
+    /// jump the analysis could not follow may reach any of them, including the entries of
+    /// tables other jumps were recognized to use (gcc shares one label table between the
+    /// dispatch sites of a threaded interpreter, loading the table base only once).
+    fn find(
+        b: &mut Builder,
+        f: &Function,
+        marks: &mut Marks,
+        table_spans: &[VaddrRange],
+    ) -> Labels {
+        let ctx = b.ctx;
+        let explained = |site: Vaddr| table_spans.iter().any(|s| s.contains(site));
+        let mut labels: Vec<usize> = Vec::new();
+        let mut inexact_labels = false;
+        for r in ctx.refs_into(f.range) {
+            if r.target == f.range.start {
+                continue;
+            }
+            match inst_index(&f.insts, r.target) {
                 Some(i) => {
-                    leader[i] = true;
-                    landing_pad[i] = true;
+                    marks.leader[i] = true;
+                    if !explained(r.site) {
+                        marks.address_taken[i] = true;
+                    }
+                    labels.push(i);
+                    inexact_labels |= !r.exact;
                 }
-                None => b.fail(SkipReason::BadLandingPad {
-                    lsda: f.lsda.unwrap_or_default(),
-                    landing_pad: lp,
-                }),
+                None if r.exact => {
+                    b.fail(SkipReason::ReferenceIntoInstruction { target: r.target })
+                }
+                None => {}
             }
-        } else if !ctx
-            .function_containing(lp)
-            .is_some_and(|g| ctx.are_fragments(f.id, g))
-        {
-            b.fail(SkipReason::BadLandingPad {
-                lsda: f.lsda.unwrap_or_default(),
-                landing_pad: lp,
+        }
+        labels.sort_unstable();
+        labels.dedup();
+        // PC-relative references from data into this function that none of its tables
+        // explain. A reference's `S + A` is its target plus its distance from the table's
+        // base, so the later entries of another function's table can land here (PostgreSQL's
+        // expression_tree_walker and its neighbours): those in a table that function was
+        // shown to read point into that function instead.
+        let relative_into_function = {
+            let lo = ctx.relative_refs.partition_point(|r| r.0 < f.range.start);
+            let hi = ctx.relative_refs.partition_point(|r| r.0 < f.range.end);
+            ctx.relative_refs[lo..hi]
+                .iter()
+                .any(|r| !explained(r.1) && !ctx.in_foreign_table(f.id, r.1))
+        };
+        Labels {
+            at: labels,
+            inexact: inexact_labels,
+            relative_into_function,
+        }
+    }
+}
+
+/// Cuts a function's instructions into blocks at the marked starts.
+struct BlockCutter<'f, 'c, 'a> {
+    ctx: &'c Context<'a>,
+    f: &'f Function,
+    /// Block start indices, then the instruction count.
+    starts: Vec<usize>,
+    block_of_inst: Vec<u32>,
+    marks: &'f Marks,
+    labels: &'f Labels,
+    call_landing_pads: Vec<(VaddrRange, Vaddr)>,
+    /// The last instruction is a call at the end of an extent the compiler gave.
+    last_call_ends_path: bool,
+}
+
+/// What cutting made of one block besides its instructions.
+struct BlockEnd {
+    terminator: Terminator,
+    succs: Vec<Edge>,
+    fragment_succs: Vec<FragmentEdge>,
+    falls_through: bool,
+}
+
+impl<'f, 'c, 'a> BlockCutter<'f, 'c, 'a> {
+    fn new(
+        b: &Builder<'c, 'a>,
+        f: &'f Function,
+        marks: &'f Marks,
+        labels: &'f Labels,
+        call_landing_pads: Vec<(VaddrRange, Vaddr)>,
+    ) -> Self {
+        let insts = &f.insts;
+        let n = insts.len();
+        let mut starts: Vec<usize> = (0..n).filter(|&i| marks.leader[i]).collect();
+        starts.push(n);
+        let block_of_inst = {
+            let mut v = vec![0u32; n];
+            for (bi, w) in starts.windows(2).enumerate() {
+                for slot in &mut v[w[0]..w[1]] {
+                    *slot = bi as u32;
+                }
+            }
+            v
+        };
+        // A call that is the last instruction of an extent the compiler gave (symbol size,
+        // FDE) does not come back there, whatever its callee does elsewhere: the compiler
+        // emitted nothing after it because it knew control cannot continue, either from a
+        // noreturn attribute or from `__builtin_unreachable()` after an ordinary call.
+        // PostgreSQL's `ereport(ERROR, ...)` ends in `errfinish()`, which returns for lesser
+        // levels: 3,280 of its cold parts end that way, and each held its parent back. The
+        // callee is not made noreturn for other callers (`callees_returned_to` is about that).
+        // An extent guessed up to the next symbol says nothing about where the code ends, and
+        // neither does one followed by code no function claims (a symbol size cut short would
+        // look like that).
+        let last_call_ends_path = insts
+            .last()
+            .is_some_and(|l| matches!(l.flow(), Flow::Call { .. } | Flow::IndirectCall))
+            && f.origin != Origin::SymbolSizedByNext
+            && nothing_continues_after(b.ctx, f);
+        BlockCutter {
+            ctx: b.ctx,
+            f,
+            starts,
+            block_of_inst,
+            marks,
+            labels,
+            call_landing_pads,
+            last_call_ends_path,
+        }
+    }
+
+    fn block_at(&self, addr: Vaddr) -> Option<BlockId> {
+        inst_index(&self.f.insts, addr).map(|i| BlockId(self.block_of_inst[i]))
+    }
+
+    /// Whether the call at instruction `i` ends the compiler's extent (see `new`).
+    fn ends_at_compiler_extent(&self, i: usize) -> bool {
+        i + 1 == self.f.insts.len() && self.last_call_ends_path
+    }
+
+    /// The blocks, the calls and the jump tables of the function, with `indirect` (sorted)
+    /// saying what each indirect jump is. Problems of blocks that may be unreachable (code
+    /// after a noreturn call that the compiler left in, alignment padding at the end) only
+    /// fail the function if the block is reachable.
+    fn blocks(
+        self,
+        b: &mut Builder,
+        incoming: &[Incoming],
+        indirect: Vec<(usize, IndirectKind)>,
+    ) -> (Vec<Block>, Vec<Call>, Vec<JumpTable>) {
+        let insts = &self.f.insts;
+        let mut blocks = Vec::with_capacity(self.starts.len() - 1);
+        let mut calls = Vec::new();
+        let mut tables = Vec::new();
+        let mut indirect = indirect.into_iter().peekable();
+        let mut deferred: Vec<(usize, SkipReason)> = Vec::new();
+        for (bi, w) in self.starts.windows(2).enumerate() {
+            let (first, end) = (w[0], w[1]);
+            self.calls_in(first, end, &mut calls);
+            let last = end - 1;
+            let indirect_here = indirect.next_if(|(i, _)| *i == last).map(|(_, k)| k);
+            let mut block_end =
+                self.block_end(b, bi, last, indirect_here, &mut tables, &mut deferred);
+            if block_end.falls_through {
+                let next_block = (end < insts.len()).then(|| BlockId(bi as u32 + 1));
+                match next_block {
+                    Some(nb) => block_end.succs.push(Edge {
+                        to: nb,
+                        kind: EdgeKind::FallThrough,
+                    }),
+                    None => {
+                        deferred.push((
+                            bi,
+                            SkipReason::FallsOffEnd {
+                                at: insts[last].addr(),
+                            },
+                        ));
+                    }
+                }
+            }
+            blocks.push(Block {
+                start: insts[first].addr(),
+                insts: first as u32..end as u32,
+                terminator: block_end.terminator,
+                succs: block_end.succs,
+                fragment_succs: block_end.fragment_succs,
+                is_entry: self.marks.entry[first],
+                is_landing_pad: self.marks.landing_pad[first],
+                is_address_taken: self.marks.address_taken[first],
+                is_reachable: true,
             });
         }
-    }
-
-    // Blocks.
-    let mut starts: Vec<usize> = (0..n).filter(|&i| leader[i]).collect();
-    starts.push(n);
-    let block_of_inst = {
-        let mut v = vec![0u32; n];
-        for (bi, w) in starts.windows(2).enumerate() {
-            for slot in &mut v[w[0]..w[1]] {
-                *slot = bi as u32;
+        let reachable = reachable_blocks(&blocks, incoming);
+        for (block, reachable) in blocks.iter_mut().zip(&reachable) {
+            block.is_reachable = *reachable;
+        }
+        for (bi, reason) in deferred {
+            if reachable[bi] {
+                b.fail(reason);
             }
         }
-        v
-    };
-    let block_at = |addr: Vaddr| inst_index(insts, addr).map(|i| BlockId(block_of_inst[i]));
-    let mut blocks = Vec::with_capacity(starts.len() - 1);
-    let mut calls = Vec::new();
-    let mut tables = Vec::new();
-    let mut indirect_iter = indirect.into_iter().peekable();
-    // Problems of blocks that may be unreachable (code after a noreturn call that the
-    // compiler left in, alignment padding at the end): they only matter if reachable.
-    let mut deferred: Vec<(usize, SkipReason)> = Vec::new();
-    // A call that is the last instruction of an extent the compiler gave (symbol size, FDE)
-    // does not come back there, whatever its callee does elsewhere: the compiler emitted
-    // nothing after it because it knew control cannot continue, either from a noreturn
-    // attribute or from `__builtin_unreachable()` after an ordinary call. PostgreSQL's
-    // `ereport(ERROR, ...)` ends in `errfinish()`, which returns for lesser levels: 3,280
-    // of its cold parts end that way, and each held its parent back. The callee is not made
-    // noreturn for other callers (`callees_returned_to` is about that). An extent guessed up
-    // to the next symbol says nothing about where the code ends, and neither does one followed
-    // by code no function claims (a symbol size cut short would look like that).
-    let last_call_ends_path = insts
-        .last()
-        .is_some_and(|l| matches!(l.flow(), Flow::Call { .. } | Flow::IndirectCall))
-        && f.origin != Origin::SymbolSizedByNext
-        && nothing_continues_after(ctx, f);
-    let ends_at_compiler_extent = |i: usize| i + 1 == n && last_call_ends_path;
-    for (bi, w) in starts.windows(2).enumerate() {
-        let (first, end) = (w[0], w[1]);
-        let last = end - 1;
-        let last_inst = insts[last];
-        let mut succs = Vec::new();
-        let mut fragment_succs = Vec::new();
-        let next_block = (end < n).then(|| BlockId(bi as u32 + 1));
-        let mut falls_through = false;
-        for (i, inst) in insts.iter().enumerate().take(end).skip(first) {
+        (blocks, calls, tables)
+    }
+
+    /// The calls among instructions `first..end`.
+    fn calls_in(&self, first: usize, end: usize, calls: &mut Vec<Call>) {
+        let landing_pad = |at: Vaddr| landing_pad_of(&self.call_landing_pads, at);
+        for (i, inst) in self.f.insts.iter().enumerate().take(end).skip(first) {
             match inst.flow() {
                 Flow::Call { target } => {
-                    let target_kind = ctx.call_target(target);
+                    let target_kind = self.ctx.call_target(target);
                     calls.push(Call {
                         at: inst.addr(),
-                        noreturn: ctx.is_noreturn(target) || ends_at_compiler_extent(i),
+                        noreturn: self.ctx.is_noreturn(target) || self.ends_at_compiler_extent(i),
                         target: target_kind,
-                        landing_pad: landing_pad_of(&call_landing_pads, inst.addr()),
+                        landing_pad: landing_pad(inst.addr()),
                     });
                 }
                 Flow::IndirectCall => calls.push(Call {
                     at: inst.addr(),
                     target: CallTarget::Indirect,
-                    noreturn: ends_at_compiler_extent(i),
-                    landing_pad: landing_pad_of(&call_landing_pads, inst.addr()),
+                    noreturn: self.ends_at_compiler_extent(i),
+                    landing_pad: landing_pad(inst.addr()),
                 }),
                 _ => {}
             }
         }
+    }
+
+    /// How block `bi`, whose last instruction is `last`, ends: its terminator and the edges it
+    /// takes (a fall-through edge is left to the caller). `indirect` is what the block's
+    /// indirect jump was found to be, if it ends with one; its table goes to `tables`.
+    fn block_end(
+        &self,
+        b: &mut Builder,
+        bi: usize,
+        last: usize,
+        indirect: Option<IndirectKind>,
+        tables: &mut Vec<JumpTable>,
+        deferred: &mut Vec<(usize, SkipReason)>,
+    ) -> BlockEnd {
+        let f = self.f;
+        let ctx = self.ctx;
+        let last_inst = f.insts[last];
+        let mut succs = Vec::new();
+        let mut fragment_succs = Vec::new();
+        let mut falls_through = false;
         let terminator = match last_inst.flow() {
             flow @ (Flow::Jump { target } | Flow::CondJump { target }) => {
                 let conditional = matches!(flow, Flow::CondJump { .. });
@@ -760,14 +1132,19 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 } else {
                     Terminator::Jump
                 };
-                if let Some(t) = f.range.contains(target).then(|| block_at(target)).flatten() {
+                if let Some(t) = f
+                    .range
+                    .contains(target)
+                    .then(|| self.block_at(target))
+                    .flatten()
+                {
                     succs.push(Edge {
                         to: t,
                         kind: EdgeKind::Taken,
                     });
                     plain
                 } else {
-                    match external(&b, last_inst.addr(), target) {
+                    match external(b, last_inst.addr(), target) {
                         External::Fragment(fe) => {
                             fragment_succs.push(FragmentEdge {
                                 kind: EdgeKind::Taken,
@@ -784,15 +1161,15 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     }
                 }
             }
-            Flow::IndirectJump => match indirect_iter.next_if(|(i, _)| *i == last) {
-                Some((_, IndirectKind::Table(t))) => {
+            Flow::IndirectJump => match indirect {
+                Some(IndirectKind::Table(t)) => {
                     let mut seen = Vec::new();
                     for &e in &t.entries {
                         if seen.contains(&e) {
                             continue;
                         }
                         seen.push(e);
-                        if let Some(to) = f.range.contains(e).then(|| block_at(e)).flatten() {
+                        if let Some(to) = f.range.contains(e).then(|| self.block_at(e)).flatten() {
                             succs.push(Edge {
                                 to,
                                 kind: EdgeKind::JumpTable,
@@ -812,13 +1189,13 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                         table: JumpTableId(tables.len() as u32 - 1),
                     }
                 }
-                Some((_, IndirectKind::TailCall)) => Terminator::TailCall {
+                Some(IndirectKind::TailCall) => Terminator::TailCall {
                     target: CallTarget::Indirect,
                 },
-                Some((_, IndirectKind::ComputedGoto)) => {
-                    for &l in &labels {
+                Some(IndirectKind::ComputedGoto) => {
+                    for &l in &self.labels.at {
                         succs.push(Edge {
-                            to: BlockId(block_of_inst[l]),
+                            to: BlockId(self.block_of_inst[l]),
                             kind: EdgeKind::ComputedGoto,
                         });
                     }
@@ -830,7 +1207,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             Flow::Return => Terminator::Return,
             Flow::Trap => Terminator::Trap,
             Flow::Call { target } if ctx.is_noreturn(target) => Terminator::NoReturnCall,
-            Flow::Call { .. } | Flow::IndirectCall if ends_at_compiler_extent(last) => {
+            Flow::Call { .. } | Flow::IndirectCall if self.ends_at_compiler_extent(last) => {
                 Terminator::NoReturnCall
             }
             Flow::Next | Flow::Call { .. } | Flow::IndirectCall => {
@@ -838,50 +1215,13 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 Terminator::FallThrough
             }
         };
-        if falls_through {
-            match next_block {
-                Some(nb) => succs.push(Edge {
-                    to: nb,
-                    kind: EdgeKind::FallThrough,
-                }),
-                None => {
-                    deferred.push((
-                        bi,
-                        SkipReason::FallsOffEnd {
-                            at: last_inst.addr(),
-                        },
-                    ));
-                }
-            }
-        }
-        blocks.push(Block {
-            start: insts[first].addr(),
-            insts: first as u32..end as u32,
+        BlockEnd {
             terminator,
             succs,
             fragment_succs,
-            is_entry: entry[first],
-            is_landing_pad: landing_pad[first],
-            is_address_taken: address_taken[first],
-            is_reachable: true,
-        });
-    }
-    let reachable = reachable_blocks(&blocks, incoming);
-    for (block, reachable) in blocks.iter_mut().zip(&reachable) {
-        block.is_reachable = *reachable;
-    }
-    for (bi, reason) in deferred {
-        if reachable[bi] {
-            b.fail(reason);
+            falls_through,
         }
     }
-    f.blocks = blocks;
-    f.calls = calls;
-    f.jump_tables = tables;
-    f.status = match b.skip {
-        Some(r) => Status::Skipped(r),
-        None => Status::Simple,
-    };
 }
 
 /// Whether `table` has a proven size and enters every block of `assumed` (instruction indices),
