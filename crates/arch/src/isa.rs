@@ -325,3 +325,39 @@ impl RelocTypes for Isa {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 64-byte ELF64 header of an executable for `machine`, with no program headers and no
+    /// sections.
+    fn header(machine: u16) -> Vec<u8> {
+        let mut h = vec![0u8; 64];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = 2; // ELFCLASS64
+        h[5] = 1; // ELFDATA2LSB
+        h[6] = 1; // EV_CURRENT
+        h[16..18].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        h[18..20].copy_from_slice(&machine.to_le_bytes());
+        h[20..24].copy_from_slice(&1u32.to_le_bytes());
+        h[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+        h[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        h[58..60].copy_from_slice(&64u16.to_le_bytes()); // e_shentsize
+        h
+    }
+
+    /// `Isa::of` relies on it: every machine the ELF reader accepts has an `Isa`.
+    #[test]
+    fn every_machine_the_reader_accepts_has_an_isa() {
+        let mut accepted = 0;
+        for machine in 0..=u16::from(u8::MAX) {
+            let bytes = header(machine);
+            if let Ok(elf) = ElfFile::parse(&bytes) {
+                accepted += 1;
+                assert_eq!(Isa::from_elf_machine(machine), Some(Isa::of(&elf)));
+            }
+        }
+        assert!(accepted > 0, "the test header is refused for every machine");
+    }
+}
