@@ -9,6 +9,7 @@
 
 pub mod boundaries;
 pub mod cfg;
+mod indirect;
 pub mod noreturn;
 pub mod plt;
 pub mod refs;

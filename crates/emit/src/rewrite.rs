@@ -1,14 +1,18 @@
 //! The rewrite pipeline, from a discovered program and a layout strategy to the output image.
+//! `rewrite` runs the phases in order, one function each:
 //!
-//! 1. Choose the functions to rewrite (simple ones in `.text`; in place mode only those no
-//!    unknown reference can enter in the middle) and build the layout.
-//! 2. Plan every fragment (parallel); a function whose fragment cannot be planned, or does
-//!    not fit in place, is left untouched and reported.
-//! 3. Give fragments addresses in the new segment, build the address map, encode (parallel).
-//! 4. Patch references (relocated ones, and branches of code that stays into moved code that
-//!    the assembler resolved), leave forwarding jumps at old entries where no other entry lies
-//!    under them, rebuild unwind and exception tables and the symbol table, and hand
-//!    everything to the ELF writer.
+//! 1. `choose_layout`: the functions to rewrite (simple ones in `.text`; in place mode only
+//!    those no unknown reference can enter in the middle) and their layout.
+//! 2. `plan_fragments`: every fragment planned (parallel); a function whose fragment cannot
+//!    be planned, or does not fit in place, is left untouched and reported.
+//! 3. `place_fragments`: addresses in the new segment, then the address map and the
+//!    instrumentation runtime.
+//! 4. `encode_text` (parallel), then patches: references (relocated ones, and branches of
+//!    code that stays into moved code that the assembler resolved), `forwarding_jumps` at old
+//!    entries where no other entry lies under them, `init_fini_patches`, exported symbols.
+//! 5. Unwind and exception tables, debug info (`output_sections`).
+//! 6. The symbol table, the address translation table, the note, the superseded input
+//!    sections; everything goes to the ELF writer.
 //!
 //! Nothing here touches the file system: the caller writes the image.
 
@@ -16,7 +20,7 @@ use std::collections::BTreeMap;
 
 use rayon::prelude::*;
 use rivet_arch::{Branch, BranchForm};
-use rivet_elf::writer::{NewSection, Rewrite, SectionLink, new_segment, write_output};
+use rivet_elf::writer::{NewSection, Rewrite, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
 use rivet_ir::{FuncId, Program, RelocationMode, TableBound};
@@ -28,6 +32,10 @@ use crate::code::{
 };
 use crate::debug;
 use crate::frames::{self, FrameError};
+use crate::output_sections::{
+    NewSections, Superseded, add_debug_sections, add_symbol_table, add_unwind_sections,
+    build_id_salt, rivet_note,
+};
 use crate::references;
 use crate::symbols::{self, PlacedFragment};
 use rivet_ir::probes::FunctionProbes;
@@ -1019,233 +1027,6 @@ fn init_fini_patches(
         }
     }
     patches
-}
-
-/// The sections the output adds, in order, with the section index each gets.
-struct NewSections {
-    /// Sections of the input: the new ones are numbered after them.
-    old_count: u32,
-    list: Vec<NewSection>,
-}
-
-impl NewSections {
-    fn after(elf: &ElfFile<'_>) -> NewSections {
-        NewSections {
-            old_count: elf.sections().len() as u32,
-            list: Vec::new(),
-        }
-    }
-
-    /// Adds `section`; returns its index in the output.
-    fn add(&mut self, section: NewSection) -> u16 {
-        self.list.push(section);
-        (self.old_count + self.list.len() as u32 - 1) as u16
-    }
-}
-
-/// Phase 5: the new `.gcc_except_table`, `.eh_frame` and `.eh_frame_hdr`; returns where the
-/// header lies and its size (for PT_GNU_EH_FRAME).
-fn add_unwind_sections(
-    t: frames::UnwindTables,
-    sections: &mut NewSections,
-    summary: &mut Summary,
-) -> (Vaddr, u64) {
-    summary.frames = t.frames;
-    summary.lsdas = t.lsdas;
-    let alloc = object::elf::SHF_ALLOC.0;
-    let progbits = object::elf::SHT_PROGBITS.0;
-    let (lsda_addr, lsda_bytes) = t.gcc_except_table;
-    if !lsda_bytes.is_empty() {
-        sections.add(NewSection::new(
-            ".gcc_except_table",
-            progbits,
-            alloc,
-            lsda_addr,
-            lsda_bytes,
-            4,
-        ));
-    }
-    let (eh_addr, eh_bytes) = t.eh_frame;
-    sections.add(NewSection::new(
-        ".eh_frame",
-        progbits,
-        alloc,
-        eh_addr,
-        eh_bytes,
-        8,
-    ));
-    let (hdr_addr, hdr_bytes) = t.eh_frame_hdr;
-    let eh_frame_hdr = (hdr_addr, hdr_bytes.len() as u64);
-    sections.add(NewSection::new(
-        ".eh_frame_hdr",
-        progbits,
-        alloc,
-        hdr_addr,
-        hdr_bytes,
-        4,
-    ));
-    eh_frame_hdr
-}
-
-/// Phase 6a: the new `.symtab` and its `.strtab`.
-fn add_symbol_table(table: symbols::SymbolTable, sections: &mut NewSections) {
-    let strtab_position = sections.list.len() as u32 + 1;
-    sections.add(NewSection {
-        entsize: 24,
-        link: SectionLink::New(strtab_position),
-        info: table.first_global,
-        ..NewSection::new(
-            ".symtab",
-            object::elf::SHT_SYMTAB.0,
-            0,
-            Vaddr(0),
-            table.symtab,
-            8,
-        )
-    });
-    sections.add(NewSection::new(
-        ".strtab",
-        object::elf::SHT_STRTAB.0,
-        0,
-        Vaddr(0),
-        table.strtab,
-        1,
-    ));
-}
-
-/// Phase 6b: debug info for the new addresses, or none (with a warning).
-fn add_debug_sections(
-    debug_sections: Result<Option<debug::DebugSections>, debug::DebugError>,
-    sections: &mut NewSections,
-    summary: &mut Summary,
-) {
-    match debug_sections {
-        Ok(Some(d)) => {
-            summary.debug_units = d.units;
-            summary.debug_moved_rows = d.moved_rows;
-            summary.debug_writer = Some(d.writer);
-            summary.debug_fallback = d.fallback;
-            for (name, bytes) in d.sections {
-                sections.add(NewSection::new(
-                    name,
-                    object::elf::SHT_PROGBITS.0,
-                    0,
-                    Vaddr(0),
-                    bytes,
-                    1,
-                ));
-            }
-        }
-        Ok(None) => {}
-        Err(e) => summary.warnings.push(format!(
-            "debug info removed (renamed to {ORIGINAL_PREFIX}.debug_*): {e}"
-        )),
-    }
-}
-
-/// Phase 6c: the note recording the input's build-id.
-fn rivet_note(input_id: &[u8]) -> NewSection {
-    let mut note = Vec::new();
-    note.extend_from_slice(&6u32.to_le_bytes()); // "Rivet\0"
-    note.extend_from_slice(&(input_id.len() as u32).to_le_bytes());
-    note.extend_from_slice(&NT_RIVET_INPUT_BUILD_ID.to_le_bytes());
-    note.extend_from_slice(b"Rivet\0\0\0");
-    note.extend_from_slice(input_id);
-    note.resize(note.len().div_ceil(4) * 4, 0);
-    NewSection::new(RIVET_NOTE, object::elf::SHT_NOTE.0, 0, Vaddr(0), note, 4)
-}
-
-/// Phase 6d: input sections the output supersedes: renamed, and tables re-typed so no tool
-/// reads them as live.
-struct Superseded {
-    renames: Vec<(u32, String)>,
-    drop_contents: Vec<u32>,
-    retype: Vec<u32>,
-}
-
-impl Superseded {
-    fn find(
-        elf: &ElfFile<'_>,
-        new_sections: &[NewSection],
-        has_tables: bool,
-        in_place: bool,
-        hot_index: Option<u16>,
-    ) -> Superseded {
-        let mut out = Superseded {
-            renames: Vec::new(),
-            drop_contents: Vec::new(),
-            retype: Vec::new(),
-        };
-        // The symbol table superseded is the one `symbols::build` read (the first SHT_SYMTAB
-        // and the string table it links), whatever their names: a renamed one left live would
-        // keep its link index, which points elsewhere once sections are added.
-        let has_new_symtab = new_sections.iter().any(|s| s.name == ".symtab");
-        let old_symbol_tables: Vec<u32> = elf
-            .sections()
-            .iter()
-            .find(|s| s.sh_type == object::elf::SHT_SYMTAB.0)
-            .map(|s| {
-                let mut v = vec![s.index as u32];
-                // Its strings, unless a corrupt link names a loaded section (`.dynstr`).
-                if elf.section(s.link as usize).is_some_and(|l| !l.is_alloc()) {
-                    v.push(s.link);
-                }
-                v
-            })
-            .unwrap_or_default();
-        for s in elf.sections() {
-            let i = s.index as u32;
-            let name = s.name.as_ref();
-            let is_old_symbol_table = has_new_symtab && old_symbol_tables.contains(&i);
-            let replaced = match name {
-                _ if is_old_symbol_table => true,
-                ".eh_frame" | ".eh_frame_hdr" | ".gcc_except_table" => has_tables,
-                ".text" => !in_place && hot_index.is_some(),
-                // Regenerated, or dropped because nothing regenerates them (.debug_frame,
-                // .debug_macro, name indexes): either way the input's copy is stale.
-                ".gdb_index" => true,
-                _ => name.starts_with(".debug"),
-            };
-            let stale_relocations = s.sh_type == object::elf::SHT_RELA.0 && !s.is_alloc();
-            if replaced || stale_relocations {
-                out.renames.push((i, format!("{ORIGINAL_PREFIX}{name}")));
-                // Non-allocated contents the output replaces or makes stale are left out (the
-                // header stays, renamed, so section indices hold); allocated ones hold code.
-                if !s.is_alloc() {
-                    out.drop_contents.push(i);
-                }
-            }
-            if stale_relocations || is_old_symbol_table {
-                out.retype.push(i);
-            }
-        }
-        out
-    }
-}
-
-/// What the output's new build-id is derived from besides its bytes: the input's build-id
-/// and everything that chose the layout, so that two different outputs of one input never
-/// share a build-id.
-fn build_id_salt(
-    input_id: &[u8],
-    options: &RewriteOptions<'_>,
-    layout: &Layout,
-    instrumentation: Option<&Instrumentation<'_>>,
-) -> Vec<u8> {
-    let mut salt = input_id.to_vec();
-    salt.extend_from_slice(format!("{:?}", options.layout).as_bytes());
-    if let LayoutSource::Custom { .. } = options.layout {
-        // Two profiles give two layouts: the build-id must tell their outputs apart.
-        salt.extend_from_slice(format!("{:?}{:?}", layout.hot_order, layout.cold_order).as_bytes());
-        for fl in layout.functions.iter().flatten() {
-            salt.extend_from_slice(format!("{:?}", fl.fragments).as_bytes());
-        }
-    }
-    salt.extend_from_slice(format!("{:?}", options.alignment).as_bytes());
-    if instrumentation.is_some() {
-        salt.extend_from_slice(b"instrumented");
-    }
-    salt
 }
 
 /// Generates the runtime at `at`, hooked on the entry point (executables) or DT_INIT (shared
