@@ -158,15 +158,12 @@ impl Isa {
         }
     }
 
-    /// True when the short form of a `kind` branch placed at offset `at` reaches offset
-    /// `target` (offsets in one fragment).
-    pub fn short_branch_reaches(self, kind: BranchKind, at: u64, target: u64) -> bool {
+    /// True when a branch in its short form, `size` bytes placed at offset `at`, reaches
+    /// offset `target` (offsets from one origin; a target may lie before it).
+    pub fn short_branch_reaches(self, at: u64, size: u64, target: i64) -> bool {
         match self {
-            Isa::X86_64 => {
-                // rel8, counted from the end of the branch.
-                let end = at + self.branch_sizes(kind).short;
-                i8::try_from(target as i64 - end as i64).is_ok()
-            }
+            // rel8, counted from the end of the branch.
+            Isa::X86_64 => i8::try_from(target - (at + size) as i64).is_ok(),
         }
     }
 

@@ -695,9 +695,10 @@ pub fn plan_fragment(
                         None => continue,
                     },
                 };
-                let end = offsets[i] + u64::from(*short_size);
-                let disp = to - end as i64;
-                if i8::try_from(disp).is_err() {
+                if !encoder
+                    .isa()
+                    .short_branch_reaches(offsets[i], u64::from(*short_size), to)
+                {
                     *form = BranchForm::Near;
                     changed = true;
                 }

@@ -93,7 +93,7 @@ pub fn estimated_fragment_size(isa: Isa, f: &Function, blocks: &[BlockId]) -> u6
         for br in branches {
             let bytes = match br.target.and_then(|t| start.get(&t)) {
                 Some(&target) => {
-                    if isa.short_branch_reaches(br.kind, at, target) {
+                    if isa.short_branch_reaches(at, short(br), target as i64) {
                         short(br)
                     } else {
                         near(br)

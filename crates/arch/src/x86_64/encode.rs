@@ -110,6 +110,11 @@ impl Default for BranchEncoder {
 }
 
 impl BranchEncoder {
+    /// The ISA whose branches this encoder writes.
+    pub fn isa(&self) -> crate::Isa {
+        crate::Isa::X86_64
+    }
+
     fn instruction(branch: Branch, form: BranchForm, target: Vaddr) -> Instruction {
         match branch {
             Branch::Jump => {
