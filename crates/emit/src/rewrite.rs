@@ -405,15 +405,7 @@ pub fn rewrite(
         cold_text,
         mut patches,
     } = encode_text(elf, program, &text, &map, &fixups, in_place)?;
-    let reference_patches = references::patches(program, &refs, &map);
-    summary.patched_references = reference_patches.patches.len();
-    for r in &reference_patches.unmapped {
-        summary.warnings.push(format!(
-            "reference at {} to {} not updated (not an instruction of rewritten code)",
-            r.site, r.target
-        ));
-    }
-    patches.extend(reference_patches.patches);
+    patches.extend(reference_patches(program, &refs, &map, &mut summary));
     if !in_place {
         patches.extend(forwarding_jumps(
             program,
@@ -435,36 +427,9 @@ pub fn rewrite(
 
     let bounds = text.bounds;
     let mut sections = NewSections::after(elf);
-    let exec = object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0;
-    let hot_index = (!hot_text.is_empty()).then(|| {
-        sections.add(NewSection::new(
-            ".text",
-            object::elf::SHT_PROGBITS.0,
-            exec,
-            bounds.hot_start,
-            hot_text,
-            64,
-        ))
-    });
-    let cold_index = (!cold_text.is_empty()).then(|| {
-        sections.add(NewSection::new(
-            ".text.cold",
-            object::elf::SHT_PROGBITS.0,
-            exec,
-            bounds.cold_start,
-            cold_text,
-            64,
-        ))
-    });
-    let section_of = |addr: Vaddr| -> Option<u16> {
-        if addr >= bounds.hot_start && addr < bounds.hot_end {
-            hot_index
-        } else if addr >= bounds.cold_start && addr < bounds.cold_end {
-            cold_index
-        } else {
-            elf.section_containing(addr).map(|s| s.index as u16)
-        }
-    };
+    let text_sections = TextSections::add(&mut sections, bounds, hot_text, cold_text);
+    let hot_index = text_sections.hot_index;
+    let section_of = |addr: Vaddr| text_sections.section_of(elf, addr);
     patches.extend(symbols::dynamic_symbol_patches(
         elf,
         program,
@@ -475,7 +440,7 @@ pub fn rewrite(
         sections.add(NewSection::new(
             ".rivet.runtime",
             object::elf::SHT_PROGBITS.0,
-            exec,
+            object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0,
             addr,
             code.bytes,
             64,
@@ -953,7 +918,26 @@ fn encode_text(
     })
 }
 
-/// Phase 4b: forwarding jumps at the old entries of moved functions, except where another way
+/// Phase 4b: the relocated references to moved code, patched; those that could not be
+/// (pointing into code that is no instruction of the rewritten code) are reported.
+fn reference_patches(
+    program: &Program,
+    refs: &references::References,
+    map: &AddressMap,
+    summary: &mut Summary,
+) -> Vec<(Vaddr, Vec<u8>)> {
+    let reference_patches = references::patches(program, refs, map);
+    summary.patched_references = reference_patches.patches.len();
+    for r in &reference_patches.unmapped {
+        summary.warnings.push(format!(
+            "reference at {} to {} not updated (not an instruction of rewritten code)",
+            r.site, r.target
+        ));
+    }
+    reference_patches.patches
+}
+
+/// Phase 4c: forwarding jumps at the old entries of moved functions, except where another way
 /// into the old body lands under the jump's bytes (`references::old_entry_is_free`).
 fn forwarding_jumps(
     program: &Program,
@@ -995,7 +979,63 @@ fn forwarding_jumps(
     patches
 }
 
-/// Phase 4c: `DT_INIT` and `DT_FINI` pointed at the new code (`DT_INIT` at the runtime's
+/// The new text's sections (`.text` for the hot part, `.text.cold`), which an empty part
+/// does not get, and their indices.
+struct TextSections {
+    bounds: TextBounds,
+    hot_index: Option<u16>,
+    cold_index: Option<u16>,
+}
+
+impl TextSections {
+    fn add(
+        sections: &mut NewSections,
+        bounds: TextBounds,
+        hot_text: Vec<u8>,
+        cold_text: Vec<u8>,
+    ) -> TextSections {
+        let exec = object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0;
+        let hot_index = (!hot_text.is_empty()).then(|| {
+            sections.add(NewSection::new(
+                ".text",
+                object::elf::SHT_PROGBITS.0,
+                exec,
+                bounds.hot_start,
+                hot_text,
+                64,
+            ))
+        });
+        let cold_index = (!cold_text.is_empty()).then(|| {
+            sections.add(NewSection::new(
+                ".text.cold",
+                object::elf::SHT_PROGBITS.0,
+                exec,
+                bounds.cold_start,
+                cold_text,
+                64,
+            ))
+        });
+        TextSections {
+            bounds,
+            hot_index,
+            cold_index,
+        }
+    }
+
+    /// The output section holding `addr`: the new text's, or the input's.
+    fn section_of(&self, elf: &ElfFile<'_>, addr: Vaddr) -> Option<u16> {
+        let b = self.bounds;
+        if addr >= b.hot_start && addr < b.hot_end {
+            self.hot_index
+        } else if addr >= b.cold_start && addr < b.cold_end {
+            self.cold_index
+        } else {
+            elf.section_containing(addr).map(|s| s.index as u16)
+        }
+    }
+}
+
+/// Phase 4d: `DT_INIT` and `DT_FINI` pointed at the new code (`DT_INIT` at the runtime's
 /// start-up, `runtime_init`, when instrumenting a shared library).
 fn init_fini_patches(
     elf: &ElfFile<'_>,
