@@ -34,12 +34,18 @@
 //! What the interface must carry for AArch64, and where it will: fixed 4-byte instructions
 //! ([`Isa::max_inst_len`], [`Inst::len`]); branch ranges (B/BL +-128 MiB, B.cond/CBZ
 //! +-1 MiB, TBZ +-32 KiB) through [`Isa::branch_sizes`] and [`Isa::short_branch_reaches`],
-//! which will take the branch's condition kind; ADRP/ADD pairs as instructions whose
-//! PC-relative target spans two instructions ([`Inst::pc_relative_target`] on the pair's
-//! second half); `R_AARCH64_*` relocations as an `Isa`'s `RelocTypes` table; fill with `udf` ([`Isa::fill`]
-//! writes whole instructions, not a byte); SP as DWARF register 31 and the return address
-//! in x30 ([`Isa::dwarf_stack_pointer`], [`Isa::entry_frame`]); BTI landing pads as a fact
-//! the emitter will ask for at indirect branch targets.
+//! which will take the branch's kind; ADRP/ADD pairs as instructions whose PC-relative
+//! target spans two instructions ([`Inst::pc_relative_target`] on the pair's second half);
+//! `R_AARCH64_*` relocations as the `Isa`'s `rivet_elf::relocs::RelocTypes` table; fill with
+//! `udf` ([`Isa::fill`] writes whole instructions, not a byte); SP as DWARF register 31 and
+//! the return address in x30 ([`Isa::dwarf_stack_pointer`], [`Isa::entry_frame`]); BTI
+//! landing pads as a fact the emitter will ask for at indirect branch targets.
+//!
+//! Still shaped by x86-64 behind the interface, to generalize with the second ISA:
+//! [`BranchEncoder`] and [`BranchForm`] (short/near; AArch64 relaxes by inverted branches
+//! and veneers), the [`IndirectJump`] forms (x86 table dispatch; gcc's AArch64 tables of
+//! scaled offsets from an `adr` anchor need their own), and [`Flags`] / [`ProbeShape`]
+//! (rflags liveness; NZCV on AArch64).
 //!
 //! The decoder for AArch64 will be disarm64 (see `docs/aarch64-decoders.md`).
 

@@ -402,8 +402,9 @@ fn writes_memory_only(raw: &iced_x86::Instruction) -> bool {
     raw.op_count() >= 1 && raw.op0_kind() == OpKind::Memory
 }
 
-/// (Tests.) Analyzes the indirect jump that ends `window` (a straight-line, fall-through sequence of
-/// instructions; the caller chooses how far back it starts).
+/// Analyzes the indirect jump that ends `window` (a straight-line, fall-through sequence of
+/// instructions; the caller chooses how far back it starts). For tests: Rivet goes through
+/// `Isa::analyze_indirect_jump`.
 #[cfg(test)]
 pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
     analyze_indirect_jump_path(window, &[])
