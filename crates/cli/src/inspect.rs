@@ -375,7 +375,7 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
     }
     let statics = if program.info.relocation_mode == RelocationMode::Available {
         let symbols = elf.symbols().map_err(|e| elf_error(&args.binary, &e))?;
-        elf.static_relocations(&symbols)
+        elf.static_relocations(&symbols, &program.info.isa)
             .map_err(|e| elf_error(&args.binary, &e))?
     } else {
         Vec::new()

@@ -181,8 +181,7 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
     if s.old_entries_not_forwarded > 0 {
         println!(
             "  {} old entries left as they were (another entry lies within their first {} bytes)",
-            s.old_entries_not_forwarded,
-            rivet_emit::rewrite::FORWARDING_JUMP_SIZE
+            s.old_entries_not_forwarded, s.forwarding_jump_size
         );
     }
     if s.debug_units > 0 {

@@ -14,7 +14,7 @@
 
 use std::collections::HashSet;
 
-use rivet_arch::{Flow, Inst, decode_all};
+use rivet_arch::{Flow, Inst};
 use rivet_discover::{DiscoverOptions, discover};
 use rivet_elf::lines::{LineTable, SourcePosition};
 use rivet_elf::{ElfFile, Vaddr};
@@ -62,7 +62,7 @@ impl Checker<'_> {
             .out
             .bytes_at(at, max.min(avail))
             .ok_or_else(|| format!("cannot read the output at {at}"))?;
-        Ok(decode_all(bytes, at))
+        Ok(self.program.info.isa.decode_all(bytes, at))
     }
 
     /// Whether execution at `at` arrives at `want`: `at` is `want`, or only `nop`s (alignment
@@ -104,8 +104,8 @@ impl Checker<'_> {
             Err(format!(
                 "{}: `{}` became `{}` at {} ({why})",
                 old.addr(),
-                old.to_att(),
-                new.to_att(),
+                old.to_asm(),
+                new.to_asm(),
                 new.addr()
             ))
         };
@@ -297,7 +297,7 @@ impl Checker<'_> {
                     Flow::Jump { target } | Flow::CondJump { target } | Flow::Call { target } => {
                         target
                     }
-                    _ => match old.rip_relative_target() {
+                    _ => match old.pc_relative_memory_target() {
                         Some(t) if modelled.contains(&old.addr()) => t,
                         _ => continue,
                     },
@@ -351,7 +351,7 @@ impl Checker<'_> {
                 "`{}` still goes to {target}, in {} which moved, and the bytes there changed \
                  (the old code from {target} to {end} must stay intact, or the branch must be \
                  sent to {})",
-                old.to_att(),
+                old.to_asm(),
                 g.name(),
                 self.tr(target)
                     .map_or("the new code".to_string(), |t| t.to_string())
@@ -403,12 +403,14 @@ pub fn check(
     let symbols = input.symbols().map_err(|e| e.to_string())?;
     let statics = if program.info.relocation_mode == rivet_ir::RelocationMode::Available {
         input
-            .static_relocations(&symbols)
+            .static_relocations(&symbols, &program.info.isa)
             .map_err(|e| e.to_string())?
     } else {
         Vec::new()
     };
-    let dynamics = input.dynamic_relocations().map_err(|e| e.to_string())?;
+    let dynamics = input
+        .dynamic_relocations(&program.info.isa)
+        .map_err(|e| e.to_string())?;
     let is_rewritten = |f: rivet_ir::FuncId| map.is_rewritten(f);
     let refs = collect(input, program, &is_rewritten, &statics, &dynamics);
     for r in &refs.stored {
@@ -489,7 +491,7 @@ fn check_lines(
                 return Err(format!(
                     "{} (`{}`) was at {want} in the source; its copy at {at} is at {}",
                     inst.addr(),
-                    inst.to_att(),
+                    inst.to_asm(),
                     got.as_deref().unwrap_or("no line")
                 ));
             }

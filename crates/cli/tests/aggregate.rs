@@ -39,7 +39,7 @@ fn loop_addrs(binary: &Path) -> LoopAddrs {
     let syms = elf.symbols().unwrap();
     let addr = |name: &str| syms.iter().find(|s| s.name == name).unwrap().value;
     let start = addr("_start");
-    let insts = rivet_arch::decode_all(elf.bytes_at(start, 0x22).unwrap(), start);
+    let insts = rivet_arch::Isa::of(&elf).decode_all(elf.bytes_at(start, 0x22).unwrap(), start);
     let at = |i: usize| insts[i].addr().get();
     // mov, call, test, jz, nop, dec, jnz, ...
     LoopAddrs {

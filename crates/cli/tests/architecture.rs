@@ -74,17 +74,148 @@ fn dependencies_point_one_way() {
 }
 
 /// The runtime is machine code by nature (one generator per ISA, as DESIGN.md's `runtime/`
-/// says); everything else reaches the ISA through `arch`.
+/// says); everything else reaches the ISA through `arch` (`rivet_arch::Isa`, `Inst`, `Flow`).
+/// Looks for ISA facts in the code (comments and unit tests cut away) of every other crate:
+/// decoder types, relocation and machine constants, register names and numbers, fill and
+/// opcode bytes, mnemonics matched as strings, the x86 instruction length limit.
 #[test]
 fn only_arch_knows_the_instruction_set() {
+    let mut leaks = Vec::new();
     for krate in CRATES.iter().filter(|k| !matches!(**k, "arch" | "runtime")) {
         for (path, text) in sources(krate) {
-            assert!(
-                !text.contains("iced_x86"),
-                "{} uses iced_x86 outside arch",
-                path.display()
-            );
+            let name = path.display().to_string();
+            // Not even unit tests may name the decoder: they test through `rivet_arch`.
+            if text.contains("iced_x86") {
+                leaks.push(format!("{name}: uses iced_x86"));
+            }
+            for (line, what) in isa_facts(&text) {
+                // The ELF header check rejects machines Rivet has no `Isa` for before anything
+                // reads code; it names the one machine `rivet_arch::Isa` knows.
+                if name.ends_with("elf/src/file.rs") && what == "machine constant EM_X86_64" {
+                    continue;
+                }
+                leaks.push(format!("{name}:{line}: {what}"));
+            }
         }
+    }
+    assert!(
+        leaks.is_empty(),
+        "ISA facts outside rivet-arch (move them behind rivet_arch::Isa):\n{}",
+        leaks.join("\n")
+    );
+}
+
+/// The ISA facts in `text` (Rust source): (line number, what was found). Comments and
+/// everything from the first `#[cfg(test)]` on are left out: unit tests may spell out
+/// encodings as data.
+fn isa_facts(text: &str) -> Vec<(usize, String)> {
+    const WORDS: &[(&str, &str)] = &[
+        ("iced_x86", "decoder types (iced_x86)"),
+        ("R_X86_64_", "relocation type R_X86_64_*"),
+        ("R_AARCH64_", "relocation type R_AARCH64_*"),
+        ("EM_X86_64", "machine constant EM_X86_64"),
+        ("EM_AARCH64", "machine constant EM_AARCH64"),
+        ("Mnemonic::", "decoder mnemonics"),
+        ("1..=15", "the x86 instruction length limit"),
+    ];
+    // Whole tokens only: `0x90` is a nop, `0x9000` an address.
+    const TOKENS: &[(&str, &str)] = &[
+        ("0xcc", "int3 fill byte"),
+        ("0x90", "nop byte"),
+        ("0xe8", "call opcode"),
+        ("0xe9", "jmp opcode"),
+        ("0xeb", "short jmp opcode"),
+        ("0xd503201f", "AArch64 nop"),
+        ("RSP", "register constant"),
+        ("RIP", "register constant"),
+        ("RBP", "register constant"),
+        ("RBX", "register constant"),
+        ("RAX", "register constant"),
+        ("DWARF_RSP", "register constant"),
+        ("DWARF_SP", "register constant"),
+    ];
+    // Register names and mnemonics as string literals.
+    const STRINGS: &[&str] = &[
+        "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "rip", "r8", "r11", "eax", "x29",
+        "x30", "jmp", "call", "ret", "nop", "int3", "ud2", "lea", "div", "idiv", "imul", "endbr64",
+        "adrp", "blr", "udf", "brk", "bti",
+    ];
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let mut found = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        let line = line.split("//").next().unwrap_or("");
+        let lower = line.to_ascii_lowercase();
+        for (word, what) in WORDS {
+            if line.contains(word) {
+                found.push((n + 1, what.to_string()));
+            }
+        }
+        for (token, what) in TOKENS {
+            let haystack = if token.starts_with("0x") {
+                &lower
+            } else {
+                line
+            };
+            let mut from = 0;
+            while let Some(at) = haystack[from..].find(token) {
+                let start = from + at;
+                let end = start + token.len();
+                let is_part = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                // A literal's type suffix (`0xccu8`, `0xcc_u8`) is still the same number.
+                let rest = haystack[end..].trim_start_matches('_');
+                let rest = [
+                    "u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64",
+                ]
+                .iter()
+                .find_map(|suffix| rest.strip_prefix(suffix))
+                .filter(|_| token.starts_with("0x"))
+                .unwrap_or(&haystack[end..]);
+                if !is_part(haystack[..start].chars().next_back()) && !is_part(rest.chars().next())
+                {
+                    found.push((n + 1, format!("{what} {token}")));
+                }
+                from = end;
+            }
+        }
+        for name in STRINGS {
+            if line.contains(&format!("\"{name}\"")) {
+                found.push((n + 1, format!("ISA name \"{name}\" as a string")));
+            }
+        }
+    }
+    found
+}
+
+/// The check above finds what it looks for: each kind of leak, planted in a line of code, is
+/// reported; the same words in comments, in unit tests, or as parts of longer tokens are not.
+#[test]
+fn isa_fact_check_finds_planted_leaks() {
+    let planted = [
+        "use iced_x86::Instruction;",
+        "types::R_X86_64_PC32 => 4,",
+        "let fill = vec![0xccu8; 4];",
+        "image.resize(n, 0xCC);",
+        "const RSP: u16 = 7;",
+        "register: DWARF_RSP,",
+        "let nop = [0x90];",
+        "out.push(0xe9);",
+        "let names = [\"rax\", \"rdx\"];",
+        "if m == \"idiv\" { 25 } else { 1 }",
+        "(1..=15).rev()",
+        "if machine != elf::EM_X86_64.0 {",
+    ];
+    for line in planted {
+        assert!(!isa_facts(line).is_empty(), "not found: {line}");
+    }
+    let innocent = [
+        "// image.resize(n, 0xcc); rsp is register 7",
+        "let addr = Vaddr(0x9000) + 0xe80;",
+        "let RSPX = 1; let offset = 0x90a;",
+        "let s = \"call {target}\";",
+        "fn f() {}\n#[cfg(test)]\nmod tests { const RSP: u16 = 7; }",
+    ];
+    for text in innocent {
+        assert!(isa_facts(text).is_empty(), "false alarm: {text}");
     }
 }
 

@@ -12,7 +12,7 @@
 mod common;
 
 use common::{fall, taken};
-use rivet_arch::BranchEncoder;
+use rivet_arch::Isa;
 use rivet_emit::code::{PlanOptions, plan_fragment};
 use rivet_ir::layout::FragmentRef;
 use rivet_ir::{BlockId, Function, Terminator};
@@ -84,7 +84,7 @@ fn emitted_size(f: &Function, blocks: &[BlockId]) -> u64 {
         f,
         fragment,
         blocks,
-        &mut BranchEncoder::default(),
+        &mut Isa::X86_64.branch_encoder(),
         PlanOptions {
             block_alignment: 16,
             ..PlanOptions::default()
@@ -119,7 +119,7 @@ fn the_estimate_is_the_emitted_size_of_every_fragment() {
         assert!(all.len() > 10);
         for blocks in all {
             assert_eq!(
-                estimated_fragment_size(&f, &blocks),
+                estimated_fragment_size(Isa::X86_64, &f, &blocks),
                 emitted_size(&f, &blocks),
                 "{} with blocks {blocks:?}",
                 f.name()
@@ -134,13 +134,13 @@ fn branches_around_a_long_block_are_near() {
     let ids = |v: &[u32]| v.iter().map(|&b| BlockId(b)).collect::<Vec<_>>();
     // The input order: `je` over B1 and `jne` back over it, both near (6 bytes).
     assert_eq!(
-        estimated_fragment_size(&f, &ids(&[0, 1, 2, 3])),
+        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 1, 2, 3])),
         2 + 6 + 150 + 3 + 6 + 1
     );
     // B2 right after B0 turns `je` into a short `jne` to B1 (past B2 and B3), B2's `jne`
     // to B1 stays short, and B1, last, falls back to B2 through a near `jmp` over itself.
     assert_eq!(
-        estimated_fragment_size(&f, &ids(&[0, 2, 3, 1])),
+        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 2, 3, 1])),
         (2 + 2) + (3 + 2) + 1 + (150 + 5)
     );
 }
@@ -150,14 +150,23 @@ fn unreachable_padding_and_dropped_jumps_count_nothing() {
     let f = padded();
     let ids = |v: &[u32]| v.iter().map(|&b| BlockId(b)).collect::<Vec<_>>();
     // The input order: 4 + 7 + 2 + 1 bytes, the padding left out.
-    assert_eq!(estimated_fragment_size(&f, &ids(&[0, 1, 2, 3, 4])), 14);
+    assert_eq!(
+        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 1, 2, 3, 4])),
+        14
+    );
     // B3 after B0 turns `je` around to reach B1, which jumps back to B4: 4 + 2 + 7 + 1.
-    assert_eq!(estimated_fragment_size(&f, &ids(&[0, 3, 4, 1])), 14);
+    assert_eq!(
+        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 3, 4, 1])),
+        14
+    );
     // Without B3 and B4 (in another fragment), B0 needs `je rel32` and B1 a `jmp rel32`:
     // 2 + 6, then 5 + 5.
-    assert_eq!(estimated_fragment_size(&f, &ids(&[0, 1])), 18);
+    assert_eq!(estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 1])), 18);
     // Neither side next: `je rel32` to B3 and `jmp rel32` to B1.
-    assert_eq!(estimated_fragment_size(&f, &ids(&[0, 4])), 2 + 6 + 5 + 1);
+    assert_eq!(
+        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 4])),
+        2 + 6 + 5 + 1
+    );
 }
 
 /// B0 `test %edi,%edi; je B3`, B1 `ret`, B2 `nopl 0(%rax)` (padding after the `ret`, falls
@@ -252,7 +261,7 @@ fn plan_aligned(
             fragment: 0,
         },
         &blocks,
-        &mut BranchEncoder::default(),
+        &mut Isa::X86_64.branch_encoder(),
         PlanOptions {
             aligned: &aligned,
             block_alignment: 16,

@@ -91,7 +91,7 @@ fn is_fall_through(elf: &rivet_elf::ElfFile<'_>, (from, to): &(Location, Locatio
         return false;
     };
     let at = sym.value + from.offset;
-    let branch = rivet_arch::decode_all(elf.bytes_at(at, 15).unwrap(), at)[0];
+    let branch = rivet_arch::Isa::of(elf).decode_all(elf.bytes_at(at, 15).unwrap(), at)[0];
     branch.end() == sym.value + to.offset
 }
 

@@ -325,7 +325,7 @@ fn function_code(bin: &Path, name: &str) -> Vec<rivet_arch::Inst> {
         .unwrap_or_else(|| panic!("no symbol {name} in {}", bin.display()));
     assert!(sym.size > 0, "{name} has no size in {}", bin.display());
     let code = elf.bytes_at(sym.value, sym.size).expect("function bytes");
-    rivet_arch::decode_all(code, sym.value)
+    rivet_arch::Isa::of(&elf).decode_all(code, sym.value)
 }
 
 #[test]

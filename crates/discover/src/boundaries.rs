@@ -6,7 +6,7 @@
 //! of it; two extents that overlap without nesting cannot both be right, so both functions are
 //! skipped. Gaps between functions are padding when they hold only nops, int3 or zeros.
 
-use rivet_arch::decode_all;
+use rivet_arch::{Inst, Isa};
 use rivet_elf::eh_frame::Fde;
 use rivet_elf::symbols::{Symbol, SymbolKind};
 use rivet_elf::{ElfFile, Vaddr, VaddrRange};
@@ -42,6 +42,7 @@ struct Sym<'a> {
 }
 
 pub fn find_candidates(elf: &ElfFile, symbols: &[Symbol], fdes: &[Fde]) -> Vec<Candidate> {
+    let isa = Isa::of(elf);
     let code_section = |addr: Vaddr| {
         elf.section_containing(addr)
             .filter(|s| s.is_exec() && !is_stub_section(&s.name))
@@ -152,7 +153,7 @@ pub fn find_candidates(elf: &ElfFile, symbols: &[Symbol], fdes: &[Fde]) -> Vec<C
                 .map_or(section_end, |n| n.range.start.min(section_end));
             let end = elf
                 .bytes_at(start, next.checked_since(start).unwrap_or(0))
-                .map_or(start, |bytes| start + code_length(bytes, start));
+                .map_or(start, |bytes| start + code_length(isa, bytes, start));
             cands[i].range = VaddrRange { start, end };
             if end > start {
                 cands[i].origin = Origin::SymbolSizedByNext;
@@ -222,7 +223,7 @@ pub fn find_candidates(elf: &ElfFile, symbols: &[Symbol], fdes: &[Fde]) -> Vec<C
             continue;
         }
         if let Some(bytes) = elf.bytes_at(end, limit - end)
-            && is_padding(bytes, end)
+            && isa.is_filler(bytes, end)
         {
             cands[i].padding_after = limit - end;
         }
@@ -232,28 +233,18 @@ pub fn find_candidates(elf: &ElfFile, symbols: &[Symbol], fdes: &[Fde]) -> Vec<C
     cands
 }
 
-/// Length of `bytes` without trailing filler (zeros, int3, nops).
-fn code_length(bytes: &[u8], addr: Vaddr) -> u64 {
-    let insts = decode_all(bytes, addr);
-    let is_filler = |i: &rivet_arch::Inst| {
+/// Length of `bytes` without trailing filler (zeros, fill traps, nops).
+fn code_length(isa: Isa, bytes: &[u8], addr: Vaddr) -> u64 {
+    let insts = isa.decode_all(bytes, addr);
+    let is_filler = |i: &Inst| {
         let offset = (i.addr() - addr) as usize;
         let raw = &bytes[offset..offset + i.len() as usize];
-        i.is_nop() || i.is_int3() || i.is_invalid() || raw.iter().all(|&b| b == 0)
+        i.is_nop() || i.is_fill_trap() || i.is_invalid() || raw.iter().all(|&b| b == 0)
     };
     insts
         .iter()
         .rposition(|i| !is_filler(i))
         .map_or(0, |p| insts[p].end() - addr)
-}
-
-/// True when `bytes` hold only filler: zeros, int3, or nop instructions.
-pub fn is_padding(bytes: &[u8], addr: Vaddr) -> bool {
-    if bytes.iter().all(|&b| b == 0 || b == 0xcc) {
-        return true;
-    }
-    decode_all(bytes, addr)
-        .iter()
-        .all(|i| !i.is_invalid() && (i.is_nop() || i.is_int3()))
 }
 
 /// Links `foo.cold[.N]` and `foo.part.N` to `foo`, preferring a parent from the same file.
@@ -331,12 +322,5 @@ mod tests {
         );
         assert_eq!(split_part_name("f.constprop.0"), None);
         assert_eq!(split_part_name("coldness"), None);
-    }
-
-    #[test]
-    fn padding_bytes() {
-        assert!(is_padding(&[0x90, 0x66, 0x90, 0xcc], Vaddr(0)));
-        assert!(is_padding(&[0, 0, 0], Vaddr(0)));
-        assert!(!is_padding(&[0xc3], Vaddr(0)));
     }
 }

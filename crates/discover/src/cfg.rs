@@ -4,21 +4,25 @@
 //! and any byte that fails to decode makes the function skipped), parses its LSDA, and reports
 //! what the function says about others: branches into them, landing pads in sibling fragments,
 //! code addresses its instructions compute. Phase B (`build`) runs once those facts are merged
-//! program-wide and cuts the instructions into blocks with resolved successors. Phase B can be
-//! re-run when the set of noreturn functions grows.
+//! program-wide and cuts the instructions into blocks with resolved successors (what its
+//! indirect jumps are is `indirect`'s job). Phase B can be re-run when the set of noreturn
+//! functions grows.
 
-use rivet_arch::{Flow, IndirectJump, Inst, analyze_indirect_jump, decode_all};
-use rivet_elf::eh_frame::{Cfa, CfiRow, EhFrameTable};
+use rivet_arch::{Flow, Inst, Isa};
+use rivet_elf::eh_frame::{CfiRow, EhFrameTable};
 use rivet_elf::relocs::StaticReloc;
 use rivet_elf::{ElfFile, ElfKind, Vaddr, VaddrRange};
 use rivet_ir::*;
 
+use crate::indirect::{FrameCheck, IndirectJumps};
 use crate::refs::CodeRef;
 
 /// Program-wide facts every function's CFG construction reads.
 #[derive(Debug)]
 pub struct Context<'a> {
     pub elf: &'a ElfFile<'a>,
+    /// The input's instruction set.
+    pub isa: Isa,
     pub reloc_mode: bool,
     /// Function starts and secondary entries, sorted.
     pub entries: Vec<(Vaddr, FuncId)>,
@@ -78,7 +82,7 @@ impl Context<'_> {
     }
 
     /// The unwind rows of the FDE covering `addr` (none without one).
-    fn unwind_rows(&self, addr: Vaddr) -> Vec<CfiRow> {
+    pub(crate) fn unwind_rows(&self, addr: Vaddr) -> Vec<CfiRow> {
         self.eh
             .and_then(|eh| eh.rows(eh.fde_for(addr)?).ok())
             .unwrap_or_default()
@@ -111,13 +115,13 @@ impl Context<'_> {
         a != b && root(a) == root(b)
     }
 
-    fn relocs_in(&self, range: VaddrRange) -> &[StaticReloc] {
+    pub(crate) fn relocs_in(&self, range: VaddrRange) -> &[StaticReloc] {
         let lo = self.static_relocs.partition_point(|r| r.site < range.start);
         let hi = self.static_relocs.partition_point(|r| r.site < range.end);
         &self.static_relocs[lo..hi]
     }
 
-    fn refs_into(&self, range: VaddrRange) -> &[CodeRef] {
+    pub(crate) fn refs_into(&self, range: VaddrRange) -> &[CodeRef] {
         let lo = self.code_refs.partition_point(|r| r.target < range.start);
         let hi = self.code_refs.partition_point(|r| r.target < range.end);
         &self.code_refs[lo..hi]
@@ -154,7 +158,7 @@ pub struct Decoded {
     pub outgoing: Vec<(Vaddr, bool)>,
     /// Landing pads of this function's call sites: (call-site range, landing pad).
     pub call_sites: Vec<(VaddrRange, Option<Vaddr>)>,
-    /// Code addresses computed by RIP-relative operands or (non-PIE) absolute constants.
+    /// Code addresses computed by PC-relative operands or (non-PIE) absolute constants.
     pub code_refs: Vec<CodeRef>,
     /// Direct calls whose fall-through leaves the function: the callee must be noreturn.
     pub trailing_call_targets: Vec<Vaddr>,
@@ -166,7 +170,7 @@ pub fn decode(elf: &ElfFile, f: &mut Function, reloc_mode: bool) -> Decoded {
         out.skip = Some(SkipReason::NoCode { at: f.range.start });
         return out;
     };
-    f.insts = decode_all(bytes, f.range.start);
+    f.insts = Isa::of(elf).decode_all(bytes, f.range.start);
     if let Some(bad) = f.insts.iter().find(|i| i.is_invalid()) {
         out.skip = Some(SkipReason::InvalidInstruction { at: bad.addr() });
     }
@@ -181,7 +185,7 @@ pub fn decode(elf: &ElfFile, f: &mut Function, reloc_mode: bool) -> Decoded {
             }
             Flow::Jump { .. } | Flow::CondJump { .. } | Flow::Call { .. } => {}
             _ => {
-                if let Some(target) = inst.rip_relative_target()
+                if let Some(target) = inst.pc_relative_memory_target()
                     && elf.is_code_address(target)
                 {
                     out.code_refs.push(CodeRef {
@@ -239,30 +243,36 @@ pub enum Incoming {
     LandingPad(Vaddr),
 }
 
-fn inst_index(insts: &[Inst], addr: Vaddr) -> Option<usize> {
+pub(crate) fn inst_index(insts: &[Inst], addr: Vaddr) -> Option<usize> {
     insts.binary_search_by_key(&addr, |i| i.addr()).ok()
 }
 
-struct Builder<'c, 'a> {
-    ctx: &'c Context<'a>,
-    id: FuncId,
-    range: VaddrRange,
-    skip: Option<SkipReason>,
+pub(crate) struct Builder<'c, 'a> {
+    pub(crate) ctx: &'c Context<'a>,
+    pub(crate) id: FuncId,
+    pub(crate) range: VaddrRange,
+    pub(crate) skip: Option<SkipReason>,
 }
 
 impl Builder<'_, '_> {
-    fn fail(&mut self, reason: SkipReason) {
+    pub(crate) fn fail(&mut self, reason: SkipReason) {
         self.skip.get_or_insert(reason);
     }
 }
 
-enum IndirectKind {
+pub(crate) enum IndirectKind {
     Table(JumpTable),
     TailCall,
     ComputedGoto,
 }
 
 /// Phase B: cuts `f.insts` into blocks and resolves every control transfer.
+///
+/// The steps, in order: mark the ways in (entries, sibling fragments, landing pads); resolve
+/// the indirect jumps (tables, tail calls); find the address-taken labels, which decide what
+/// the jumps left unresolved are; mark every other block start; cut the blocks and give each
+/// its terminator and successors. A construct the model does not cover makes the function
+/// skipped, with the first reason found.
 pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Incoming]) {
     f.blocks.clear();
     f.calls.clear();
@@ -277,478 +287,406 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         range: f.range,
         skip: None,
     };
-    let insts = &f.insts;
-    let n = insts.len();
-    if n == 0 {
+    if f.insts.is_empty() {
         f.status = Status::Skipped(SkipReason::NoCode { at: f.range.start });
         return;
     }
-    let mut leader = vec![false; n];
-    let mut landing_pad = vec![false; n];
-    let mut address_taken = vec![false; n];
-    let mut entry = vec![false; n];
-    leader[0] = true;
-    entry[0] = true;
-    for &e in &f.secondary_entries {
-        match inst_index(insts, e) {
-            Some(i) => {
-                leader[i] = true;
-                entry[i] = true;
-            }
-            None => b.fail(SkipReason::ReferenceIntoInstruction { target: e }),
-        }
-    }
-    for inc in incoming {
-        let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
-        match inst_index(insts, a) {
-            Some(i) => {
-                leader[i] = true;
-                if matches!(inc, Incoming::LandingPad(_)) {
-                    landing_pad[i] = true;
-                }
-            }
-            None => b.fail(SkipReason::BranchIntoInstruction {
-                at: f.range.start,
-                target: a,
-            }),
-        }
-    }
+    let mut marks = Marks::ways_in(&mut b, f, incoming);
+    let mut frame = FrameCheck {
+        ctx,
+        rows: Vec::new(),
+    };
+    let mut jumps = IndirectJumps::resolve(&mut b, f, &mut frame);
+    jumps.reject_paths_entered_otherwise(&mut b, f, incoming);
+    let labels = Labels::find(&mut b, f, &mut marks, &jumps.table_spans());
+    jumps.decide_unknown(&mut b, f, &labels, &mut frame);
+    marks.block_starts(&mut b, f, &jumps.resolved);
+    let call_landing_pads = marks.landing_pads(&mut b, f, decoded);
+    let cut = BlockCutter::new(&b, f, &marks, &labels, call_landing_pads);
+    let (blocks, calls, tables) = cut.blocks(&mut b, incoming, jumps.resolved);
+    f.blocks = blocks;
+    f.calls = calls;
+    f.jump_tables = tables;
+    f.status = match b.skip {
+        Some(r) => Status::Skipped(r),
+        None => Status::Simple,
+    };
+}
 
-    // Indirect jumps: tables, tail calls, computed gotos.
-    let mut indirect: Vec<(usize, IndirectKind)> = Vec::new();
-    let mut unknown_jumps = Vec::new();
-    // A jump made with the frame still on the stack is no tail call. The unwind rows of an
-    // FDE are read once, at the first indirect jump in it that needs them.
-    let mut unwind_rows: Vec<CfiRow> = Vec::new();
-    let mut frame_live = |at: Vaddr| {
-        if !unwind_rows.iter().any(|r| r.range.contains(at)) {
-            unwind_rows = ctx.unwind_rows(at);
-        }
-        frame_live_at(&unwind_rows, at)
-    };
-    let mut constants: Option<Vec<(rivet_arch::RegisterId, u64)>> = None;
-    let mut branch_preds: Option<Vec<(usize, usize)>> = None;
-    let mut merge_points: Option<Vec<bool>> = None;
-    // Two passes: jumps whose table the straight-line window reveals first, then those that
-    // need the paths into them (which go through the first ones' table targets).
-    let mut work: Vec<(usize, bool)> = (0..insts.len())
-        .filter(|&i| insts[i].flow() == Flow::IndirectJump)
-        .map(|i| (i, false))
-        .collect();
-    // Direct-branch predecessors, computed once if the function has indirect jumps.
-    let direct_preds = if work.is_empty() {
-        Vec::new()
-    } else {
-        branch_predecessors(insts)
-    };
-    let mut retry: Vec<(usize, bool)> = Vec::new();
-    // Jumps resolved from the branches into their block, with the block's start: checked
-    // below against the ways in that only the finished analysis knows.
-    let mut via_paths: Vec<(usize, Vaddr)> = Vec::new();
-    // Jumps the paths into them did not resolve: the ways into a table's targets are known
-    // only once its jump is, so they are tried again after a round that resolved another.
-    let mut waiting: Vec<usize> = Vec::new();
-    let mut resolved_before_round = 0;
-    let mut pass = 0;
-    while pass < 2 {
-        let Some((i, reach)) = (if pass == 0 { work.pop() } else { retry.pop() }) else {
-            if pass == 1 && !waiting.is_empty() && indirect.len() > resolved_before_round {
-                resolved_before_round = indirect.len();
-                retry = waiting.drain(..).rev().map(|i| (i, true)).collect();
-                branch_preds = None;
-                continue;
-            }
-            if pass == 0 {
-                resolved_before_round = indirect.len();
-            }
-            pass += 1;
-            continue;
+/// Per instruction: whether a block starts there, and what kind of block it starts.
+struct Marks {
+    leader: Vec<bool>,
+    landing_pad: Vec<bool>,
+    address_taken: Vec<bool>,
+    entry: Vec<bool>,
+}
+
+impl Marks {
+    /// The ways into `f` known before its code is read: its entry and secondary entries, the
+    /// addresses sibling fragments jump to, and the landing pads they hold.
+    fn ways_in(b: &mut Builder, f: &Function, incoming: &[Incoming]) -> Marks {
+        let insts = &f.insts;
+        let n = insts.len();
+        let mut marks = Marks {
+            leader: vec![false; n],
+            landing_pad: vec![false; n],
+            address_taken: vec![false; n],
+            entry: vec![false; n],
         };
-        let inst = &insts[i];
-        // Blocks entered only by a table that the paths into this jump went through, when
-        // they were assumed to be this jump's targets (checked once its table is read).
-        let mut assumed_targets: Option<Vec<usize>> = None;
-        // The straight-line window ends the jump: back to where other paths merge in (a branch
-        // target or a stored label), so every value it computes holds on all paths.
-        let merge = merge_points.get_or_insert_with(|| {
-            let mut m = vec![false; insts.len()];
-            for &(t, _) in &direct_preds {
-                m[t] = true;
-            }
-            for r in ctx.refs_into(f.range) {
-                if let Some(k) = inst_index(insts, r.target) {
-                    m[k] = true;
-                }
-            }
-            m
-        });
-        let mut j = i;
-        while j > 0 && i - j < 48 && falls_into_next(ctx, &insts[j - 1]) && !merge[j] {
-            j -= 1;
-        }
-        let mut form = analyze_indirect_jump(&insts[j..=i]);
-        if form == IndirectJump::Unknown {
-            let constants = constants.get_or_insert_with(|| rivet_arch::register_constants(insts));
-            if !constants.is_empty() {
-                form = rivet_arch::analyze_indirect_jump_with(&insts[j..=i], &[], constants);
-            }
-        }
-        if form == IndirectJump::Unknown && !reach {
-            retry.push((i, true));
-            continue;
-        }
-        if form == IndirectJump::Unknown {
-            // A table base hoisted out of a dispatch loop, in a register reused elsewhere:
-            // follow every path back to the register's definition.
-            let preds = branch_preds.get_or_insert_with(|| {
-                let mut p = direct_preds.clone();
-                // Targets of the tables found so far are entered from their jumps.
-                for (jump, kind) in &indirect {
-                    if let IndirectKind::Table(t) = kind {
-                        for e in &t.entries {
-                            if let Some(target) = inst_index(insts, *e) {
-                                p.push((target, *jump));
-                            }
-                        }
-                    }
-                }
-                p.sort_unstable();
-                p.dedup();
-                p
-            });
-            // From the start of the jump's basic block: paths merge there.
-            let mut block_start = i;
-            while block_start > j && preds.binary_search_by_key(&block_start, |p| p.0).is_err() {
-                block_start -= 1;
-            }
-            let window = &insts[block_start..=i];
-            // Blocks entered by no direct branch and no known table come from the jumps not
-            // yet understood (labels cannot be jumped to from other functions).
-            let unresolved: Vec<usize> = (0..insts.len())
-                .filter(|&k| {
-                    insts[k].flow() == Flow::IndirectJump && !indirect.iter().any(|(x, _)| *x == k)
-                })
-                .collect();
-            let live_in = rivet_arch::window_live_in(window);
-            let hints: Vec<_> = live_in
-                .iter()
-                .filter_map(|&r| {
-                    reaching_constant(ctx, insts, preds, &unresolved, block_start, r, None)
-                        .map(|c| (r, c))
-                })
-                .collect();
-            if !hints.is_empty() {
-                form = rivet_arch::analyze_indirect_jump_with(window, &[], &hints);
-            } else if unresolved.len() > 1 {
-                // Two loops, each with its table base in a register the other reuses, wait on
-                // each other: the blocks only a table enters are taken for both jumps' targets,
-                // and each walk runs into the other loop's values. Assumed instead to be this
-                // jump's own targets, which its table, once read, must then show they are.
-                let mut entered_by_table = Vec::new();
-                let own: Vec<_> = live_in
-                    .iter()
-                    .filter_map(|&r| {
-                        let found = Some(&mut entered_by_table);
-                        reaching_constant(ctx, insts, preds, &[i], block_start, r, found)
-                            .map(|c| (r, c))
-                    })
-                    .collect();
-                if !own.is_empty() {
-                    let assumed = rivet_arch::analyze_indirect_jump_with(window, &[], &own);
-                    // A range check or a narrow index (`and $3`) bounds the table.
-                    if matches!(
-                        assumed,
-                        IndirectJump::AbsoluteTable { bound, index_bits, .. }
-                            | IndirectJump::RelativeTable { bound, index_bits, .. }
-                            if bound.is_some() || index_bits <= MAX_INDEX_BITS
-                    ) {
-                        form = assumed;
-                        entered_by_table.sort_unstable();
-                        entered_by_table.dedup();
-                        assumed_targets = Some(entered_by_table);
-                    }
-                }
-            }
-        }
-        if matches!(
-            form,
-            IndirectJump::Unknown
-                | IndirectJump::AbsoluteTable { bound: None, .. }
-                | IndirectJump::RelativeTable { bound: None, .. }
-        ) {
-            // A window that starts where the code before falls in, at no merge point, was
-            // cut by its length: the paths into it are not known.
-            let cut_by_length = j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j];
-            if let Some((bounded, head)) =
-                dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length)
-            {
-                form = bounded;
-                via_paths.push((i, head));
-            }
-        }
-        match form {
-            IndirectJump::AbsoluteTable {
-                table,
-                entry_size,
-                bound,
-                index_bits,
-            } => {
-                let kind = JumpTableKind::Absolute;
-                let index = TableIndex { bound, index_bits };
-                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, index) {
-                    TableResult::Table(t) if !enters_all(insts, &t, &assumed_targets) => {
-                        waiting.push(i)
-                    }
-                    TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
-                    TableResult::FunctionPointers if frame_live(inst.addr()) => {
-                        unknown_jumps.push(i)
-                    }
-                    TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
-                    TableResult::Failed => {}
-                }
-            }
-            IndirectJump::RelativeTable {
-                table,
-                base,
-                entry_size,
-                bound,
-                index_bits,
-            } => {
-                let kind = JumpTableKind::Relative { base };
-                let index = TableIndex { bound, index_bits };
-                match resolve_table(&mut b, insts, inst.addr(), table, entry_size, kind, index) {
-                    TableResult::Table(t) if !enters_all(insts, &t, &assumed_targets) => {
-                        waiting.push(i)
-                    }
-                    TableResult::Table(t) => indirect.push((i, IndirectKind::Table(t))),
-                    TableResult::FunctionPointers if frame_live(inst.addr()) => {
-                        unknown_jumps.push(i)
-                    }
-                    TableResult::FunctionPointers => indirect.push((i, IndirectKind::TailCall)),
-                    TableResult::Failed => {}
-                }
-            }
-            // A pointer read from a fixed address is a tail call, unless what is stored there
-            // is a label of this very function: then it is a computed goto whose table base
-            // the compiler folded into the load. Neither is a tail call made with the frame
-            // still on the stack.
-            IndirectJump::MemorySlot { slot } => match ctx.stored_code_at(slot) {
-                Some(t) if f.range.contains(t) && t != f.range.start => unknown_jumps.push(i),
-                _ if frame_live(inst.addr()) => unknown_jumps.push(i),
-                _ => indirect.push((i, IndirectKind::TailCall)),
-            },
-            IndirectJump::Unknown if reach => waiting.push(i),
-            IndirectJump::Unknown => unknown_jumps.push(i),
-        }
-    }
-    unknown_jumps.extend(waiting);
-    // A block entered from a table, from a sibling fragment or as an entry has paths in that
-    // `dispatch_from_predecessors` did not follow: what it found does not hold on them.
-    for &(i, head) in &via_paths {
-        let other_way_in = head == f.range.start
-            || f.secondary_entries.contains(&head)
-            || incoming.iter().any(|inc| {
-                let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
-                a == head
-            })
-            || indirect.iter().any(|(_, k)| match k {
-                IndirectKind::Table(t) => t.entries.contains(&head),
-                _ => false,
-            });
-        if other_way_in {
-            b.fail(SkipReason::UnresolvedIndirectJump {
-                at: insts[i].addr(),
-            });
-        }
-    }
-    let table_spans: Vec<VaddrRange> = indirect
-        .iter()
-        .filter_map(|(_, k)| match k {
-            IndirectKind::Table(t) => Some(t.span()),
-            _ => None,
-        })
-        .collect();
-    let explained = |site: Vaddr| table_spans.iter().any(|s| s.contains(site));
-
-    // Stored references into the function's interior: address-taken labels. An indirect jump
-    // the analysis could not follow may reach any of them, including the entries of tables
-    // other jumps were recognized to use (gcc shares one label table between the dispatch
-    // sites of a threaded interpreter, loading the table base only once).
-    let mut labels: Vec<usize> = Vec::new();
-    let mut inexact_labels = false;
-    for r in ctx.refs_into(f.range) {
-        if r.target == f.range.start {
-            continue;
-        }
-        match inst_index(insts, r.target) {
-            Some(i) => {
-                leader[i] = true;
-                if !explained(r.site) {
-                    address_taken[i] = true;
-                }
-                labels.push(i);
-                inexact_labels |= !r.exact;
-            }
-            None if r.exact => b.fail(SkipReason::ReferenceIntoInstruction { target: r.target }),
-            None => {}
-        }
-    }
-    labels.sort_unstable();
-    labels.dedup();
-    // PC-relative references from data into this function that none of its tables explain.
-    // A reference's `S + A` is its target plus its distance from the table's base, so the
-    // later entries of another function's table can land here (PostgreSQL's
-    // expression_tree_walker and its neighbours): those in a table that function was shown
-    // to read point into that function instead.
-    let relative_into_function = {
-        let lo = ctx.relative_refs.partition_point(|r| r.0 < f.range.start);
-        let hi = ctx.relative_refs.partition_point(|r| r.0 < f.range.end);
-        ctx.relative_refs[lo..hi]
-            .iter()
-            .any(|r| !explained(r.1) && !ctx.in_foreign_table(f.id, r.1))
-    };
-    for i in unknown_jumps {
-        let at = insts[i].addr();
-        if labels.is_empty() {
-            if relative_into_function {
-                b.fail(SkipReason::UnresolvedIndirectJump { at });
-            } else if frame_live(at) {
-                // A jump that leaves the frame on the stack is no tail call: the callee
-                // would return into it. It is a dispatch the analysis could not follow
-                // (a table of offsets from a base it did not find), and the table in data
-                // would still point at the old code.
-                b.fail(SkipReason::UnresolvedIndirectJump { at });
-            } else {
-                // No label of this function is stored anywhere: the jump can only reach
-                // function entries, i.e. it is a tail call through a register.
-                indirect.push((i, IndirectKind::TailCall));
-            }
-        } else if ctx.reloc_mode && !inexact_labels {
-            indirect.push((i, IndirectKind::ComputedGoto));
-        } else {
-            b.fail(SkipReason::ComputedGotoWithoutRelocations { at });
-        }
-    }
-    indirect.sort_by_key(|(i, _)| *i);
-
-    // Leaders from direct branches, tables, landing pads and block ends.
-    for (i, inst) in insts.iter().enumerate() {
-        let flow = inst.flow();
-        match flow {
-            Flow::Jump { target } | Flow::CondJump { target } if f.range.contains(target) => {
-                match inst_index(insts, target) {
-                    Some(t) => leader[t] = true,
-                    None => b.fail(SkipReason::BranchIntoInstruction {
-                        at: inst.addr(),
-                        target,
-                    }),
-                }
-            }
-            _ => {}
-        }
-        let noreturn_call = matches!(flow, Flow::Call { target } if ctx.is_noreturn(target));
-        if (flow.ends_block() || noreturn_call) && i + 1 < n {
-            leader[i + 1] = true;
-        }
-    }
-    for (_, kind) in &indirect {
-        if let IndirectKind::Table(t) = kind {
-            for &e in &t.entries {
-                if let Some(idx) = inst_index(insts, e) {
-                    leader[idx] = true;
-                }
-            }
-        }
-    }
-    let mut call_landing_pads: Vec<(VaddrRange, Vaddr)> = Vec::new();
-    for &(range, lp) in &decoded.call_sites {
-        let Some(lp) = lp else { continue };
-        call_landing_pads.push((range, lp));
-        if f.range.contains(lp) {
-            match inst_index(insts, lp) {
+        marks.leader[0] = true;
+        marks.entry[0] = true;
+        for &e in &f.secondary_entries {
+            match inst_index(insts, e) {
                 Some(i) => {
-                    leader[i] = true;
-                    landing_pad[i] = true;
+                    marks.leader[i] = true;
+                    marks.entry[i] = true;
                 }
-                None => b.fail(SkipReason::BadLandingPad {
-                    lsda: f.lsda.unwrap_or_default(),
-                    landing_pad: lp,
+                None => b.fail(SkipReason::ReferenceIntoInstruction { target: e }),
+            }
+        }
+        for inc in incoming {
+            let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
+            match inst_index(insts, a) {
+                Some(i) => {
+                    marks.leader[i] = true;
+                    if matches!(inc, Incoming::LandingPad(_)) {
+                        marks.landing_pad[i] = true;
+                    }
+                }
+                None => b.fail(SkipReason::BranchIntoInstruction {
+                    at: f.range.start,
+                    target: a,
                 }),
             }
-        } else if !ctx
-            .function_containing(lp)
-            .is_some_and(|g| ctx.are_fragments(f.id, g))
-        {
-            b.fail(SkipReason::BadLandingPad {
-                lsda: f.lsda.unwrap_or_default(),
-                landing_pad: lp,
-            });
+        }
+        marks
+    }
+
+    /// Block starts from direct branches, table entries and block ends.
+    fn block_starts(&mut self, b: &mut Builder, f: &Function, indirect: &[(usize, IndirectKind)]) {
+        let insts = &f.insts;
+        let n = insts.len();
+        for (i, inst) in insts.iter().enumerate() {
+            let flow = inst.flow();
+            match flow {
+                Flow::Jump { target } | Flow::CondJump { target } if f.range.contains(target) => {
+                    match inst_index(insts, target) {
+                        Some(t) => self.leader[t] = true,
+                        None => b.fail(SkipReason::BranchIntoInstruction {
+                            at: inst.addr(),
+                            target,
+                        }),
+                    }
+                }
+                _ => {}
+            }
+            let noreturn_call = matches!(flow, Flow::Call { target } if b.ctx.is_noreturn(target));
+            if (flow.ends_block() || noreturn_call) && i + 1 < n {
+                self.leader[i + 1] = true;
+            }
+        }
+        for (_, kind) in indirect {
+            if let IndirectKind::Table(t) = kind {
+                for &e in &t.entries {
+                    if let Some(idx) = inst_index(insts, e) {
+                        self.leader[idx] = true;
+                    }
+                }
+            }
         }
     }
 
-    // Blocks.
-    let mut starts: Vec<usize> = (0..n).filter(|&i| leader[i]).collect();
-    starts.push(n);
-    let block_of_inst = {
-        let mut v = vec![0u32; n];
-        for (bi, w) in starts.windows(2).enumerate() {
-            for slot in &mut v[w[0]..w[1]] {
-                *slot = bi as u32;
+    /// Marks the landing pads of `f`'s call sites; returns (call-site range, landing pad) for
+    /// every call site that has one. A landing pad must be an instruction of `f` or lie in a
+    /// sibling fragment.
+    fn landing_pads(
+        &mut self,
+        b: &mut Builder,
+        f: &Function,
+        decoded: &Decoded,
+    ) -> Vec<(VaddrRange, Vaddr)> {
+        let ctx = b.ctx;
+        let mut call_landing_pads: Vec<(VaddrRange, Vaddr)> = Vec::new();
+        for &(range, lp) in &decoded.call_sites {
+            let Some(lp) = lp else { continue };
+            call_landing_pads.push((range, lp));
+            if f.range.contains(lp) {
+                match inst_index(&f.insts, lp) {
+                    Some(i) => {
+                        self.leader[i] = true;
+                        self.landing_pad[i] = true;
+                    }
+                    None => b.fail(SkipReason::BadLandingPad {
+                        lsda: f.lsda.unwrap_or_default(),
+                        landing_pad: lp,
+                    }),
+                }
+            } else if !ctx
+                .function_containing(lp)
+                .is_some_and(|g| ctx.are_fragments(f.id, g))
+            {
+                b.fail(SkipReason::BadLandingPad {
+                    lsda: f.lsda.unwrap_or_default(),
+                    landing_pad: lp,
+                });
             }
         }
-        v
-    };
-    let block_at = |addr: Vaddr| inst_index(insts, addr).map(|i| BlockId(block_of_inst[i]));
-    let mut blocks = Vec::with_capacity(starts.len() - 1);
-    let mut calls = Vec::new();
-    let mut tables = Vec::new();
-    let mut indirect_iter = indirect.into_iter().peekable();
-    // Problems of blocks that may be unreachable (code after a noreturn call that the
-    // compiler left in, alignment padding at the end): they only matter if reachable.
-    let mut deferred: Vec<(usize, SkipReason)> = Vec::new();
-    // A call that is the last instruction of an extent the compiler gave (symbol size, FDE)
-    // does not come back there, whatever its callee does elsewhere: the compiler emitted
-    // nothing after it because it knew control cannot continue, either from a noreturn
-    // attribute or from `__builtin_unreachable()` after an ordinary call. PostgreSQL's
-    // `ereport(ERROR, ...)` ends in `errfinish()`, which returns for lesser levels: 3,280
-    // of its cold parts end that way, and each held its parent back. The callee is not made
-    // noreturn for other callers (`callees_returned_to` is about that). An extent guessed up
-    // to the next symbol says nothing about where the code ends, and neither does one followed
-    // by code no function claims (a symbol size cut short would look like that).
-    let last_call_ends_path = insts
-        .last()
-        .is_some_and(|l| matches!(l.flow(), Flow::Call { .. } | Flow::IndirectCall))
-        && f.origin != Origin::SymbolSizedByNext
-        && nothing_continues_after(ctx, f);
-    let ends_at_compiler_extent = |i: usize| i + 1 == n && last_call_ends_path;
-    for (bi, w) in starts.windows(2).enumerate() {
-        let (first, end) = (w[0], w[1]);
-        let last = end - 1;
-        let last_inst = insts[last];
-        let mut succs = Vec::new();
-        let mut fragment_succs = Vec::new();
-        let next_block = (end < n).then(|| BlockId(bi as u32 + 1));
-        let mut falls_through = false;
-        for (i, inst) in insts.iter().enumerate().take(end).skip(first) {
+        call_landing_pads
+    }
+}
+
+/// The function's address-taken labels: stored references into its interior.
+pub(crate) struct Labels {
+    /// Instruction indices, sorted.
+    pub(crate) at: Vec<usize>,
+    /// Some reference was only approximate (no relocation says exactly where it points).
+    pub(crate) inexact: bool,
+    /// PC-relative references from data point into the function and no table explains them.
+    pub(crate) relative_into_function: bool,
+}
+
+impl Labels {
+    /// Stored references into the function's interior: address-taken labels. An indirect
+    /// jump the analysis could not follow may reach any of them, including the entries of
+    /// tables other jumps were recognized to use (gcc shares one label table between the
+    /// dispatch sites of a threaded interpreter, loading the table base only once).
+    fn find(
+        b: &mut Builder,
+        f: &Function,
+        marks: &mut Marks,
+        table_spans: &[VaddrRange],
+    ) -> Labels {
+        let ctx = b.ctx;
+        let explained = |site: Vaddr| table_spans.iter().any(|s| s.contains(site));
+        let mut labels: Vec<usize> = Vec::new();
+        let mut inexact_labels = false;
+        for r in ctx.refs_into(f.range) {
+            if r.target == f.range.start {
+                continue;
+            }
+            match inst_index(&f.insts, r.target) {
+                Some(i) => {
+                    marks.leader[i] = true;
+                    if !explained(r.site) {
+                        marks.address_taken[i] = true;
+                    }
+                    labels.push(i);
+                    inexact_labels |= !r.exact;
+                }
+                None if r.exact => {
+                    b.fail(SkipReason::ReferenceIntoInstruction { target: r.target })
+                }
+                None => {}
+            }
+        }
+        labels.sort_unstable();
+        labels.dedup();
+        // PC-relative references from data into this function that none of its tables
+        // explain. A reference's `S + A` is its target plus its distance from the table's
+        // base, so the later entries of another function's table can land here (PostgreSQL's
+        // expression_tree_walker and its neighbours): those in a table that function was
+        // shown to read point into that function instead.
+        let relative_into_function = {
+            let lo = ctx.relative_refs.partition_point(|r| r.0 < f.range.start);
+            let hi = ctx.relative_refs.partition_point(|r| r.0 < f.range.end);
+            ctx.relative_refs[lo..hi]
+                .iter()
+                .any(|r| !explained(r.1) && !ctx.in_foreign_table(f.id, r.1))
+        };
+        Labels {
+            at: labels,
+            inexact: inexact_labels,
+            relative_into_function,
+        }
+    }
+}
+
+/// Cuts a function's instructions into blocks at the marked starts.
+struct BlockCutter<'f, 'c, 'a> {
+    ctx: &'c Context<'a>,
+    f: &'f Function,
+    /// Block start indices, then the instruction count.
+    starts: Vec<usize>,
+    block_of_inst: Vec<u32>,
+    marks: &'f Marks,
+    labels: &'f Labels,
+    call_landing_pads: Vec<(VaddrRange, Vaddr)>,
+    /// The last instruction is a call at the end of an extent the compiler gave.
+    last_call_ends_path: bool,
+}
+
+/// What cutting made of one block besides its instructions.
+struct BlockEnd {
+    terminator: Terminator,
+    succs: Vec<Edge>,
+    fragment_succs: Vec<FragmentEdge>,
+    falls_through: bool,
+}
+
+impl<'f, 'c, 'a> BlockCutter<'f, 'c, 'a> {
+    fn new(
+        b: &Builder<'c, 'a>,
+        f: &'f Function,
+        marks: &'f Marks,
+        labels: &'f Labels,
+        call_landing_pads: Vec<(VaddrRange, Vaddr)>,
+    ) -> Self {
+        let insts = &f.insts;
+        let n = insts.len();
+        let mut starts: Vec<usize> = (0..n).filter(|&i| marks.leader[i]).collect();
+        starts.push(n);
+        let block_of_inst = {
+            let mut v = vec![0u32; n];
+            for (bi, w) in starts.windows(2).enumerate() {
+                for slot in &mut v[w[0]..w[1]] {
+                    *slot = bi as u32;
+                }
+            }
+            v
+        };
+        // A call that is the last instruction of an extent the compiler gave (symbol size,
+        // FDE) does not come back there, whatever its callee does elsewhere: the compiler
+        // emitted nothing after it because it knew control cannot continue, either from a
+        // noreturn attribute or from `__builtin_unreachable()` after an ordinary call.
+        // PostgreSQL's `ereport(ERROR, ...)` ends in `errfinish()`, which returns for lesser
+        // levels: 3,280 of its cold parts end that way, and each held its parent back. The
+        // callee is not made noreturn for other callers (`callees_returned_to` is about that).
+        // An extent guessed up to the next symbol says nothing about where the code ends, and
+        // neither does one followed by code no function claims (a symbol size cut short would
+        // look like that).
+        let last_call_ends_path = insts
+            .last()
+            .is_some_and(|l| matches!(l.flow(), Flow::Call { .. } | Flow::IndirectCall))
+            && f.origin != Origin::SymbolSizedByNext
+            && nothing_continues_after(b.ctx, f);
+        BlockCutter {
+            ctx: b.ctx,
+            f,
+            starts,
+            block_of_inst,
+            marks,
+            labels,
+            call_landing_pads,
+            last_call_ends_path,
+        }
+    }
+
+    fn block_at(&self, addr: Vaddr) -> Option<BlockId> {
+        inst_index(&self.f.insts, addr).map(|i| BlockId(self.block_of_inst[i]))
+    }
+
+    /// Whether the call at instruction `i` ends the compiler's extent (see `new`).
+    fn ends_at_compiler_extent(&self, i: usize) -> bool {
+        i + 1 == self.f.insts.len() && self.last_call_ends_path
+    }
+
+    /// The blocks, the calls and the jump tables of the function, with `indirect` (sorted)
+    /// saying what each indirect jump is. Problems of blocks that may be unreachable (code
+    /// after a noreturn call that the compiler left in, alignment padding at the end) only
+    /// fail the function if the block is reachable.
+    fn blocks(
+        self,
+        b: &mut Builder,
+        incoming: &[Incoming],
+        indirect: Vec<(usize, IndirectKind)>,
+    ) -> (Vec<Block>, Vec<Call>, Vec<JumpTable>) {
+        let insts = &self.f.insts;
+        let mut blocks = Vec::with_capacity(self.starts.len() - 1);
+        let mut calls = Vec::new();
+        let mut tables = Vec::new();
+        let mut indirect = indirect.into_iter().peekable();
+        let mut deferred: Vec<(usize, SkipReason)> = Vec::new();
+        for (bi, w) in self.starts.windows(2).enumerate() {
+            let (first, end) = (w[0], w[1]);
+            self.calls_in(first, end, &mut calls);
+            let last = end - 1;
+            let indirect_here = indirect.next_if(|(i, _)| *i == last).map(|(_, k)| k);
+            let mut block_end =
+                self.block_end(b, bi, last, indirect_here, &mut tables, &mut deferred);
+            if block_end.falls_through {
+                let next_block = (end < insts.len()).then(|| BlockId(bi as u32 + 1));
+                match next_block {
+                    Some(nb) => block_end.succs.push(Edge {
+                        to: nb,
+                        kind: EdgeKind::FallThrough,
+                    }),
+                    None => {
+                        deferred.push((
+                            bi,
+                            SkipReason::FallsOffEnd {
+                                at: insts[last].addr(),
+                            },
+                        ));
+                    }
+                }
+            }
+            blocks.push(Block {
+                start: insts[first].addr(),
+                insts: first as u32..end as u32,
+                terminator: block_end.terminator,
+                succs: block_end.succs,
+                fragment_succs: block_end.fragment_succs,
+                is_entry: self.marks.entry[first],
+                is_landing_pad: self.marks.landing_pad[first],
+                is_address_taken: self.marks.address_taken[first],
+                is_reachable: true,
+            });
+        }
+        let reachable = reachable_blocks(&blocks, incoming);
+        for (block, reachable) in blocks.iter_mut().zip(&reachable) {
+            block.is_reachable = *reachable;
+        }
+        for (bi, reason) in deferred {
+            if reachable[bi] {
+                b.fail(reason);
+            }
+        }
+        (blocks, calls, tables)
+    }
+
+    /// The calls among instructions `first..end`.
+    fn calls_in(&self, first: usize, end: usize, calls: &mut Vec<Call>) {
+        let landing_pad = |at: Vaddr| landing_pad_of(&self.call_landing_pads, at);
+        for (i, inst) in self.f.insts.iter().enumerate().take(end).skip(first) {
             match inst.flow() {
                 Flow::Call { target } => {
-                    let target_kind = ctx.call_target(target);
+                    let target_kind = self.ctx.call_target(target);
                     calls.push(Call {
                         at: inst.addr(),
-                        noreturn: ctx.is_noreturn(target) || ends_at_compiler_extent(i),
+                        noreturn: self.ctx.is_noreturn(target) || self.ends_at_compiler_extent(i),
                         target: target_kind,
-                        landing_pad: landing_pad_of(&call_landing_pads, inst.addr()),
+                        landing_pad: landing_pad(inst.addr()),
                     });
                 }
                 Flow::IndirectCall => calls.push(Call {
                     at: inst.addr(),
                     target: CallTarget::Indirect,
-                    noreturn: ends_at_compiler_extent(i),
-                    landing_pad: landing_pad_of(&call_landing_pads, inst.addr()),
+                    noreturn: self.ends_at_compiler_extent(i),
+                    landing_pad: landing_pad(inst.addr()),
                 }),
                 _ => {}
             }
         }
+    }
+
+    /// How block `bi`, whose last instruction is `last`, ends: its terminator and the edges it
+    /// takes (a fall-through edge is left to the caller). `indirect` is what the block's
+    /// indirect jump was found to be, if it ends with one; its table goes to `tables`.
+    fn block_end(
+        &self,
+        b: &mut Builder,
+        bi: usize,
+        last: usize,
+        indirect: Option<IndirectKind>,
+        tables: &mut Vec<JumpTable>,
+        deferred: &mut Vec<(usize, SkipReason)>,
+    ) -> BlockEnd {
+        let f = self.f;
+        let ctx = self.ctx;
+        let last_inst = f.insts[last];
+        let mut succs = Vec::new();
+        let mut fragment_succs = Vec::new();
+        let mut falls_through = false;
         let terminator = match last_inst.flow() {
             flow @ (Flow::Jump { target } | Flow::CondJump { target }) => {
                 let conditional = matches!(flow, Flow::CondJump { .. });
@@ -758,14 +696,19 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 } else {
                     Terminator::Jump
                 };
-                if let Some(t) = f.range.contains(target).then(|| block_at(target)).flatten() {
+                if let Some(t) = f
+                    .range
+                    .contains(target)
+                    .then(|| self.block_at(target))
+                    .flatten()
+                {
                     succs.push(Edge {
                         to: t,
                         kind: EdgeKind::Taken,
                     });
                     plain
                 } else {
-                    match external(&b, last_inst.addr(), target) {
+                    match external(b, last_inst.addr(), target) {
                         External::Fragment(fe) => {
                             fragment_succs.push(FragmentEdge {
                                 kind: EdgeKind::Taken,
@@ -782,15 +725,15 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                     }
                 }
             }
-            Flow::IndirectJump => match indirect_iter.next_if(|(i, _)| *i == last) {
-                Some((_, IndirectKind::Table(t))) => {
+            Flow::IndirectJump => match indirect {
+                Some(IndirectKind::Table(t)) => {
                     let mut seen = Vec::new();
                     for &e in &t.entries {
                         if seen.contains(&e) {
                             continue;
                         }
                         seen.push(e);
-                        if let Some(to) = f.range.contains(e).then(|| block_at(e)).flatten() {
+                        if let Some(to) = f.range.contains(e).then(|| self.block_at(e)).flatten() {
                             succs.push(Edge {
                                 to,
                                 kind: EdgeKind::JumpTable,
@@ -810,13 +753,13 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                         table: JumpTableId(tables.len() as u32 - 1),
                     }
                 }
-                Some((_, IndirectKind::TailCall)) => Terminator::TailCall {
+                Some(IndirectKind::TailCall) => Terminator::TailCall {
                     target: CallTarget::Indirect,
                 },
-                Some((_, IndirectKind::ComputedGoto)) => {
-                    for &l in &labels {
+                Some(IndirectKind::ComputedGoto) => {
+                    for &l in &self.labels.at {
                         succs.push(Edge {
-                            to: BlockId(block_of_inst[l]),
+                            to: BlockId(self.block_of_inst[l]),
                             kind: EdgeKind::ComputedGoto,
                         });
                     }
@@ -828,7 +771,7 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
             Flow::Return => Terminator::Return,
             Flow::Trap => Terminator::Trap,
             Flow::Call { target } if ctx.is_noreturn(target) => Terminator::NoReturnCall,
-            Flow::Call { .. } | Flow::IndirectCall if ends_at_compiler_extent(last) => {
+            Flow::Call { .. } | Flow::IndirectCall if self.ends_at_compiler_extent(last) => {
                 Terminator::NoReturnCall
             }
             Flow::Next | Flow::Call { .. } | Flow::IndirectCall => {
@@ -836,301 +779,13 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
                 Terminator::FallThrough
             }
         };
-        if falls_through {
-            match next_block {
-                Some(nb) => succs.push(Edge {
-                    to: nb,
-                    kind: EdgeKind::FallThrough,
-                }),
-                None => {
-                    deferred.push((
-                        bi,
-                        SkipReason::FallsOffEnd {
-                            at: last_inst.addr(),
-                        },
-                    ));
-                }
-            }
-        }
-        blocks.push(Block {
-            start: insts[first].addr(),
-            insts: first as u32..end as u32,
+        BlockEnd {
             terminator,
             succs,
             fragment_succs,
-            is_entry: entry[first],
-            is_landing_pad: landing_pad[first],
-            is_address_taken: address_taken[first],
-            is_reachable: true,
-        });
-    }
-    let reachable = reachable_blocks(&blocks, incoming);
-    for (block, reachable) in blocks.iter_mut().zip(&reachable) {
-        block.is_reachable = *reachable;
-    }
-    for (bi, reason) in deferred {
-        if reachable[bi] {
-            b.fail(reason);
+            falls_through,
         }
     }
-    f.blocks = blocks;
-    f.calls = calls;
-    f.jump_tables = tables;
-    f.status = match b.skip {
-        Some(r) => Status::Skipped(r),
-        None => Status::Simple,
-    };
-}
-
-/// Whether `table` has a proven size and enters every block of `assumed` (instruction indices),
-/// the blocks a walk took for its targets; true when nothing was assumed.
-fn enters_all(insts: &[Inst], table: &JumpTable, assumed: &Option<Vec<usize>>) -> bool {
-    assumed.as_ref().is_none_or(|blocks| {
-        // Only a proven size makes the check mean something: a relocation run or a scan may
-        // reach into the other loop's table.
-        matches!(
-            table.bound,
-            TableBound::RangeCheck { .. }
-                | TableBound::RangeCheckAndRelocations { .. }
-                | TableBound::IndexWidth { .. }
-        ) && blocks.iter().all(|&k| {
-            table
-                .entries
-                .iter()
-                .any(|e| inst_index(insts, *e) == Some(k))
-        })
-    })
-}
-
-/// Whether control goes on from `inst` to the instruction after it. A call to a function
-/// known not to return does not: the code after it is another block, entered some other
-/// way (C++ places a `switch` case right after a `call __cxa_throw`), and the backward walks
-/// below must not take that code's values for the ones on the paths they follow.
-fn falls_into_next(ctx: &Context, inst: &Inst) -> bool {
-    match inst.flow() {
-        Flow::Call { target } => !ctx.is_noreturn(target),
-        flow => flow.falls_through(),
-    }
-}
-
-/// (target, source) instruction indices of the function's direct branches, sorted.
-fn branch_predecessors(insts: &[Inst]) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    for (k, inst) in insts.iter().enumerate() {
-        if let Flow::Jump { target } | Flow::CondJump { target } = inst.flow()
-            && let Some(t) = inst_index(insts, target)
-        {
-            out.push((t, k));
-        }
-    }
-    out.sort_unstable();
-    out
-}
-
-/// The constant register `r` holds on entry to instruction `start` when every path into it
-/// (through fall-throughs and direct branches) last defines `r` with that same constant.
-/// `None` when some path reaches the function entry, an instruction entered only in ways not
-/// seen here (table targets), or a non-constant definition.
-fn reaching_constant(
-    ctx: &Context,
-    insts: &[Inst],
-    preds: &[(usize, usize)],
-    unresolved_jumps: &[usize],
-    start: usize,
-    r: rivet_arch::RegisterId,
-    mut entered_by_table: Option<&mut Vec<usize>>,
-) -> Option<u64> {
-    let branch_sources = |pos: usize| {
-        let lo = preds.partition_point(|p| p.0 < pos);
-        let hi = preds.partition_point(|p| p.0 <= pos);
-        preds[lo..hi].iter().map(|p| p.1)
-    };
-    let mut result = None;
-    let mut visited = std::collections::HashSet::new();
-    let mut work = vec![start];
-    while let Some(pos) = work.pop() {
-        if !visited.insert(pos) {
-            continue;
-        }
-        if visited.len() > 4096 || pos == 0 {
-            return None;
-        }
-        let mut sources: Vec<usize> = branch_sources(pos).collect();
-        if falls_into_next(ctx, &insts[pos - 1]) {
-            sources.push(pos - 1);
-        }
-        if sources.is_empty() && (insts[pos].is_nop() || insts[pos].is_int3()) {
-            // Alignment padding after a jump or a return: nothing runs it. The code after it
-            // falls out of it only in appearance, so no value comes in this way. (Compilers
-            // put a label after the padding, never before it.)
-            continue;
-        }
-        if sources.is_empty() {
-            // Entered by no direct branch: a target of this function's indirect jumps (labels
-            // cannot be jumped to from other functions), so the value is theirs.
-            if let Some(found) = entered_by_table.as_deref_mut() {
-                found.push(pos);
-            }
-            sources = unresolved_jumps.to_vec();
-            if sources.is_empty() {
-                return None;
-            }
-        }
-        for p in sources {
-            let mut k = p;
-            loop {
-                match insts[k].register_definition(r) {
-                    Some(Some(c)) if result.is_none_or(|x| x == c) => {
-                        result = Some(c);
-                        break;
-                    }
-                    Some(_) => return None,
-                    None => {}
-                }
-                if k == 0 {
-                    return None;
-                }
-                if branch_sources(k).next().is_some() || !falls_into_next(ctx, &insts[k - 1]) {
-                    work.push(k);
-                    break;
-                }
-                k -= 1;
-            }
-        }
-    }
-    result
-}
-
-/// When the dispatch block (the window `start..=jump`) is entered by branches, and perhaps by
-/// the instruction before falling in, looks at every path into it: each predecessor's
-/// straight-line window followed by the dispatch window must read the same table. With a range check on every path the result is the largest bound (an index valid
-/// on some path). Without one on every path, the widest index width over the paths, if that
-/// is narrower than what the dispatch block alone shows. `unbounded` is what the dispatch
-/// block alone shows: a table without a bound, or nothing known (python3.11's interpreter
-/// loads the opcode's handler in each of its cases and jumps to one shared `jmp *%rax`).
-/// A block whose address is stored in data (a computed goto's label) has paths in that no
-/// branch shows: none is assumed. Returns the dispatch and the block's start, for the caller
-/// to check once it knows every table and every way in from sibling fragments.
-fn dispatch_from_predecessors(
-    ctx: &Context,
-    insts: &[Inst],
-    start: usize,
-    jump: usize,
-    unbounded: IndirectJump,
-    cut_by_length: bool,
-) -> Option<(IndirectJump, Vaddr)> {
-    if cut_by_length {
-        return None;
-    }
-    let window = start;
-    // What falls into the window: the instruction before it, or before the alignment padding
-    // in front of it (padding after a `jmp` is fallen into by nothing).
-    let mut before = window;
-    while before > 0 && insts[before - 1].is_nop() {
-        before -= 1;
-    }
-    let fall_pred = (before > 0 && falls_into_next(ctx, &insts[before - 1])).then(|| before - 1);
-    // Alignment padding before the block is part of the window but never a branch target.
-    let mut start = start;
-    while start < jump && insts[start].is_nop() {
-        start += 1;
-    }
-    let head = insts[start].addr();
-    let stored = VaddrRange {
-        start: insts[window].addr(),
-        end: head + 1,
-    };
-    if !ctx.refs_into(stored).is_empty() {
-        return None;
-    }
-    let mut preds: Vec<usize> = insts
-        .iter()
-        .enumerate()
-        .filter(|(_, x)| matches!(x.flow(), Flow::Jump { target } | Flow::CondJump { target } if target == head))
-        .map(|(k, _)| k)
-        .collect();
-    if preds.is_empty() || preds.len() > 16 {
-        return None;
-    }
-    preds.extend(fall_pred);
-    // The table and the index width of a dispatch, and its range check's bound if any.
-    let shape = |j: &IndirectJump| match *j {
-        IndirectJump::AbsoluteTable {
-            table,
-            bound,
-            index_bits,
-            ..
-        } => Some(((table, None), bound.map(|b| b.entries), index_bits)),
-        IndirectJump::RelativeTable {
-            table,
-            base,
-            bound,
-            index_bits,
-            ..
-        } => Some(((table, Some(base)), bound.map(|b| b.entries), index_bits)),
-        _ => None,
-    };
-    let (mut own_table, own_bits) = match shape(&unbounded) {
-        Some((table, _, bits)) => (Some(table), bits),
-        None => (None, 64),
-    };
-    let mut best: Option<IndirectJump> = None;
-    let mut first: Option<IndirectJump> = None;
-    let mut all_checked = true;
-    let mut widest_bits = 0;
-    for p in preds {
-        let mut k = p;
-        while k > 0 && p - k < 48 && falls_into_next(ctx, &insts[k - 1]) {
-            k -= 1;
-        }
-        let mut path: Vec<Inst> = insts[k..=p].to_vec();
-        path.extend_from_slice(&insts[start..=jump]);
-        // The predecessor's last instruction is taken to reach the block, unless the block is
-        // what it falls into.
-        let taken: &[Vaddr] = if Some(p) == fall_pred {
-            &[]
-        } else {
-            &[insts[p].addr()]
-        };
-        let found = rivet_arch::analyze_indirect_jump_path(&path, taken);
-        let (table, entries, bits) = shape(&found)?;
-        if *own_table.get_or_insert(table) != table {
-            return None;
-        }
-        first.get_or_insert(found);
-        widest_bits = widest_bits.max(bits);
-        match entries {
-            Some(n) => {
-                let best_entries = best.as_ref().and_then(|b| shape(b)?.1);
-                if best_entries.is_none_or(|m| n > m) {
-                    best = Some(found);
-                }
-            }
-            None => all_checked = false,
-        }
-    }
-    if all_checked {
-        return best.map(|j| (j, head));
-    }
-    // Some path has no range check, but every path may narrow the index (python3.11 loads
-    // the opcode with `movzbl` before jumping to a shared dispatch): the widest of them is
-    // what the table must cover.
-    let unbounded = match unbounded {
-        IndirectJump::Unknown => first?,
-        known => known,
-    };
-    let mut narrowed = unbounded;
-    if let IndirectJump::AbsoluteTable {
-        bound, index_bits, ..
-    }
-    | IndirectJump::RelativeTable {
-        bound, index_bits, ..
-    } = &mut narrowed
-    {
-        *bound = None;
-        *index_bits = widest_bits;
-    }
-    (widest_bits < own_bits).then_some((narrowed, head))
 }
 
 fn landing_pad_of(sites: &[(VaddrRange, Vaddr)], at: Vaddr) -> Option<Vaddr> {
@@ -1219,218 +874,14 @@ fn is_unreachable_end(b: &Builder, target: Vaddr) -> bool {
     let ends_with_call = ctx
         .elf
         .bytes_at(range.start, range.len())
-        .and_then(|code| decode_all(code, range.start).last().cloned())
+        .and_then(|code| ctx.isa.decode_all(code, range.start).last().cloned())
         .is_some_and(|last| matches!(last.flow(), Flow::Call { .. }) && last.end() == target);
     ends_with_call
-        && (1..=15)
+        && (1..=ctx.isa.max_inst_len())
             .rev()
             .find_map(|len| ctx.elf.bytes_at(target, len))
-            .and_then(|bytes| decode_all(bytes, target).first().cloned())
-            .is_some_and(|next| next.is_padding_nop() || next.is_int3())
-}
-
-enum TableResult {
-    Table(JumpTable),
-    /// The "table" holds entries of other functions: an array of function pointers, and the
-    /// jump a tail call through it.
-    FunctionPointers,
-    Failed,
-}
-
-/// What is known of a table dispatch's index.
-struct TableIndex {
-    /// A range check's bound.
-    bound: Option<rivet_arch::IndexBound>,
-    /// How many of its low bits may be non-zero (`IndirectJump::AbsoluteTable::index_bits`).
-    index_bits: u8,
-}
-
-/// The widest index whose every value a table is checked to cover (`TableBound::IndexWidth`):
-/// 65,536 entries at most, read only as far as the first that is no instruction of the
-/// function.
-const MAX_INDEX_BITS: u8 = 16;
-
-/// Reads a jump table's entries, sized by the range check, the relocations covering it, or
-/// the width of its index.
-fn resolve_table(
-    b: &mut Builder,
-    insts: &[Inst],
-    jump_at: Vaddr,
-    table: Vaddr,
-    entry_size: u8,
-    kind: JumpTableKind,
-    index: TableIndex,
-) -> TableResult {
-    let TableIndex { bound, index_bits } = index;
-    let ctx = b.ctx;
-    let es = u64::from(entry_size);
-    let read_entry = |i: u64| {
-        let at = table + i * es;
-        match (kind, entry_size) {
-            (JumpTableKind::Absolute, 8) => ctx.elf.read_u64(at).map(Vaddr),
-            (JumpTableKind::Absolute, 4) => ctx.elf.read_u32(at).map(|v| Vaddr(u64::from(v))),
-            (JumpTableKind::Relative { base }, 4) => {
-                ctx.elf.read_i32(at).map(|v| base.offset(i64::from(v)))
-            }
-            _ => None,
-        }
-    };
-    let is_other_entry =
-        |t: Vaddr| !b.range.contains(t) && (ctx.entry_at(t).is_some() || ctx.plt_at(t).is_some());
-    // An entry into a compiler-split part of this function (`foo.cold`).
-    let is_fragment_entry = |t: Vaddr| {
-        ctx.function_containing(t)
-            .is_some_and(|g| ctx.are_fragments(b.id, g))
-    };
-    let is_instruction = |t: Vaddr| b.range.contains(t) && inst_index(insts, t).is_some();
-    // An entry the rewriter can follow: an instruction of this function or of one of its parts.
-    let is_own_entry = |t: Vaddr| is_instruction(t) || is_fragment_entry(t);
-    // A table of other functions' entries is a table of function pointers: a tail call. In
-    // PIE code its bytes are zero in the file and the dynamic relocations hold the values.
-    if kind == JumpTableKind::Absolute
-        && (read_entry(0).is_some_and(is_other_entry)
-            || ctx.stored_code_at(table).is_some_and(is_other_entry))
-    {
-        return TableResult::FunctionPointers;
-    }
-    // The run of relocations at consecutive entries.
-    let reloc_run = if ctx.reloc_mode {
-        let relocs = ctx.relocs_in(VaddrRange {
-            start: table,
-            end: table + 4096 * es,
-        });
-        let mut count = 0u64;
-        for r in relocs {
-            if r.site != table + count * es {
-                if r.site < table + count * es {
-                    continue;
-                }
-                break;
-            }
-            let ok = match kind {
-                JumpTableKind::Absolute => {
-                    r.is_absolute() && u64::from(r.field_size().unwrap_or(0)) == es
-                }
-                JumpTableKind::Relative { .. } => r.is_pc_relative() && es == 4,
-            };
-            if !ok {
-                break;
-            }
-            count += 1;
-        }
-        count
-    } else {
-        0
-    };
-    // No range check because the index cannot leave the table: a byte (python3.11's opcode
-    // dispatch, `movzbl` then `jmp *T(,%rax,8)`) or a mask (`and $3`) indexes 2^bits entries,
-    // each of which must then be code of this function. Proven, where scanning only guesses,
-    // and exact where relocations run on into the next table.
-    let width_proven = || {
-        index_bits <= MAX_INDEX_BITS
-            && (0..1u64 << index_bits).all(|i| read_entry(i).is_some_and(is_own_entry))
-    };
-    let (entries_count, table_bound, default_target) = match bound {
-        Some(bd) => {
-            let tb = if ctx.reloc_mode && reloc_run >= bd.entries {
-                TableBound::RangeCheckAndRelocations { check: bd.check }
-            } else {
-                TableBound::RangeCheck { check: bd.check }
-            };
-            (bd.entries, tb, Some(bd.default_target))
-        }
-        None if reloc_run >= 1 << index_bits.min(MAX_INDEX_BITS + 1) && width_proven() => (
-            1 << index_bits,
-            TableBound::IndexWidth { bits: index_bits },
-            None,
-        ),
-        None if reloc_run > 0 => (reloc_run, TableBound::Relocations, None),
-        None if width_proven() => (
-            1 << index_bits,
-            TableBound::IndexWidth { bits: index_bits },
-            None,
-        ),
-        // Without relocations and without a range check (a switch covering every value of an
-        // enum), the table ends where entries stop being instructions of this function. The
-        // bound is recorded as scanned, so later phases know it is inferred.
-        None if !ctx.reloc_mode => (4096, TableBound::Scanned, None),
-        None => {
-            b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
-            return TableResult::Failed;
-        }
-    };
-    if entries_count == 0 || entries_count > 1 << 20 {
-        b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
-        return TableResult::Failed;
-    }
-    let mut entries = Vec::with_capacity(entries_count as usize);
-    let open_ended = matches!(table_bound, TableBound::Relocations | TableBound::Scanned);
-    for i in 0..entries_count {
-        let Some(target) = read_entry(i) else {
-            if open_ended && i > 0 {
-                break;
-            }
-            b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
-            return TableResult::Failed;
-        };
-        let in_function = is_instruction(target);
-        let in_fragment = !in_function && is_fragment_entry(target);
-        // clang points the entries of impossible cases (`default: unreachable`) at the end of
-        // the function. Kept, so the whole table is rewritten, but they are no CFG edge.
-        let unreachable_case = table_bound == TableBound::Relocations && target == b.range.end;
-        if !in_function && !in_fragment && !unreachable_case {
-            // Sized by relocations alone, the run may continue into the next table (of
-            // another function): it ends where entries stop pointing into this one.
-            if open_ended && i > 0 {
-                break;
-            }
-            b.fail(SkipReason::BadJumpTableEntry {
-                at: jump_at,
-                table,
-                target,
-            });
-            return TableResult::Failed;
-        }
-        entries.push(target);
-    }
-    // A run that ends with such entries is more likely the start of the next table.
-    while entries.last() == Some(&b.range.end) {
-        entries.pop();
-    }
-    if entries.is_empty() {
-        b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
-        return TableResult::Failed;
-    }
-    if table_bound == TableBound::Scanned && entries.len() < 2 {
-        b.fail(SkipReason::UnboundedJumpTable { at: jump_at, table });
-        return TableResult::Failed;
-    }
-    TableResult::Table(JumpTable {
-        addr: table,
-        entry_size,
-        kind,
-        jump_at,
-        entries,
-        bound: table_bound,
-        default_target,
-    })
-}
-
-/// Whether the stack frame is still there at `at`, which rules out a tail call: the unwind
-/// row in `rows` covering `at` does not put the CFA at the stack pointer plus 8 (where the
-/// stack pointer would point at the caller's return address). False without a row for `at`.
-fn frame_live_at(rows: &[CfiRow], at: Vaddr) -> bool {
-    /// rsp's DWARF register number on x86-64.
-    const DWARF_RSP: u16 = 7;
-    rows.iter().find(|r| r.range.contains(at)).is_some_and(|r| {
-        !matches!(
-            r.cfa,
-            Cfa::RegisterOffset {
-                register: DWARF_RSP,
-                offset: 8
-            }
-        )
-    })
+            .and_then(|bytes| ctx.isa.decode_all(bytes, target).first().cloned())
+            .is_some_and(|next| next.is_padding_nop() || next.is_fill_trap())
 }
 
 /// Whether what follows `f`'s extent is plainly not more of it: another function's entry,
@@ -1446,13 +897,18 @@ fn nothing_continues_after(ctx: &Context, f: &Function) -> bool {
     {
         return true;
     }
-    // The longest x86 instruction is 15 bytes; fewer may be left before the section ends.
-    let Some(bytes) = (1..=15).rev().find_map(|len| ctx.elf.bytes_at(end, len)) else {
+    // One instruction's worth of bytes at most; fewer may be left before the section ends.
+    let longest = ctx.isa.max_inst_len();
+    let Some(bytes) = (1..=longest)
+        .rev()
+        .find_map(|len| ctx.elf.bytes_at(end, len))
+    else {
         return true;
     };
-    decode_all(bytes, end)
+    ctx.isa
+        .decode_all(bytes, end)
         .first()
-        .is_some_and(|next| next.is_padding_nop() || next.is_int3())
+        .is_some_and(|next| next.is_padding_nop() || next.is_fill_trap())
 }
 
 /// The callees among `candidates` (sorted) that `f` shows to return: a direct call to one of
@@ -1479,7 +935,7 @@ pub fn callees_returned_to(f: &Function, candidates: &[Vaddr]) -> Vec<Vaddr> {
             Flow::Call { target }
                 if candidates.binary_search(&target).is_ok()
                     && !pair[1].is_padding_nop()
-                    && !pair[1].is_int3()
+                    && !pair[1].is_fill_trap()
                     && f.block_at(pair[1].addr()).is_none() =>
             {
                 Some(target)

@@ -9,11 +9,13 @@
 
 pub mod boundaries;
 pub mod cfg;
+mod indirect;
 pub mod noreturn;
 pub mod plt;
 pub mod refs;
 
 use rayon::prelude::*;
+use rivet_arch::Isa;
 use rivet_elf::eh_frame::CfiRow;
 use rivet_elf::{ElfError, ElfFile, Vaddr, VaddrRange};
 use rivet_ir::*;
@@ -146,12 +148,13 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     };
     let relocation_mode = relocation_mode_from(has_symtab, elf.has_code_relocations());
     let reloc_mode = relocation_mode == RelocationMode::Available;
+    let isa = Isa::of(elf);
     let static_relocs = if reloc_mode {
-        elf.static_relocations(&symbols)?
+        elf.static_relocations(&symbols, &isa)?
     } else {
         Vec::new()
     };
-    let dynamic_relocs = elf.dynamic_relocations().unwrap_or_else(|e| {
+    let dynamic_relocs = elf.dynamic_relocations(&isa).unwrap_or_else(|e| {
         warnings.push(format!("dynamic relocations ignored: {e}"));
         Vec::new()
     });
@@ -226,6 +229,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     code_ref_sites.dedup_by_key(|r| r.0);
     let mut ctx = Context {
         elf,
+        isa: Isa::of(elf),
         reloc_mode,
         entries: Vec::new(),
         ranges: functions.iter().map(|f| f.range).collect(),
@@ -500,6 +504,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         .sum();
     Ok(Program {
         info: BinaryInfo {
+            isa: Isa::of(elf),
             kind: elf.kind,
             entry: elf.entry,
             build_id: elf.build_id().map(<[u8]>::to_vec),

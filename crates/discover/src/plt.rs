@@ -1,12 +1,13 @@
 //! PLT stubs: which imported function each stub jumps to.
 //!
-//! A stub is `jmp *slot(%rip)` (possibly after `endbr64`, possibly with a `bnd` prefix); the
-//! slot is a GOT entry with a JUMP_SLOT, GLOB_DAT or IRELATIVE dynamic relocation naming the
-//! symbol. Stubs are found in `.plt`, `.plt.sec` (IBT) and `.plt.got` by decoding them.
+//! A stub is an indirect jump through a slot (on x86-64 `jmp *slot(%rip)`, possibly after
+//! `endbr64`, possibly with a `bnd` prefix); the slot is a GOT entry with a JUMP_SLOT,
+//! GLOB_DAT or IRELATIVE dynamic relocation naming the symbol. Stubs are found by decoding
+//! the sections the ISA names as PLTs (`Isa::plt_entry_size`), entry by entry.
 
 use std::collections::HashMap;
 
-use rivet_arch::{Flow, decode_all};
+use rivet_arch::{Flow, Isa};
 use rivet_elf::relocs::{DynRelocKind, DynamicReloc};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::PltEntry;
@@ -22,12 +23,11 @@ pub fn find_plt_entries(elf: &ElfFile, dynamic_relocs: &[DynamicReloc]) -> Vec<P
             _ => None,
         })
         .collect();
+    let isa = Isa::of(elf);
     let mut out = Vec::new();
     for section in elf.sections() {
-        let default_entry = match section.name.as_ref() {
-            ".plt" | ".plt.sec" | ".iplt" => 16,
-            ".plt.got" => 8,
-            _ => continue,
+        let Some(default_entry) = isa.plt_entry_size(&section.name) else {
+            continue;
         };
         if !section.is_exec() || section.data.is_empty() {
             continue;
@@ -37,7 +37,7 @@ pub fn find_plt_entries(elf: &ElfFile, dynamic_relocs: &[DynamicReloc]) -> Vec<P
         } else {
             default_entry
         };
-        for inst in decode_all(section.data, section.addr) {
+        for inst in isa.decode_all(section.data, section.addr) {
             if inst.flow() != Flow::IndirectJump {
                 continue;
             }

@@ -40,7 +40,7 @@ pub struct Fde {
     /// The CIE's augmentation has 'S': the frame is a signal trampoline, whose return address
     /// must not be decremented before the lookup.
     pub signal_frame: bool,
-    /// The DWARF column of the return address (16, rip, on x86-64).
+    /// The DWARF column of the return address.
     pub return_address_register: u16,
     /// The CIE's code alignment factor (1 on x86-64).
     pub code_alignment_factor: u64,
@@ -51,7 +51,8 @@ pub struct Fde {
 /// How the canonical frame address is computed at some instruction.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Cfa {
-    /// DWARF register number plus offset, e.g. rsp+8 at a function entry.
+    /// DWARF register number plus offset (the stack pointer plus 8 at an x86-64 function
+    /// entry).
     RegisterOffset { register: u16, offset: i64 },
     /// A DWARF expression, as raw bytes (PLT stubs, signal trampolines, realigned stacks).
     Expression(Vec<u8>),
@@ -97,15 +98,6 @@ pub struct CfiRow {
     /// Bytes of outgoing arguments pushed at this point (`DW_CFA_GNU_args_size`); the
     /// personality routine adjusts the stack pointer by it when landing. Usually 0.
     pub args_size: u64,
-}
-
-/// Name of an x86-64 DWARF register number.
-pub fn dwarf_register_name(register: u16) -> &'static str {
-    const NAMES: [&str; 17] = [
-        "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12",
-        "r13", "r14", "r15", "rip",
-    ];
-    NAMES.get(register as usize).copied().unwrap_or("reg?")
 }
 
 /// The parsed `.eh_frame` of a file.
@@ -280,15 +272,35 @@ impl<'data> EhFrameTable<'data> {
     }
 }
 
-impl std::fmt::Display for CfiRow {
+impl CfiRow {
+    /// The row as dumps print it, with register numbers named by `register_name` (the ISA's
+    /// names: this crate does not know them).
+    pub fn display<'a>(
+        &'a self,
+        register_name: impl Fn(u16) -> &'static str + 'a,
+    ) -> impl std::fmt::Display + 'a {
+        DisplayRow {
+            row: self,
+            register_name,
+        }
+    }
+}
+
+struct DisplayRow<'a, F> {
+    row: &'a CfiRow,
+    register_name: F,
+}
+
+impl<F: Fn(u16) -> &'static str> std::fmt::Display for DisplayRow<'_, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.cfa {
+        let dwarf_register_name = |r: u16| (self.register_name)(r);
+        match &self.row.cfa {
             Cfa::RegisterOffset { register, offset } => {
                 write!(f, "cfa={}{:+}", dwarf_register_name(*register), offset)?
             }
             Cfa::Expression(_) => write!(f, "cfa=<expr>")?,
         }
-        for (reg, rule) in self.saved.iter() {
+        for (reg, rule) in self.row.saved.iter() {
             match rule {
                 SavedRegister::AtCfaOffset(o) => {
                     write!(f, " {}@cfa{:+}", dwarf_register_name(*reg), o)?

@@ -103,6 +103,8 @@ pub struct ElfFile<'data> {
     data: &'data [u8],
     pub kind: ElfKind,
     pub entry: Vaddr,
+    /// `e_machine`: which instruction set the code is (`rivet_arch::Isa` says what it means).
+    pub machine: u16,
     sections: Vec<Section<'data>>,
     segments: Vec<Segment>,
     /// Indices of alloc, non-NOBITS sections sorted by address, for address lookups.
@@ -239,6 +241,7 @@ impl<'data> ElfFile<'data> {
             data,
             kind: ElfKind::Executable,
             entry: Vaddr(header.e_entry(endian)),
+            machine,
             sections,
             segments,
             by_addr,

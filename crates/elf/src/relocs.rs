@@ -20,41 +20,45 @@ use crate::error::{ElfError, Result};
 use crate::file::ElfFile;
 use crate::symbols::{Symbol, SymbolKind};
 
-/// x86-64 relocation types Rivet interprets (`R_X86_64_*`).
-pub mod types {
-    pub const R_X86_64_NONE: u32 = 0;
-    pub const R_X86_64_64: u32 = 1;
-    pub const R_X86_64_PC32: u32 = 2;
-    pub const R_X86_64_GOT32: u32 = 3;
-    pub const R_X86_64_PLT32: u32 = 4;
-    pub const R_X86_64_COPY: u32 = 5;
-    pub const R_X86_64_GLOB_DAT: u32 = 6;
-    pub const R_X86_64_JUMP_SLOT: u32 = 7;
-    pub const R_X86_64_RELATIVE: u32 = 8;
-    pub const R_X86_64_GOTPCREL: u32 = 9;
-    pub const R_X86_64_32: u32 = 10;
-    pub const R_X86_64_32S: u32 = 11;
-    pub const R_X86_64_DTPMOD64: u32 = 16;
-    pub const R_X86_64_DTPOFF64: u32 = 17;
-    pub const R_X86_64_TPOFF64: u32 = 18;
-    pub const R_X86_64_TLSGD: u32 = 19;
-    pub const R_X86_64_TLSLD: u32 = 20;
-    pub const R_X86_64_DTPOFF32: u32 = 21;
-    pub const R_X86_64_GOTTPOFF: u32 = 22;
-    pub const R_X86_64_TPOFF32: u32 = 23;
-    pub const R_X86_64_PC64: u32 = 24;
-    pub const R_X86_64_GOTOFF64: u32 = 25;
-    pub const R_X86_64_GOTPC32: u32 = 26;
-    pub const R_X86_64_SIZE32: u32 = 32;
-    pub const R_X86_64_SIZE64: u32 = 33;
-    pub const R_X86_64_GOTPC32_TLSDESC: u32 = 34;
-    pub const R_X86_64_TLSDESC_CALL: u32 = 35;
-    pub const R_X86_64_TLSDESC: u32 = 36;
-    pub const R_X86_64_IRELATIVE: u32 = 37;
-    pub const R_X86_64_GOTPCRELX: u32 = 41;
-    pub const R_X86_64_REX_GOTPCRELX: u32 = 42;
+/// What a static relocation's field holds, in the ISA's own terms turned neutral. The
+/// numbers in `r_type` differ per machine; [`RelocTypes`] (implemented by `rivet_arch::Isa`)
+/// says which kind each is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelocKind {
+    /// `S + A` in a `size`-byte field; `signed` when a 32-bit field is read sign-extended.
+    Absolute { size: u8, signed: bool },
+    /// `S + A - P` in a `size`-byte field.
+    PcRelative { size: u8 },
+    /// The address of the symbol's GOT slot minus `P` (which the linker may have relaxed into
+    /// the symbol's own address), in a `size`-byte field of an instruction.
+    GotPcRelative { size: u8 },
+    /// A field of `size` bytes whose value Rivet does not interpret (TLS and GOT offsets,
+    /// symbol sizes).
+    Opaque { size: u8 },
+    /// A type Rivet does not know, or none.
+    Unknown,
 }
-use types::*;
+
+impl RelocKind {
+    /// Width in bytes of the relocated field, for kinds Rivet interprets.
+    pub fn field_size(self) -> Option<u8> {
+        match self {
+            RelocKind::Absolute { size, .. }
+            | RelocKind::PcRelative { size }
+            | RelocKind::GotPcRelative { size }
+            | RelocKind::Opaque { size } => Some(size),
+            RelocKind::Unknown => None,
+        }
+    }
+}
+
+/// The meaning of relocation type numbers, which only the ISA knows.
+pub trait RelocTypes {
+    /// The kind of a static relocation type.
+    fn static_kind(&self, r_type: u32) -> RelocKind;
+    /// The kind of a dynamic relocation type.
+    fn dynamic_kind(&self, r_type: u32) -> DynRelocKind;
+}
 
 /// A static relocation kept by `--emit-relocs`.
 #[derive(Clone, Debug)]
@@ -62,6 +66,8 @@ pub struct StaticReloc {
     /// Address of the field being relocated.
     pub site: Vaddr,
     pub r_type: u32,
+    /// What `r_type` means.
+    pub kind: RelocKind,
     /// Index into `.symtab`.
     pub symbol: u32,
     /// The symbol's final value (`S`); zero for undefined symbols.
@@ -83,36 +89,17 @@ impl StaticReloc {
 
     /// Width in bytes of the relocated field, for kinds Rivet interprets.
     pub fn field_size(&self) -> Option<u8> {
-        Some(match self.r_type {
-            R_X86_64_64 | R_X86_64_PC64 | R_X86_64_GOTOFF64 | R_X86_64_SIZE64 => 8,
-            R_X86_64_PC32
-            | R_X86_64_PLT32
-            | R_X86_64_32
-            | R_X86_64_32S
-            | R_X86_64_GOTPCREL
-            | R_X86_64_GOTPCRELX
-            | R_X86_64_REX_GOTPCRELX
-            | R_X86_64_GOTPC32
-            | R_X86_64_GOT32
-            | R_X86_64_TPOFF32
-            | R_X86_64_DTPOFF32
-            | R_X86_64_GOTTPOFF
-            | R_X86_64_TLSGD
-            | R_X86_64_TLSLD
-            | R_X86_64_GOTPC32_TLSDESC
-            | R_X86_64_SIZE32 => 4,
-            _ => return None,
-        })
+        self.kind.field_size()
     }
 
     /// True for kinds whose field holds `S + A - P`.
     pub fn is_pc_relative(&self) -> bool {
-        matches!(self.r_type, R_X86_64_PC32 | R_X86_64_PLT32 | R_X86_64_PC64)
+        matches!(self.kind, RelocKind::PcRelative { .. })
     }
 
     /// True for kinds whose field holds `S + A` (an absolute address).
     pub fn is_absolute(&self) -> bool {
-        matches!(self.r_type, R_X86_64_64 | R_X86_64_32 | R_X86_64_32S)
+        matches!(self.kind, RelocKind::Absolute { .. })
     }
 }
 
@@ -125,7 +112,7 @@ pub enum DynRelocKind {
     Irelative,
     JumpSlot,
     GlobDat,
-    /// `S + A` (R_X86_64_64 against a symbol).
+    /// `S + A`: a 64-bit absolute address against a symbol.
     Abs64,
     Copy,
     Tpoff64,
@@ -151,22 +138,6 @@ pub struct DynamicReloc<'data> {
     pub entry: Option<Vaddr>,
 }
 
-fn dyn_kind(t: u32) -> DynRelocKind {
-    match t {
-        R_X86_64_RELATIVE => DynRelocKind::Relative,
-        R_X86_64_IRELATIVE => DynRelocKind::Irelative,
-        R_X86_64_JUMP_SLOT => DynRelocKind::JumpSlot,
-        R_X86_64_GLOB_DAT => DynRelocKind::GlobDat,
-        R_X86_64_64 => DynRelocKind::Abs64,
-        R_X86_64_COPY => DynRelocKind::Copy,
-        R_X86_64_TPOFF64 => DynRelocKind::Tpoff64,
-        R_X86_64_DTPMOD64 => DynRelocKind::Dtpmod64,
-        R_X86_64_DTPOFF64 => DynRelocKind::Dtpoff64,
-        R_X86_64_TLSDESC => DynRelocKind::TlsDesc,
-        other => DynRelocKind::Other(other),
-    }
-}
-
 fn rela_entries<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [elf::Rela64<LE>]> {
     let whole = bytes.len() - bytes.len() % 24;
     object::pod::slice_from_all_bytes(&bytes[..whole])
@@ -177,7 +148,11 @@ impl<'data> ElfFile<'data> {
     /// All static relocations against alloc sections (code and data), from every non-alloc
     /// SHT_RELA section. Relocations of debug sections are not returned: they refer to
     /// non-loaded data and matter only to the debug-info update.
-    pub fn static_relocations(&self, symbols: &[Symbol<'data>]) -> Result<Vec<StaticReloc>> {
+    pub fn static_relocations(
+        &self,
+        symbols: &[Symbol<'data>],
+        types: &dyn RelocTypes,
+    ) -> Result<Vec<StaticReloc>> {
         let mut out = Vec::new();
         for rela_section in self.sections() {
             if rela_section.sh_type != elf::SHT_RELA.0 || rela_section.is_alloc() {
@@ -190,9 +165,11 @@ impl<'data> ElfFile<'data> {
             for rela in rela_entries(rela_section.data, "static relocation section")? {
                 let sym_index = rela.r_sym(LE, false);
                 let sym = symbols.get(sym_index as usize);
+                let r_type = rela.r_type(LE, false).0;
                 out.push(StaticReloc {
                     site: Vaddr(rela.r_offset(LE)),
-                    r_type: rela.r_type(LE, false).0,
+                    r_type,
+                    kind: types.static_kind(r_type),
                     symbol: sym_index,
                     symbol_value: sym.map_or(Vaddr(0), |s| s.value),
                     symbol_kind: sym.map_or(SymbolKind::NoType, |s| s.kind),
@@ -207,7 +184,7 @@ impl<'data> ElfFile<'data> {
     }
 
     /// Dynamic relocations from DT_RELA, DT_JMPREL and DT_RELR, sorted by site.
-    pub fn dynamic_relocations(&self) -> Result<Vec<DynamicReloc<'data>>> {
+    pub fn dynamic_relocations(&self, types: &dyn RelocTypes) -> Result<Vec<DynamicReloc<'data>>> {
         let Ok(dynamic) = self.dynamic() else {
             return Ok(Vec::new());
         };
@@ -227,7 +204,7 @@ impl<'data> ElfFile<'data> {
                 let sym = rela.r_sym(LE, false);
                 out.push(DynamicReloc {
                     site: Vaddr(rela.r_offset(LE)),
-                    kind: dyn_kind(rela.r_type(LE, false).0),
+                    kind: types.dynamic_kind(rela.r_type(LE, false).0),
                     symbol: sym,
                     symbol_name: dynsyms
                         .get(sym as usize)

@@ -14,10 +14,7 @@
 
 use std::collections::HashMap;
 
-use rivet_arch::{
-    Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, ProbeShape, VIA_SLOT_SIZE,
-    decode_all, encode_probe, encode_via_slot, relocate,
-};
+use rivet_arch::{Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, ProbeShape};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{AlignedBlock, FragmentRef};
 use rivet_ir::probes::{EdgeTarget, FunctionProbes, ProbeAt};
@@ -149,7 +146,10 @@ impl Item {
             Item::Probe { shape, .. } => u64::from(shape.size()),
             Item::IndirectProbe { size, .. } => u64::from(size),
             Item::Copy { inst } => u64::from(f.insts[inst as usize].len()),
-            Item::ViaSlot { .. } => u64::from(VIA_SLOT_SIZE),
+            Item::ViaSlot { inst, .. } => {
+                let inst = &f.insts[inst as usize];
+                u64::from(inst.isa().via_slot_size())
+            }
             Item::Branch {
                 form,
                 short_size,
@@ -420,7 +420,8 @@ pub fn plan_fragment(
                 continue;
             }
             if let Some(table) = probes.and_then(|p| p.indirect_table(inst))
-                && let Ok(size) = rivet_arch::indirect_probe_size(&f.insts[inst as usize])
+                && let branch = &f.insts[inst as usize]
+                && let Ok(size) = branch.isa().indirect_probe_size(branch)
             {
                 items.push(Item::IndirectProbe { inst, table, size });
             }
@@ -694,9 +695,10 @@ pub fn plan_fragment(
                         None => continue,
                     },
                 };
-                let end = offsets[i] + u64::from(*short_size);
-                let disp = to - end as i64;
-                if i8::try_from(disp).is_err() {
+                if !encoder
+                    .isa()
+                    .short_branch_reaches(offsets[i], u64::from(*short_size), to)
+                {
                     *form = BranchForm::Near;
                     changed = true;
                 }
@@ -814,17 +816,19 @@ impl AddressMap {
                 if f.is_dropped_padding(i) {
                     continue;
                 }
+                let isa = program.info.isa;
+                let via_slot_size = isa.via_slot_size();
                 let through_slot = via_slots.slot_for(inst).is_some_and(|slot| {
                     output
-                        .bytes_at(at, u64::from(VIA_SLOT_SIZE))
-                        .and_then(|bytes| decode_all(bytes, at).into_iter().next())
+                        .bytes_at(at, u64::from(via_slot_size))
+                        .and_then(|bytes| isa.decode_all(bytes, at).into_iter().next())
                         .is_some_and(|new| {
-                            new.len() == VIA_SLOT_SIZE && new.indirect_slot() == Some(slot)
+                            new.len() == via_slot_size && new.indirect_slot() == Some(slot)
                         })
                 });
                 at = at
                     + if through_slot {
-                        u64::from(VIA_SLOT_SIZE)
+                        u64::from(via_slot_size)
                     } else {
                         u64::from(inst.len())
                     };
@@ -922,6 +926,7 @@ pub fn encode_fragment(
     let counters = fixups.counters;
     let fid = plan.fragment.function;
     let f = program.function(fid);
+    let isa = program.info.isa;
     let mut out = Vec::with_capacity(plan.size as usize);
     let translate = |at: Vaddr, target: Vaddr| {
         map.translate(program, target)
@@ -936,20 +941,19 @@ pub fn encode_fragment(
             | Item::TrampolineLabel(_)
             | Item::Replaced { .. }
             | Item::Dropped { .. } => {}
-            Item::Align { pad, .. } => rivet_arch::write_nops(&mut out, usize::from(pad)),
+            Item::Align { pad, .. } => isa.write_nops(&mut out, usize::from(pad)),
             Item::Probe { counter, shape, .. } => {
                 let counters = counters.ok_or(EmitError::Unsupported {
                     what: "probe without a counter segment",
                     at,
                 })?;
                 let counter = counters + u64::from(counter) * 8;
-                encode_probe(shape, at, counter, &mut out).ok_or(EmitError::Encode(
-                    EncodeError::OutOfRange {
+                isa.encode_probe(shape, at, counter, &mut out)
+                    .ok_or(EmitError::Encode(EncodeError::OutOfRange {
                         what: "counter",
                         at,
                         target: counter,
-                    },
-                ))?;
+                    }))?;
             }
             Item::IndirectProbe { inst, table, .. } => {
                 let (Some(counters), Some(recorder)) = (fixups.counters, fixups.recorder) else {
@@ -959,7 +963,7 @@ pub fn encode_fragment(
                     });
                 };
                 let branch = &f.insts[inst as usize];
-                rivet_arch::encode_indirect_probe(
+                isa.encode_indirect_probe(
                     branch,
                     at,
                     counters + u64::from(table) * 8,
@@ -983,7 +987,7 @@ pub fn encode_fragment(
                     Some(t) => Some(translate(inst.addr(), t)?),
                     None => None,
                 };
-                relocate(inst, bytes, at, new_target, &mut out)?;
+                isa.relocate(inst, bytes, at, new_target, &mut out)?;
                 // Absolute code addresses inside the instruction (non-PIE `mov $func, %edi`).
                 let first = absolute_fields.partition_point(|a| a.site < inst.addr());
                 for field in absolute_fields[first..]
@@ -1002,7 +1006,7 @@ pub fn encode_fragment(
                 }
             }
             Item::ViaSlot { inst, slot } => {
-                encode_via_slot(&f.insts[inst as usize], at, slot, &mut out)?;
+                isa.encode_via_slot(&f.insts[inst as usize], at, slot, &mut out)?;
             }
             Item::Branch {
                 branch,
@@ -1034,7 +1038,7 @@ pub fn write_absolute(out: &mut [u8], size: u8, value: Vaddr) -> Option<()> {
             .get_mut(..8)?
             .copy_from_slice(&value.get().to_le_bytes()),
         4 => {
-            // R_X86_64_32 zero-extends and R_X86_64_32S sign-extends: below 2 GiB both agree.
+            // A zero-extended and a sign-extended 32-bit field agree below 2 GiB.
             let v = u32::try_from(value.get()).ok().filter(|v| *v < 1 << 31)?;
             out.get_mut(..4)?.copy_from_slice(&v.to_le_bytes());
         }

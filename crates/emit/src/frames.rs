@@ -331,7 +331,7 @@ pub fn build(
         });
     }
     let eh_start = align(lsda_start + lsda_bytes.len() as u64, 8);
-    let eh_frame = write_eh_frame(&specs, eh_start)?;
+    let eh_frame = write_eh_frame(program.info.isa, &specs, eh_start)?;
     let hdr_start = align(eh_start + eh_frame.bytes.len() as u64, 4);
     let hdr = write_eh_frame_hdr(hdr_start, eh_start, &eh_frame.fdes)?;
     Ok(Some(UnwindTables {

@@ -8,6 +8,7 @@ pub mod debug;
 pub mod frames;
 mod leb;
 pub mod lsda;
+mod output_sections;
 pub mod references;
 pub mod rewrite;
 pub mod symbols;

@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 
 use rivet_arch::Flow;
-use rivet_elf::relocs::{DynRelocKind, DynamicReloc, StaticReloc, types};
+use rivet_elf::relocs::{DynRelocKind, DynamicReloc, RelocKind, StaticReloc};
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
 use rivet_ir::{FuncId, Function, JumpTableKind, Program};
 
@@ -57,10 +57,16 @@ fn is_regenerated(name: &str) -> bool {
         || name.starts_with(".debug")
 }
 
-fn read_field(elf: &ElfFile<'_>, site: Vaddr, r_type: u32) -> Option<u64> {
-    Some(match r_type {
-        types::R_X86_64_64 | types::R_X86_64_PC64 => elf.read_u64(site)?,
-        types::R_X86_64_32 => u64::from(elf.read_u32(site)?),
+/// The value of a relocated field: 8 bytes, 4 zero-extended, or 4 sign-extended.
+fn read_field(elf: &ElfFile<'_>, site: Vaddr, kind: RelocKind) -> Option<u64> {
+    Some(match kind {
+        RelocKind::Absolute { size: 8, .. } | RelocKind::PcRelative { size: 8 } => {
+            elf.read_u64(site)?
+        }
+        RelocKind::Absolute {
+            size: 4,
+            signed: false,
+        } => u64::from(elf.read_u32(site)?),
         _ => elf.read_i32(site)? as i64 as u64,
     })
 }
@@ -126,7 +132,7 @@ pub fn collect(
                 // A field of an instruction that moves: PC-relative ones are recomputed by the
                 // encoder from the decoded instruction; absolute code addresses are reported.
                 if r.is_absolute()
-                    && let Some(value) = read_field(elf, r.site, r.r_type)
+                    && let Some(value) = read_field(elf, r.site, r.kind)
                     && elf.is_code_address(Vaddr(value))
                 {
                     out.in_moved_code.push(AbsoluteField {
@@ -141,12 +147,8 @@ pub fn collect(
             // Code that stays. PC-relative fields in instructions: the target is relative to
             // the end of the instruction, which the decoded function (if any) tells exactly.
             let pc_relative = matches!(
-                r.r_type,
-                types::R_X86_64_PC32
-                    | types::R_X86_64_PLT32
-                    | types::R_X86_64_GOTPCRELX
-                    | types::R_X86_64_REX_GOTPCRELX
-                    | types::R_X86_64_GOTPCREL
+                r.kind,
+                RelocKind::PcRelative { .. } | RelocKind::GotPcRelative { .. }
             );
             if pc_relative && size == 4 {
                 let Some(value) = elf.read_i32(r.site) else {
@@ -173,7 +175,7 @@ pub fn collect(
                     field: RefField::Relative { size: 4, base: end },
                 });
             } else if r.is_absolute()
-                && let Some(value) = read_field(elf, r.site, r.r_type)
+                && let Some(value) = read_field(elf, r.site, r.kind)
             {
                 out.stored.push(Reference {
                     site: r.site,

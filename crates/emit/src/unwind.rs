@@ -30,11 +30,9 @@ use gimli::write::{
     FrameDescriptionEntry, FrameTable,
 };
 use gimli::{Encoding, Format, LittleEndian, Register};
+use rivet_arch::Isa;
 use rivet_elf::eh_frame::{Cfa, CfiRow, Fde, SavedRegister};
 use rivet_elf::{Vaddr, VaddrRange};
-
-/// DWARF register number of rsp on x86-64.
-const RSP: u16 = 7;
 
 /// Pointer encoding of every pointer this module writes in `.eh_frame`.
 const PCREL_SDATA4: DwEhPe = DwEhPe(DW_EH_PE_pcrel.0 | DW_EH_PE_sdata4.0);
@@ -63,7 +61,7 @@ pub struct CieSpec {
     /// Augmentation 'S': a signal trampoline, whose return address is not decremented before
     /// the FDE lookup.
     pub signal_frame: bool,
-    /// The DWARF column holding the return address (16, rip, on x86-64).
+    /// The DWARF column holding the return address.
     pub return_address_register: u16,
 }
 
@@ -168,8 +166,8 @@ pub enum UnwindError {
 /// The unwind state a CIE's initial instructions set up, which each FDE starts from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum InitialState {
-    /// `cfa = rsp+8`, return address at `cfa-8`: the state at any x86-64 function entry,
-    /// so most FDEs only describe their prologue and epilogue.
+    /// The state at any function entry (`Isa::entry_frame`; on x86-64 `cfa = rsp+8`, return
+    /// address at `cfa-8`), so most FDEs only describe their prologue and epilogue.
     CallEntry,
     /// No instructions: for frames with a row that has no rule for the return-address
     /// column, since no FDE instruction can take a rule away that the CIE gives
@@ -185,6 +183,7 @@ const DATA_ALIGN_BYTES: i8 = -1;
 /// Writes a complete `.eh_frame` section placed at `section_addr` (8-byte aligned): one CIE
 /// per distinct CIE, FDEs in the order of `frames`, a zero terminator at the end.
 pub fn write_eh_frame(
+    isa: Isa,
     frames: &[FrameSpec],
     section_addr: Vaddr,
 ) -> Result<EhFrameOutput, UnwindError> {
@@ -205,12 +204,12 @@ pub fn write_eh_frame(
         check_reach(frame, section_addr)?;
         let data_align = data_alignment(frame);
         let initial = initial_state(frame);
-        let cie = table.add_cie(make_cie(frame, data_align, initial, &relative));
+        let cie = table.add_cie(make_cie(isa, frame, data_align, initial, &relative));
         // `check_frame` bounded the length by `i32::MAX`.
         let mut fde =
             FrameDescriptionEntry::new(relative(frame.range.start), frame.range.len() as u32);
         fde.lsda = frame.lsda.map(relative);
-        add_instructions(&mut fde, frame, initial)?;
+        add_instructions(isa, &mut fde, frame, initial)?;
         table.add_fde(cie, fde);
     }
     let mut out = EhFrame(EndianVec::new(LittleEndian));
@@ -414,15 +413,24 @@ fn initial_state(frame: &FrameSpec) -> InitialState {
     }
 }
 
-/// The return address's rule in the `CallEntry` initial state: pushed by the call, just below
-/// the CFA.
-const CALL_ENTRY_RA: SavedRegister = SavedRegister::AtCfaOffset(-8);
-const CALL_ENTRY_CFA: Cfa = Cfa::RegisterOffset {
-    register: RSP,
-    offset: 8,
-};
+/// The CFA rule in the `CallEntry` initial state.
+fn call_entry_cfa(isa: Isa) -> Cfa {
+    Cfa::RegisterOffset {
+        register: isa.dwarf_stack_pointer(),
+        offset: isa.entry_frame().cfa_offset,
+    }
+}
+
+/// The return address's rule in the `CallEntry` initial state: where the call saved it (just
+/// below the CFA on x86-64, pushed by the call), or none when it stays in a register.
+fn call_entry_return_address(isa: Isa) -> Option<SavedRegister> {
+    isa.entry_frame()
+        .return_address_at
+        .map(SavedRegister::AtCfaOffset)
+}
 
 fn make_cie(
+    isa: Isa,
     frame: &FrameSpec,
     data_align: i8,
     initial: InitialState,
@@ -442,8 +450,12 @@ fn make_cie(
     });
     cie.signal_trampoline = frame.cie.signal_frame;
     if initial == InitialState::CallEntry {
-        cie.add_instruction(CallFrameInstruction::Cfa(Register(RSP), 8));
-        cie.add_instruction(CallFrameInstruction::Offset(ra, -8));
+        let entry = isa.entry_frame();
+        let sp = Register(isa.dwarf_stack_pointer());
+        cie.add_instruction(CallFrameInstruction::Cfa(sp, entry.cfa_offset as i32));
+        if let Some(at) = entry.return_address_at {
+            cie.add_instruction(CallFrameInstruction::Offset(ra, at as i32));
+        }
     }
     cie
 }
@@ -458,17 +470,20 @@ struct State<'a> {
 
 /// Emits, at each row, only what differs from the state before it.
 fn add_instructions(
+    isa: Isa,
     fde: &mut FrameDescriptionEntry,
     frame: &FrameSpec,
     initial: InitialState,
 ) -> Result<(), UnwindError> {
     let ra = frame.cie.return_address_register;
-    let initial_rules: BTreeMap<u16, &SavedRegister> = match initial {
-        InitialState::CallEntry => BTreeMap::from([(ra, &CALL_ENTRY_RA)]),
-        InitialState::Empty => BTreeMap::new(),
+    let entry_cfa = call_entry_cfa(isa);
+    let entry_ra = call_entry_return_address(isa);
+    let initial_rules: BTreeMap<u16, &SavedRegister> = match (initial, &entry_ra) {
+        (InitialState::CallEntry, Some(rule)) => BTreeMap::from([(ra, rule)]),
+        _ => BTreeMap::new(),
     };
     let mut state = State {
-        cfa: (initial == InitialState::CallEntry).then_some(&CALL_ENTRY_CFA),
+        cfa: (initial == InitialState::CallEntry).then_some(&entry_cfa),
         rules: initial_rules.clone(),
         args_size: 0,
     };
@@ -609,6 +624,9 @@ mod tests {
     use super::*;
     use rivet_elf::eh_frame::EhFrameTable;
 
+    /// x86-64's DWARF numbering: rsp.
+    const RSP: u16 = 7;
+
     const SECTION: Vaddr = Vaddr(0x40_0000);
     const CODE: Vaddr = Vaddr(0x40_1000);
     const RBX: u16 = 3;
@@ -656,7 +674,7 @@ mod tests {
 
     /// Writes `frames`, reads them back and checks each against its input.
     fn round_trip(frames: &[FrameSpec]) -> EhFrameOutput {
-        let out = write_eh_frame(frames, SECTION).unwrap();
+        let out = write_eh_frame(Isa::X86_64, frames, SECTION).unwrap();
         let back = EhFrameTable::parse(&out.bytes, SECTION, None, None).unwrap();
         assert_eq!(back.fdes.len(), frames.len());
         for spec in frames {
@@ -857,7 +875,7 @@ mod tests {
 
     #[test]
     fn empty_frame_list() {
-        let out = write_eh_frame(&[], SECTION).unwrap();
+        let out = write_eh_frame(Isa::X86_64, &[], SECTION).unwrap();
         assert_eq!(out.bytes, vec![0; 4]);
         assert!(out.fdes.is_empty());
         let hdr = write_eh_frame_hdr(Vaddr(0x3f_fff0), SECTION, &out.fdes).unwrap();
@@ -893,26 +911,26 @@ mod tests {
         let mut gap = good.clone();
         gap.rows[1].range.start = CODE + 5;
         assert!(matches!(
-            write_eh_frame(&[gap], SECTION),
+            write_eh_frame(Isa::X86_64, &[gap], SECTION),
             Err(UnwindError::RowsDoNotCover { .. })
         ));
         let mut short = good.clone();
         short.range.end = CODE + 12;
         assert!(matches!(
-            write_eh_frame(&[short], SECTION),
+            write_eh_frame(Isa::X86_64, &[short], SECTION),
             Err(UnwindError::RowsDoNotCover { .. })
         ));
         let mut empty = good.clone();
         empty.range.end = empty.range.start;
         empty.rows.clear();
         assert!(matches!(
-            write_eh_frame(&[empty], SECTION),
+            write_eh_frame(Isa::X86_64, &[empty], SECTION),
             Err(UnwindError::EmptyFrame { .. })
         ));
         let mut far = good.clone();
         far.lsda = Some(Vaddr(0x1_0000_0000));
         assert!(matches!(
-            write_eh_frame(&[far], SECTION),
+            write_eh_frame(Isa::X86_64, &[far], SECTION),
             Err(UnwindError::OutOfReach { what: "LSDA", .. })
         ));
         let mut arch = good.clone();
@@ -920,17 +938,17 @@ mod tests {
         saved.push((RBX, SavedRegister::Architectural));
         arch.rows[1].saved = saved.into();
         assert!(matches!(
-            write_eh_frame(&[arch], SECTION),
+            write_eh_frame(Isa::X86_64, &[arch], SECTION),
             Err(UnwindError::Unrepresentable { .. })
         ));
         let mut huge = good.clone();
         huge.rows[1].cfa = rsp(1 << 40);
         assert!(matches!(
-            write_eh_frame(&[huge], SECTION),
+            write_eh_frame(Isa::X86_64, &[huge], SECTION),
             Err(UnwindError::Unrepresentable { .. })
         ));
         assert!(matches!(
-            write_eh_frame(&[good], SECTION + 4),
+            write_eh_frame(Isa::X86_64, &[good], SECTION + 4),
             Err(UnwindError::Misaligned { .. })
         ));
     }

@@ -17,7 +17,7 @@ use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::{FuncId, Program};
 
 use crate::references::is_entered_within;
-use crate::rewrite::{FORWARDING_JUMP_SIZE, family_root};
+use crate::rewrite::family_root;
 
 /// The counts. "Interior" is anywhere in another function but its first byte; branches
 /// between a function and its compiler-split cold part are the function's own and not counted.
@@ -68,7 +68,7 @@ pub fn count(elf: &ElfFile<'_>, program: &Program, statics: &[StaticReloc]) -> W
                 }
                 _ => {
                     if inst
-                        .rip_relative_target()
+                        .pc_relative_memory_target()
                         .is_some_and(|t| elf.is_code_address(t) && interior_of_another(f.id, t))
                     {
                         out.interior_code_addresses += 1;
@@ -76,7 +76,7 @@ pub fn count(elf: &ElfFile<'_>, program: &Program, statics: &[StaticReloc]) -> W
                 }
             }
         }
-        if is_entered_within(f, FORWARDING_JUMP_SIZE) {
+        if is_entered_within(f, program.info.isa.forwarding_jump_size()) {
             out.entered_under_forwarding_jump += 1;
         }
     }

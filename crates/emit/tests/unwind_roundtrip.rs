@@ -4,6 +4,7 @@
 //! then `.eh_frame_hdr` is read back with gimli and its binary search must find the right FDE.
 
 use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, Pointer, UnwindSection};
+use rivet_arch::Isa;
 use rivet_elf::eh_frame::{CfiRow, EhFrameTable};
 use rivet_elf::{ElfFile, Vaddr, VaddrRange};
 use rivet_emit::unwind::{
@@ -56,7 +57,7 @@ fn round_trip(path: &str) -> Moved {
         originals.push((fde.clone(), rows));
     }
     let section_addr = shifted(elf.section_by_name(".eh_frame").unwrap().addr);
-    let output = write_eh_frame(&frames, section_addr).unwrap();
+    let output = write_eh_frame(Isa::of(&elf), &frames, section_addr).unwrap();
 
     let back = EhFrameTable::parse(&output.bytes, section_addr, None, None).unwrap();
     assert_eq!(back.fdes.len(), originals.len(), "{path}: FDE count");

@@ -133,7 +133,10 @@ pub fn dump_function(program: &Program, f: &Function) -> String {
         }
         let cfi = f
             .cfi_at(block.start)
-            .map(|r| format!(" [{r}]"))
+            .map(|r| {
+                let names = |reg| program.info.isa.dwarf_register_name(reg);
+                format!(" [{}]", r.display(names))
+            })
             .unwrap_or_default();
         let flags = if flags.is_empty() {
             String::new()
@@ -142,7 +145,7 @@ pub fn dump_function(program: &Program, f: &Function) -> String {
         };
         let _ = writeln!(out, "  B{bi} {}{flags}{cfi}", block.start);
         for inst in f.block_insts(block) {
-            let mut line = format!("    {}  {}", inst.addr(), inst.to_att());
+            let mut line = format!("    {}  {}", inst.addr(), inst.to_asm());
             while calls.peek().is_some_and(|c| c.at < inst.addr()) {
                 calls.next();
             }

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use rivet_arch::Inst;
+use rivet_arch::{Inst, Isa};
 use rivet_elf::eh_frame::CfiRow;
 use rivet_elf::{ElfKind, Vaddr, VaddrRange};
 
@@ -28,6 +28,8 @@ pub enum RelocationMode {
 /// Facts about the input binary as a whole.
 #[derive(Clone, Debug)]
 pub struct BinaryInfo {
+    /// The instruction set of the code: every ISA fact and operation goes through it.
+    pub isa: Isa,
     pub kind: ElfKind,
     pub entry: Vaddr,
     pub build_id: Option<Vec<u8>>,

@@ -424,44 +424,11 @@ fn attach_samples(program: &Program, names: &[String], profile: &Profile) -> Att
     attached
 }
 
-/// What one execution of `inst` costs in time, in cycles of a simple instruction: its latency
-/// class on current x86-64 cores (Agner Fog's instruction tables: integer division 25 and more,
-/// square root about 16, floating-point division about 14, other floating-point arithmetic and
-/// conversions 4, integer multiplication 3). A timer sample lands on an instruction in
-/// proportion to the time spent there, so a block of slow instructions collects more samples
-/// per execution than a block of as many fast ones. Loads cost what they cost only at run time
-/// (a cache miss): they stay at 1, like everything else.
-fn inst_cost(inst: &rivet_arch::Inst) -> u64 {
-    let m = inst.mnemonic_name();
-    let m = m.strip_prefix('v').unwrap_or(&m);
-    let fp_suffix = ["sd", "ss", "pd", "ps"].iter().any(|s| m.ends_with(s));
-    if m == "div" || m == "idiv" {
-        25
-    } else if m.starts_with("sqrt") && fp_suffix {
-        16
-    } else if m.starts_with("div") && fp_suffix {
-        14
-    } else if (fp_suffix
-        && [
-            "add", "sub", "mul", "min", "max", "fmadd", "fmsub", "fnmadd", "fnmsub",
-        ]
-        .iter()
-        .any(|p| m.starts_with(p)))
-        || m.starts_with("cvt")
-        || m.starts_with("ucomis")
-        || m.starts_with("comis")
-    {
-        4
-    } else if m == "imul" || m == "mul" {
-        3
-    } else {
-        1
-    }
-}
-
 /// How often a block ran, in sample units: its samples divided by the cost of one execution
-/// (`inst_cost` summed over its instructions; the mean samples per instruction when all cost
-/// 1). On Lua this ranks functions like instrumentation better than the plain mean (`math_sqrt`
+/// (`Inst::cost`, the latency class of each instruction on the ISA's current cores, summed over
+/// its instructions; the mean samples per instruction when all cost 1). A timer sample lands
+/// on an instruction in proportion to the time spent there, so a block of slow instructions
+/// collects more samples per execution than a block of as many fast ones. On Lua this ranks functions like instrumentation better than the plain mean (`math_sqrt`
 /// no longer outranks string matching). Robust variants, leaving out an instruction that
 /// collects samples out of proportion (a cache miss, a mispredicted call), and a skid model
 /// (a sample lands after the instruction that took the time: the cost of a block's last
@@ -473,7 +440,7 @@ fn block_estimate(samples: &[u64], insts: &[rivet_arch::Inst]) -> u64 {
     if total == 0 {
         return 0;
     }
-    let cost: u64 = insts.iter().map(inst_cost).sum();
+    let cost: u64 = insts.iter().map(rivet_arch::Inst::cost).sum();
     total * SCALE / cost.max(1)
 }
 

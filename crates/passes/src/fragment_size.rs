@@ -6,7 +6,8 @@
 //! whose taken side comes next is inverted, a fall-through whose successor is elsewhere gets a
 //! `jmp`, and a conditional jump with neither side next becomes `jcc` + `jmp`. A branch to a
 //! block of the same fragment is short when the distance, measured on the fragment laid out
-//! with short branches, fits in a byte; a branch anywhere else (the other fragment, another
+//! with short branches, is within the short form's reach (`Isa::short_branch_reaches`: a
+//! signed byte on x86-64); a branch anywhere else (the other fragment, another
 //! function) is near (in place the emitter may write a nearby function's entry short, which
 //! only makes the estimate of both layouts compared a little high). The emitter relaxes until
 //! nothing changes; one round is close enough to compare two layouts of one function, and the
@@ -16,24 +17,13 @@
 
 use std::collections::{HashMap, HashSet};
 
+use rivet_arch::{BranchKind, Isa};
 use rivet_ir::{BlockId, Function, PlacedNext, WrittenEnd};
-
-/// x86-64 encodings: `jmp rel8`, `jmp rel32`, `jcc rel8`, `jcc rel32`.
-const JMP_SHORT: u64 = 2;
-const JMP_NEAR: u64 = 5;
-const JCC_SHORT: u64 = 2;
-const JCC_NEAR: u64 = 6;
-
-#[derive(Clone, Copy)]
-enum Kind {
-    Jmp,
-    Jcc,
-}
 
 /// A branch the emitter writes at the end of a block.
 #[derive(Clone, Copy)]
 struct NewBranch {
-    kind: Kind,
+    kind: BranchKind,
     /// `None`: outside the fragment.
     target: Option<BlockId>,
 }
@@ -58,10 +48,13 @@ fn block_end(f: &Function, b: BlockId, placed: &PlacedNext, pos: usize) -> (u64,
     };
     let branches = match written {
         None | Some(WrittenEnd::Nothing) => vec![],
-        Some(WrittenEnd::Jump { to }) => vec![branch(Kind::Jmp, to)],
-        Some(WrittenEnd::Cond { to, .. }) => vec![branch(Kind::Jcc, to)],
+        Some(WrittenEnd::Jump { to }) => vec![branch(BranchKind::Jump, to)],
+        Some(WrittenEnd::Cond { to, .. }) => vec![branch(BranchKind::Cond, to)],
         Some(WrittenEnd::CondThenJump { taken, fall }) => {
-            vec![branch(Kind::Jcc, taken), branch(Kind::Jmp, fall)]
+            vec![
+                branch(BranchKind::Cond, taken),
+                branch(BranchKind::Jump, fall),
+            ]
         }
     };
     (body, branches)
@@ -69,21 +62,15 @@ fn block_end(f: &Function, b: BlockId, placed: &PlacedNext, pos: usize) -> (u64,
 
 /// Estimated bytes of `blocks` (one fragment of `f`, in order) once emitted, without
 /// alignment padding.
-pub fn estimated_fragment_size(f: &Function, blocks: &[BlockId]) -> u64 {
+pub fn estimated_fragment_size(isa: Isa, f: &Function, blocks: &[BlockId]) -> u64 {
     let placed = f.placed_next(blocks, true);
     let ends: Vec<(u64, Vec<NewBranch>)> = blocks
         .iter()
         .enumerate()
         .map(|(pos, &b)| block_end(f, b, &placed, pos))
         .collect();
-    let short = |br: &NewBranch| match br.kind {
-        Kind::Jmp => JMP_SHORT,
-        Kind::Jcc => JCC_SHORT,
-    };
-    let near = |br: &NewBranch| match br.kind {
-        Kind::Jmp => JMP_NEAR,
-        Kind::Jcc => JCC_NEAR,
-    };
+    let short = |br: &NewBranch| isa.branch_sizes(br.kind).short;
+    let near = |br: &NewBranch| isa.branch_sizes(br.kind).near;
     let members: HashSet<BlockId> = blocks.iter().copied().collect();
     // Offsets with every in-fragment branch short.
     let mut start: HashMap<BlockId, u64> = HashMap::with_capacity(blocks.len());
@@ -106,8 +93,7 @@ pub fn estimated_fragment_size(f: &Function, blocks: &[BlockId]) -> u64 {
         for br in branches {
             let bytes = match br.target.and_then(|t| start.get(&t)) {
                 Some(&target) => {
-                    let end = at + short(br);
-                    if i8::try_from(target as i64 - end as i64).is_ok() {
+                    if isa.short_branch_reaches(at, short(br), target as i64) {
                         short(br)
                     } else {
                         near(br)

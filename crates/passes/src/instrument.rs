@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use rivet_arch::{Flags, Flow, ProbeShape};
+use rivet_arch::{Flags, Flow, Isa, ProbeShape};
 use rivet_elf::Vaddr;
 use rivet_ir::probes::{EdgeTarget, FunctionProbes, Probe, ProbeAt};
 use rivet_ir::{BlockId, CallTarget, EdgeKind as CfgEdge, Function, Terminator};
@@ -203,6 +203,7 @@ fn loop_depth(n: usize, edges: &[MapEdge], roots: &[u32]) -> Vec<u32> {
 /// `first_counter`; `fragment_targets` holds every address jumped to from a compiler-split
 /// sibling (`foo` <-> `foo.cold`) of any function.
 pub fn instrument_function(
+    isa: Isa,
     f: &Function,
     name: String,
     first_counter: u32,
@@ -541,8 +542,7 @@ pub fn instrument_function(
                             }
                         )
                 });
-            (i.flow() == Flow::IndirectCall || tail_call)
-                && rivet_arch::indirect_probe_size(i).is_ok()
+            (i.flow() == Flow::IndirectCall || tail_call) && isa.indirect_probe_size(i).is_ok()
         })
         .map(|(k, _)| (k as u32, 0))
         .collect();

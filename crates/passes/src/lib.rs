@@ -86,6 +86,7 @@ pub fn instrument_program(
                 return None;
             }
             let plan = instrument_function(
+                program.info.isa,
                 f,
                 names[f.id.0 as usize].clone(),
                 counters,

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 
 use rayon::prelude::*;
+use rivet_arch::Isa;
 use rivet_ir::layout::{AlignedBlock, FragmentRef, FunctionLayout, Layout};
 use rivet_ir::{BlockId, FuncId, Function, PartKind, Program};
 use rivet_layout::{LandingPads, SplitOptions, split_blocks};
@@ -204,6 +205,7 @@ fn is_hot(counts: Option<&FunctionCounts>, min_hot_count: u64) -> bool {
 
 /// The layout of one function (block order, then the split) and the size of its hot part.
 fn layout_function(
+    isa: Isa,
     f: &Function,
     counts: Option<&FunctionCounts>,
     options: &OptimizeOptions,
@@ -253,7 +255,8 @@ fn layout_function(
         // block reached by a short branch can cost more in near branches and added jumps than
         // its own bytes, and code that a new input does run is then a far jump away.
         if split.len() < 2
-            || estimated_fragment_size(f, &split[0]) >= estimated_fragment_size(f, &whole[0])
+            || estimated_fragment_size(isa, f, &split[0])
+                >= estimated_fragment_size(isa, f, &whole[0])
         {
             whole
         } else {
@@ -414,8 +417,14 @@ pub fn optimized_layout(
     let laid_out: Vec<(FuncId, FunctionLayout, u64)> = todo
         .par_iter()
         .map(|f| {
-            let (layout, hot_size) =
-                layout_function(f, counts_of(f.id), options, &split_options, in_place);
+            let (layout, hot_size) = layout_function(
+                program.info.isa,
+                f,
+                counts_of(f.id),
+                options,
+                &split_options,
+                in_place,
+            );
             (f.id, layout, hot_size)
         })
         .collect();

@@ -14,7 +14,8 @@
 use iced_x86::{Code, Decoder, DecoderOptions, Encoder, Instruction};
 use rivet_elf::Vaddr;
 
-use crate::x86_64::inst::{Flow, Inst};
+use crate::x86_64::inst::X86Inst;
+use crate::{Flow, Inst};
 
 /// A branch the emitter creates at the end of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +48,7 @@ pub enum EncodeError {
     Unsupported { at: Vaddr, reason: String },
 }
 
-impl Inst {
+impl X86Inst {
     /// True for a `jcc` whose condition can be inverted and which has short and near forms
     /// (not `loop`, `jrcxz` or `xbegin`).
     pub fn is_invertible_cond_jump(&self) -> bool {
@@ -109,6 +110,11 @@ impl Default for BranchEncoder {
 }
 
 impl BranchEncoder {
+    /// The ISA whose branches this encoder writes.
+    pub fn isa(&self) -> crate::Isa {
+        crate::Isa::X86_64
+    }
+
     fn instruction(branch: Branch, form: BranchForm, target: Vaddr) -> Instruction {
         match branch {
             Branch::Jump => {
@@ -120,7 +126,7 @@ impl BranchEncoder {
                 Instruction::with_branch(code, target.get()).expect("jmp is a branch")
             }
             Branch::Cond { inst, inverted } => {
-                let mut raw = inst.raw;
+                let mut raw = inst.x86().raw;
                 if inverted {
                     raw.negate_condition_code();
                 }
@@ -245,9 +251,10 @@ pub fn relocate(
     let raw = decoder.decode();
     let offsets = decoder.get_constant_offsets(&raw);
     // iced reports a branch's relative field as its immediate.
-    let (offset, size) = if inst.rip_relative_target().is_some() && offsets.has_displacement() {
+    let (offset, size) = if inst.pc_relative_memory_target().is_some() && offsets.has_displacement()
+    {
         (offsets.displacement_offset(), offsets.displacement_size())
-    } else if inst.rip_relative_target().is_none() && offsets.has_immediate() {
+    } else if inst.pc_relative_memory_target().is_none() && offsets.has_immediate() {
         (offsets.immediate_offset(), offsets.immediate_size())
     } else {
         return Err(EncodeError::Unsupported {
@@ -258,7 +265,7 @@ pub fn relocate(
     let field = start + offset;
     match size {
         4 => {
-            let what = if inst.rip_relative_target().is_some() {
+            let what = if inst.pc_relative_memory_target().is_some() {
                 "RIP-relative operand"
             } else {
                 "branch"
@@ -287,7 +294,7 @@ pub fn relocate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode_all;
+    use crate::x86_64::inst::decode_all;
 
     fn one(bytes: &[u8], addr: u64) -> Inst {
         decode_all(bytes, Vaddr(addr))[0]
@@ -312,10 +319,10 @@ mod tests {
         // cmpl $0x5,0x10(%rip): the immediate follows the displacement.
         let cmp = [0x83, 0x3d, 0x10, 0x00, 0x00, 0x00, 0x05];
         let inst = one(&cmp, 0x1000);
-        assert_eq!(inst.rip_relative_target(), Some(Vaddr(0x1017)));
+        assert_eq!(inst.pc_relative_memory_target(), Some(Vaddr(0x1017)));
         let moved = reencode(&inst, &cmp, 0x5000, None);
-        assert_eq!(moved.rip_relative_target(), Some(Vaddr(0x1017)));
-        assert_eq!(moved.to_att(), "cmpl    $5,-0x3ff0(%rip)  # 0x1017");
+        assert_eq!(moved.pc_relative_memory_target(), Some(Vaddr(0x1017)));
+        assert_eq!(moved.to_asm(), "cmpl    $5,-0x3ff0(%rip)  # 0x1017");
     }
 
     #[test]
@@ -347,7 +354,7 @@ mod tests {
         )
         .unwrap();
         let back = one(&out, 0x2000);
-        assert_eq!(back.to_att(), "je      0x3000");
+        assert_eq!(back.to_asm(), "je      0x3000");
         let err = enc.encode(
             cond,
             BranchForm::Short,
@@ -386,7 +393,7 @@ pub fn write_nops(out: &mut Vec<u8>, mut n: usize) {
 #[cfg(test)]
 mod nop_tests {
     use super::write_nops;
-    use crate::decode_all;
+    use crate::x86_64::inst::decode_all;
 
     #[test]
     fn padding_decodes_as_nops_of_the_exact_length() {
@@ -406,7 +413,8 @@ mod nop_tests {
 #[cfg(test)]
 mod via_slot_tests {
     use super::{EncodeError, VIA_SLOT_SIZE, encode_via_slot};
-    use crate::{Flow, decode_all};
+    use crate::Flow;
+    use crate::x86_64::inst::decode_all;
     use rivet_elf::Vaddr;
 
     fn one(bytes: &[u8], at: u64) -> crate::Inst {
@@ -432,7 +440,7 @@ mod via_slot_tests {
             } else {
                 Flow::IndirectJump
             };
-            assert_eq!(new.flow(), want, "{}", new.to_att());
+            assert_eq!(new.flow(), want, "{}", new.to_asm());
         }
     }
 

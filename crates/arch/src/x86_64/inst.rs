@@ -1,4 +1,6 @@
-//! Decoded instructions and their control-flow classification.
+//! Decoding x86-64 and what a decoded instruction means: its length, its control flow, the
+//! padding forms, its PC-relative and absolute operands, its syntax (AT&T, as objdump prints
+//! it) and its cost class.
 
 use std::fmt;
 
@@ -7,55 +9,16 @@ use iced_x86::{
 };
 use rivet_elf::Vaddr;
 
-/// One decoded instruction. Wraps iced's 40-byte `Instruction` so the rest of Rivet stays
-/// independent of the decoder.
+use crate::{Flow, Inst};
+
+/// One decoded x86-64 instruction: iced's 40-byte `Instruction`. The rest of Rivet holds it
+/// inside the ISA-neutral [`crate::Inst`], which forwards to the methods here.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Inst {
+pub(crate) struct X86Inst {
     pub(crate) raw: Instruction,
 }
 
-/// What an instruction does to control flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flow {
-    /// Execution continues with the next instruction (this includes `syscall` and `int n`).
-    Next,
-    /// `jmp rel`.
-    Jump {
-        target: Vaddr,
-    },
-    /// `jcc rel`, `loop`, `jrcxz`, and `xbegin` (whose abort path is the target).
-    CondJump {
-        target: Vaddr,
-    },
-    /// `jmp reg` / `jmp [mem]`.
-    IndirectJump,
-    /// `call rel`.
-    Call {
-        target: Vaddr,
-    },
-    /// `call reg` / `call [mem]`.
-    IndirectCall,
-    Return,
-    /// Never continues here: `ud2`, `int3`, `hlt`, invalid opcodes.
-    Trap,
-}
-
-impl Flow {
-    /// True when the next instruction can execute after this one (modulo noreturn calls,
-    /// which discovery decides).
-    pub fn falls_through(self) -> bool {
-        matches!(
-            self,
-            Flow::Next | Flow::CondJump { .. } | Flow::Call { .. } | Flow::IndirectCall
-        )
-    }
-    /// True when the instruction ends a basic block.
-    pub fn ends_block(self) -> bool {
-        !matches!(self, Flow::Next | Flow::Call { .. } | Flow::IndirectCall)
-    }
-}
-
-impl Inst {
+impl X86Inst {
     pub fn addr(&self) -> Vaddr {
         Vaddr(self.raw.ip())
     }
@@ -236,7 +199,7 @@ impl Inst {
     }
 
     /// The instruction in AT&T syntax (objdump's default), with branch targets as addresses.
-    pub fn to_att(&self) -> String {
+    pub fn att_syntax(&self) -> String {
         let mut formatter = GasFormatter::new();
         let options = formatter.options_mut();
         options.set_first_operand_char_index(8);
@@ -257,21 +220,56 @@ impl Inst {
     }
 }
 
-impl fmt::Debug for Inst {
+impl X86Inst {
+    /// What one execution costs, in cycles of a simple instruction: the latency class on
+    /// current x86-64 cores (Agner Fog's instruction tables: integer division 25 and more,
+    /// square root about 16, floating-point division about 14, other floating-point
+    /// arithmetic and conversions 4, integer multiplication 3). Loads cost what they cost
+    /// only at run time (a cache miss): they stay at 1, like everything else.
+    pub fn cost(&self) -> u64 {
+        let m = self.mnemonic_name();
+        let m = m.strip_prefix('v').unwrap_or(&m);
+        let fp_suffix = ["sd", "ss", "pd", "ps"].iter().any(|s| m.ends_with(s));
+        if m == "div" || m == "idiv" {
+            25
+        } else if m.starts_with("sqrt") && fp_suffix {
+            16
+        } else if m.starts_with("div") && fp_suffix {
+            14
+        } else if (fp_suffix
+            && [
+                "add", "sub", "mul", "min", "max", "fmadd", "fmsub", "fnmadd", "fnmsub",
+            ]
+            .iter()
+            .any(|p| m.starts_with(p)))
+            || m.starts_with("cvt")
+            || m.starts_with("ucomis")
+            || m.starts_with("comis")
+        {
+            4
+        } else if m == "imul" || m == "mul" {
+            3
+        } else {
+            1
+        }
+    }
+}
+
+impl fmt::Debug for X86Inst {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.addr(), self.to_att())
+        write!(f, "{}: {}", self.addr(), self.att_syntax())
     }
 }
 
 /// Decodes `bytes` (which start at `addr`) linearly. Invalid encodings come back as
 /// instructions with `is_invalid()`, one byte at a time, so the caller decides what they mean.
-pub fn decode_all(bytes: &[u8], addr: Vaddr) -> Vec<Inst> {
+pub(crate) fn decode_all(bytes: &[u8], addr: Vaddr) -> Vec<Inst> {
     let mut decoder = Decoder::with_ip(64, bytes, addr.get(), DecoderOptions::NONE);
     let mut out = Vec::with_capacity(bytes.len() / 4 + 1);
     let mut raw = Instruction::default();
     while decoder.can_decode() {
         decoder.decode_out(&mut raw);
-        out.push(Inst { raw });
+        out.push(Inst::from_x86(X86Inst { raw }));
     }
     // Callers keep the instructions of every function for the whole run; the estimate above
     // is short for code of short instructions, and growing doubled the capacity.
@@ -362,7 +360,7 @@ mod tests {
     fn rip_relative_and_slots() {
         // lea 0x10(%rip),%rax at 0x1000 (7 bytes) -> 0x1017
         let lea = one(&[0x48, 0x8d, 0x05, 0x10, 0x00, 0x00, 0x00], 0x1000);
-        assert_eq!(lea.rip_relative_target(), Some(Vaddr(0x1017)));
+        assert_eq!(lea.pc_relative_memory_target(), Some(Vaddr(0x1017)));
         // jmp *0x10(%rip) -> slot at 0x1016
         let jmp = one(&[0xff, 0x25, 0x10, 0x00, 0x00, 0x00], 0x1000);
         assert_eq!(jmp.indirect_slot(), Some(Vaddr(0x1016)));
@@ -372,6 +370,6 @@ mod tests {
     #[test]
     fn formats_att() {
         let i = one(&[0x48, 0x89, 0xe5], 0);
-        assert_eq!(i.to_att(), "mov     %rsp,%rbp");
+        assert_eq!(i.to_asm(), "mov     %rsp,%rbp");
     }
 }

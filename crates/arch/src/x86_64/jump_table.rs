@@ -19,7 +19,8 @@
 use iced_x86::{InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
 use rivet_elf::Vaddr;
 
-use super::inst::Inst;
+use super::inst::X86Inst;
+use crate::Inst;
 
 /// The number of entries a table dispatch can index, proven by a range check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -402,7 +403,9 @@ fn writes_memory_only(raw: &iced_x86::Instruction) -> bool {
 }
 
 /// Analyzes the indirect jump that ends `window` (a straight-line, fall-through sequence of
-/// instructions; the caller chooses how far back it starts).
+/// instructions; the caller chooses how far back it starts). For tests: Rivet goes through
+/// `Isa::analyze_indirect_jump`.
+#[cfg(test)]
 pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
     analyze_indirect_jump_path(window, &[])
 }
@@ -410,6 +413,7 @@ pub fn analyze_indirect_jump(window: &[Inst]) -> IndirectJump {
 /// Like `analyze_indirect_jump`, over a path that may cross taken branches: the conditional
 /// jumps at the addresses in `taken` are followed to their target (so `cmp $N,idx; jbe table`
 /// bounds the index on that path), all others fall through.
+#[cfg(test)]
 pub fn analyze_indirect_jump_path(window: &[Inst], taken: &[Vaddr]) -> IndirectJump {
     analyze_indirect_jump_with(window, taken, &[])
 }
@@ -422,7 +426,7 @@ pub fn register_constants(insts: &[Inst]) -> Vec<(RegisterId, u64)> {
     let mut state: Vec<Option<Option<u64>>> = vec![None; 256];
     let mut factory = InstructionInfoFactory::new();
     for inst in insts {
-        let raw = &inst.raw;
+        let raw = &inst.x86().raw;
         // Epilogues restore callee-saved registers; no code after that reads the register
         // as a table base (it could not work), so a pop is not a competing definition.
         if raw.mnemonic() == Mnemonic::Pop {
@@ -497,7 +501,7 @@ pub fn window_live_in(window: &[Inst]) -> Vec<RegisterId> {
     let mut written = [false; 256];
     let mut live = Vec::new();
     for inst in window {
-        let info = factory.info(&inst.raw);
+        let info = factory.info(&inst.x86().raw);
         for u in info.used_registers() {
             let r = u.register();
             if !r.is_gpr() {
@@ -524,7 +528,7 @@ pub fn window_live_in(window: &[Inst]) -> Vec<RegisterId> {
     live
 }
 
-impl Inst {
+impl X86Inst {
     /// How this instruction defines register `r`: `None` if it does not write it,
     /// `Some(Some(c))` if it loads the constant address `c`, `Some(None)` otherwise.
     pub fn register_definition(&self, r: RegisterId) -> Option<Option<u64>> {
@@ -556,7 +560,7 @@ pub fn analyze_indirect_jump_with(
     let Some((jump, body)) = window.split_last() else {
         return IndirectJump::Unknown;
     };
-    let raw_jump = &jump.raw;
+    let raw_jump = &jump.x86().raw;
     if raw_jump.mnemonic() != Mnemonic::Jmp {
         return IndirectJump::Unknown;
     }
@@ -578,7 +582,7 @@ pub fn analyze_indirect_jump_with(
     let mut pending_cmp: Option<(Option<u32>, Option<u32>, u64)> = None;
 
     for inst in body {
-        let raw = &inst.raw;
+        let raw = &inst.x86().raw;
         let mnemonic = raw.mnemonic();
         let op0_reg =
             (raw.op_count() >= 1 && raw.op0_kind() == OpKind::Register).then(|| raw.op0_register());

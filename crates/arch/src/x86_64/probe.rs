@@ -11,7 +11,8 @@
 use iced_x86::RflagsBits;
 use rivet_elf::Vaddr;
 
-use crate::x86_64::inst::{Flow, Inst};
+use crate::x86_64::inst::X86Inst;
+use crate::{Flow, Inst};
 
 /// A set of the six arithmetic flags, as iced's `RflagsBits`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -42,7 +43,7 @@ impl Flags {
     }
 }
 
-impl Inst {
+impl X86Inst {
     /// Arithmetic flags the instruction reads.
     pub fn flags_read(&self) -> Flags {
         Flags(self.raw.rflags_read() & Flags::ALL.0)
@@ -134,7 +135,7 @@ mod tests {
     fn disasm(bytes: &[u8], at: u64) -> Vec<String> {
         decode_all(bytes, Vaddr(at))
             .iter()
-            .map(|i| i.to_att())
+            .map(|i| i.to_asm())
             .collect()
     }
 
@@ -210,7 +211,7 @@ pub struct IndirectProbeError {
 /// `rsp_delta` bytes since the branch's operand was computed.
 fn operand_to_rax(branch: &Inst, at: Vaddr, rsp_delta: i64) -> Result<Vec<u8>, IndirectProbeError> {
     use iced_x86::{Code, Encoder, Instruction, MemoryOperand, OpKind, Register};
-    let raw = &branch.raw;
+    let raw = &branch.x86().raw;
     let fail = |reason| IndirectProbeError {
         at: branch.addr(),
         reason,
@@ -320,7 +321,7 @@ mod indirect_tests {
     fn att(bytes: &[u8], at: u64) -> Vec<String> {
         decode_all(bytes, Vaddr(at))
             .iter()
-            .map(|i| i.to_att())
+            .map(|i| i.to_asm())
             .collect()
     }
 

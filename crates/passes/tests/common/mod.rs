@@ -1,7 +1,7 @@
 //! Builders shared by the integration tests of `rivet-passes`: functions cut into blocks from
 //! real x86-64 bytes, CFG edges, a program around them and a profile of per-function counts.
 
-use rivet_arch::decode_all;
+use rivet_arch::Isa;
 use rivet_elf::{ElfKind, Vaddr, VaddrRange};
 use rivet_ir::{
     BinaryInfo, Block, BlockId, Call, Edge, EdgeKind, FuncId, Function, Origin, Program,
@@ -32,7 +32,7 @@ pub fn function(
     blocks: Vec<(u64, Terminator, Vec<Edge>)>,
     calls: Vec<Call>,
 ) -> Function {
-    let insts = decode_all(code, Vaddr(start));
+    let insts = Isa::X86_64.decode_all(code, Vaddr(start));
     assert!(insts.iter().all(|i| !i.is_invalid()));
     let index_of = |addr: u64| insts.iter().position(|i| i.addr().get() >= addr).unwrap() as u32;
     let starts: Vec<u64> = blocks.iter().map(|b| b.0).collect();
@@ -95,6 +95,7 @@ fn with_reachability(mut blocks: Vec<Block>) -> Vec<Block> {
 pub fn program(functions: Vec<Function>) -> Program {
     Program {
         info: BinaryInfo {
+            isa: Isa::X86_64,
             kind: ElfKind::Executable,
             entry: Vaddr(0x1000),
             build_id: None,

@@ -1,0 +1,360 @@
+//! [`Isa`]: the one interface through which the rest of Rivet reaches the instruction set.
+//!
+//! An `Isa` is a plain `Copy` value chosen once from the ELF header and carried in the
+//! program (`ir::BinaryInfo::isa`). It answers two kinds of questions. Facts: how long an
+//! instruction can be, what fills a gap, which DWARF column is the stack pointer, how many
+//! bytes a branch takes and how far its short form reaches, how big a PLT entry is.
+//! Operations: decode, analyse an indirect jump, encode a branch, re-place an instruction,
+//! write padding and instrumentation probes. Each method matches on the ISA and forwards to
+//! that ISA's module (`x86_64/` today); the match is the only place an ISA is chosen.
+
+use rivet_elf::relocs::{DynRelocKind, RelocKind, RelocTypes};
+use rivet_elf::{ElfFile, Vaddr};
+
+use crate::inst::Inst;
+use crate::x86_64;
+use crate::x86_64::encode::{BranchEncoder, EncodeError};
+use crate::x86_64::jump_table::{IndirectJump, RegisterId};
+use crate::x86_64::probe::{Flags, IndirectProbeError, ProbeShape};
+
+/// An instruction set Rivet reads and writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    X86_64,
+}
+
+/// The two branches the emitter writes at the end of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BranchKind {
+    /// Unconditional.
+    Jump,
+    /// Conditional.
+    Cond,
+}
+
+/// Bytes of a branch in its two forms: the short one, which reaches only nearby code, and
+/// the near one, which the emitter uses between fragments and functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BranchSizes {
+    pub short: u64,
+    pub near: u64,
+}
+
+/// The unwind state right at a function's entry, after the call: the CFA is the stack
+/// pointer plus `cfa_offset`, and the return address is saved at `return_address_at` from
+/// the CFA (`None`: it is in a register, as on machines with a link register).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryFrame {
+    pub cfa_offset: i64,
+    pub return_address_at: Option<i64>,
+}
+
+impl Isa {
+    /// The ISA of an ELF `e_machine`, if Rivet handles it.
+    pub fn from_elf_machine(machine: u16) -> Option<Isa> {
+        match machine {
+            x86_64::EM_X86_64 => Some(Isa::X86_64),
+            _ => None,
+        }
+    }
+
+    /// The ISA of a parsed input. `ElfFile::parse` accepts only machines Rivet handles, which
+    /// are the ones [`Isa::from_elf_machine`] knows (a test checks the two agree).
+    pub fn of(elf: &ElfFile<'_>) -> Isa {
+        Isa::from_elf_machine(elf.machine).expect("ElfFile::parse accepts only known machines")
+    }
+
+    /// The name users know it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::X86_64 => "x86-64",
+        }
+    }
+
+    // --- Decoding -------------------------------------------------------------------------
+
+    /// Decodes `bytes` (which start at `addr`) linearly. Invalid encodings come back as
+    /// instructions with `is_invalid()`, so the caller decides what they mean.
+    pub fn decode_all(self, bytes: &[u8], addr: Vaddr) -> Vec<Inst> {
+        match self {
+            Isa::X86_64 => x86_64::inst::decode_all(bytes, addr),
+        }
+    }
+
+    /// The longest instruction: how many bytes to read to decode the one at an address.
+    pub fn max_inst_len(self) -> u64 {
+        match self {
+            Isa::X86_64 => x86_64::MAX_INST_LEN,
+        }
+    }
+
+    // --- Filling and padding --------------------------------------------------------------
+
+    /// Appends `len` bytes of what fills code that must never run (gaps in new text, the
+    /// tail of an old body): a trap, so a stray jump stops at once.
+    pub fn fill(self, out: &mut Vec<u8>, len: usize) {
+        match self {
+            Isa::X86_64 => out.resize(out.len() + len, x86_64::FILL_BYTE),
+        }
+    }
+
+    /// `len` bytes of fill.
+    pub fn filled(self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len);
+        self.fill(&mut out, len);
+        out
+    }
+
+    /// True when `bytes` (at `addr`) hold only what linkers and compilers put between
+    /// functions: zeros, fill traps, or padding instructions.
+    pub fn is_filler(self, bytes: &[u8], addr: Vaddr) -> bool {
+        match self {
+            Isa::X86_64 => x86_64::is_filler(bytes, addr),
+        }
+    }
+
+    /// Appends `n` bytes of padding that execute as few instructions as possible (the
+    /// preceding block may fall through into it).
+    pub fn write_nops(self, out: &mut Vec<u8>, n: usize) {
+        match self {
+            Isa::X86_64 => x86_64::encode::write_nops(out, n),
+        }
+    }
+
+    // --- Unwinding ------------------------------------------------------------------------
+
+    /// The DWARF register number of the stack pointer.
+    pub fn dwarf_stack_pointer(self) -> u16 {
+        match self {
+            Isa::X86_64 => x86_64::DWARF_RSP,
+        }
+    }
+
+    /// The unwind state at any function entry.
+    pub fn entry_frame(self) -> EntryFrame {
+        match self {
+            Isa::X86_64 => EntryFrame {
+                cfa_offset: 8,
+                return_address_at: Some(-8),
+            },
+        }
+    }
+
+    /// The name of a DWARF register number, for dumps.
+    pub fn dwarf_register_name(self, register: u16) -> &'static str {
+        match self {
+            Isa::X86_64 => x86_64::dwarf_register_name(register),
+        }
+    }
+
+    // --- Branches -------------------------------------------------------------------------
+
+    /// Sizes of the branch the emitter writes for `kind`.
+    pub fn branch_sizes(self, kind: BranchKind) -> BranchSizes {
+        match (self, kind) {
+            // `jmp rel8` / `jmp rel32`, `jcc rel8` / `jcc rel32`.
+            (Isa::X86_64, BranchKind::Jump) => BranchSizes { short: 2, near: 5 },
+            (Isa::X86_64, BranchKind::Cond) => BranchSizes { short: 2, near: 6 },
+        }
+    }
+
+    /// True when a branch in its short form, `size` bytes placed at offset `at`, reaches
+    /// offset `target` (offsets from one origin; a target may lie before it).
+    pub fn short_branch_reaches(self, at: u64, size: u64, target: i64) -> bool {
+        match self {
+            // rel8, counted from the end of the branch.
+            Isa::X86_64 => i8::try_from(target - (at + size) as i64).is_ok(),
+        }
+    }
+
+    /// Bytes of the jump left at a moved function's old entry (a near jump).
+    pub fn forwarding_jump_size(self) -> u64 {
+        self.branch_sizes(BranchKind::Jump).near
+    }
+
+    /// An encoder for the branches the emitter creates.
+    pub fn branch_encoder(self) -> BranchEncoder {
+        match self {
+            Isa::X86_64 => BranchEncoder::default(),
+        }
+    }
+
+    /// Bytes of a call or jump through a memory slot, as [`Isa::encode_via_slot`] writes it.
+    pub fn via_slot_size(self) -> u8 {
+        match self {
+            Isa::X86_64 => x86_64::encode::VIA_SLOT_SIZE,
+        }
+    }
+
+    /// Appends the direct call or jump `inst` re-encoded at `at` as the same transfer through
+    /// the memory slot `slot` (a call into a PLT stub becomes a call through its GOT slot).
+    pub fn encode_via_slot(
+        self,
+        inst: &Inst,
+        at: Vaddr,
+        slot: Vaddr,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        match self {
+            Isa::X86_64 => x86_64::encode::encode_via_slot(inst, at, slot, out),
+        }
+    }
+
+    /// Appends `inst` (whose original encoding is `bytes`) re-placed at `at`, with its
+    /// PC-relative field, if any, now referring to `new_target` (`None`: the same address as
+    /// before). The length never changes.
+    pub fn relocate(
+        self,
+        inst: &Inst,
+        bytes: &[u8],
+        at: Vaddr,
+        new_target: Option<Vaddr>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        match self {
+            Isa::X86_64 => x86_64::encode::relocate(inst, bytes, at, new_target, out),
+        }
+    }
+
+    // --- PLT ------------------------------------------------------------------------------
+
+    /// The size of one entry of the PLT section `name` when its header does not say, or
+    /// `None` for a section that is not a PLT.
+    pub fn plt_entry_size(self, name: &str) -> Option<u64> {
+        match self {
+            Isa::X86_64 => match name {
+                ".plt" | ".plt.sec" | ".iplt" => Some(16),
+                ".plt.got" => Some(8),
+                _ => None,
+            },
+        }
+    }
+
+    // --- Indirect jumps -------------------------------------------------------------------
+
+    /// Analyzes the indirect jump that ends `window`, a path that may cross taken branches
+    /// (the conditional jumps at the addresses in `taken` are followed to their target, all
+    /// others fall through), with registers known to hold constants at the window start.
+    pub fn analyze_indirect_jump(
+        self,
+        window: &[Inst],
+        taken: &[Vaddr],
+        constants: &[(RegisterId, u64)],
+    ) -> IndirectJump {
+        match self {
+            Isa::X86_64 => x86_64::jump_table::analyze_indirect_jump_with(window, taken, constants),
+        }
+    }
+
+    /// Registers whose every definition in `insts` (a whole function) loads the same constant
+    /// address, with that address (jump table bases hoisted out of a loop).
+    pub fn register_constants(self, insts: &[Inst]) -> Vec<(RegisterId, u64)> {
+        match self {
+            Isa::X86_64 => x86_64::jump_table::register_constants(insts),
+        }
+    }
+
+    /// General-purpose registers whose value at the start of `window` the window reads.
+    pub fn window_live_in(self, window: &[Inst]) -> Vec<RegisterId> {
+        match self {
+            Isa::X86_64 => x86_64::jump_table::window_live_in(window),
+        }
+    }
+
+    // --- Instrumentation ------------------------------------------------------------------
+
+    /// The counter increment needed where the arithmetic flags `live` are live.
+    pub fn probe_shape(self, live: Flags) -> ProbeShape {
+        match self {
+            Isa::X86_64 => ProbeShape::for_live_flags(live),
+        }
+    }
+
+    /// Appends the probe placed at `at` that increments the counter at `counter`; `None`
+    /// when the counter is out of reach.
+    pub fn encode_probe(
+        self,
+        shape: ProbeShape,
+        at: Vaddr,
+        counter: Vaddr,
+        out: &mut Vec<u8>,
+    ) -> Option<()> {
+        match self {
+            Isa::X86_64 => x86_64::probe::encode_probe(shape, at, counter, out),
+        }
+    }
+
+    /// Size of the sequence that records the target of the indirect `branch`, or why it
+    /// cannot be recorded.
+    pub fn indirect_probe_size(self, branch: &Inst) -> Result<u8, IndirectProbeError> {
+        match self {
+            Isa::X86_64 => x86_64::probe::indirect_probe_size(branch),
+        }
+    }
+
+    /// Appends, at `at`, the sequence recording the target of `branch` into the site table
+    /// at `table` through the runtime's recorder at `recorder`.
+    pub fn encode_indirect_probe(
+        self,
+        branch: &Inst,
+        at: Vaddr,
+        table: Vaddr,
+        recorder: Vaddr,
+        out: &mut Vec<u8>,
+    ) -> Result<(), IndirectProbeError> {
+        match self {
+            Isa::X86_64 => x86_64::probe::encode_indirect_probe(branch, at, table, recorder, out),
+        }
+    }
+}
+
+/// Relocation type numbers, per ISA: `ElfFile::static_relocations` and
+/// `ElfFile::dynamic_relocations` take the program's `Isa` to name what each relocation is.
+impl RelocTypes for Isa {
+    fn static_kind(&self, r_type: u32) -> RelocKind {
+        match self {
+            Isa::X86_64 => x86_64::relocs::static_kind(r_type),
+        }
+    }
+    fn dynamic_kind(&self, r_type: u32) -> DynRelocKind {
+        match self {
+            Isa::X86_64 => x86_64::relocs::dynamic_kind(r_type),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 64-byte ELF64 header of an executable for `machine`, with no program headers and no
+    /// sections.
+    fn header(machine: u16) -> Vec<u8> {
+        let mut h = vec![0u8; 64];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = 2; // ELFCLASS64
+        h[5] = 1; // ELFDATA2LSB
+        h[6] = 1; // EV_CURRENT
+        h[16..18].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        h[18..20].copy_from_slice(&machine.to_le_bytes());
+        h[20..24].copy_from_slice(&1u32.to_le_bytes());
+        h[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+        h[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        h[58..60].copy_from_slice(&64u16.to_le_bytes()); // e_shentsize
+        h
+    }
+
+    /// `Isa::of` relies on it: every machine the ELF reader accepts has an `Isa`.
+    #[test]
+    fn every_machine_the_reader_accepts_has_an_isa() {
+        let mut accepted = 0;
+        for machine in 0..=u16::from(u8::MAX) {
+            let bytes = header(machine);
+            if let Ok(elf) = ElfFile::parse(&bytes) {
+                accepted += 1;
+                assert_eq!(Isa::from_elf_machine(machine), Some(Isa::of(&elf)));
+            }
+        }
+        assert!(accepted > 0, "the test header is refused for every machine");
+    }
+}
