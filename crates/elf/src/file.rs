@@ -236,6 +236,23 @@ impl<'data> ElfFile<'data> {
             .map(|s| s.index)
             .collect();
         by_addr.sort_by_key(|&i| (sections[i].addr, i));
+        // Loaded sections with contents never share an address in a linked file; where two
+        // do (a corrupt header), readers by section and by segment would see different bytes
+        // at one address, and code decoded from one would be rewritten from the other.
+        for pair in by_addr.windows(2) {
+            let (a, b) = (&sections[pair[0]], &sections[pair[1]]);
+            if a.addr.get().saturating_add(a.size) > b.addr.get() {
+                return Err(ElfError::malformed(
+                    "section header table",
+                    format!(
+                        "sections {} and {} overlap at {}",
+                        a.name.escape_debug(),
+                        b.name.escape_debug(),
+                        b.addr
+                    ),
+                ));
+            }
+        }
 
         let mut file = ElfFile {
             data,
