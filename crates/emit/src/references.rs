@@ -86,6 +86,16 @@ pub fn collect(
             .filter(|f| is_rewritten(f.id))
     };
 
+    // What the loader writes at each RELATIVE/IRELATIVE site: at run time that word is the
+    // dynamic relocation's, whatever a static relocation of the same site says. The two agree
+    // in a linked file; where a corrupt one makes them disagree, the static one is left out
+    // (patching both would write two values to one word).
+    let dynamic_targets: std::collections::HashMap<Vaddr, Vaddr> = dynamics
+        .iter()
+        .filter(|d| matches!(d.kind, DynRelocKind::Relative | DynRelocKind::Irelative))
+        .map(|d| (d.site, Vaddr(d.addend as u64)))
+        .collect();
+
     // Jump tables of rewritten functions: their entries are rewritten from the discovered
     // targets, and their sites must not be patched again from (possibly inexact) relocations.
     // A table that several jumps share (a threaded interpreter's, one per dispatch site) is
@@ -191,6 +201,12 @@ pub fn collect(
         // Data. A site no section or segment of the file holds (only a corrupt relocation
         // has one) has no bytes to patch, and nothing reads them at run time.
         if elf.bytes_at(r.site, u64::from(size)).is_none() {
+            continue;
+        }
+        if dynamic_targets
+            .get(&r.site)
+            .is_some_and(|&t| t != r.symbol_plus_addend())
+        {
             continue;
         }
         if r.is_absolute() {
