@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# bench/scale.sh -- what Rivet and llvm-bolt-19 cost on big binaries (issue 36): time (wall and
+# CPU) and peak memory of instrument, a training run, aggregate, merge and optimize, on programs
+# of 50 MB, 200 MB and 1 GB of executable code made by bench/scale/gen.py.
+#
+# Per size S (MiB of code), with prog = the generated program (cached, see bench/scale/README.md):
+#  1. reference: `prog` and `prog 2` print the checksums every correct rewrite must print.
+#  2. instrument:  rivet instrument prog -o prog.rinst --profile r1.counts
+#                  llvm-bolt prog -instrument -o prog.binst -instrumentation-file=b.fdata
+#  3. train:       each instrumented binary runs `prog.Xinst` (timed: the "train" row) and
+#                  `prog.Xinst 2` (a second profile, for merge); both must print the original's
+#                  checksums. Rivet's runs count into r1.counts / r2.counts (RIVET_PROFILE),
+#                  BOLT's into b.fdata, copied to b1.fdata / b2.fdata after each run.
+#  4. merge:       rivet merge r1.counts r2.counts -o r.prof
+#                  merge-fdata b1.fdata b2.fdata -o b.fdata
+#  5. aggregate:   perf record -e cpu-clock:u -F $SAMPLE_FREQ -o perf.data -- prog $SAMPLE_REPS
+#                  (one recording, not timed), then
+#                  rivet aggregate perf.data prog -o s.prof
+#                  perf2bolt -nl -p perf.data -o s.fdata prog
+#  6. optimize:    rivet optimize prog --profile r.prof -o prog.rivet        (Rivet's defaults)
+#                  llvm-bolt prog -o prog.bolt -data=b.fdata -reorder-blocks=ext-tsp
+#                    -reorder-functions=cdsort -split-functions -split-all-cold -split-eh
+#                    -dyno-stats                       (BOLT's usual recipe; -lite is its default)
+#                  each from its own merged instrumentation profile; both outputs must print
+#                  the original's checksum (`prog`) or the row says "WRONG OUTPUT".
+# Every step runs under `/usr/bin/time` (wall, user+sys, maximum resident set size) and
+# `timeout $STEP_TIMEOUT`, with its address space capped at $MEM_CAP_GB (ulimit -v) so that a
+# run which does not fit fails alone instead of pushing the shared machine into the OOM killer.
+# A step that fails, times out or runs out of memory is recorded as such, and the steps that
+# need its output are skipped; the script goes on with the other tool and the other sizes.
+#
+# Results accumulate in $RESULTS (one row per size, tool and step; re-running a size replaces
+# its rows), so sizes can be measured in separate runs; each run then writes the report of all
+# sizes measured so far: a markdown table on stdout and the plot $PLOT (SVG, gnuplot).
+#
+# Usage: bench/scale.sh [SIZE_MB...]        (default: 50 200)
+#        bench/scale.sh --report            (only the table and plot of the results so far)
+# Env:   RIVET=path       the rivet binary (default: target/release/rivet, built with cargo)
+#        STEP_TIMEOUT     seconds per step (default 3600)
+#        MEM_CAP_GB       address-space cap per step (default 18)
+#        SAMPLE_FREQ      perf sampling frequency (default 10000), SAMPLE_REPS workload
+#                         repetitions under perf (default 20)
+#        TOOLS            "rivet bolt" (default) or one of them
+#        GEN_UNITS        units per generated module (default 500; a smaller one for quick tests)
+#        KEEP=1           keep the work directories (default: removed after each size, they
+#                         hold several copies of the program)
+#        CACHE            default ~/.cache/rivet/scale; RESULTS default $CACHE/results.tsv;
+#                         PLOT default docs/scale.svg
+# Needs: python3, gcc/g++, lld-19, bolt-19, linux-perf, gnuplot (installed with apt-get when
+# missing), GNU time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+CACHE="${CACHE:-$HOME/.cache/rivet/scale}"
+RESULTS="${RESULTS:-$CACHE/results.tsv}"
+PLOT="${PLOT:-docs/scale.svg}"
+STEP_TIMEOUT="${STEP_TIMEOUT:-3600}"
+MEM_CAP_GB="${MEM_CAP_GB:-18}"
+SAMPLE_FREQ="${SAMPLE_FREQ:-10000}"
+SAMPLE_REPS="${SAMPLE_REPS:-20}"
+TOOLS="${TOOLS:-rivet bolt}"
+GEN_UNITS="${GEN_UNITS:-500}"
+LLVM=/usr/lib/llvm-19/bin
+BOLT="$LLVM/llvm-bolt"
+PERF2BOLT="$LLVM/perf2bolt"
+MERGE_FDATA="$LLVM/merge-fdata"
+BOLT_RECIPE=(-reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions -split-all-cold -split-eh -dyno-stats)
+
+die() { echo "bench/scale: error: $*" >&2; exit 1; }
+log() { echo "[scale $(date -u +%H:%M:%S)] $*" >&2; }
+
+report_only=0
+sizes=()
+for a in "$@"; do
+    case $a in
+        --report) report_only=1 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+        *) [[ $a =~ ^[1-9][0-9]*$ ]] || die "usage: bench/scale.sh [SIZE_MB...] | --report (not '$a')"
+           sizes+=("$a") ;;
+    esac
+done
+[ ${#sizes[@]} -gt 0 ] || sizes=(50 200)
+for v in STEP_TIMEOUT MEM_CAP_GB SAMPLE_FREQ SAMPLE_REPS GEN_UNITS; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+done
+mkdir -p "$CACHE"
+
+need_packages gnuplot-nox time
+if [ $report_only = 0 ]; then
+    need_packages python3 gcc g++ lld-19 bolt-19 linux-perf
+    for t in "$BOLT" "$PERF2BOLT" "$MERGE_FDATA" "$LLVM/ld.lld"; do
+        [ -x "$t" ] || die "$t missing after installing bolt-19 and lld-19"
+    done
+    command -v perf >/dev/null || die "perf missing after installing linux-perf"
+    if [ -z "${RIVET:-}" ]; then
+        need_cargo
+        log "building rivet (cargo build --release -p rivet)"
+        nice cargo build --release -q -p rivet >&2 || die "cargo build --release -p rivet failed"
+        RIVET=$PWD/target/release/rivet
+    fi
+    [ -x "$RIVET" ] || die "RIVET=$RIVET is not an executable"
+    RIVET_VERSION="$("$RIVET" --version) ($(realpath "$RIVET"), built $(date -u -r "$RIVET" +%Y-%m-%dT%H:%MZ))"
+    echo "$RIVET_VERSION" > "$CACHE/rivet-version.txt"
+fi
+
+# measure SIZE TOOL STEP DIR CMD...: runs CMD bounded, appends a row to $RESULTS.tmp.$SIZE.
+# Row: size tool step status wall_s cpu_s maxrss_kb  (status: ok, timeout, oom, failed:RC)
+measure() {
+    local size=$1 tool=$2 step=$3 dir=$4
+    shift 4
+    local tf="$dir/$tool-$step.time" lf="$dir/$tool-$step.log" rc=0
+    log "$size MB: $tool $step"
+    ( ulimit -v $((MEM_CAP_GB * 1024 * 1024)); exec /usr/bin/time -f '%e %U %S %M' -o "$tf" \
+        timeout -k 30 "$STEP_TIMEOUT" nice -n 5 "$@" ) >"$lf" 2>&1 || rc=$?
+    local wall user sys rss status
+    read -r wall user sys rss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9.]+ [0-9]+$' "$tf" | tail -n 1) ||
+        { wall=0 user=0 sys=0 rss=0; }
+    if [ $rc = 0 ]; then status=ok
+    elif [ $rc = 124 ] || [ $rc = 137 ]; then status=timeout
+    elif grep -qiE 'out of memory|memory allocation of|std::bad_alloc|cannot allocate' "$lf"; then status=oom
+    else status="failed:$rc"
+    fi
+    [ $status = ok ] || log "$size MB: $tool $step: $status (see $lf: $(tail -n 2 "$lf" | tr '\n' ' ' | cut -c1-200))"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$tool" "$step" "$status" "$wall" \
+        "$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')" "$rss" >> "$RESULTS.tmp.$size"
+    [ $status = ok ]
+}
+
+# checksum_of DIR NAME BIN ARGS...: the binary's first output line, or "" if it failed.
+check_output() {
+    local size=$1 tool=$2 step=$3 want=$4 got=$5
+    if [ "$got" != "$want" ]; then
+        log "$size MB: $tool $step: WRONG OUTPUT: '$got', the original prints '$want'"
+        printf '%s\t%s\t%s-output\twrong\t0\t0\t0\n' "$size" "$tool" "$step" >> "$RESULTS.tmp.$size"
+        return 1
+    fi
+}
+
+run_size() {
+    local size=$1 t0 prog w
+    t0=$(date +%s)
+    log "$size MB: generating (bench/scale/gen.py $size)"
+    prog=$(nice python3 bench/scale/gen.py "$size" --cache "$CACHE" --units "$GEN_UNITS") || die "bench/scale/gen.py $size failed"
+    w="$CACHE/work/$size"
+    rm -rf "$w" "$RESULTS.tmp.$size"
+    mkdir -p "$w"
+    : > "$RESULTS.tmp.$size"
+    local want1 want2 got
+    want1=$("$prog" | head -n 1) || die "$prog failed"
+    want2=$("$prog" 2 | head -n 1) || die "$prog 2 failed"
+    log "$size MB: $prog prints '$want1'"
+    measure "$size" original train "$w" "$prog" || die "$prog failed under measure"
+    case " $TOOLS " in *" rivet "*)
+        if measure "$size" rivet instrument "$w" "$RIVET" instrument "$prog" -o "$w/prog.rinst" --profile "$w/r0.counts"; then
+            if RIVET_PROFILE="$w/r1.counts" measure "$size" rivet train "$w" "$w/prog.rinst" &&
+                check_output "$size" rivet train "$want1" "$(grep -m1 '^checksum' "$w/rivet-train.log")" &&
+                RIVET_PROFILE="$w/r2.counts" measure "$size" rivet train2 "$w" "$w/prog.rinst" 2 &&
+                check_output "$size" rivet train2 "$want2" "$(grep -m1 '^checksum' "$w/rivet-train2.log")"; then
+                rm -f "$w/prog.rinst"
+                if measure "$size" rivet merge "$w" "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$w/r.prof" &&
+                    measure "$size" rivet optimize "$w" "$RIVET" optimize "$prog" --profile "$w/r.prof" -o "$w/prog.rivet"; then
+                    got=$("$w/prog.rivet" | head -n 1) || got="(exit $?)"
+                    check_output "$size" rivet optimize "$want1" "$got" || true
+                    rm -f "$w/prog.rivet"
+                fi
+            fi
+        fi
+        rm -f "$w/prog.rinst" ;;
+    esac
+    case " $TOOLS " in *" bolt "*)
+        if measure "$size" bolt instrument "$w" "$BOLT" "$prog" -instrument -o "$w/prog.binst" \
+            -instrumentation-file="$w/b.fdata"; then
+            if measure "$size" bolt train "$w" "$w/prog.binst" && mv "$w/b.fdata" "$w/b1.fdata" &&
+                check_output "$size" bolt train "$want1" "$(grep -m1 '^checksum' "$w/bolt-train.log")" &&
+                measure "$size" bolt train2 "$w" "$w/prog.binst" 2 && mv "$w/b.fdata" "$w/b2.fdata" &&
+                check_output "$size" bolt train2 "$want2" "$(grep -m1 '^checksum' "$w/bolt-train2.log")"; then
+                rm -f "$w/prog.binst"
+                if measure "$size" bolt merge "$w" "$MERGE_FDATA" "$w/b1.fdata" "$w/b2.fdata" -o "$w/bm.fdata" &&
+                    measure "$size" bolt optimize "$w" "$BOLT" "$prog" -o "$w/prog.bolt" -data="$w/bm.fdata" "${BOLT_RECIPE[@]}"; then
+                    got=$("$w/prog.bolt" | head -n 1) || got="(exit $?)"
+                    check_output "$size" bolt optimize "$want1" "$got" || true
+                    rm -f "$w/prog.bolt"
+                fi
+            fi
+        fi
+        rm -f "$w/prog.binst" ;;
+    esac
+    log "$size MB: perf record -e cpu-clock:u -F $SAMPLE_FREQ -- prog $SAMPLE_REPS"
+    if perf record -q -F "$SAMPLE_FREQ" -e cpu-clock:u -o "$w/perf.data" -- "$prog" "$SAMPLE_REPS" \
+        >"$w/perf.log" 2>&1; then
+        case " $TOOLS " in *" rivet "*)
+            measure "$size" rivet aggregate "$w" "$RIVET" aggregate "$w/perf.data" "$prog" -o "$w/s.prof" || true ;;
+        esac
+        case " $TOOLS " in *" bolt "*)
+            measure "$size" bolt aggregate "$w" "$PERF2BOLT" -nl -p "$w/perf.data" -o "$w/s.fdata" "$prog" || true ;;
+        esac
+    else
+        die "perf record failed: $(tail -n 3 "$w/perf.log")"
+    fi
+    # Results of this size replace the earlier ones.
+    { [ -f "$RESULTS" ] && awk -F'\t' -v s="$size" '$1 != s' "$RESULTS"; cat "$RESULTS.tmp.$size"; } > "$RESULTS.new"
+    mv "$RESULTS.new" "$RESULTS"
+    rm -f "$RESULTS.tmp.$size"
+    cp "$(dirname "$prog")/meta.json" "$CACHE/meta-$size.json"
+    [ "${KEEP:-0}" = 1 ] || rm -rf "$w"
+    log "$size MB: done in $(( $(date +%s) - t0 )) s"
+}
+
+report() {
+    [ -s "$RESULTS" ] || die "no results in $RESULTS yet: run bench/scale.sh SIZE_MB first"
+    local rv="(unknown)"
+    [ -f "$CACHE/rivet-version.txt" ] && rv=$(cat "$CACHE/rivet-version.txt")
+    echo "Rivet: $rv; BOLT: $("$BOLT" --version 2>/dev/null | grep -m1 -i 'version' | sed 's/^ *//')."
+    echo
+    echo "| text | program | step | Rivet wall / CPU | Rivet peak RSS | BOLT wall / CPU | BOLT peak RSS | time ratio R/B (wall, CPU) | memory ratio R/B |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    local size
+    for size in $(cut -f1 "$RESULTS" | sort -n -u); do
+        local m="$CACHE/meta-$size.json" prog="-"
+        [ -f "$m" ] && prog=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f MiB text, %.2f GiB file" % (d["text_bytes"]/2**20, d["file_bytes"]/1e9))' "$m")
+        awk -F'\t' -v s="$size" -v prog="$prog" '
+            function cell(st, w, c, r) {
+                if (st == "") return "| not run | "
+                if (st != "ok") return "| **" st "** | "
+                return sprintf("| %.1f s / %.1f s | %.2f GiB ", w, c, r / 1048576)
+            }
+            $1 == s { st[$2, $3] = $4; w[$2, $3] = $5; c[$2, $3] = $6; r[$2, $3] = $7; steps[$3] = 1 }
+            END {
+                n = split("instrument train train2 merge aggregate optimize optimize-output train-output train2-output", order, " ")
+                for (i = 1; i <= n; i++) {
+                    k = order[i]
+                    if (!(k in steps)) continue
+                    if (k ~ /-output$/) {
+                        printf "| %s MB | %s | %s | %s | | %s | | | |\n", s, prog, k,
+                            (st["rivet", k] == "" ? "" : "**" st["rivet", k] "**"), (st["bolt", k] == "" ? "" : "**" st["bolt", k] "**")
+                        continue
+                    }
+                    printf "| %s MB | %s | %s ", s, prog, k
+                    printf "%s", cell(st["rivet", k], w["rivet", k], c["rivet", k], r["rivet", k])
+                    printf "%s", cell(st["bolt", k], w["bolt", k], c["bolt", k], r["bolt", k])
+                    if (st["rivet", k] == "ok" && st["bolt", k] == "ok" && w["bolt", k] > 0 && c["bolt", k] > 0 && r["bolt", k] > 0)
+                        printf "| %.2f, %.2f | %.2f |\n", w["rivet", k] / w["bolt", k], c["rivet", k] / c["bolt", k], r["rivet", k] / r["bolt", k]
+                    else
+                        printf "| - | - |\n"
+                }
+            }' "$RESULTS"
+    done
+    echo
+    echo "The original program's own run (\`prog\`, the workload the training rows run instrumented):"
+    awk -F'\t' '$2 == "original" && $4 == "ok" { printf "%s MB: %.2f s wall, %.2f s CPU, %.2f GiB peak RSS; ", $1, $5, $6, $7 / 1048576 } END { print "" }' "$RESULTS"
+    plot
+    echo
+    echo "Plot: $PLOT. Raw rows (size tool step status wall_s cpu_s maxrss_kB): $RESULTS."
+}
+
+# plot: CPU time and peak memory against text size, one line per tool and step, log-log.
+plot() {
+    local d="$CACHE/plot"
+    rm -rf "$d"; mkdir -p "$d"
+    local tool step
+    for tool in rivet bolt; do
+        for step in instrument aggregate merge optimize; do
+            awk -F'\t' -v t="$tool" -v s="$step" '$2 == t && $3 == s && $4 == "ok" { print $1, $6, $7 / 1048576 }' \
+                "$RESULTS" | sort -n > "$d/$tool-$step.dat"
+        done
+    done
+    local pt="" pm="" sep=""
+    for tool in rivet bolt; do
+        local dash=1; [ $tool = bolt ] && dash=2
+        local i=0
+        for step in instrument aggregate merge optimize; do
+            i=$((i + 1))
+            [ -s "$d/$tool-$step.dat" ] || continue
+            local name; name="$([ $tool = rivet ] && echo Rivet || echo BOLT) $step"
+            pt+="$sep'$d/$tool-$step.dat' using 1:2 with linespoints dt $dash lc $i pt $((dash * 4 + 3)) title '$name'"
+            pm+="$sep'$d/$tool-$step.dat' using 1:3 with linespoints dt $dash lc $i pt $((dash * 4 + 3)) title '$name'"
+            sep=", "
+        done
+    done
+    [ -n "$pt" ] || { log "nothing to plot"; return 0; }
+    mkdir -p "$(dirname "$PLOT")"
+    gnuplot <<EOF || die "gnuplot failed"
+set terminal svg size 1100,480 dynamic font 'sans,11'
+set output '$PLOT'
+set multiplot layout 1,2 title 'Rivet (solid) and llvm-bolt-19 (dashed) on generated programs (bench/scale.sh)'
+set logscale xy
+set grid
+set key top left font ',9'
+set xlabel 'executable code (MiB)'
+set ylabel 'CPU time, user + system (s)'
+plot $pt
+set ylabel 'peak resident memory (GiB)'
+plot $pm
+unset multiplot
+EOF
+}
+
+if [ $report_only = 0 ]; then
+    for s in "${sizes[@]}"; do run_size "$s"; done
+fi
+report
