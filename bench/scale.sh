@@ -39,7 +39,8 @@
 #        STEP_TIMEOUT     seconds per step (default 3600)
 #        MEM_CAP_GB       address-space cap per step (default 18)
 #        SAMPLE_FREQ      perf sampling frequency (default 10000), SAMPLE_REPS workload
-#                         repetitions under perf (default 20)
+#                         repetitions under perf (default 10000 / SIZE_MB: the workload grows
+#                         with the program, so every size gets about the same number of samples)
 #        TOOLS            "rivet bolt" (default) or one of them
 #        GEN_UNITS        units per generated module (default 500; a smaller one for quick tests)
 #        KEEP=1           keep the work directories (default: removed after each size, they
@@ -58,7 +59,7 @@ PLOT="${PLOT:-docs/scale.svg}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-3600}"
 MEM_CAP_GB="${MEM_CAP_GB:-18}"
 SAMPLE_FREQ="${SAMPLE_FREQ:-10000}"
-SAMPLE_REPS="${SAMPLE_REPS:-20}"
+SAMPLE_REPS="${SAMPLE_REPS:-}"  # per size when empty: 10000 / SIZE_MB, at least 1
 TOOLS="${TOOLS:-rivet bolt}"
 GEN_UNITS="${GEN_UNITS:-500}"
 LLVM=/usr/lib/llvm-19/bin
@@ -81,7 +82,7 @@ for a in "$@"; do
     esac
 done
 [ ${#sizes[@]} -gt 0 ] || sizes=(50 200)
-for v in STEP_TIMEOUT MEM_CAP_GB SAMPLE_FREQ SAMPLE_REPS GEN_UNITS; do
+for v in STEP_TIMEOUT MEM_CAP_GB SAMPLE_FREQ GEN_UNITS ${SAMPLE_REPS:+SAMPLE_REPS}; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
 done
 mkdir -p "$CACHE"
@@ -186,8 +187,9 @@ run_size() {
         fi
         rm -f "$w/prog.binst" ;;
     esac
-    log "$size MB: perf record -e cpu-clock:u -F $SAMPLE_FREQ -- prog $SAMPLE_REPS"
-    if perf record -q -F "$SAMPLE_FREQ" -e cpu-clock:u -o "$w/perf.data" -- "$prog" "$SAMPLE_REPS" \
+    local reps=${SAMPLE_REPS:-$(( 10000 / size > 0 ? 10000 / size : 1 ))}
+    log "$size MB: perf record -e cpu-clock:u -F $SAMPLE_FREQ -- prog $reps"
+    if perf record -q -F "$SAMPLE_FREQ" -e cpu-clock:u -o "$w/perf.data" -- "$prog" "$reps" \
         >"$w/perf.log" 2>&1; then
         case " $TOOLS " in *" rivet "*)
             measure "$size" rivet aggregate "$w" "$RIVET" aggregate "$w/perf.data" "$prog" -o "$w/s.prof" || true ;;
@@ -198,6 +200,7 @@ run_size() {
     else
         die "perf record failed: $(tail -n 3 "$w/perf.log")"
     fi
+    echo "$reps $(perf report -i "$w/perf.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }')" > "$CACHE/samples-$size.txt"
     # Results of this size replace the earlier ones.
     { [ -f "$RESULTS" ] && awk -F'\t' -v s="$size" '$1 != s' "$RESULTS"; cat "$RESULTS.tmp.$size"; } > "$RESULTS.new"
     mv "$RESULTS.new" "$RESULTS"
@@ -218,7 +221,7 @@ report() {
     local size
     for size in $(cut -f1 "$RESULTS" | sort -n -u); do
         local m="$CACHE/meta-$size.json" prog="-"
-        [ -f "$m" ] && prog=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f MiB text, %.2f GiB file" % (d["text_bytes"]/2**20, d["file_bytes"]/1e9))' "$m")
+        [ -f "$m" ] && prog=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f MiB text, %s functions, %.2f GiB file" % (d["text_bytes"]/2**20, format(d.get("functions_in_modules", 0), ","), d["file_bytes"]/2**30))' "$m")
         awk -F'\t' -v s="$size" -v prog="$prog" '
             function cell(st, w, c, r) {
                 if (st == "") return "| not run | "
@@ -249,6 +252,14 @@ report() {
     echo
     echo "The original program's own run (\`prog\`, the workload the training rows run instrumented):"
     awk -F'\t' '$2 == "original" && $4 == "ok" { printf "%s MB: %.2f s wall, %.2f s CPU, %.2f GiB peak RSS; ", $1, $5, $6, $7 / 1048576 } END { print "" }' "$RESULTS"
+    echo
+    echo "Samples that aggregate read (\`perf record -e cpu-clock:u -F $SAMPLE_FREQ -- prog REPS\`):"
+    for f in "$CACHE"/samples-*.txt; do
+        [ -f "$f" ] || continue
+        local sz=${f##*/samples-}
+        echo "${sz%.txt} MB: REPS $(cut -d' ' -f1 "$f"), $(cut -d' ' -f2 "$f") samples;"
+    done | sort -n | tr '\n' ' '
+    echo
     plot
     echo
     echo "Plot: $PLOT. Raw rows (size tool step status wall_s cpu_s maxrss_kB): $RESULTS."

@@ -273,6 +273,24 @@ def text_bytes(path):
     return total
 
 
+def defined_functions(path):
+    """Number of defined STT_FUNC symbols in an ELF object (module objects only: small)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, _ = struct.unpack_from("<HHH", data, 0x3a)
+    count = 0
+    for j in range(shnum):
+        h = struct.unpack_from("<IIQQQQIIQQ", data, shoff + j * shentsize)
+        if h[1] != 2:  # SHT_SYMTAB
+            continue
+        for off in range(h[4], h[4] + h[5], 24):
+            _, info, _, shndx, _, _ = struct.unpack_from("<IBBHQQ", data, off)
+            if info & 0xf == 2 and shndx != 0:
+                count += 1
+    return count
+
+
 def main():
     ap = argparse.ArgumentParser(description="generate a big program for bench/scale.sh")
     ap.add_argument("size_mb", type=int, help="executable code to reach, in MiB")
@@ -311,7 +329,15 @@ def main():
     out = os.path.join(root, f"{a.size_mb}mb")
     prog = os.path.join(out, "prog")
     meta_path = os.path.join(out, "meta.json")
+    mod_funcs = sum(defined_functions(os.path.join(mdir, o)) for o in ("modc.o", "modx.o"))
     if os.path.exists(prog) and os.path.exists(meta_path):
+        with open(meta_path) as f:
+            meta = json.load(f)
+        if "module_functions" not in meta:  # results of an older gen.py of this version
+            meta["module_functions"] = mod_funcs
+            meta["functions_in_modules"] = mod_funcs * nmod
+            with open(meta_path, "w") as f:
+                json.dump(meta, f, indent=1)
         print(prog)
         return
     odir = os.path.join(out, "obj")
@@ -347,7 +373,8 @@ def main():
     times["link_s"] = round(time.time() - t3, 1)
     shutil.rmtree(odir)  # the copies are only the link's input
     meta = {"gen_version": GEN_VERSION, "size_mb": a.size_mb, "units_per_module": a.units,
-            "modules": nmod, "module_text_bytes": mod_text, "text_bytes": text_bytes(prog),
+            "modules": nmod, "module_text_bytes": mod_text, "module_functions": mod_funcs,
+            "functions_in_modules": mod_funcs * nmod, "text_bytes": text_bytes(prog),
             "file_bytes": os.path.getsize(prog), "times": times,
             "cflags": " ".join(CFLAGS), "link": "g++ -fuse-ld=lld -Wl,--emit-relocs (PIE)"}
     with open(meta_path, "w") as f:
