@@ -24,7 +24,7 @@
 #                  each from its own merged instrumentation profile; both outputs must print
 #                  the original's checksum (`prog`) or the row says "WRONG OUTPUT".
 # Every step runs under `/usr/bin/time` (wall, user+sys, maximum resident set size) and
-# `timeout $STEP_TIMEOUT`, with its address space capped at $MEM_CAP_GB (ulimit -v) so that a
+# `timeout $STEP_TIMEOUT`, and is killed when its resident memory passes $MEM_CAP_GB, so that a
 # run which does not fit fails alone instead of pushing the shared machine into the OOM killer.
 # A step that fails, times out or runs out of memory is recorded as such, and the steps that
 # need its output are skipped; the script goes on with the other tool and the other sizes.
@@ -37,14 +37,14 @@
 #        bench/scale.sh --report            (only the table and plot of the results so far)
 # Env:   RIVET=path       the rivet binary (default: target/release/rivet, built with cargo)
 #        STEP_TIMEOUT     seconds per step (default 3600)
-#        MEM_CAP_GB       address-space cap per step (default 18)
+#        MEM_CAP_GB       resident-memory cap per step, GiB (default 16)
 #        SAMPLE_FREQ      perf sampling frequency (default 10000), SAMPLE_REPS workload
 #                         repetitions under perf (default 10000 / SIZE_MB: the workload grows
 #                         with the program, so every size gets about the same number of samples)
 #        TOOLS            "rivet bolt" (default) or one of them
 #        GEN_UNITS        units per generated module (default 500; a smaller one for quick tests)
-#        KEEP=1           keep the work directories (default: removed after each size, they
-#                         hold several copies of the program)
+#        KEEP=1           keep the outputs in the work directory $CACHE/work/SIZE (default:
+#                         only the logs and times stay; outputs are several copies of the program)
 #        CACHE            default ~/.cache/rivet/scale; RESULTS default $CACHE/results.tsv;
 #                         PLOT default docs/scale.svg
 # Needs: python3, gcc/g++, lld-19, bolt-19, linux-perf, gnuplot (installed with apt-get when
@@ -57,7 +57,7 @@ CACHE="${CACHE:-$HOME/.cache/rivet/scale}"
 RESULTS="${RESULTS:-$CACHE/results.tsv}"
 PLOT="${PLOT:-docs/scale.svg}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-3600}"
-MEM_CAP_GB="${MEM_CAP_GB:-18}"
+MEM_CAP_GB="${MEM_CAP_GB:-16}"
 SAMPLE_FREQ="${SAMPLE_FREQ:-10000}"
 SAMPLE_REPS="${SAMPLE_REPS:-}"  # per size when empty: 10000 / SIZE_MB, at least 1
 TOOLS="${TOOLS:-rivet bolt}"
@@ -105,19 +105,51 @@ if [ $report_only = 0 ]; then
     echo "$RIVET_VERSION" > "$CACHE/rivet-version.txt"
 fi
 
+# tree_rss_kb PID: resident memory of PID and all its descendants, in kB.
+tree_rss_kb() {
+    ps -eo pid=,ppid=,rss= | awk -v root="$1" '
+        { parent[$1] = $2; rss[$1] = $3 }
+        END {
+            total = 0
+            for (p in parent) {
+                q = p
+                while (q != "" && q != root && q > 1) q = parent[q]
+                if (q == root) total += rss[p]
+            }
+            print total
+        }'
+}
+
 # measure SIZE TOOL STEP DIR CMD...: runs CMD bounded, appends a row to $RESULTS.tmp.$SIZE.
-# Row: size tool step status wall_s cpu_s maxrss_kb  (status: ok, timeout, oom, failed:RC)
+# Row: size tool step status wall_s cpu_s maxrss_kb  (status: ok, timeout, over-cap, oom,
+# failed:RC). The bounds: `timeout $STEP_TIMEOUT`, and a watchdog that polls the resident
+# memory of the command's process tree every second and kills it above $MEM_CAP_GB (an RSS
+# cap, not an address-space one: LLVM reserves far more address space than it touches).
 measure() {
     local size=$1 tool=$2 step=$3 dir=$4
     shift 4
-    local tf="$dir/$tool-$step.time" lf="$dir/$tool-$step.log" rc=0
+    local tf="$dir/$tool-$step.time" lf="$dir/$tool-$step.log" rc=0 capped=0
+    local cap_kb=$((MEM_CAP_GB * 1024 * 1024))
     log "$size MB: $tool $step"
-    ( ulimit -v $((MEM_CAP_GB * 1024 * 1024)); exec /usr/bin/time -f '%e %U %S %M' -o "$tf" \
-        timeout -k 30 "$STEP_TIMEOUT" nice -n 5 "$@" ) >"$lf" 2>&1 || rc=$?
+    /usr/bin/time -f '%e %U %S %M' -o "$tf" timeout -k 30 "$STEP_TIMEOUT" nice -n 5 "$@" >"$lf" 2>&1 &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$(tree_rss_kb "$pid")" -gt "$cap_kb" ]; then
+            capped=1
+            local g   # time's child is timeout, which leads the process group of the command
+            for g in $(ps -eo pid=,ppid= | awk -v p="$pid" '$2 == p { print $1 }'); do
+                kill -KILL -- "-$g" 2>/dev/null || true
+            done
+            break
+        fi
+        sleep 1
+    done
+    wait "$pid" || rc=$?
     local wall user sys rss status
     read -r wall user sys rss < <(grep -E '^[0-9.]+ [0-9.]+ [0-9.]+ [0-9]+$' "$tf" | tail -n 1) ||
         { wall=0 user=0 sys=0 rss=0; }
-    if [ $rc = 0 ]; then status=ok
+    if [ $capped = 1 ]; then status=over-cap; rss=$cap_kb
+    elif [ $rc = 0 ]; then status=ok
     elif [ $rc = 124 ] || [ $rc = 137 ]; then status=timeout
     elif grep -qiE 'out of memory|memory allocation of|std::bad_alloc|cannot allocate' "$lf"; then status=oom
     else status="failed:$rc"
@@ -146,6 +178,8 @@ run_size() {
     w="$CACHE/work/$size"
     rm -rf "$w" "$RESULTS.tmp.$size"
     mkdir -p "$w"
+    # a step's output is removed as soon as the next step has used it: a 1 GB program's copies
+    # are 8 GB each
     : > "$RESULTS.tmp.$size"
     local want1 want2 got
     want1=$("$prog" | head -n 1) || die "$prog failed"
@@ -201,12 +235,14 @@ run_size() {
         die "perf record failed: $(tail -n 3 "$w/perf.log")"
     fi
     echo "$reps $(perf report -i "$w/perf.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }')" > "$CACHE/samples-$size.txt"
-    # Results of this size replace the earlier ones.
-    { [ -f "$RESULTS" ] && awk -F'\t' -v s="$size" '$1 != s' "$RESULTS"; cat "$RESULTS.tmp.$size"; } > "$RESULTS.new"
+    # Results of this size replace the earlier ones of the same tools.
+    { [ -f "$RESULTS" ] && awk -F'\t' -v s="$size" -v tools=" $TOOLS original " \
+        '$1 != s || index(tools, " " $2 " ") == 0' "$RESULTS"; cat "$RESULTS.tmp.$size"; } > "$RESULTS.new"
     mv "$RESULTS.new" "$RESULTS"
     rm -f "$RESULTS.tmp.$size"
     cp "$(dirname "$prog")/meta.json" "$CACHE/meta-$size.json"
-    [ "${KEEP:-0}" = 1 ] || rm -rf "$w"
+    # The logs and times stay (small); the programs, profiles and perf.data go unless KEEP=1.
+    [ "${KEEP:-0}" = 1 ] || find "$w" -type f ! -name '*.log' ! -name '*.time' -delete
     log "$size MB: done in $(( $(date +%s) - t0 )) s"
 }
 
@@ -225,7 +261,7 @@ report() {
         awk -F'\t' -v s="$size" -v prog="$prog" '
             function cell(st, w, c, r) {
                 if (st == "") return "| not run | "
-                if (st != "ok") return "| **" st "** | "
+                if (st != "ok") return sprintf("| **%s** after %.0f s wall | %s%.2f GiB ", st, w, (st == "over-cap" ? "> " : ""), r / 1048576)
                 return sprintf("| %.1f s / %.1f s | %.2f GiB ", w, c, r / 1048576)
             }
             $1 == s { st[$2, $3] = $4; w[$2, $3] = $5; c[$2, $3] = $6; r[$2, $3] = $7; steps[$3] = 1 }
