@@ -170,71 +170,105 @@ check_output() {
     fi
 }
 
+# optimize_run SIZE TOOL STEP PROFILE: optimize prog with PROFILE, run the output, compare.
+optimize_run() {
+    local size=$1 tool=$2 step=$3 profile=$4 got out="$w/prog.$2"
+    if [ "$tool" = rivet ]; then
+        measure "$size" rivet "$step" "$w" "$RIVET" optimize "$prog" --profile "$profile" -o "$out" || return 0
+    else
+        measure "$size" bolt "$step" "$w" "$BOLT" "$prog" -o "$out" -data="$profile" "${BOLT_RECIPE[@]}" || return 0
+    fi
+    got=$("$out" | head -n 1) || got="(exit $?)"
+    check_output "$size" "$tool" "$step" "$want1" "$got" || true
+    rm -f "$out"
+}
+
+# train TOOL BIN PROFILE1 PROFILE2: the two training runs of an instrumented binary.
+train() {
+    local tool=$1 bin=$2
+    if [ "$tool" = rivet ]; then
+        RIVET_PROFILE="$3" measure "$size" rivet train "$w" "$bin" &&
+            check_output "$size" rivet train "$want1" "$(grep -m1 '^checksum' "$w/rivet-train.log")" &&
+            RIVET_PROFILE="$4" measure "$size" rivet train2 "$w" "$bin" 2 &&
+            check_output "$size" rivet train2 "$want2" "$(grep -m1 '^checksum' "$w/rivet-train2.log")"
+    else
+        measure "$size" bolt train "$w" "$bin" && mv "$w/b.fdata" "$3" &&
+            check_output "$size" bolt train "$want1" "$(grep -m1 '^checksum' "$w/bolt-train.log")" &&
+            measure "$size" bolt train2 "$w" "$bin" 2 && mv "$w/b.fdata" "$4" &&
+            check_output "$size" bolt train2 "$want2" "$(grep -m1 '^checksum' "$w/bolt-train2.log")"
+    fi
+}
+
+has_tool() { case " $TOOLS " in *" $1 "*) return 0 ;; esac; return 1; }
+
 run_size() {
-    local size=$1 t0 prog w
+    local size=$1 t0
     t0=$(date +%s)
     log "$size MB: generating (bench/scale/gen.py $size)"
     prog=$(nice python3 bench/scale/gen.py "$size" --cache "$CACHE" --units "$GEN_UNITS") || die "bench/scale/gen.py $size failed"
     w="$CACHE/work/$size"
     rm -rf "$w" "$RESULTS.tmp.$size"
     mkdir -p "$w"
-    # a step's output is removed as soon as the next step has used it: a 1 GB program's copies
-    # are 8 GB each
     : > "$RESULTS.tmp.$size"
-    local want1 want2 got
     want1=$("$prog" | head -n 1) || die "$prog failed"
     want2=$("$prog" 2 | head -n 1) || die "$prog 2 failed"
     log "$size MB: $prog prints '$want1'"
     measure "$size" original train "$w" "$prog" || die "$prog failed under measure"
-    case " $TOOLS " in *" rivet "*)
-        if measure "$size" rivet instrument "$w" "$RIVET" instrument "$prog" -o "$w/prog.rinst" --profile "$w/r0.counts"; then
-            if RIVET_PROFILE="$w/r1.counts" measure "$size" rivet train "$w" "$w/prog.rinst" &&
-                check_output "$size" rivet train "$want1" "$(grep -m1 '^checksum' "$w/rivet-train.log")" &&
-                RIVET_PROFILE="$w/r2.counts" measure "$size" rivet train2 "$w" "$w/prog.rinst" 2 &&
-                check_output "$size" rivet train2 "$want2" "$(grep -m1 '^checksum' "$w/rivet-train2.log")"; then
-                rm -f "$w/prog.rinst"
-                if measure "$size" rivet merge "$w" "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$w/r.prof" &&
-                    measure "$size" rivet optimize "$w" "$RIVET" optimize "$prog" --profile "$w/r.prof" -o "$w/prog.rivet"; then
-                    got=$("$w/prog.rivet" | head -n 1) || got="(exit $?)"
-                    check_output "$size" rivet optimize "$want1" "$got" || true
-                    rm -f "$w/prog.rivet"
-                fi
-            fi
-        fi
-        rm -f "$w/prog.rinst" ;;
-    esac
-    case " $TOOLS " in *" bolt "*)
-        if measure "$size" bolt instrument "$w" "$BOLT" "$prog" -instrument -o "$w/prog.binst" \
-            -instrumentation-file="$w/b.fdata"; then
-            if measure "$size" bolt train "$w" "$w/prog.binst" && mv "$w/b.fdata" "$w/b1.fdata" &&
-                check_output "$size" bolt train "$want1" "$(grep -m1 '^checksum' "$w/bolt-train.log")" &&
-                measure "$size" bolt train2 "$w" "$w/prog.binst" 2 && mv "$w/b.fdata" "$w/b2.fdata" &&
-                check_output "$size" bolt train2 "$want2" "$(grep -m1 '^checksum' "$w/bolt-train2.log")"; then
-                rm -f "$w/prog.binst"
-                if measure "$size" bolt merge "$w" "$MERGE_FDATA" "$w/b1.fdata" "$w/b2.fdata" -o "$w/bm.fdata" &&
-                    measure "$size" bolt optimize "$w" "$BOLT" "$prog" -o "$w/prog.bolt" -data="$w/bm.fdata" "${BOLT_RECIPE[@]}"; then
-                    got=$("$w/prog.bolt" | head -n 1) || got="(exit $?)"
-                    check_output "$size" bolt optimize "$want1" "$got" || true
-                    rm -f "$w/prog.bolt"
-                fi
-            fi
-        fi
-        rm -f "$w/prog.binst" ;;
-    esac
+
+    # Samples first: their profiles are the fallback of a tool whose instrumentation fails.
     local reps=${SAMPLE_REPS:-$(( 10000 / size > 0 ? 10000 / size : 1 ))}
     log "$size MB: perf record -e cpu-clock:u -F $SAMPLE_FREQ -- prog $reps"
-    if perf record -q -F "$SAMPLE_FREQ" -e cpu-clock:u -o "$w/perf.data" -- "$prog" "$reps" \
-        >"$w/perf.log" 2>&1; then
-        case " $TOOLS " in *" rivet "*)
-            measure "$size" rivet aggregate "$w" "$RIVET" aggregate "$w/perf.data" "$prog" -o "$w/s.prof" || true ;;
-        esac
-        case " $TOOLS " in *" bolt "*)
-            measure "$size" bolt aggregate "$w" "$PERF2BOLT" -nl -p "$w/perf.data" -o "$w/s.fdata" "$prog" || true ;;
-        esac
-    else
+    perf record -q -F "$SAMPLE_FREQ" -e cpu-clock:u -o "$w/perf.data" -- "$prog" "$reps" >"$w/perf.log" 2>&1 ||
         die "perf record failed: $(tail -n 3 "$w/perf.log")"
-    fi
     echo "$reps $(perf report -i "$w/perf.data" --stats 2>/dev/null | awk '/SAMPLE events:/ { print $3; exit }')" > "$CACHE/samples-$size.txt"
+    local rs="" bs=""   # sample profiles: Rivet's, BOLT's
+    if has_tool rivet && measure "$size" rivet aggregate "$w" "$RIVET" aggregate "$w/perf.data" "$prog" -o "$w/s.prof"; then
+        rs="$w/s.prof"
+    fi
+    if has_tool bolt; then
+        if measure "$size" bolt aggregate "$w" "$PERF2BOLT" -nl -p "$w/perf.data" -o "$w/s.fdata" "$prog"; then
+            bs="$w/s.fdata"
+        elif [ -n "$rs" ] && "$RIVET" merge "$rs" -o "$w/rs.fdata" --format fdata >"$w/rs-fdata.log" 2>&1; then
+            bs="$w/rs.fdata"   # perf2bolt did not fit: Rivet's reading of the same samples
+            log "$size MB: BOLT's fallback profile is rivet aggregate's, as fdata"
+        fi
+    fi
+    rm -f "$w/perf.data"
+
+    # Instrumentation, training, merge, optimize; a tool whose chain breaks optimizes from
+    # the samples instead (the optimize-samples row), as a user without the memory would.
+    local rp="" bp=""
+    if has_tool rivet; then
+        if measure "$size" rivet instrument "$w" "$RIVET" instrument "$prog" -o "$w/prog.rinst" --profile "$w/r0.counts" &&
+            train rivet "$w/prog.rinst" "$w/r1.counts" "$w/r2.counts"; then
+            rm -f "$w/prog.rinst"
+            measure "$size" rivet merge "$w" "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$w/r.prof" && rp="$w/r.prof"
+        fi
+        rm -f "$w/prog.rinst" "$w"/r?.counts
+        if [ -n "$rp" ]; then optimize_run "$size" rivet optimize "$rp"
+        elif [ -n "$rs" ]; then optimize_run "$size" rivet optimize-samples "$rs"
+        fi
+    fi
+    if has_tool bolt; then
+        if measure "$size" bolt instrument "$w" "$BOLT" "$prog" -instrument -o "$w/prog.binst" \
+                -instrumentation-file="$w/b.fdata" &&
+            train bolt "$w/prog.binst" "$w/b1.fdata" "$w/b2.fdata"; then
+            rm -f "$w/prog.binst"
+            measure "$size" bolt merge "$w" "$MERGE_FDATA" "$w/b1.fdata" "$w/b2.fdata" -o "$w/b-merged.fdata" && bp="$w/b-merged.fdata"
+        fi
+        rm -f "$w/prog.binst" "$w"/b?.fdata
+        if [ -n "$bp" ]; then optimize_run "$size" bolt optimize "$bp"
+        elif [ -n "$bs" ]; then optimize_run "$size" bolt optimize-samples "$bs"
+        fi
+    fi
+    # When one tool optimized from samples, the other does too, for a like-for-like row.
+    if grep -q $'\toptimize-samples\t' "$RESULTS.tmp.$size"; then
+        has_tool rivet && [ -n "$rs" ] && ! grep -q $'\trivet\toptimize-samples\t' "$RESULTS.tmp.$size" &&
+            optimize_run "$size" rivet optimize-samples "$rs" || true
+        has_tool bolt && [ -n "$bs" ] && ! grep -q $'\tbolt\toptimize-samples\t' "$RESULTS.tmp.$size" &&
+            optimize_run "$size" bolt optimize-samples "$bs" || true
+    fi
+
     # Results of this size replace the earlier ones of the same tools.
     { [ -f "$RESULTS" ] && awk -F'\t' -v s="$size" -v tools=" $TOOLS original " \
         '$1 != s || index(tools, " " $2 " ") == 0' "$RESULTS"; cat "$RESULTS.tmp.$size"; } > "$RESULTS.new"
@@ -266,7 +300,7 @@ report() {
             }
             $1 == s { st[$2, $3] = $4; w[$2, $3] = $5; c[$2, $3] = $6; r[$2, $3] = $7; steps[$3] = 1 }
             END {
-                n = split("instrument train train2 merge aggregate optimize optimize-output train-output train2-output", order, " ")
+                n = split("aggregate instrument train train2 merge optimize optimize-samples optimize-output optimize-samples-output train-output train2-output", order, " ")
                 for (i = 1; i <= n; i++) {
                     k = order[i]
                     if (!(k in steps)) continue
@@ -307,7 +341,7 @@ plot() {
     rm -rf "$d"; mkdir -p "$d"
     local tool step
     for tool in rivet bolt; do
-        for step in instrument aggregate merge optimize; do
+        for step in instrument aggregate merge optimize optimize-samples; do
             awk -F'\t' -v t="$tool" -v s="$step" '$2 == t && $3 == s && $4 == "ok" { print $1, $6, $7 / 1048576 }' \
                 "$RESULTS" | sort -n > "$d/$tool-$step.dat"
         done
@@ -316,7 +350,7 @@ plot() {
     for tool in rivet bolt; do
         local dash=1; [ $tool = bolt ] && dash=2
         local i=0
-        for step in instrument aggregate merge optimize; do
+        for step in instrument aggregate merge optimize optimize-samples; do
             i=$((i + 1))
             [ -s "$d/$tool-$step.dat" ] || continue
             local name; name="$([ $tool = rivet ] && echo Rivet || echo BOLT) $step"
