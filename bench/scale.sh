@@ -23,6 +23,13 @@
 #                    -dyno-stats                       (BOLT's usual recipe; -lite is its default)
 #                  each from its own merged instrumentation profile; both outputs must print
 #                  the original's checksum (`prog`) or the row says "WRONG OUTPUT".
+#     Fallbacks, so that every size has an optimize row: a tool whose instrumentation chain
+#     fails (does not fit in $MEM_CAP_GB) optimizes from the samples of step 5 instead
+#     (optimize-samples, both tools; BOLT from rivet aggregate's profile as fdata when
+#     perf2bolt failed too); when neither tool could instrument, both also optimize from the
+#     instrumentation profile of the largest smaller size measured, carried over to this
+#     program by bench/scale/synth_profile.py (optimize-synth: ~11% of functions profiled,
+#     like the instrumented sizes, where samples profile ~1%).
 # Every step runs under `/usr/bin/time` (wall, user+sys, maximum resident set size) and
 # `timeout $STEP_TIMEOUT`, and is killed when its resident memory passes $MEM_CAP_GB, so that a
 # run which does not fit fails alone instead of pushing the shared machine into the OOM killer.
@@ -237,12 +244,15 @@ run_size() {
 
     # Instrumentation, training, merge, optimize; a tool whose chain breaks optimizes from
     # the samples instead (the optimize-samples row), as a user without the memory would.
-    local rp="" bp=""
+    local rp="" bp=""   # instrumentation profiles, merged: Rivet's, BOLT's
     if has_tool rivet; then
         if measure "$size" rivet instrument "$w" "$RIVET" instrument "$prog" -o "$w/prog.rinst" --profile "$w/r0.counts" &&
             train rivet "$w/prog.rinst" "$w/r1.counts" "$w/r2.counts"; then
             rm -f "$w/prog.rinst"
             measure "$size" rivet merge "$w" "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$w/r.prof" && rp="$w/r.prof"
+            # kept (as fdata) for optimize-synth of the sizes too big to instrument
+            "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$CACHE/profile-$size.fdata" --format fdata \
+                >"$w/profile-fdata.log" 2>&1 || rm -f "$CACHE/profile-$size.fdata"
         fi
         rm -f "$w/prog.rinst" "$w"/r?.counts
         if [ -n "$rp" ]; then optimize_run "$size" rivet optimize "$rp"
@@ -267,6 +277,28 @@ run_size() {
             optimize_run "$size" rivet optimize-samples "$rs" || true
         has_tool bolt && [ -n "$bs" ] && ! grep -q $'\tbolt\toptimize-samples\t' "$RESULTS.tmp.$size" &&
             optimize_run "$size" bolt optimize-samples "$bs" || true
+    fi
+
+    # Neither instrumentation fitted: both optimize from the instrumentation profile of the
+    # largest smaller size, carried over to this program (bench/scale/synth_profile.py).
+    if [ -z "$rp" ] && [ -z "$bp" ]; then
+        local from="" f n
+        for f in "$CACHE"/profile-*.fdata; do
+            [ -f "$f" ] || continue
+            n=${f##*/profile-}; n=${n%.fdata}
+            [ "$n" -lt "$size" ] && [ -f "$CACHE/meta-$n.json" ] && { [ -z "$from" ] || [ "$n" -gt "$from" ]; } && from=$n
+        done
+        if [ -n "$from" ]; then
+            local small big
+            small=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["modules"])' "$CACHE/meta-$from.json")
+            big=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["modules"])' "$(dirname "$prog")/meta.json")
+            log "$size MB: optimize-synth: the $from MB instrumentation profile carried over ($small -> $big modules)"
+            python3 bench/scale/synth_profile.py "$CACHE/profile-$from.fdata" "$small" "$big" "$GEN_UNITS" \
+                > "$w/synth.fdata" 2> "$w/synth.log" || die "synth_profile.py failed: $(cat "$w/synth.log")"
+            echo "$from $(cat "$w/synth.log")" > "$CACHE/synth-$size.txt"
+            has_tool rivet && optimize_run "$size" rivet optimize-synth "$w/synth.fdata"
+            has_tool bolt && optimize_run "$size" bolt optimize-synth "$w/synth.fdata"
+        fi
     fi
 
     # Results of this size replace the earlier ones of the same tools.
@@ -300,7 +332,7 @@ report() {
             }
             $1 == s { st[$2, $3] = $4; w[$2, $3] = $5; c[$2, $3] = $6; r[$2, $3] = $7; steps[$3] = 1 }
             END {
-                n = split("aggregate instrument train train2 merge optimize optimize-samples optimize-output optimize-samples-output train-output train2-output", order, " ")
+                n = split("aggregate instrument train train2 merge optimize optimize-synth optimize-samples optimize-output optimize-synth-output optimize-samples-output train-output train2-output", order, " ")
                 for (i = 1; i <= n; i++) {
                     k = order[i]
                     if (!(k in steps)) continue
@@ -341,7 +373,7 @@ plot() {
     rm -rf "$d"; mkdir -p "$d"
     local tool step
     for tool in rivet bolt; do
-        for step in instrument aggregate merge optimize optimize-samples; do
+        for step in instrument aggregate merge optimize optimize-synth optimize-samples; do
             awk -F'\t' -v t="$tool" -v s="$step" '$2 == t && $3 == s && $4 == "ok" { print $1, $6, $7 / 1048576 }' \
                 "$RESULTS" | sort -n > "$d/$tool-$step.dat"
         done
@@ -350,7 +382,7 @@ plot() {
     for tool in rivet bolt; do
         local dash=1; [ $tool = bolt ] && dash=2
         local i=0
-        for step in instrument aggregate merge optimize optimize-samples; do
+        for step in instrument aggregate merge optimize optimize-synth optimize-samples; do
             i=$((i + 1))
             [ -s "$d/$tool-$step.dat" ] || continue
             local name; name="$([ $tool = rivet ] && echo Rivet || echo BOLT) $step"
