@@ -38,7 +38,7 @@
 #
 # Results accumulate in $RESULTS (one row per size, tool and step; re-running a size replaces
 # its rows), so sizes can be measured in separate runs; each run then writes the report of all
-# sizes measured so far: a markdown table on stdout and the plot $PLOT (SVG, gnuplot).
+# sizes measured so far: a markdown table on stdout and the plot $PLOT (PNG, gnuplot).
 #
 # Usage: bench/scale.sh [SIZE_MB...]        (default: 50 200)
 #        bench/scale.sh --report            (only the table and plot of the results so far)
@@ -53,7 +53,7 @@
 #        KEEP=1           keep the outputs in the work directory $CACHE/work/SIZE (default:
 #                         only the logs and times stay; outputs are several copies of the program)
 #        CACHE            default ~/.cache/rivet/scale; RESULTS default $CACHE/results.tsv;
-#                         PLOT default docs/scale.svg
+#                         PLOT default docs/scale.png
 # Needs: python3, gcc/g++, lld-19, bolt-19, linux-perf, gnuplot (installed with apt-get when
 # missing), GNU time.
 set -euo pipefail
@@ -62,7 +62,7 @@ cd "$(dirname "$0")/.."
 
 CACHE="${CACHE:-$HOME/.cache/rivet/scale}"
 RESULTS="${RESULTS:-$CACHE/results.tsv}"
-PLOT="${PLOT:-docs/scale.svg}"
+PLOT="${PLOT:-docs/scale.png}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-3600}"
 MEM_CAP_GB="${MEM_CAP_GB:-16}"
 SAMPLE_FREQ="${SAMPLE_FREQ:-10000}"
@@ -367,39 +367,43 @@ report() {
     echo "Plot: $PLOT. Raw rows (size tool step status wall_s cpu_s maxrss_kB): $RESULTS."
 }
 
-# plot: CPU time and peak memory against text size, one line per tool and step, log-log.
+# plot: CPU time and peak memory against text size, one line per tool and step, log-log;
+# runs killed at the memory cap are marked at the cap in the memory panel.
 plot() {
     local d="$CACHE/plot"
     rm -rf "$d"; mkdir -p "$d"
-    local tool step
+    local steps="instrument aggregate merge optimize optimize-synth optimize-samples" tool step
     for tool in rivet bolt; do
-        for step in instrument aggregate merge optimize optimize-synth optimize-samples; do
+        for step in $steps; do
             awk -F'\t' -v t="$tool" -v s="$step" '$2 == t && $3 == s && $4 == "ok" { print $1, $6, $7 / 1048576 }' \
                 "$RESULTS" | sort -n > "$d/$tool-$step.dat"
         done
     done
+    awk -F'\t' '$4 == "over-cap" { print $1, $7 / 1048576 }' "$RESULTS" | sort -n > "$d/over-cap.dat"
     local pt="" pm="" sep=""
     for tool in rivet bolt; do
-        local dash=1; [ $tool = bolt ] && dash=2
-        local i=0
-        for step in instrument aggregate merge optimize optimize-synth optimize-samples; do
+        local dash=1 i=0 name
+        [ $tool = bolt ] && dash=2
+        for step in $steps; do
             i=$((i + 1))
             [ -s "$d/$tool-$step.dat" ] || continue
-            local name; name="$([ $tool = rivet ] && echo Rivet || echo BOLT) $step"
-            pt+="$sep'$d/$tool-$step.dat' using 1:2 with linespoints dt $dash lc $i pt $((dash * 4 + 3)) title '$name'"
-            pm+="$sep'$d/$tool-$step.dat' using 1:3 with linespoints dt $dash lc $i pt $((dash * 4 + 3)) title '$name'"
+            name="$([ $tool = rivet ] && echo Rivet || echo BOLT) $step"
+            pt+="$sep'$d/$tool-$step.dat' using 1:2 with linespoints dt $dash lw 2 lc $i pt $((dash * 2 + 5)) ps 1.3 title '$name'"
+            pm+="$sep'$d/$tool-$step.dat' using 1:3 with linespoints dt $dash lw 2 lc $i pt $((dash * 2 + 5)) ps 1.3 title '$name'"
             sep=", "
         done
     done
     [ -n "$pt" ] || { log "nothing to plot"; return 0; }
+    [ -s "$d/over-cap.dat" ] && pm+=", '$d/over-cap.dat' using 1:2 with points pt 9 ps 2 lc rgb 'red' title 'killed at the memory cap'"
     mkdir -p "$(dirname "$PLOT")"
     gnuplot <<EOF || die "gnuplot failed"
-set terminal svg size 1100,480 dynamic font 'sans,11'
+set terminal pngcairo size 1400,600 font 'sans,10'
 set output '$PLOT'
-set multiplot layout 1,2 title 'Rivet (solid) and llvm-bolt-19 (dashed) on generated programs (bench/scale.sh)'
+set multiplot layout 1,2 title 'Rivet (solid) and llvm-bolt-19 (dashed) on programs from bench/scale/gen.py (bench/scale.sh; 2 shared cores)'
 set logscale xy
 set grid
-set key top left font ',9'
+set xrange [30:1800]
+set key outside below font ',9' maxrows 4
 set xlabel 'executable code (MiB)'
 set ylabel 'CPU time, user + system (s)'
 plot $pt
