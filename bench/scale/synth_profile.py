@@ -20,6 +20,7 @@ profile has the shape of the big program's run, not its exact counts.
 import os, re, sys
 from collections import defaultdict
 
+sys.dont_write_bytecode = True  # no __pycache__ in the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen import HOT_PERMILLE  # noqa: E402  (the driver's selection threshold)
 
