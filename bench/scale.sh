@@ -372,11 +372,13 @@ report() {
 plot() {
     local d="$CACHE/plot"
     rm -rf "$d"; mkdir -p "$d"
-    local steps="instrument aggregate merge optimize optimize-synth optimize-samples" tool step
+    # optimize-synth (a profile carried over from a smaller size) continues the optimize line:
+    # both profile about the same share of the functions
+    local steps="instrument aggregate merge optimize optimize-samples" tool step
     for tool in rivet bolt; do
         for step in $steps; do
-            awk -F'\t' -v t="$tool" -v s="$step" '$2 == t && $3 == s && $4 == "ok" { print $1, $6, $7 / 1048576 }' \
-                "$RESULTS" | sort -n > "$d/$tool-$step.dat"
+            awk -F'\t' -v t="$tool" -v s="$step" '$2 == t && ($3 == s || (s == "optimize" && $3 == "optimize-synth")) &&
+                $4 == "ok" { print $1, $6, $7 / 1048576 }' "$RESULTS" | sort -n > "$d/$tool-$step.dat"
         done
     done
     awk -F'\t' '$4 == "over-cap" { print $1, $7 / 1048576 }' "$RESULTS" | sort -n > "$d/over-cap.dat"
@@ -388,6 +390,7 @@ plot() {
             i=$((i + 1))
             [ -s "$d/$tool-$step.dat" ] || continue
             name="$([ $tool = rivet ] && echo Rivet || echo BOLT) $step"
+            [ $step = optimize ] && name+=" (+synth)"
             pt+="$sep'$d/$tool-$step.dat' using 1:2 with linespoints dt $dash lw 2 lc $i pt $((dash * 2 + 5)) ps 1.3 title '$name'"
             pm+="$sep'$d/$tool-$step.dat' using 1:3 with linespoints dt $dash lw 2 lc $i pt $((dash * 2 + 5)) ps 1.3 title '$name'"
             sep=", "
