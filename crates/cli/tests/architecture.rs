@@ -73,8 +73,8 @@ fn dependencies_point_one_way() {
     }
 }
 
-/// The runtime is machine code by nature (one generator per ISA, as DESIGN.md's `runtime/`
-/// says); everything else reaches the ISA through `arch` (`rivet_arch::Isa`, `Inst`, `Flow`).
+/// The runtime is machine code by nature (one generator per ISA, docs/architecture.md's
+/// `runtime` row); everything else reaches the ISA through `arch` (`rivet_arch::Isa`, `Inst`, `Flow`).
 /// Looks for ISA facts in the code (comments and unit tests cut away) of every other crate:
 /// decoder types, relocation and machine constants, register names and numbers, fill and
 /// opcode bytes, mnemonics matched as strings, the x86 instruction length limit.

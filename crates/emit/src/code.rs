@@ -5,7 +5,7 @@
 //! input's alignment padding left out) and relaxes
 //! branches between blocks of the same fragment to their short form where they reach. Branches
 //! that leave the fragment use the near form, so a fragment's size does not depend on where it
-//! lands (DESIGN.md: fragment-local relaxation); the one exception is a fragment whose place
+//! lands (docs/architecture.md: fragment-local relaxation); the one exception is a fragment whose place
 //! is known before any is placed (`KnownPlace`: in place), whose branches to code that does
 //! not move may be short too. Once every fragment has an address,
 //! the `AddressMap` knows the new address of every instruction of every rewritten function,
