@@ -60,6 +60,20 @@ fn counts_program(dir: &Path) -> PathBuf {
     build_instrument_program(dir, "counts.c", "gcc", &["-O2"], "counts")
 }
 
+/// tests/instrument/lib.c built as `dir/libcount.so`, with relocations kept.
+fn count_library(dir: &Path) -> PathBuf {
+    let lib = dir.join("libcount.so");
+    let st = Command::new("gcc")
+        .args(["-g", "-O2", "-Wl,--emit-relocs", "-shared", "-fPIC"])
+        .arg(common::instrument_source("lib.c"))
+        .arg("-o")
+        .arg(&lib)
+        .status()
+        .expect("gcc is required (scripts/test.sh installs it)");
+    assert!(st.success(), "gcc lib.c");
+    lib
+}
+
 fn instrument(input: &Path, out: &Path, profile: &str) {
     let r = rivet(&["instrument", s(input), "-o", s(out), "--profile", profile]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
@@ -258,15 +272,7 @@ fn a_privileged_program_ignores_rivet_profile_in_an_instrumented_library() {
     let inst_dir = mkdir(&root.join("inst"), 0o755);
     let prof = mkdir(&root.join("prof"), 0o755);
     let root_only = mkdir(&root.join("root-only"), 0o700);
-    let lib = lib_dir.join("libcount.so");
-    let st = Command::new("gcc")
-        .args(["-g", "-O2", "-Wl,--emit-relocs", "-shared", "-fPIC"])
-        .arg(common::instrument_source("lib.c"))
-        .arg("-o")
-        .arg(&lib)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let lib = count_library(&lib_dir);
     // The user finds the instrumented library through its RUNPATH: a set-user-ID program
     // ignores LD_LIBRARY_PATH.
     let user = root.join("user");
@@ -494,15 +500,7 @@ fn faults_that_are_not_the_runtimes_end_the_program_as_without_it() {
 fn a_programs_own_sigbus_handler_sees_its_faults_as_without_the_runtime() {
     use std::os::unix::process::ExitStatusExt;
     let dir = scratch("hardening", "own-handler");
-    let lib = dir.join("libcount.so");
-    let st = Command::new("gcc")
-        .args(["-g", "-O2", "-Wl,--emit-relocs", "-shared", "-fPIC"])
-        .arg(common::instrument_source("lib.c"))
-        .arg("-o")
-        .arg(&lib)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let lib = count_library(&dir);
     let program = dir.join("busowner");
     let st = Command::new("gcc")
         .args(["-g", "-O2"])
