@@ -174,6 +174,32 @@ const FRAME: i32 = ACTION_BUF + 40;
 /// disposition the runtime replaced, which it restores or chains to for faults not its own.
 pub const DATA_SIZE: u64 = 4096;
 
+/// Emits a loop over the `size` bytes of counters at `from`: for each nonzero one, with its
+/// value in rax and its offset in rcx, the code `body` emits.
+fn for_each_nonzero_counter(
+    a: &mut CodeAssembler,
+    size: u64,
+    from: AsmRegister64,
+    body: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>,
+) -> Result<(), IcedError> {
+    let mut next = a.create_label();
+    let mut skip = a.create_label();
+    let mut done = a.create_label();
+    a.xor(ecx, ecx)?;
+    a.set_label(&mut next)?;
+    a.mov(rax, size)?;
+    a.cmp(rcx, rax)?;
+    a.jae(done)?;
+    a.mov(rax, qword_ptr(from + rcx))?;
+    a.test(rax, rax)?;
+    a.jz(skip)?;
+    body(a)?;
+    a.set_label(&mut skip)?;
+    a.add(rcx, 8)?;
+    a.jmp(next)?;
+    a.set_label(&mut done)
+}
+
 /// Generates the runtime for `params`.
 pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError> {
     if params.default_path.is_empty() || params.default_path.len() > MAX_PATH - 24 {
@@ -733,22 +759,9 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.cmp(rax, -4095)?;
     a.jae(fail_close)?;
     a.mov(r15, rax)?;
-    a.xor(ecx, ecx)?;
-    let mut copy_loop = a.create_label();
-    let mut copy_skip = a.create_label();
-    let mut copy_done = a.create_label();
-    a.set_label(&mut copy_loop)?;
-    a.mov(rax, params.counters_size)?;
-    a.cmp(rcx, rax)?;
-    a.jae(copy_done)?;
-    a.mov(rax, qword_ptr(r14 + rcx))?;
-    a.test(rax, rax)?;
-    a.jz(copy_skip)?;
-    a.mov(qword_ptr(r15 + rcx), rax)?;
-    a.set_label(&mut copy_skip)?;
-    a.add(rcx, 8)?;
-    a.jmp(copy_loop)?;
-    a.set_label(&mut copy_done)?;
+    for_each_nonzero_counter(&mut a, params.counters_size, r14, |a| {
+        a.mov(qword_ptr(r15 + rcx), rax)
+    })?;
     a.mov(eax, SYS_MMAP)?;
     a.mov(rdi, r14)?;
     a.mov(rsi, params.counters_size)?;
@@ -759,22 +772,9 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     a.syscall()?;
     a.cmp(rax, r14)?;
     a.jne(fail_close)?;
-    a.xor(ecx, ecx)?;
-    let mut add_loop = a.create_label();
-    let mut add_skip = a.create_label();
-    let mut add_done = a.create_label();
-    a.set_label(&mut add_loop)?;
-    a.mov(rax, params.counters_size)?;
-    a.cmp(rcx, rax)?;
-    a.jae(add_done)?;
-    a.mov(rax, qword_ptr(r15 + rcx))?;
-    a.test(rax, rax)?;
-    a.jz(add_skip)?;
-    a.lock().add(qword_ptr(r14 + rcx), rax)?;
-    a.set_label(&mut add_skip)?;
-    a.add(rcx, 8)?;
-    a.jmp(add_loop)?;
-    a.set_label(&mut add_done)?;
+    for_each_nonzero_counter(&mut a, params.counters_size, r15, |a| {
+        a.lock().add(qword_ptr(r14 + rcx), rax)
+    })?;
     a.mov(eax, SYS_MUNMAP)?;
     a.mov(rdi, r15)?;
     a.mov(rsi, params.counters_size)?;

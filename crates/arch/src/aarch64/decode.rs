@@ -112,7 +112,7 @@ pub(crate) fn sign_extend(v: u32, bits: u32) -> i64 {
     ((i64::from(v)) << shift) >> shift
 }
 
-/// The branch forms' offset fields: (field mask after shifting, shift, width in bits).
+/// The branch forms' offset fields: (lowest bit, width in bits).
 pub(crate) const IMM26: (u32, u32) = (0, 26);
 pub(crate) const IMM19: (u32, u32) = (5, 19);
 pub(crate) const IMM14: (u32, u32) = (5, 14);

@@ -8,7 +8,7 @@
 //! target its field cannot reach rather than truncating it.
 
 use super::decode::{Control, PcRelative};
-use super::decode::{IMM14, IMM19, IMM26, adr_imm, immediate_branch, pc_relative};
+use super::decode::{IMM14, IMM19, IMM26, immediate_branch, pc_relative};
 
 /// `nop`.
 pub const NOP: u32 = 0xd503_201f;
@@ -175,9 +175,4 @@ pub fn veneer(at: u64, target: u64) -> Result<[u32; 3], EncodeError> {
     let add = 0x9100_0000 | (((target & 0xfff) as u32) << 10) | (r << 5) | r;
     let br = 0xd61f_0000 | (r << 5);
     Ok([adrp, add, br])
-}
-
-/// The displacement ADR/ADRP hold, for callers that reason about pairs.
-pub fn adr_immediate(word: u32) -> i64 {
-    adr_imm(word)
 }
