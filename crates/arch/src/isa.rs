@@ -11,16 +11,19 @@
 use rivet_elf::relocs::{DynRelocKind, RelocKind, RelocTypes};
 use rivet_elf::{ElfFile, Vaddr};
 
+use crate::aarch64;
+use crate::indirect::{IndexBound, IndirectJump};
 use crate::inst::Inst;
 use crate::x86_64;
 use crate::x86_64::encode::{BranchEncoder, EncodeError};
-use crate::x86_64::jump_table::{IndirectJump, RegisterId};
+use crate::x86_64::jump_table::RegisterId;
 use crate::x86_64::probe::{Flags, IndirectProbeError, ProbeShape};
 
 /// An instruction set Rivet reads and writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     X86_64,
+    Aarch64,
 }
 
 /// The two branches the emitter writes at the end of a block.
@@ -54,6 +57,7 @@ impl Isa {
     pub fn from_elf_machine(machine: u16) -> Option<Isa> {
         match machine {
             x86_64::EM_X86_64 => Some(Isa::X86_64),
+            aarch64::EM_AARCH64 => Some(Isa::Aarch64),
             _ => None,
         }
     }
@@ -68,6 +72,17 @@ impl Isa {
     pub fn name(self) -> &'static str {
         match self {
             Isa::X86_64 => "x86-64",
+            Isa::Aarch64 => "AArch64",
+        }
+    }
+
+    /// True when Rivet can write code for this ISA (rewrite, optimize, instrument). AArch64
+    /// is modelled (`inspect`) but not yet rewritten: the commands that write code refuse it
+    /// with this, before anything is planned.
+    pub fn can_rewrite(self) -> bool {
+        match self {
+            Isa::X86_64 => true,
+            Isa::Aarch64 => false,
         }
     }
 
@@ -78,6 +93,10 @@ impl Isa {
     pub fn decode_all(self, bytes: &[u8], addr: Vaddr) -> Vec<Inst> {
         match self {
             Isa::X86_64 => x86_64::inst::decode_all(bytes, addr),
+            Isa::Aarch64 => aarch64::inst::decode_all(bytes, addr)
+                .into_iter()
+                .map(Inst::from_aarch64)
+                .collect(),
         }
     }
 
@@ -85,6 +104,7 @@ impl Isa {
     pub fn max_inst_len(self) -> u64 {
         match self {
             Isa::X86_64 => x86_64::MAX_INST_LEN,
+            Isa::Aarch64 => aarch64::INSN_SIZE,
         }
     }
 
@@ -95,6 +115,8 @@ impl Isa {
     pub fn fill(self, out: &mut Vec<u8>, len: usize) {
         match self {
             Isa::X86_64 => out.resize(out.len() + len, x86_64::FILL_BYTE),
+            // `udf #0` is the zero word, so zeros fill whole and partial words alike.
+            Isa::Aarch64 => out.resize(out.len() + len, 0),
         }
     }
 
@@ -110,6 +132,7 @@ impl Isa {
     pub fn is_filler(self, bytes: &[u8], addr: Vaddr) -> bool {
         match self {
             Isa::X86_64 => x86_64::is_filler(bytes, addr),
+            Isa::Aarch64 => aarch64::is_filler(bytes),
         }
     }
 
@@ -118,6 +141,7 @@ impl Isa {
     pub fn write_nops(self, out: &mut Vec<u8>, n: usize) {
         match self {
             Isa::X86_64 => x86_64::encode::write_nops(out, n),
+            Isa::Aarch64 => aarch64::write_nops(out, n),
         }
     }
 
@@ -127,6 +151,7 @@ impl Isa {
     pub fn dwarf_stack_pointer(self) -> u16 {
         match self {
             Isa::X86_64 => x86_64::DWARF_RSP,
+            Isa::Aarch64 => aarch64::DWARF_SP,
         }
     }
 
@@ -137,6 +162,11 @@ impl Isa {
                 cfa_offset: 8,
                 return_address_at: Some(-8),
             },
+            // `bl` leaves the return address in x30 and the stack as it was.
+            Isa::Aarch64 => EntryFrame {
+                cfa_offset: 0,
+                return_address_at: None,
+            },
         }
     }
 
@@ -144,6 +174,7 @@ impl Isa {
     pub fn dwarf_register_name(self, register: u16) -> &'static str {
         match self {
             Isa::X86_64 => x86_64::dwarf_register_name(register),
+            Isa::Aarch64 => aarch64::dwarf_register_name(register),
         }
     }
 
@@ -155,6 +186,10 @@ impl Isa {
             // `jmp rel8` / `jmp rel32`, `jcc rel8` / `jcc rel32`.
             (Isa::X86_64, BranchKind::Jump) => BranchSizes { short: 2, near: 5 },
             (Isa::X86_64, BranchKind::Cond) => BranchSizes { short: 2, near: 6 },
+            // `b` reaches +-128 MiB in one word; a conditional branch that does not reach
+            // becomes the inverted branch over a `b`.
+            (Isa::Aarch64, BranchKind::Jump) => BranchSizes { short: 4, near: 4 },
+            (Isa::Aarch64, BranchKind::Cond) => BranchSizes { short: 4, near: 8 },
         }
     }
 
@@ -164,6 +199,12 @@ impl Isa {
         match self {
             // rel8, counted from the end of the branch.
             Isa::X86_64 => i8::try_from(target - (at + size) as i64).is_ok(),
+            // Counted from the branch itself; the shortest conditional reach (`tbz`,
+            // +-32 KiB) holds for every form.
+            Isa::Aarch64 => {
+                let (lo, hi) = aarch64::Reach::Imm14.bounds();
+                (lo..=hi).contains(&(target - at as i64))
+            }
         }
     }
 
@@ -176,6 +217,7 @@ impl Isa {
     pub fn branch_encoder(self) -> BranchEncoder {
         match self {
             Isa::X86_64 => BranchEncoder::default(),
+            Isa::Aarch64 => unreachable!("{}", AARCH64_EMIT),
         }
     }
 
@@ -183,6 +225,8 @@ impl Isa {
     pub fn via_slot_size(self) -> u8 {
         match self {
             Isa::X86_64 => x86_64::encode::VIA_SLOT_SIZE,
+            // `adrp x16; ldr x16, [x16, #lo]; br/blr x16`.
+            Isa::Aarch64 => 12,
         }
     }
 
@@ -197,6 +241,7 @@ impl Isa {
     ) -> Result<(), EncodeError> {
         match self {
             Isa::X86_64 => x86_64::encode::encode_via_slot(inst, at, slot, out),
+            Isa::Aarch64 => Err(aarch64_unsupported(inst.addr())),
         }
     }
 
@@ -213,6 +258,10 @@ impl Isa {
     ) -> Result<(), EncodeError> {
         match self {
             Isa::X86_64 => x86_64::encode::relocate(inst, bytes, at, new_target, out),
+            Isa::Aarch64 => {
+                let _ = (bytes, at, new_target, out);
+                Err(aarch64_unsupported(inst.addr()))
+            }
         }
     }
 
@@ -227,6 +276,26 @@ impl Isa {
                 ".plt.got" => Some(8),
                 _ => None,
             },
+            // A 32-byte header, then 16-byte entries (GNU ld and lld alike).
+            Isa::Aarch64 => match name {
+                ".plt" | ".iplt" => Some(16),
+                _ => None,
+            },
+        }
+    }
+
+    /// The memory slot each indirect jump in `insts` (a straight run, such as a PLT
+    /// section) reads its target from, as `(jump address, slot)`: on x86-64 the jump's own
+    /// memory operand, on AArch64 the `adrp`+`ldr` that loads the register it branches
+    /// through.
+    pub fn indirect_jump_slots(self, insts: &[Inst]) -> Vec<(Vaddr, Vaddr)> {
+        match self {
+            Isa::X86_64 => insts
+                .iter()
+                .filter(|i| i.flow() == crate::Flow::IndirectJump)
+                .filter_map(|i| Some((i.addr(), i.indirect_slot()?)))
+                .collect(),
+            Isa::Aarch64 => aarch64::plt::indirect_jump_slots(insts),
         }
     }
 
@@ -243,6 +312,7 @@ impl Isa {
     ) -> IndirectJump {
         match self {
             Isa::X86_64 => x86_64::jump_table::analyze_indirect_jump_with(window, taken, constants),
+            Isa::Aarch64 => aarch64_indirect_jump(window, taken),
         }
     }
 
@@ -251,6 +321,9 @@ impl Isa {
     pub fn register_constants(self, insts: &[Inst]) -> Vec<(RegisterId, u64)> {
         match self {
             Isa::X86_64 => x86_64::jump_table::register_constants(insts),
+            // The AArch64 analysis follows table bases back through the whole path it is
+            // given, hoisted or not; it needs no hints.
+            Isa::Aarch64 => Vec::new(),
         }
     }
 
@@ -258,6 +331,7 @@ impl Isa {
     pub fn window_live_in(self, window: &[Inst]) -> Vec<RegisterId> {
         match self {
             Isa::X86_64 => x86_64::jump_table::window_live_in(window),
+            Isa::Aarch64 => Vec::new(),
         }
     }
 
@@ -267,6 +341,7 @@ impl Isa {
     pub fn probe_shape(self, live: Flags) -> ProbeShape {
         match self {
             Isa::X86_64 => ProbeShape::for_live_flags(live),
+            Isa::Aarch64 => unreachable!("{}", AARCH64_EMIT),
         }
     }
 
@@ -281,6 +356,7 @@ impl Isa {
     ) -> Option<()> {
         match self {
             Isa::X86_64 => x86_64::probe::encode_probe(shape, at, counter, out),
+            Isa::Aarch64 => None,
         }
     }
 
@@ -289,6 +365,10 @@ impl Isa {
     pub fn indirect_probe_size(self, branch: &Inst) -> Result<u8, IndirectProbeError> {
         match self {
             Isa::X86_64 => x86_64::probe::indirect_probe_size(branch),
+            Isa::Aarch64 => Err(IndirectProbeError {
+                at: branch.addr(),
+                reason: "AArch64 instrumentation is not implemented yet",
+            }),
         }
     }
 
@@ -304,7 +384,62 @@ impl Isa {
     ) -> Result<(), IndirectProbeError> {
         match self {
             Isa::X86_64 => x86_64::probe::encode_indirect_probe(branch, at, table, recorder, out),
+            Isa::Aarch64 => {
+                let _ = (at, table, recorder, out);
+                Err(IndirectProbeError {
+                    at: branch.addr(),
+                    reason: "AArch64 instrumentation is not implemented yet",
+                })
+            }
         }
+    }
+}
+
+/// Why AArch64 code never reaches the x86-64-shaped encoders above: the commands that
+/// write code refuse AArch64 inputs before planning (`Isa::can_rewrite`).
+const AARCH64_EMIT: &str = "AArch64 code reached an encoder: rewriting AArch64 is refused earlier";
+
+fn aarch64_unsupported(at: Vaddr) -> EncodeError {
+    EncodeError::Unsupported {
+        at,
+        reason: "rewriting AArch64 code is not implemented yet".into(),
+    }
+}
+
+/// [`Isa::analyze_indirect_jump`] for AArch64, through `aarch64::jump_table`.
+fn aarch64_indirect_jump(window: &[Inst], taken: &[Vaddr]) -> IndirectJump {
+    let Some(path) = window
+        .iter()
+        .map(|i| i.aarch64().decoded())
+        .collect::<Option<Vec<_>>>()
+    else {
+        return IndirectJump::Unknown;
+    };
+    let taken: Vec<u64> = taken.iter().map(|t| t.get()).collect();
+    match aarch64::analyze_indirect_branch(&path, &taken) {
+        aarch64::IndirectBranch::Table {
+            table,
+            anchor,
+            entry_size,
+            signed,
+            shift,
+            bound,
+        } => IndirectJump::ScaledTable {
+            table: Vaddr(table),
+            anchor: Vaddr(anchor),
+            entry_size,
+            signed,
+            shift,
+            bound: bound.map(|b| IndexBound {
+                entries: b.entries,
+                check: Vaddr(b.check),
+                default_target: Vaddr(b.default_target),
+            }),
+        },
+        aarch64::IndirectBranch::MemorySlot { slot } => IndirectJump::MemorySlot {
+            slot: Vaddr(slot),
+        },
+        aarch64::IndirectBranch::Unknown => IndirectJump::Unknown,
     }
 }
 
@@ -314,11 +449,13 @@ impl RelocTypes for Isa {
     fn static_kind(&self, r_type: u32) -> RelocKind {
         match self {
             Isa::X86_64 => x86_64::relocs::static_kind(r_type),
+            Isa::Aarch64 => aarch64::relocs::static_kind(r_type),
         }
     }
     fn dynamic_kind(&self, r_type: u32) -> DynRelocKind {
         match self {
             Isa::X86_64 => x86_64::relocs::dynamic_kind(r_type),
+            Isa::Aarch64 => aarch64::relocs::dynamic_kind(r_type),
         }
     }
 }

@@ -53,6 +53,7 @@
 //! is the next step (issue 34).
 
 pub mod aarch64;
+mod indirect;
 mod inst;
 mod isa;
 mod x86_64;
@@ -60,5 +61,6 @@ mod x86_64;
 pub use inst::{Flow, Inst};
 pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};
 pub use x86_64::encode::{Branch, BranchEncoder, BranchForm, EncodeError};
-pub use x86_64::jump_table::{IndexBound, IndirectJump, RegisterId};
+pub use indirect::{IndexBound, IndirectJump};
+pub use x86_64::jump_table::RegisterId;
 pub use x86_64::probe::{Flags, IndirectProbeError, ProbeShape};

@@ -61,7 +61,7 @@ pub fn elf_error(path: &Path, e: &ElfError) -> UserError {
     match e {
         ElfError::NotElf => err.hint("give the path of a linked executable or shared library"),
         ElfError::Not64Bit | ElfError::BigEndian | ElfError::WrongMachine(_) => {
-            err.hint("Rivet optimizes x86-64 ELF64 binaries only")
+            err.hint("Rivet reads x86-64 and AArch64 ELF64 little-endian binaries only")
         }
         ElfError::WrongType(_) => err.hint("link the program first; Rivet works on final binaries"),
         ElfError::Malformed { .. } => {
@@ -79,6 +79,9 @@ pub fn rewrite_error(path: &Path, e: RewriteError) -> UserError {
             .hint("rewrite the original binary instead of Rivet's output"),
         RewriteError::NeedsRelocations { .. } => UserError::new(format!("{p}: {e}")).hint(
             "relink with -Wl,--emit-relocs, or use --layout identity or shuffle-blocks, which keep function order",
+        ),
+        RewriteError::UnsupportedIsa { .. } => UserError::new(format!("{p}: {e}")).hint(
+            "`rivet inspect` models it; rewrite, optimize and instrument handle x86-64 only so far",
         ),
         RewriteError::Elf(e) => elf_error(path, &e),
         other => UserError::new(format!("{p}: {other}"))

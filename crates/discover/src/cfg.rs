@@ -298,7 +298,13 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
     };
     let mut jumps = IndirectJumps::resolve(&mut b, f, &mut frame);
     jumps.reject_paths_entered_otherwise(&mut b, f, incoming);
-    let labels = Labels::find(&mut b, f, &mut marks, &jumps.table_spans());
+    let labels = Labels::find(
+        &mut b,
+        f,
+        &mut marks,
+        &jumps.table_spans(),
+        &jumps.table_anchors(),
+    );
     jumps.decide_unknown(&mut b, f, &labels, &mut frame);
     marks.block_starts(&mut b, f, &jumps.resolved);
     let call_landing_pads = marks.landing_pads(&mut b, f, decoded);
@@ -455,9 +461,15 @@ impl Labels {
         f: &Function,
         marks: &mut Marks,
         table_spans: &[VaddrRange],
+        table_anchors: &[Vaddr],
     ) -> Labels {
         let ctx = b.ctx;
-        let explained = |site: Vaddr| table_spans.iter().any(|s| s.contains(site));
+        // A reference stored in a recognized table, or the `adr` of a table's anchor in the
+        // function itself, is the dispatch's own doing: no unknown way in.
+        let explained = |site: Vaddr, target: Vaddr| {
+            table_spans.iter().any(|s| s.contains(site))
+                || (table_anchors.contains(&target) && f.range.contains(site))
+        };
         let mut labels: Vec<usize> = Vec::new();
         let mut inexact_labels = false;
         for r in ctx.refs_into(f.range) {
@@ -467,7 +479,7 @@ impl Labels {
             match inst_index(&f.insts, r.target) {
                 Some(i) => {
                     marks.leader[i] = true;
-                    if !explained(r.site) {
+                    if !explained(r.site, r.target) {
                         marks.address_taken[i] = true;
                     }
                     labels.push(i);
@@ -491,7 +503,7 @@ impl Labels {
             let hi = ctx.relative_refs.partition_point(|r| r.0 < f.range.end);
             ctx.relative_refs[lo..hi]
                 .iter()
-                .any(|r| !explained(r.1) && !ctx.in_foreign_table(f.id, r.1))
+                .any(|r| !explained(r.1, r.0) && !ctx.in_foreign_table(f.id, r.1))
         };
         Labels {
             at: labels,

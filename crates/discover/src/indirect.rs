@@ -185,6 +185,12 @@ impl IndirectJumps {
                 m[t] = true;
             }
             for r in ctx.refs_into(f.range) {
+                // `adr x8, .` (clang's -O0 AArch64 switch: the anchor of the table is the
+                // instruction itself) names its own address for the jump the window ends
+                // with; a table found that way must not lead back to it (`classify`).
+                if r.site == r.target {
+                    continue;
+                }
                 if let Some(k) = inst_index(insts, r.target) {
                     m[k] = true;
                 }
@@ -287,6 +293,7 @@ impl IndirectJumps {
             IndirectJump::Unknown
                 | IndirectJump::AbsoluteTable { bound: None, .. }
                 | IndirectJump::RelativeTable { bound: None, .. }
+                | IndirectJump::ScaledTable { bound: None, .. }
         ) {
             // A window that starts where the code before falls in, at no merge point, was
             // cut by its length: the paths into it are not known.
@@ -360,6 +367,36 @@ impl IndirectJumps {
             // is a label of this very function: then it is a computed goto whose table base
             // the compiler folded into the load. Neither is a tail call made with the frame
             // still on the stack.
+            IndirectJump::ScaledTable {
+                table: t,
+                anchor,
+                entry_size,
+                signed,
+                shift,
+                bound,
+            } => {
+                let kind = JumpTableKind::Scaled {
+                    anchor,
+                    signed,
+                    shift,
+                };
+                let index = TableIndex {
+                    bound,
+                    index_bits: 64,
+                };
+                match read_table(b, t, entry_size, kind, index, frame) {
+                    // The window ran through labels that take their own address (`adr x8, .`,
+                    // see `analyze`): only sound if no entry leads back into them.
+                    Outcome::Resolved(IndirectKind::Table(table))
+                        if ctx.refs_into(f.range).iter().any(|r| {
+                            r.site == r.target && table.entries.contains(&r.target)
+                        }) =>
+                    {
+                        Outcome::Unknown
+                    }
+                    other => other,
+                }
+            }
             IndirectJump::MemorySlot { slot } => match ctx.stored_code_at(slot) {
                 Some(t) if f.range.contains(t) && t != f.range.start => Outcome::Unknown,
                 _ if frame.live_at(at) => Outcome::Unknown,
@@ -398,6 +435,21 @@ impl IndirectJumps {
     }
 
     /// The bytes of the tables the resolved jumps read.
+    /// The code labels that scaled tables count from (AArch64's `adr` anchors): the
+    /// instruction computing one takes its address only for the dispatch.
+    pub(crate) fn table_anchors(&self) -> Vec<Vaddr> {
+        self.resolved
+            .iter()
+            .filter_map(|(_, k)| match k {
+                IndirectKind::Table(JumpTable {
+                    kind: JumpTableKind::Scaled { anchor, .. },
+                    ..
+                }) => Some(*anchor),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub(crate) fn table_spans(&self) -> Vec<VaddrRange> {
         self.resolved
             .iter()
@@ -644,6 +696,12 @@ fn dispatch_from_predecessors(
             index_bits,
             ..
         } => Some(((table, Some(base)), bound.map(|b| b.entries), index_bits)),
+        IndirectJump::ScaledTable {
+            table,
+            anchor,
+            bound,
+            ..
+        } => Some(((table, Some(anchor)), bound.map(|b| b.entries), 64)),
         _ => None,
     };
     let (mut own_table, own_bits) = match shape(&unbounded) {
@@ -752,6 +810,26 @@ fn resolve_table(
             (JumpTableKind::Relative { base }, 4) => {
                 ctx.elf.read_i32(at).map(|v| base.offset(i64::from(v)))
             }
+            (
+                JumpTableKind::Scaled {
+                    anchor,
+                    signed,
+                    shift,
+                },
+                1 | 2 | 4,
+            ) => {
+                let bytes = ctx.elf.bytes_at(at, es)?;
+                let mut raw = [0u8; 8];
+                raw[..bytes.len()].copy_from_slice(bytes);
+                let unsigned = u64::from_le_bytes(raw);
+                let bits = es as u32 * 8;
+                let value = if signed {
+                    ((unsigned << (64 - bits)) as i64) >> (64 - bits)
+                } else {
+                    unsigned as i64
+                };
+                Some(anchor.offset(value << shift))
+            }
             _ => None,
         }
     };
@@ -792,6 +870,8 @@ fn resolve_table(
                     r.is_absolute() && u64::from(r.field_size().unwrap_or(0)) == es
                 }
                 JumpTableKind::Relative { .. } => r.is_pc_relative() && es == 4,
+                // Differences the assembler resolved: never relocated.
+                JumpTableKind::Scaled { .. } => false,
             };
             if !ok {
                 break;

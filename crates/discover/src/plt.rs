@@ -1,13 +1,14 @@
 //! PLT stubs: which imported function each stub jumps to.
 //!
 //! A stub is an indirect jump through a slot (on x86-64 `jmp *slot(%rip)`, possibly after
-//! `endbr64`, possibly with a `bnd` prefix); the slot is a GOT entry with a JUMP_SLOT,
+//! `endbr64`, possibly with a `bnd` prefix; on AArch64 `adrp x16`, `ldr x17, [x16, #off]`,
+//! `br x17`: `Isa::indirect_jump_slots`); the slot is a GOT entry with a JUMP_SLOT,
 //! GLOB_DAT or IRELATIVE dynamic relocation naming the symbol. Stubs are found by decoding
 //! the sections the ISA names as PLTs (`Isa::plt_entry_size`), entry by entry.
 
 use std::collections::HashMap;
 
-use rivet_arch::{Flow, Isa};
+use rivet_arch::Isa;
 use rivet_elf::relocs::{DynRelocKind, DynamicReloc};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::PltEntry;
@@ -37,17 +38,12 @@ pub fn find_plt_entries(elf: &ElfFile, dynamic_relocs: &[DynamicReloc]) -> Vec<P
         } else {
             default_entry
         };
-        for inst in isa.decode_all(section.data, section.addr) {
-            if inst.flow() != Flow::IndirectJump {
-                continue;
-            }
-            let Some(slot) = inst.indirect_slot() else {
-                continue;
-            };
+        let insts = isa.decode_all(section.data, section.addr);
+        for (jump, slot) in isa.indirect_jump_slots(&insts) {
             let Some(name) = slots.get(&slot) else {
                 continue;
             };
-            let offset = (inst.addr() - section.addr) / entry_size * entry_size;
+            let offset = (jump - section.addr) / entry_size * entry_size;
             out.push(PltEntry {
                 addr: section.addr + offset,
                 size: entry_size,

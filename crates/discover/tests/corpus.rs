@@ -1,10 +1,13 @@
 //! Discovery on the test corpus: C and C++ programs built at test time with gcc-12 and
-//! clang-19 at -O0/-O2/-O3, PIE and non-PIE, with `--emit-relocs` (see tests/corpus).
+//! clang-19 at -O0/-O2/-O3, PIE and non-PIE, with `--emit-relocs` (see tests/corpus), for
+//! x86-64 and, cross-compiled, for AArch64 (with `.cold` splitting and PAC/BTI variants).
 //!
 //! These tests assert concrete facts of the CFGs (the dense switch has 12 targets, the
 //! threaded interpreter's 16 labels are resolved, landing pads are found...) and the share of
-//! functions and bytes modelled exactly. The corpus is built (and cached) by
-//! `scripts/build-corpus.sh`; a missing compiler fails the test with the package to install.
+//! functions and bytes modelled exactly, the same facts for both instruction sets. The
+//! corpora are built (and cached) by `scripts/build-corpus.sh` and
+//! `scripts/build-corpus-aarch64.sh`; a missing compiler fails the test with the package to
+//! install.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -15,7 +18,17 @@ use rivet_discover::{DiscoverOptions, discover};
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
 use rivet_ir::*;
 
+/// Which corpus: the same sources built for each instruction set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    X86_64,
+    Aarch64,
+}
+
+const TARGETS: [Target; 2] = [Target::X86_64, Target::Aarch64];
+
 struct Entry {
+    /// The file name, prefixed with the target (`aarch64:switch_dense.gcc.O2.pie`).
     name: String,
     kind: String,
     program: String,
@@ -24,17 +37,22 @@ struct Entry {
     path: PathBuf,
 }
 
-fn corpus() -> &'static [Entry] {
-    static CORPUS: OnceLock<Vec<Entry>> = OnceLock::new();
-    CORPUS.get_or_init(|| {
+fn corpus(target: Target) -> &'static [Entry] {
+    static X86_64: OnceLock<Vec<Entry>> = OnceLock::new();
+    static AARCH64: OnceLock<Vec<Entry>> = OnceLock::new();
+    let (cell, script, prefix) = match target {
+        Target::X86_64 => (&X86_64, "scripts/build-corpus.sh", "x86-64"),
+        Target::Aarch64 => (&AARCH64, "scripts/build-corpus-aarch64.sh", "aarch64"),
+    };
+    cell.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let out = Command::new("bash")
-            .arg(root.join("scripts/build-corpus.sh"))
+            .arg(root.join(script))
             .output()
-            .expect("running scripts/build-corpus.sh");
+            .unwrap_or_else(|e| panic!("running {script}: {e}"));
         assert!(
             out.status.success(),
-            "scripts/build-corpus.sh failed:\n{}",
+            "{script} failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
         let stdout = String::from_utf8(out.stdout).unwrap();
@@ -55,7 +73,7 @@ fn corpus() -> &'static [Entry] {
             .map(|l| {
                 let f: Vec<&str> = l.split('\t').collect();
                 Entry {
-                    name: f[c_name].to_string(),
+                    name: format!("{prefix}:{}", f[c_name]),
                     kind: f[c_kind].to_string(),
                     program: f[c_prog].to_string(),
                     compiler: f[c_cc].to_string(),
@@ -66,11 +84,16 @@ fn corpus() -> &'static [Entry] {
             .collect();
         assert!(
             entries.len() > 100,
-            "corpus has only {} binaries",
+            "{script}: the corpus has only {} binaries",
             entries.len()
         );
         entries
     })
+}
+
+/// Both corpora, one after the other.
+fn all_entries() -> impl Iterator<Item = &'static Entry> {
+    TARGETS.into_iter().flat_map(corpus)
 }
 
 fn load(e: &Entry) -> Program {
@@ -80,15 +103,18 @@ fn load(e: &Entry) -> Program {
 }
 
 fn variants(program: &str) -> impl Iterator<Item = &'static Entry> + '_ {
-    corpus()
-        .iter()
-        .filter(move |e| e.program == program && e.kind == "exe")
+    all_entries().filter(move |e| e.program == program && e.kind == "exe")
 }
 
 fn function<'p>(p: &'p Program, name: &'p str, binary: &str) -> &'p Function {
     p.functions_named(name)
         .next()
         .unwrap_or_else(|| panic!("{binary}: no function {name}"))
+}
+
+/// True when the function jumps through a register or memory somewhere.
+fn has_indirect_jump(f: &Function) -> bool {
+    f.insts.iter().any(|i| i.flow() == rivet_arch::Flow::IndirectJump)
 }
 
 /// Distinct blocks reached from `f`'s jump tables and computed gotos.
@@ -103,9 +129,15 @@ fn indirect_targets(f: &Function) -> BTreeSet<Vaddr> {
 
 #[test]
 fn whole_corpus_is_modelled() {
+    for target in TARGETS {
+        whole_corpus_of(target);
+    }
+}
+
+fn whole_corpus_of(target: Target) {
     let (mut functions, mut simple, mut bytes, mut simple_bytes) = (0usize, 0usize, 0u64, 0u64);
     let mut skipped = Vec::new();
-    for e in corpus() {
+    for e in corpus(target) {
         let p = load(e);
         assert_eq!(
             p.info.relocation_mode,
@@ -131,17 +163,26 @@ fn whole_corpus_is_modelled() {
     let fn_pct = simple as f64 * 100.0 / functions as f64;
     let byte_pct = simple_bytes as f64 * 100.0 / bytes as f64;
     eprintln!(
-        "corpus: {} binaries, {functions} functions, {simple} simple ({fn_pct:.2}%), \
+        "{target:?} corpus: {} binaries, {functions} functions, {simple} simple ({fn_pct:.2}%), \
          {simple_bytes}/{bytes} bytes ({byte_pct:.2}%)",
-        corpus().len()
+        corpus(target).len()
     );
     for s in &skipped {
         eprintln!("  skipped {s}");
     }
-    assert!(fn_pct >= 99.0, "only {fn_pct:.2}% of functions are simple");
+    // x86-64's corpus has hand-written oddities of glibc's start files the AArch64 one lacks;
+    // both must reach the AArch64 issue's bar of 99.5% of bytes.
+    let fn_bar = match target {
+        Target::X86_64 => 99.0,
+        Target::Aarch64 => 99.5,
+    };
+    assert!(
+        fn_pct >= fn_bar,
+        "{target:?}: only {fn_pct:.2}% of functions are simple"
+    );
     assert!(
         byte_pct >= 99.5,
-        "only {byte_pct:.2}% of code bytes are simple"
+        "{target:?}: only {byte_pct:.2}% of code bytes are simple"
     );
 }
 
@@ -151,6 +192,13 @@ fn dense_switch_has_twelve_targets() {
         let p = load(e);
         let f = function(&p, "op_dense", &e.name);
         assert!(f.is_simple(), "{}: {:?}", e.name, f.status);
+        if !has_indirect_jump(f) {
+            // clang for AArch64 lowers this switch to a chain of compares at every level
+            // (`objdump -d` shows no `br` in op_dense): nothing to find.
+            assert!(e.name.starts_with("aarch64:switch_dense.clang"), "{}", e.name);
+            assert!(f.jump_tables.is_empty(), "{}", e.name);
+            continue;
+        }
         assert_eq!(f.jump_tables.len(), 1, "{}", e.name);
         let jt = &f.jump_tables[0];
         assert_eq!(jt.entries.len(), 12, "{}", e.name);
@@ -180,6 +228,12 @@ fn nested_and_holey_switches() {
         for name in ["holes", "nested"] {
             let f = function(&p, name, &e.name);
             assert!(f.is_simple(), "{}: {name}: {:?}", e.name, f.status);
+            if !has_indirect_jump(f) {
+                // Both compilers lower `nested` for AArch64 to compares (no `br` in it).
+                assert!(e.name.starts_with("aarch64:") && name == "nested", "{}", e.name);
+                assert!(f.jump_tables.is_empty(), "{}", e.name);
+                continue;
+            }
             assert!(
                 !f.jump_tables.is_empty(),
                 "{}: {name} has no jump table",
@@ -189,7 +243,7 @@ fn nested_and_holey_switches() {
         // Unoptimized, every switch of `nested` keeps its own table: the outer one and the
         // inner ones.
         let nested = function(&p, "nested", &e.name);
-        if e.opt == "O0" {
+        if e.opt == "O0" && has_indirect_jump(nested) {
             assert!(nested.jump_tables.len() >= 2, "{}", e.name);
         }
     }
@@ -236,7 +290,7 @@ fn computed_goto_labels_are_resolved() {
 
 #[test]
 fn landing_pads_are_found() {
-    for e in corpus().iter().filter(|e| e.program == "exceptions") {
+    for e in all_entries().filter(|e| e.program == "exceptions") {
         let p = load(e);
         let pads: usize = p
             .functions
@@ -315,10 +369,7 @@ fn tail_calls_and_noreturn() {
 #[test]
 fn cold_fragments_are_linked_to_their_parent() {
     let mut seen = 0;
-    for e in corpus()
-        .iter()
-        .filter(|e| e.opt == "O2split" && e.kind == "exe")
-    {
+    for e in all_entries().filter(|e| e.opt == "O2split" && e.kind == "exe") {
         let p = load(e);
         for f in p.functions.iter().filter(|f| f.name().contains(".cold")) {
             seen += 1;
@@ -356,7 +407,7 @@ fn cold_fragments_are_linked_to_their_parent() {
 
 #[test]
 fn shared_library_and_its_user() {
-    let libs: Vec<_> = corpus().iter().filter(|e| e.kind == "shared-lib").collect();
+    let libs: Vec<_> = all_entries().filter(|e| e.kind == "shared-lib").collect();
     assert!(!libs.is_empty());
     for e in libs {
         let p = load(e);
@@ -372,10 +423,14 @@ fn shared_library_and_its_user() {
 
 #[test]
 fn discovery_is_deterministic_across_thread_counts() {
-    let samples: Vec<_> = corpus()
-        .iter()
-        .filter(|e| e.compiler == "gcc" && e.opt == "O2" && e.kind == "exe")
-        .take(6)
+    let samples: Vec<_> = TARGETS
+        .into_iter()
+        .flat_map(|t| {
+            corpus(t)
+                .iter()
+                .filter(|e| e.compiler == "gcc" && e.opt == "O2" && e.kind == "exe")
+                .take(6)
+        })
         .collect();
     for e in samples {
         let bytes = std::fs::read(&e.path).unwrap();

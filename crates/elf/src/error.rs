@@ -12,7 +12,7 @@ pub enum ElfError {
     Not64Bit,
     #[error("big-endian ELF is not supported")]
     BigEndian,
-    #[error("unsupported architecture {0}: Rivet handles x86-64 only")]
+    #[error("unsupported architecture {0}: Rivet handles x86-64 and AArch64")]
     WrongMachine(String),
     #[error("unsupported ELF type {0}: Rivet reads linked executables and shared libraries")]
     WrongType(&'static str),

@@ -145,7 +145,7 @@ impl<'data> ElfFile<'data> {
             Header::parse(data).map_err(|e| ElfError::malformed("ELF header", e.to_string()))?;
         let endian = LE;
         let machine = header.e_machine(endian).0;
-        if machine != elf::EM_X86_64.0 {
+        if machine != elf::EM_X86_64.0 && machine != elf::EM_AARCH64.0 {
             return Err(ElfError::WrongMachine(machine_name(machine)));
         }
         let e_type = header.e_type(endian);

@@ -35,6 +35,13 @@ pub enum RelocKind {
     /// A field of `size` bytes whose value Rivet does not interpret (TLS and GOT offsets,
     /// symbol sizes).
     Opaque { size: u8 },
+    /// The offset field of a branch instruction (AArch64 `b`, `bl`, `b.cond`, `cbz`,
+    /// `tbz`): `S + A` is the branch's target.
+    Branch,
+    /// A field of an instruction that holds part of an address in the ISA's own encoding
+    /// (AArch64: an ADRP's page, the low 12 bits in an ADD or a load or store, an ADR's or a
+    /// literal load's offset): `S + A` is the whole address referred to.
+    AddressPart,
     /// A type Rivet does not know, or none.
     Unknown,
 }
@@ -47,7 +54,8 @@ impl RelocKind {
             | RelocKind::PcRelative { size }
             | RelocKind::GotPcRelative { size }
             | RelocKind::Opaque { size } => Some(size),
-            RelocKind::Unknown => None,
+            // Bits spread over an instruction, not a field of bytes.
+            RelocKind::Branch | RelocKind::AddressPart | RelocKind::Unknown => None,
         }
     }
 }

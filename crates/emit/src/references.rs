@@ -116,6 +116,11 @@ pub fn collect(
                         size: t.entry_size,
                         base,
                     },
+                    // Their anchor moves with the code; the rewrite of AArch64 code, which
+                    // has such tables, is refused before references are collected.
+                    JumpTableKind::Scaled { .. } => {
+                        unreachable!("AArch64 tables reached the x86-64 rewrite")
+                    }
                 };
                 out.stored.push(Reference {
                     site,

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use rivet_arch::{Branch, BranchForm};
+use rivet_arch::{Branch, BranchForm, Isa};
 use rivet_elf::writer::{NewSection, Rewrite, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
@@ -165,6 +165,8 @@ pub enum RewriteError {
     AlreadyRewritten,
     #[error("function reordering needs relocations: {reason}")]
     NeedsRelocations { reason: String },
+    #[error("{isa} binaries can be inspected but not yet rewritten")]
+    UnsupportedIsa { isa: &'static str },
     #[error(transparent)]
     Elf(#[from] rivet_elf::ElfError),
     #[error("encoding {function}: {source}")]
@@ -286,6 +288,7 @@ pub fn check_input(
     relocation_mode: &RelocationMode,
     needs_relocations: bool,
 ) -> Result<(), RewriteError> {
+    check_isa(elf)?;
     if elf.section_by_name(RIVET_NOTE).is_some() {
         return Err(RewriteError::AlreadyRewritten);
     }
@@ -296,6 +299,17 @@ pub fn check_input(
             })
         }
         _ => Ok(()),
+    }
+}
+
+/// Refuses an input whose code Rivet cannot write yet (AArch64 is modelled, not rewritten:
+/// `Isa::can_rewrite`). Commands that write code call this before anything else.
+pub fn check_isa(elf: &ElfFile<'_>) -> Result<(), RewriteError> {
+    let isa = Isa::of(elf);
+    if isa.can_rewrite() {
+        Ok(())
+    } else {
+        Err(RewriteError::UnsupportedIsa { isa: isa.name() })
     }
 }
 

@@ -89,6 +89,14 @@ pub fn dump_function(program: &Program, f: &Function) -> String {
         let kind = match jt.kind {
             JumpTableKind::Absolute => "absolute".to_string(),
             JumpTableKind::Relative { base } => format!("relative to {base}"),
+            JumpTableKind::Scaled {
+                anchor,
+                signed,
+                shift,
+            } => format!(
+                "{} << {shift} from {anchor}",
+                if signed { "signed" } else { "unsigned" }
+            ),
         };
         let bound = match jt.bound {
             TableBound::RangeCheck { check } => format!("range check at {check}"),

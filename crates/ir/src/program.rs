@@ -184,6 +184,14 @@ pub enum JumpTableKind {
     Absolute,
     /// Target = base + sign-extended entry.
     Relative { base: Vaddr },
+    /// Target = `anchor` + (entry << `shift`), the entry sign-extended when `signed`: AArch64
+    /// tables, whose entries count instructions from a label of the function (the anchor an
+    /// `adr` computes). No relocation marks their entries.
+    Scaled {
+        anchor: Vaddr,
+        signed: bool,
+        shift: u8,
+    },
 }
 
 /// How the number of entries of a jump table was established.

@@ -242,52 +242,133 @@ fn guard(word: u32) -> Option<Guard> {
     }
 }
 
-/// Decodes the instruction `word` at `addr`.
-pub fn decode(word: u32, addr: u64) -> Result<Inst, Invalid> {
-    let insn = disarm64::decoder::decode(word).ok_or(Invalid { addr, word })?;
+/// What the decoder's tables say about a word, in a few bytes: the rest of an [`Inst`] is
+/// read again from the word's bits when asked for (`assemble`), so the program model can keep
+/// millions of instructions at 16 bytes each (`super::inst::A64Inst`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Class {
+    pub(crate) control: ControlKind,
+    /// ADR, ADRP or a literal load.
+    pub(crate) pc_relative: bool,
+    pub(crate) exclusive: Option<Exclusive>,
+    /// What one execution costs, in cycles of a simple instruction (a latency class).
+    pub(crate) cost: u8,
+}
+
+/// [`Control`] without the fields the bits hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ControlKind {
+    Next,
+    /// A branch with an immediate offset (or an unmodelled form of one).
+    Immediate,
+    IndirectJump,
+    IndirectCall,
+    Return,
+    ExceptionReturn,
+    Trap,
+}
+
+/// Latency classes for spreading timer samples over a block (in cycles of a simple ALU
+/// instruction on a Neoverse-class core: loads about 4, multiplies 3, divisions 12 or
+/// more, floating point and vector arithmetic 3 to 4). Rough on purpose: the samples
+/// land on the instruction after a slow one, and the class only has to say which is slow.
+fn cost_of(class: InsnClass, mnemonic: &str) -> u8 {
+    use InsnClass::*;
+    match class {
+        LDST_IMM9 | LDST_POS | LDST_REGOFF | LDST_UNSCALED | LDST_UNPRIV | LDST_IMM10
+        | LDSTPAIR_INDEXED | LDSTPAIR_OFF | LDSTNAPAIR_OFFS | LOADLIT | LDSTEXCL
+        | LSE_ATOMIC => {
+            if mnemonic.starts_with("st") {
+                1
+            } else {
+                4
+            }
+        }
+        DP_2SRC if mnemonic.ends_with("div") => 12,
+        DP_3SRC => 3,
+        FLOATDP1 | FLOATDP2 | FLOATDP3 | ASIMDSAME | ASIMDMISC | ASIMDELEM => {
+            if mnemonic.contains("div") || mnemonic.contains("sqrt") {
+                12
+            } else {
+                3
+            }
+        }
+        _ => 1,
+    }
+}
+
+/// Classifies `word`, or `None` when it is not an instruction.
+pub(crate) fn classify(word: u32) -> Option<Class> {
+    let insn = disarm64::decoder::decode(word)?;
     let def = insn.definition();
+    let m = def.mnemonic;
     let control = match def.class {
         InsnClass::BRANCH_IMM
         | InsnClass::CONDBRANCH
         | InsnClass::COMPBRANCH
-        | InsnClass::TESTBRANCH => immediate_branch(word, addr).unwrap_or(Control::Unmodelled),
+        | InsnClass::TESTBRANCH => ControlKind::Immediate,
         InsnClass::BRANCH_REG => {
-            let reg = ((word >> 5) & 0x1f) as u8;
-            let m = def.mnemonic;
             if m.starts_with("blr") {
-                Control::IndirectCall { reg }
+                ControlKind::IndirectCall
             } else if m.starts_with("br") {
-                Control::IndirectJump { reg }
+                ControlKind::IndirectJump
             } else if m.starts_with("ret") {
-                Control::Return
+                ControlKind::Return
             } else if m.starts_with("eret") {
-                Control::ExceptionReturn
+                ControlKind::ExceptionReturn
             } else {
                 // drps: debug state only.
-                Control::Trap
+                ControlKind::Trap
             }
         }
-        InsnClass::EXCEPTION if matches!(def.mnemonic, "udf" | "brk" | "hlt") => Control::Trap,
-        _ => Control::Next,
-    };
-    let pc_relative = match def.class {
-        InsnClass::PCRELADDR | InsnClass::LOADLIT => pc_relative(word, addr),
-        _ => None,
+        InsnClass::EXCEPTION if matches!(m, "udf" | "brk" | "hlt") => ControlKind::Trap,
+        _ => ControlKind::Next,
     };
     let exclusive = match def.class {
-        InsnClass::LDSTEXCL if def.mnemonic.starts_with("ld") => Some(Exclusive::Load),
-        InsnClass::LDSTEXCL if def.mnemonic.starts_with("st") => Some(Exclusive::Store),
-        _ if def.mnemonic == "clrex" => Some(Exclusive::Clear),
+        InsnClass::LDSTEXCL if m.starts_with("ld") => Some(Exclusive::Load),
+        InsnClass::LDSTEXCL if m.starts_with("st") => Some(Exclusive::Store),
+        _ if m == "clrex" => Some(Exclusive::Clear),
         _ => None,
     };
-    Ok(Inst {
+    Some(Class {
+        control,
+        pc_relative: matches!(def.class, InsnClass::PCRELADDR | InsnClass::LOADLIT),
+        exclusive,
+        cost: cost_of(def.class, m),
+    })
+}
+
+/// The instruction `word` at `addr`, from its class and its bits.
+pub(crate) fn assemble(word: u32, addr: u64, class: Class) -> Inst {
+    let reg = ((word >> 5) & 0x1f) as u8;
+    let control = match class.control {
+        ControlKind::Next => Control::Next,
+        ControlKind::Immediate => immediate_branch(word, addr).unwrap_or(Control::Unmodelled),
+        ControlKind::IndirectJump => Control::IndirectJump { reg },
+        ControlKind::IndirectCall => Control::IndirectCall { reg },
+        ControlKind::Return => Control::Return,
+        ControlKind::ExceptionReturn => Control::ExceptionReturn,
+        ControlKind::Trap => Control::Trap,
+    };
+    Inst {
         addr,
         word,
         control,
-        pc_relative,
-        exclusive,
+        pc_relative: if class.pc_relative {
+            pc_relative(word, addr)
+        } else {
+            None
+        },
+        exclusive: class.exclusive,
         guard: guard(word),
-    })
+    }
+}
+
+/// Decodes the instruction `word` at `addr`.
+pub fn decode(word: u32, addr: u64) -> Result<Inst, Invalid> {
+    classify(word)
+        .map(|class| assemble(word, addr, class))
+        .ok_or(Invalid { addr, word })
 }
 
 /// Decodes `bytes` (little-endian words) from `addr`: one result per word, in order; a

@@ -161,7 +161,7 @@ impl X86Inst {
 
     /// Absolute addresses this instruction mentions: immediates and absolute memory
     /// displacements of at least 32 bits (candidates for code pointers in non-PIE code).
-    pub fn absolute_constants(&self) -> impl Iterator<Item = u64> + '_ {
+    pub fn absolute_constants(&self) -> [Option<u64>; 2] {
         let raw = &self.raw;
         let mut out = [None, None];
         for op in 0..raw.op_count().min(4) {
@@ -179,7 +179,7 @@ impl X86Inst {
                 _ => {}
             }
         }
-        out.into_iter().flatten()
+        out
     }
 
     /// True for a call or jump whose target is read from memory at an absolute or RIP-relative

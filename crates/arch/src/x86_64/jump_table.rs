@@ -21,45 +21,7 @@ use rivet_elf::Vaddr;
 
 use super::inst::X86Inst;
 use crate::Inst;
-
-/// The number of entries a table dispatch can index, proven by a range check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IndexBound {
-    pub entries: u64,
-    /// The conditional jump that enforces it.
-    pub check: Vaddr,
-    /// Where out-of-range indices go.
-    pub default_target: Vaddr,
-}
-
-/// What an indirect jump was found to jump through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IndirectJump {
-    /// Entries are absolute code addresses of `entry_size` bytes at `table`.
-    AbsoluteTable {
-        table: Vaddr,
-        entry_size: u8,
-        bound: Option<IndexBound>,
-        /// How many low bits of the index may be non-zero: 8 when it was zero-extended from a
-        /// byte (`movzbl`), 32 after a 32-bit write, 64 when nothing is known. A table indexed
-        /// by a byte without a range check has exactly 256 entries.
-        index_bits: u8,
-    },
-    /// Target = `base` + sign-extended `entry_size`-byte entry at `table`.
-    RelativeTable {
-        table: Vaddr,
-        base: Vaddr,
-        entry_size: u8,
-        bound: Option<IndexBound>,
-        /// As for `AbsoluteTable`.
-        index_bits: u8,
-    },
-    /// The target is a pointer read from the fixed address `slot` (GOT entry, function
-    /// pointer variable): a tail call.
-    MemorySlot { slot: Vaddr },
-    /// The target register was computed outside what the analysis models.
-    Unknown,
-}
+use crate::indirect::{IndexBound, IndirectJump};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Val {

@@ -1,0 +1,56 @@
+//! What an indirect jump was found to jump through, whatever the ISA: the answer of
+//! `Isa::analyze_indirect_jump`, which each ISA's table analysis gives in its own terms
+//! (`x86_64::jump_table`, `aarch64::jump_table`) and discovery turns into jump tables.
+
+use rivet_elf::Vaddr;
+
+/// The number of entries a table dispatch can index, proven by a range check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexBound {
+    pub entries: u64,
+    /// The conditional jump that enforces it.
+    pub check: Vaddr,
+    /// Where out-of-range indices go.
+    pub default_target: Vaddr,
+}
+
+/// What an indirect jump was found to jump through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndirectJump {
+    /// Entries are absolute code addresses of `entry_size` bytes at `table`.
+    AbsoluteTable {
+        table: Vaddr,
+        entry_size: u8,
+        bound: Option<IndexBound>,
+        /// How many low bits of the index may be non-zero: 8 when it was zero-extended from a
+        /// byte (`movzbl`), 32 after a 32-bit write, 64 when nothing is known. A table indexed
+        /// by a byte without a range check has exactly 256 entries.
+        index_bits: u8,
+    },
+    /// Target = `base` + sign-extended `entry_size`-byte entry at `table`.
+    RelativeTable {
+        table: Vaddr,
+        base: Vaddr,
+        entry_size: u8,
+        bound: Option<IndexBound>,
+        /// As for `AbsoluteTable`.
+        index_bits: u8,
+    },
+    /// Target = `anchor` + (entry << `shift`), the entry `entry_size` bytes at `table` +
+    /// index * `entry_size`, sign-extended when `signed` (AArch64's tables count instructions
+    /// from a label of the function, `adr`'s anchor; no relocation marks them).
+    ScaledTable {
+        table: Vaddr,
+        anchor: Vaddr,
+        entry_size: u8,
+        signed: bool,
+        shift: u8,
+        bound: Option<IndexBound>,
+    },
+    /// The target is a pointer read from the fixed address `slot` (GOT entry, function
+    /// pointer variable): a tail call.
+    MemorySlot { slot: Vaddr },
+    /// The target register was computed outside what the analysis models.
+    Unknown,
+}
+
