@@ -53,4 +53,3 @@ pub enum IndirectJump {
     /// The target register was computed outside what the analysis models.
     Unknown,
 }
-

@@ -436,9 +436,9 @@ fn aarch64_indirect_jump(window: &[Inst], taken: &[Vaddr]) -> IndirectJump {
                 default_target: Vaddr(b.default_target),
             }),
         },
-        aarch64::IndirectBranch::MemorySlot { slot } => IndirectJump::MemorySlot {
-            slot: Vaddr(slot),
-        },
+        aarch64::IndirectBranch::MemorySlot { slot } => {
+            IndirectJump::MemorySlot { slot: Vaddr(slot) }
+        }
         aarch64::IndirectBranch::Unknown => IndirectJump::Unknown,
     }
 }

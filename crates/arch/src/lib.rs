@@ -58,9 +58,9 @@ mod inst;
 mod isa;
 mod x86_64;
 
+pub use indirect::{IndexBound, IndirectJump};
 pub use inst::{Flow, Inst};
 pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};
 pub use x86_64::encode::{Branch, BranchEncoder, BranchForm, EncodeError};
-pub use indirect::{IndexBound, IndirectJump};
 pub use x86_64::jump_table::RegisterId;
 pub use x86_64::probe::{Flags, IndirectProbeError, ProbeShape};

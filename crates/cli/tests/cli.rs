@@ -128,17 +128,50 @@ fn not_an_elf_file() {
 #[test]
 fn wrong_architecture_and_class() {
     let bytes = std::fs::read(sample()).unwrap();
-    let mut arm = bytes.clone();
-    arm[18..20].copy_from_slice(&183u16.to_le_bytes()); // e_machine = EM_AARCH64
-    let path = scratch().join("arm");
-    std::fs::write(&path, &arm).unwrap();
-    assert_one_error_line(&rivet(&["inspect", path.to_str().unwrap()]), "AArch64");
+    let mut riscv = bytes.clone();
+    riscv[18..20].copy_from_slice(&243u16.to_le_bytes()); // e_machine = EM_RISCV
+    let path = scratch().join("riscv");
+    std::fs::write(&path, &riscv).unwrap();
+    assert_one_error_line(&rivet(&["inspect", path.to_str().unwrap()]), "RISC-V");
 
     let mut elf32 = bytes.clone();
     elf32[4] = 1; // ELFCLASS32
     let path = scratch().join("elf32");
     std::fs::write(&path, &elf32).unwrap();
     assert_one_error_line(&rivet(&["inspect", path.to_str().unwrap()]), "32-bit");
+}
+
+/// AArch64 binaries are read and modelled, but every command that writes code refuses them
+/// with one line, before any work, and leaves no output behind.
+#[test]
+fn aarch64_is_inspected_but_not_yet_rewritten() {
+    let mut arm = std::fs::read(sample()).unwrap();
+    arm[18..20].copy_from_slice(&183u16.to_le_bytes()); // e_machine = EM_AARCH64
+    let path = scratch().join("arm");
+    std::fs::write(&path, &arm).unwrap();
+    let p = path.to_str().unwrap();
+    let out = scratch().join("arm.out");
+    let o = out.to_str().unwrap();
+    let profile = scratch().join("arm.fdata");
+    std::fs::write(&profile, "").unwrap();
+    let f = profile.to_str().unwrap();
+    for args in [
+        vec!["rewrite", p, "-o", o],
+        vec!["instrument", p, "-o", o],
+        vec!["optimize", p, "--profile", f, "-o", o],
+    ] {
+        assert_one_error_line(
+            &rivet(&args),
+            "AArch64 binaries can be inspected but not yet rewritten",
+        );
+        assert!(!out.exists(), "{args:?} left an output");
+    }
+    let inspect = rivet(&["inspect", p, "--json"]);
+    assert!(
+        inspect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inspect.stderr)
+    );
 }
 
 #[test]

@@ -388,9 +388,10 @@ impl IndirectJumps {
                     // The window ran through labels that take their own address (`adr x8, .`,
                     // see `analyze`): only sound if no entry leads back into them.
                     Outcome::Resolved(IndirectKind::Table(table))
-                        if ctx.refs_into(f.range).iter().any(|r| {
-                            r.site == r.target && table.entries.contains(&r.target)
-                        }) =>
+                        if ctx
+                            .refs_into(f.range)
+                            .iter()
+                            .any(|r| r.site == r.target && table.entries.contains(&r.target)) =>
                     {
                         Outcome::Unknown
                     }

@@ -114,7 +114,9 @@ fn function<'p>(p: &'p Program, name: &'p str, binary: &str) -> &'p Function {
 
 /// True when the function jumps through a register or memory somewhere.
 fn has_indirect_jump(f: &Function) -> bool {
-    f.insts.iter().any(|i| i.flow() == rivet_arch::Flow::IndirectJump)
+    f.insts
+        .iter()
+        .any(|i| i.flow() == rivet_arch::Flow::IndirectJump)
 }
 
 /// Distinct blocks reached from `f`'s jump tables and computed gotos.
@@ -195,7 +197,11 @@ fn dense_switch_has_twelve_targets() {
         if !has_indirect_jump(f) {
             // clang for AArch64 lowers this switch to a chain of compares at every level
             // (`objdump -d` shows no `br` in op_dense): nothing to find.
-            assert!(e.name.starts_with("aarch64:switch_dense.clang"), "{}", e.name);
+            assert!(
+                e.name.starts_with("aarch64:switch_dense.clang"),
+                "{}",
+                e.name
+            );
             assert!(f.jump_tables.is_empty(), "{}", e.name);
             continue;
         }
@@ -230,7 +236,11 @@ fn nested_and_holey_switches() {
             assert!(f.is_simple(), "{}: {name}: {:?}", e.name, f.status);
             if !has_indirect_jump(f) {
                 // Both compilers lower `nested` for AArch64 to compares (no `br` in it).
-                assert!(e.name.starts_with("aarch64:") && name == "nested", "{}", e.name);
+                assert!(
+                    e.name.starts_with("aarch64:") && name == "nested",
+                    "{}",
+                    e.name
+                );
                 assert!(f.jump_tables.is_empty(), "{}", e.name);
                 continue;
             }

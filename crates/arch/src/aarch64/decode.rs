@@ -276,8 +276,7 @@ fn cost_of(class: InsnClass, mnemonic: &str) -> u8 {
     use InsnClass::*;
     match class {
         LDST_IMM9 | LDST_POS | LDST_REGOFF | LDST_UNSCALED | LDST_UNPRIV | LDST_IMM10
-        | LDSTPAIR_INDEXED | LDSTPAIR_OFF | LDSTNAPAIR_OFFS | LOADLIT | LDSTEXCL
-        | LSE_ATOMIC => {
+        | LDSTPAIR_INDEXED | LDSTPAIR_OFF | LDSTNAPAIR_OFFS | LOADLIT | LDSTEXCL | LSE_ATOMIC => {
             if mnemonic.starts_with("st") {
                 1
             } else {

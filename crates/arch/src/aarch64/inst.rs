@@ -20,8 +20,9 @@ use crate::Flow;
 pub(crate) struct A64Inst {
     addr: u64,
     word: u32,
-    /// `None`: the word is not an instruction.
-    class: Option<Class>,
+    /// `Err(bytes)`: not an instruction, `bytes` long (4, or fewer for the partial word at
+    /// the end of a truncated range).
+    class: Result<Class, u8>,
 }
 
 /// Decodes `bytes` from `addr`, one instruction per word; a trailing partial word (only a
@@ -35,7 +36,7 @@ pub(crate) fn decode_all(bytes: &[u8], addr: Vaddr) -> Vec<A64Inst> {
             A64Inst {
                 addr: addr.get() + i as u64 * decode::INSN_SIZE,
                 word,
-                class: decode::classify(word),
+                class: decode::classify(word).ok_or(4),
             }
         })
         .collect();
@@ -46,7 +47,7 @@ pub(crate) fn decode_all(bytes: &[u8], addr: Vaddr) -> Vec<A64Inst> {
         out.push(A64Inst {
             addr: addr.get() + (bytes.len() - rest.len()) as u64,
             word: u32::from_le_bytes(w),
-            class: None,
+            class: Err(rest.len() as u8),
         });
     }
     out
@@ -56,6 +57,7 @@ impl A64Inst {
     /// The full decoding, `None` for a word that is not an instruction.
     pub(crate) fn decoded(&self) -> Option<Inst> {
         self.class
+            .ok()
             .map(|class| decode::assemble(self.word, self.addr, class))
     }
     pub(crate) fn addr(&self) -> Vaddr {
@@ -66,7 +68,10 @@ impl A64Inst {
     }
     /// Four bytes, except the partial word at the end of a truncated range.
     pub(crate) fn len(&self) -> u8 {
-        4
+        match self.class {
+            Ok(_) => 4,
+            Err(bytes) => bytes,
+        }
     }
     /// Not an instruction. Branches of extensions Rivet does not model (FEAT_CMPBR) count as
     /// invalid too: a function holding one is skipped with the address named, as for data.
@@ -203,5 +208,27 @@ fn without_offset(word: u32) -> u32 {
 impl std::fmt::Debug for A64Inst {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:#x}: {}", self.addr, self.to_asm())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model holds every instruction of a program: an AArch64 one must not make
+    /// `crate::Inst` bigger than the x86-64 one (40 bytes) does.
+    #[test]
+    fn an_instruction_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<A64Inst>(), 16);
+    }
+
+    #[test]
+    fn a_partial_word_is_invalid_and_as_long_as_its_bytes() {
+        let insts = decode_all(&[0x1f, 0x20, 0x03, 0xd5, 0xc0, 0x03], Vaddr(0x1000));
+        assert_eq!(insts.len(), 2);
+        assert!(insts[0].is_nop() && insts[0].len() == 4);
+        assert!(insts[1].is_invalid());
+        assert_eq!(insts[1].len(), 2);
+        assert_eq!(insts[1].end(), Vaddr(0x1006));
     }
 }
