@@ -60,6 +60,10 @@ impl A64Inst {
             .ok()
             .map(|class| decode::assemble(self.word, self.addr, class))
     }
+    /// Its part in an exclusive-monitor sequence, if any.
+    pub(crate) fn exclusive(&self) -> Option<super::Exclusive> {
+        self.class.ok()?.exclusive
+    }
     pub(crate) fn addr(&self) -> Vaddr {
         Vaddr(self.addr)
     }
