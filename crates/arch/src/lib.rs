@@ -47,10 +47,13 @@
 //! scaled offsets from an `adr` anchor need their own), and [`Flags`] / [`ProbeShape`]
 //! (rflags liveness; NZCV on AArch64).
 //!
-//! The AArch64 instruction layer exists (module [`aarch64`]: decoding through disarm64, see
-//! `docs/aarch64-decoders.md`; encoding of the forms a rewrite changes; switch tables), and
-//! is tested on its own against disarm64 and objdump; it is not yet an [`Isa`] variant, which
-//! is the next step (issue 34).
+//! AArch64 is [`Isa::Aarch64`]: module [`aarch64`] decodes through disarm64 (see
+//! `docs/aarch64-decoders.md`), keeps each instruction in 16 bytes (`aarch64::inst`), reads
+//! `R_AARCH64_*` relocations, PLT slots (`adrp`+`ldr`) and switch tables
+//! ([`IndirectJump::ScaledTable`]), and encodes the forms a rewrite changes. Discovery and
+//! `inspect` use all of it. The rewrite does not yet: [`Isa::can_rewrite`] is false for
+//! AArch64, the encoders above are x86-64's, and the commands that write code refuse AArch64
+//! before reaching them.
 
 pub mod aarch64;
 mod indirect;
