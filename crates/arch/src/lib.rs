@@ -56,14 +56,15 @@
 //! before reaching them.
 
 pub mod aarch64;
+mod branch;
 mod indirect;
 mod inst;
 mod isa;
 mod x86_64;
 
+pub use branch::{Branch, BranchEncoder, BranchForm, EncodeError};
 pub use indirect::{IndexBound, IndirectJump};
 pub use inst::{Flow, Inst};
 pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};
-pub use x86_64::encode::{Branch, BranchEncoder, BranchForm, EncodeError};
 pub use x86_64::jump_table::RegisterId;
 pub use x86_64::probe::{Flags, IndirectProbeError, ProbeShape};

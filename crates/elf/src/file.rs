@@ -128,7 +128,7 @@ impl<'data> ElfFile<'data> {
     /// True for AArch64 code (`e_machine` EM_AARCH64): the few format details that depend
     /// on the machine (the meaning of a DWARF call-frame opcode) ask this; everything else
     /// goes through `rivet_arch::Isa`.
-    pub(crate) fn is_aarch64(&self) -> bool {
+    pub fn is_aarch64(&self) -> bool {
         self.machine == elf::EM_AARCH64.0
     }
 

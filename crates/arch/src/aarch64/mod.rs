@@ -21,7 +21,7 @@ pub use decode::{
 };
 pub use encode::{
     BTI_C, BTI_J, BTI_JC, EncodeError, FILL, NOP, Reach, VENEER_REGISTER, b, bl, invert, reach_of,
-    retarget, veneer,
+    retarget, set_low12, veneer,
 };
 pub use jump_table::{Bound, IndirectBranch, analyze_indirect_branch};
 
@@ -31,6 +31,9 @@ pub(crate) const EM_AARCH64: u16 = 183;
 /// DWARF register number of sp (the "DWARF for the Arm 64-bit Architecture" numbering:
 /// x0..x30 are 0..30, sp is 31).
 pub(crate) const DWARF_SP: u16 = 31;
+
+/// The return-address signing state, a pseudo-register of the unwind rules.
+pub(crate) const DWARF_RA_SIGN_STATE: u16 = 34;
 
 /// Name of a DWARF register number: x0..x30 (x29 the frame pointer, x30 the link register),
 /// sp, RA_SIGN_STATE at 34, and v0..v31 at 64..95.
@@ -48,7 +51,7 @@ pub(crate) fn dwarf_register_name(register: u16) -> &'static str {
     match register {
         0..=31 => X[register as usize],
         // The return-address signing state (PAC), a pseudo-register of the unwind rules.
-        34 => "ra_sign_state",
+        DWARF_RA_SIGN_STATE => "ra_sign_state",
         64..=95 => V[register as usize - 64],
         _ => "reg?",
     }
