@@ -7,8 +7,8 @@
 //! Operations: decode, analyse an indirect jump, encode a branch, re-place an instruction,
 //! write padding and instrumentation probes. Each method matches on the ISA and forwards to
 //! that ISA's module (`x86_64/`, `aarch64/`); the match is the only place an ISA is chosen.
-//! The operations that write code answer for x86-64 only so far: `Isa::can_rewrite` tells
-//! the commands to refuse AArch64 before they get there.
+//! The probe encoders answer for x86-64 only so far: `Isa::can_instrument` tells
+//! `rivet instrument` to refuse AArch64 before it gets there.
 
 use rivet_elf::relocs::{DynRelocKind, RelocKind, RelocTypes};
 use rivet_elf::{ElfFile, Vaddr};
