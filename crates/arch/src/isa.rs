@@ -220,6 +220,46 @@ impl Isa {
         }
     }
 
+    /// True when a direct branch or call placed at `at` reaches `target` (x86-64: rel32,
+    /// +-2 GiB; AArch64: `b`/`bl`, +-128 MiB). Farther, the rewrite goes through a veneer.
+    pub fn direct_branch_reaches(self, at: Vaddr, target: Vaddr) -> bool {
+        let distance = target.get().wrapping_sub(at.get()) as i64;
+        match self {
+            Isa::X86_64 => i32::try_from(distance).is_ok(),
+            Isa::Aarch64 => {
+                let (lo, hi) = aarch64::Reach::Imm26.bounds();
+                (lo..=hi).contains(&distance)
+            }
+        }
+    }
+
+    /// Bytes of a veneer: code the rewrite places near a branch that cannot reach its target,
+    /// which jumps there from anywhere within +-4 GiB. `None` where branches reach as far
+    /// (x86-64).
+    pub fn veneer_size(self) -> Option<u64> {
+        match self {
+            Isa::X86_64 => None,
+            // adrp x16; add x16, x16, #lo12; br x16 (x16 is AAPCS64's IP0: a call's path may
+            // clobber it, and `br x16` lands on a `bti c` pad where BTI is enforced).
+            Isa::Aarch64 => Some(12),
+        }
+    }
+
+    /// The veneer placed at `at` that jumps to `target`.
+    pub fn encode_veneer(self, at: Vaddr, target: Vaddr) -> Result<Vec<u8>, EncodeError> {
+        match self {
+            Isa::X86_64 => Err(EncodeError::Unsupported {
+                at,
+                reason: "x86-64 has no veneers".into(),
+            }),
+            Isa::Aarch64 => {
+                let words = aarch64::veneer(at.get(), target.get())
+                    .map_err(|e| crate::branch::from_aarch64(e, at))?;
+                Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+            }
+        }
+    }
+
     /// Bytes of the jump left at a moved function's old entry (a near jump).
     pub fn forwarding_jump_size(self) -> u64 {
         self.branch_sizes(BranchKind::Jump).near

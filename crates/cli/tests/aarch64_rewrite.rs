@@ -17,7 +17,12 @@ fn an_address_moved_code_cannot_reach_with_adr_is_built_by_adrp_again() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let bin = dir.join("far");
     let st = Command::new("clang-19")
-        .args(["--target=aarch64-linux-gnu", "-fuse-ld=lld", "-O2", "-Wl,--emit-relocs"])
+        .args([
+            "--target=aarch64-linux-gnu",
+            "-fuse-ld=lld",
+            "-O2",
+            "-Wl,--emit-relocs",
+        ])
         .arg(root.join("tests/aarch64/far_data.c"))
         .arg("-o")
         .arg(&bin)
@@ -40,7 +45,11 @@ fn an_address_moved_code_cannot_reach_with_adr_is_built_by_adrp_again() {
             .to_string()
     };
     // The premise: the linker relaxed the pair.
-    assert!(show(&dump(&bin)).contains("adr\tx0"), "{}", show(&dump(&bin)));
+    assert!(
+        show(&dump(&bin)).contains("adr\tx0"),
+        "{}",
+        show(&dump(&bin))
+    );
     let run = |b: &Path| {
         Command::new("qemu-aarch64")
             .args(["-L", "/usr/aarch64-linux-gnu"])
@@ -58,9 +67,16 @@ fn an_address_moved_code_cannot_reach_with_adr_is_built_by_adrp_again() {
             .arg(&bin)
             .output()
             .unwrap();
-        assert!(rw.status.success(), "{}", String::from_utf8_lossy(&rw.stderr));
+        assert!(
+            rw.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rw.stderr)
+        );
         let text = show(&dump(&out));
-        assert!(text.contains("adrp\tx0") && !text.contains("adr\tx0"), "{layout}: {text}");
+        assert!(
+            text.contains("adrp\tx0") && !text.contains("adr\tx0"),
+            "{layout}: {text}"
+        );
         let after = run(&out);
         assert_eq!(after.status.code(), Some(0), "{layout}");
         assert_eq!(after.stdout, before.stdout, "{layout}");

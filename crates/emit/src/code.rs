@@ -197,6 +197,10 @@ pub struct FragmentPlan {
     pub inst_offsets: Vec<(u32, u32)>,
     /// Offset of each edge probe's block, by number.
     trampolines: HashMap<u32, u64>,
+    /// Targets (original addresses) that branches of this fragment reach through veneers,
+    /// which follow its code, from `veneer_start` on (`far_targets`).
+    pub veneers: Vec<Vaddr>,
+    veneer_start: u64,
 }
 
 /// A run of bytes of a fragment and the original code it stands for.
@@ -751,7 +755,78 @@ pub fn plan_fragment(
                 LabelId::Block(_) => None,
             })
             .collect(),
+        veneers: Vec::new(),
+        veneer_start: size,
     })
+}
+
+impl FragmentPlan {
+    /// Adds a veneer to `target` (an original address) after the fragment's code.
+    pub fn add_veneer(&mut self, target: Vaddr, veneer_size: u64) {
+        if !self.veneers.contains(&target) {
+            self.veneers.push(target);
+            self.size += veneer_size;
+        }
+    }
+
+    /// Where the veneer to `target` is, for the fragment placed at `addr`.
+    fn veneer_at(&self, addr: Vaddr, target: Vaddr, veneer_size: u64) -> Option<Vaddr> {
+        let k = self.veneers.iter().position(|t| *t == target)?;
+        Some(addr + self.veneer_start + k as u64 * veneer_size)
+    }
+
+    /// The original addresses of the targets that the direct calls and jumps of this
+    /// fragment, placed at `addr`, cannot reach from there and have no veneer for yet.
+    pub fn far_targets(&self, program: &Program, addr: Vaddr, map: &AddressMap) -> Vec<Vaddr> {
+        let isa = program.info.isa;
+        let fid = self.fragment.function;
+        let f = program.function(fid);
+        let mut far = Vec::new();
+        for (i, item) in self.items.iter().enumerate() {
+            let at = addr + u64::from(self.offsets[i]);
+            let (old, branch_at) = match *item {
+                Item::Copy { inst } => match f.insts[inst as usize].flow() {
+                    Flow::Call { target } | Flow::Jump { target } => (target, at),
+                    _ => continue,
+                },
+                Item::Branch {
+                    branch,
+                    target,
+                    form,
+                    ..
+                } => {
+                    let old = match target {
+                        Target::Block(b) => f.block(b).start,
+                        Target::Address(t) => t,
+                        Target::Trampoline(_) => continue,
+                    };
+                    // A conditional branch's far form ends with the unconditional jump.
+                    let branch_at = match (branch, form) {
+                        (NewBranch::Cond { .. }, BranchForm::Near) => at + 4,
+                        (NewBranch::Cond { .. }, BranchForm::Short) => continue,
+                        (NewBranch::Jump, _) => at,
+                    };
+                    (old, branch_at)
+                }
+                _ => continue,
+            };
+            let new = match *item {
+                Item::Branch {
+                    target: Target::Block(_),
+                    ..
+                } => map.in_function(fid, old),
+                _ => map.translate(program, old),
+            };
+            if let Some(new) = new
+                && !isa.direct_branch_reaches(branch_at, new)
+                && !self.veneers.contains(&old)
+                && !far.contains(&old)
+            {
+                far.push(old);
+            }
+        }
+        far
+    }
 }
 
 /// The new address of every instruction of every rewritten function.
@@ -930,6 +1005,7 @@ pub fn encode_fragment(
     let fid = plan.fragment.function;
     let f = program.function(fid);
     let isa = program.info.isa;
+    let veneer_size = isa.veneer_size();
     let mut out = Vec::with_capacity(plan.size as usize);
     let translate = |at: Vaddr, target: Vaddr| {
         map.translate(program, target)
@@ -989,6 +1065,17 @@ pub fn encode_fragment(
                 let new_target = match inst.pc_relative_target() {
                     Some(t) => Some(translate(inst.addr(), t)?),
                     None => None,
+                };
+                // A call or jump that cannot reach goes to its veneer.
+                let new_target = match (new_target, veneer_size) {
+                    (Some(t), Some(size))
+                        if matches!(inst.flow(), Flow::Call { .. } | Flow::Jump { .. })
+                            && !isa.direct_branch_reaches(at, t) =>
+                    {
+                        let old = inst.pc_relative_target().unwrap_or(t);
+                        Some(plan.veneer_at(addr, old, size).unwrap_or(t))
+                    }
+                    (t, _) => t,
                 };
                 match isa.relocate(inst, bytes, at, new_target, &mut out) {
                     // An address computation that no longer reaches, right after a kept
@@ -1051,18 +1138,44 @@ pub fn encode_fragment(
                 form,
                 ..
             } => {
-                let to = match target {
-                    Target::Block(b) => map.in_function(fid, f.block(b).start).ok_or(
-                        EmitError::UnmappableTarget {
-                            at,
-                            target: f.block(b).start,
-                        },
-                    )?,
-                    Target::Address(t) => translate(at, t)?,
-                    Target::Trampoline(k) => addr + plan.trampolines[&k],
+                let (old, to) = match target {
+                    Target::Block(b) => (
+                        Some(f.block(b).start),
+                        map.in_function(fid, f.block(b).start).ok_or(
+                            EmitError::UnmappableTarget {
+                                at,
+                                target: f.block(b).start,
+                            },
+                        )?,
+                    ),
+                    Target::Address(t) => (Some(t), translate(at, t)?),
+                    Target::Trampoline(k) => (None, addr + plan.trampolines[&k]),
                 };
-                encoder.encode(branch.resolve(f), form, at, to, &mut out)?;
+                let start = out.len();
+                match encoder.encode(branch.resolve(f), form, at, to, &mut out) {
+                    Err(EncodeError::OutOfRange { .. })
+                        if let (Some(old), Some(size)) = (old, veneer_size)
+                            && let Some(veneer) = plan.veneer_at(addr, old, size) =>
+                    {
+                        out.truncate(start);
+                        encoder.encode(branch.resolve(f), form, at, veneer, &mut out)?;
+                    }
+                    other => other?,
+                }
             }
+        }
+    }
+    // The veneers, after the code.
+    if let Some(size) = veneer_size {
+        for &old in &plan.veneers {
+            let at = addr + out.len() as u64;
+            let to = match map.translate(program, old) {
+                Some(t) => t,
+                None => return Err(EmitError::UnmappableTarget { at, target: old }),
+            };
+            let bytes = isa.encode_veneer(at, to)?;
+            debug_assert_eq!(bytes.len() as u64, size);
+            out.extend_from_slice(&bytes);
         }
     }
     Ok(out)

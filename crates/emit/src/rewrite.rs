@@ -189,6 +189,8 @@ pub enum RewriteError {
 pub struct Summary {
     pub functions: usize,
     pub simple: usize,
+    /// Veneers placed for calls and jumps that cannot reach their targets (AArch64).
+    pub veneers: usize,
     /// Functions moved to the new text (relocation mode).
     pub moved: usize,
     /// Functions rewritten over their original bytes (in place mode).
@@ -378,7 +380,7 @@ pub fn rewrite(
             size,
         )
     });
-    let text = place_fragments(
+    let (text, map) = place_with_veneers(
         program,
         &layout,
         plans,
@@ -387,7 +389,6 @@ pub fn rewrite(
         segment.content_start(),
         &mut summary,
     );
-    let map = AddressMap::new(program, &text.placed);
     // The instrumentation runtime, after the cold text.
     let runtime = match (instrumentation, counters) {
         (Some(i), Some((counters, counters_size))) => Some(build_runtime(
@@ -851,6 +852,67 @@ struct PlacedText {
 /// the new text from `content_start`, hot fragments aligned (and spread over cache sets when
 /// asked), cold ones after them. The plans move into the result (they are the largest
 /// structure of the run).
+/// How many times placement is redone for veneers before giving up (each round only adds
+/// veneers, so it converges; in practice one or two rounds).
+const VENEER_ROUNDS: usize = 8;
+
+/// Places the fragments, then gives every direct call and jump that cannot reach its target
+/// from where it landed a veneer at the end of its fragment, and places again, until every
+/// branch reaches (sizes only grow, so a branch that reached may stop reaching: hence the
+/// rounds). Only ISAs with short direct branches have veneers (AArch64's `b`/`bl`: +-128
+/// MiB); on x86-64 this is one placement.
+fn place_with_veneers(
+    program: &Program,
+    layout: &Layout,
+    plans: BTreeMap<FragmentRef, FragmentPlan>,
+    alignment: &TextAlignment,
+    in_place: bool,
+    content_start: Vaddr,
+    summary: &mut Summary,
+) -> (PlacedText, AddressMap) {
+    let start_summary = summary.clone();
+    let mut text = place_fragments(
+        program,
+        layout,
+        plans,
+        alignment,
+        in_place,
+        content_start,
+        summary,
+    );
+    let mut map = AddressMap::new(program, &text.placed);
+    let Some(veneer_size) = program.info.isa.veneer_size() else {
+        return (text, map);
+    };
+    for _ in 0..VENEER_ROUNDS {
+        let mut added = 0;
+        let mut plans = BTreeMap::new();
+        for (mut plan, addr) in std::mem::take(&mut text.placed) {
+            for target in plan.far_targets(program, addr, &map) {
+                plan.add_veneer(target, veneer_size);
+                added += 1;
+            }
+            plans.insert(plan.fragment, plan);
+        }
+        *summary = start_summary.clone();
+        text = place_fragments(
+            program,
+            layout,
+            plans,
+            alignment,
+            in_place,
+            content_start,
+            summary,
+        );
+        map = AddressMap::new(program, &text.placed);
+        if added == 0 {
+            break;
+        }
+    }
+    summary.veneers = text.placed.iter().map(|(p, _)| p.veneers.len()).sum();
+    (text, map)
+}
+
 fn place_fragments(
     program: &Program,
     layout: &Layout,
