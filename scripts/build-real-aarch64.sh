@@ -111,6 +111,7 @@ if ! flock -n 9; then
 fi
 
 TMPS=()
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
     local d
     for d in "${TMPS[@]}"; do if [[ -d $d ]]; then rm -rf -- "$d"; fi; done
@@ -133,6 +134,7 @@ check_build() {
         grep -Eq $'\tbti\t' <<<"$out" || die "$bin (clang-pac) has no bti"
     fi
     # argv[0] as the x86-64 checks give it: check-lua.sh runs the interpreter as "lua".
+    # shellcheck disable=SC2016  # "$0", "$@" are for the wrapper
     if [[ $prog == lua ]]; then
         printf '#!/bin/sh\nexec %s -0 lua "$(dirname "$0")/lua" "$@"\n' "$QEMU" >"$bin.qemu"
     else

@@ -13,7 +13,7 @@
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Pointer, RegisterRule,
-    UnwindContext, UnwindSection,
+    UnwindContext, UnwindSection, Vendor,
 };
 
 use std::sync::Arc;
@@ -126,7 +126,15 @@ impl<'data> ElfFile<'data> {
         }
         let text = self.section_by_name(".text").map(|s| s.addr);
         let got = self.section_by_name(".got").map(|s| s.addr);
-        EhFrameTable::parse(section.data, section.addr, text, got).map(Some)
+        let mut table = EhFrameTable::parse(section.data, section.addr, text, got)?;
+        // Opcode 0x2d is vendor-specific: AArch64's DW_CFA_AARCH64_negate_ra_state, which
+        // every function built with return-address signing (-mbranch-protection) has. Read
+        // as the default vendor's (SPARC's window save) gimli refuses it, and those
+        // functions' rows were lost.
+        if self.machine == object::elf::EM_AARCH64.0 {
+            table.section.set_vendor(Vendor::AArch64);
+        }
+        Ok(Some(table))
     }
 }
 
