@@ -229,7 +229,10 @@ fn simple_function<'p>(p: &'p Program, name: &str, binary: &str) -> &'p Function
 fn lua_dispatch_is_found(binary: &str, p: &Program) {
     let f = simple_function(p, "luaV_execute", binary);
     let gotos = dispatch_targets(f, EdgeKind::ComputedGoto);
-    assert!(!gotos.is_empty(), "{binary}: luaV_execute has no computed goto");
+    assert!(
+        !gotos.is_empty(),
+        "{binary}: luaV_execute has no computed goto"
+    );
     for targets in &gotos {
         assert_eq!(targets.len(), 83, "{binary}: a dispatch of luaV_execute");
     }
@@ -238,8 +241,10 @@ fn lua_dispatch_is_found(binary: &str, p: &Program) {
         "{binary}: luaV_execute's dispatches reach different labels"
     );
     assert!(
-        f.blocks.iter().all(|b| !matches!(b.terminator, Terminator::JumpTable { .. })
-            || !f.jump_tables.is_empty()),
+        f.blocks
+            .iter()
+            .all(|b| !matches!(b.terminator, Terminator::JumpTable { .. })
+                || !f.jump_tables.is_empty()),
         "{binary}: a jump-table block without its table"
     );
     eprintln!(
@@ -269,7 +274,11 @@ fn return_address_signing_is_unwound(binary: &str, path: &Path, p: &Program) {
         }
     }
     // luaV_execute and sqlite3VdbeExec save the link register, so they sign it.
-    let main_loop = if binary.starts_with("lua") { "luaV_execute" } else { "sqlite3VdbeExec" };
+    let main_loop = if binary.starts_with("lua") {
+        "luaV_execute"
+    } else {
+        "sqlite3VdbeExec"
+    };
     let f = simple_function(p, main_loop, binary);
     assert!(
         f.cfi
@@ -282,7 +291,10 @@ fn return_address_signing_is_unwound(binary: &str, path: &Path, p: &Program) {
         "{binary}: only {signed} of {} FDEs show a signed return address",
         eh.fdes.len()
     );
-    eprintln!("{binary}: {signed} of {} FDEs sign the return address", eh.fdes.len());
+    eprintln!(
+        "{binary}: {signed} of {} FDEs sign the return address",
+        eh.fdes.len()
+    );
 }
 
 #[test]
@@ -303,10 +315,22 @@ fn aarch64_lua_and_sqlite_are_modelled() {
         assert_eq!(p.info.relocation_mode, RelocationMode::Available, "{name}");
         let s = Summary::of(&format!("aarch64 {name}"), &p);
         for f in p.functions.iter().filter(|f| !f.is_simple()) {
-            eprintln!("  {name}: skipped {}: {}", f.qualified_name(), f.skip_reason().unwrap());
+            eprintln!(
+                "  {name}: skipped {}: {}",
+                f.qualified_name(),
+                f.skip_reason().unwrap()
+            );
         }
-        assert!(s.fn_pct() >= 99.5, "{name}: {:.2}% of functions simple", s.fn_pct());
-        assert!(s.byte_pct() >= 99.5, "{name}: {:.2}% of code bytes simple", s.byte_pct());
+        assert!(
+            s.fn_pct() >= 99.5,
+            "{name}: {:.2}% of functions simple",
+            s.fn_pct()
+        );
+        assert!(
+            s.byte_pct() >= 99.5,
+            "{name}: {:.2}% of code bytes simple",
+            s.byte_pct()
+        );
         if name.starts_with("lua") {
             lua_dispatch_is_found(&name, &p);
         } else {
