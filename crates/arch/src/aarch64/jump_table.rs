@@ -453,7 +453,7 @@ fn stack_store_of(inst: &Inst, fp: Option<i64>) -> StackStore {
     if w & 0x3b00_0000 == 0x3900_0000 {
         // STR/STRB/STRH (immediate, unsigned offset), general or SIMD&FP.
         let offset = base + (i64::from((w >> 10) & 0xfff) * bytes as i64);
-        let stored = (!simd && bytes == 8).then_some(rt);
+        let stored = (!simd).then_some(rt);
         return StackStore::Writes {
             offset,
             bytes,
@@ -633,17 +633,42 @@ fn origin(path: &[Inst], end: usize, reg: u8) -> Vec<(u8, Option<usize>)> {
 }
 
 /// The last `str reg, [sp, #offset]` of `bytes` before `end`, with the stack pointer
-/// unchanged since: (its position, the register stored).
+/// unchanged since and no other store into those bytes in between: (its position, the
+/// register stored).
 fn stack_store(path: &[Inst], end: usize, offset: u64, bytes: u8) -> Option<(usize, u8)> {
-    let (k, inst) = path[..end].iter().enumerate().rev().find(|(_, i)| {
-        let w = i.word;
-        w & 0x3bc0_0000 == 0x3900_0000 && (w >> 5) & 0x1f == 31
-    })?;
-    let w = inst.word;
-    let size = w >> 30;
-    let same_slot = u64::from((w >> 10) & 0xfff) << size == offset && 1u8 << size == bytes;
-    let sp_moved = last_def(path, end, 31).is_some_and(|(d, _)| d > k);
-    (same_slot && !sp_moved).then_some((k, (w & 0x1f) as u8))
+    let offset = i64::try_from(offset).ok()?;
+    let bytes = u64::from(bytes);
+    for (k, inst) in path[..end].iter().enumerate().rev() {
+        // Stores through x29 are not looked at (as before hoisted slots existed): code that
+        // spills through sp does not address the same slots through the frame pointer.
+        let through_fp = (inst.word >> 5) & 0x1f == 29;
+        match stack_store_of(inst, None) {
+            StackStore::NotStack | StackStore::Unknown if through_fp => {}
+            StackStore::NotStack => {
+                if last_def(path, k + 1, 31).is_some_and(|(d, _)| d == k) {
+                    return None; // sp moved
+                }
+            }
+            StackStore::Unknown => return None,
+            StackStore::Writes {
+                offset: o,
+                bytes: b,
+                lowers_sp,
+                stored,
+            } => {
+                if lowers_sp {
+                    return None;
+                }
+                if o == offset && b == bytes {
+                    return stored.filter(|&r| r != 31).map(|r| (k, r));
+                }
+                if o < offset + bytes as i64 && offset < o + b as i64 {
+                    return None;
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The bound on the index whose holders are `regs` (from `origin`): a compare of one of
