@@ -61,12 +61,17 @@ echo "|---|---:|---:|---:|---:|---:|---:|"
 details=()
 for file in "${inputs[@]}"; do
     name="$(basename "$(dirname "$file")")/$(basename "$file")"
-    # rivet: "<status> ... <name>" lines; the JSON listing is the stable form.
-    "$rivet" inspect "$file" --list --json >"$tmp/rivet.json"
-    jq -r '.[] | [(if .simple then "simple" else "skipped" end), .name, (.skip_reason // "")] | @tsv' \
-        "$tmp/rivet.json" | sort -u >"$tmp/rivet.tsv"
+    # rivet --list: "<address> <size> <name>[/<file>] simple" or "... skipped: <why>"; locals'
+    # file names dropped, as BOLT's suffixes are.
+    "$rivet" inspect "$file" --list |
+        awk '$1 ~ /^0x[0-9a-f]+$/ && $2 ~ /^0x[0-9a-f]+$/ {
+            n = $3; sub(/\/.*/, "", n)
+            if ($4 == "simple") print "simple\t" n "\t"
+            else { why = $0; sub(/^.* skipped: /, "", why); print "skipped\t" n "\t" why } }' |
+        sort -u >"$tmp/rivet.tsv"
     rc=0
-    "$llvm_bolt" "$file" -o "$tmp/x.bolt" -lite=0 --allow-stripped -print-cfg -v=1 >"$tmp/bolt.txt" 2>&1 || rc=$?
+    "$llvm_bolt" "$file" -o "$tmp/x.bolt" -lite=0 --allow-stripped -print-cfg -print-unknown -v=1 \
+        >"$tmp/bolt.txt" 2>&1 || rc=$?
     awk '
         /^Binary Function "/ { n = $0; sub(/^Binary Function "/, "", n); sub(/".*/, "", n); sub(/\/[0-9]+(\(\*[0-9]+\))?$/, "", n) }
         /^  IsSimple +: / { print ($3 == 1 ? "simple" : "non-simple") "\t" n }' "$tmp/bolt.txt" | sort -u >"$tmp/bolt.tsv"
@@ -77,6 +82,7 @@ for file in "${inputs[@]}"; do
     awk -F '\t' '$1 == "non-simple" { print $2 }' "$tmp/bolt.tsv" | sort -u >"$tmp/bolt.nonsimple"
     comm -12 "$tmp/bolt.nonsimple" "$tmp/rivet.simple" >"$tmp/only-rivet"
     comm -12 "$tmp/rivet.skipped" "$tmp/bolt.simple" >"$tmp/only-bolt"
+    # shellcheck disable=SC2016  # the backquotes are markdown
     printf '| `%s` | %d | %d | %d | %d | %d | %d |\n' "$name" \
         "$(wc -l <"$tmp/rivet.tsv")" "$(wc -l <"$tmp/rivet.simple")" \
         "$(wc -l <"$tmp/bolt.tsv")" "$(wc -l <"$tmp/bolt.simple")" \
@@ -91,8 +97,9 @@ for file in "${inputs[@]}"; do
     fi
     # BOLT's own words about its non-simple functions (-v=1), one line each, deduplicated.
     while read -r f; do
-        why="$(grep -F -- " $f" "$tmp/bolt.txt" | grep -E 'BOLT-(WARNING|INFO)' | grep -vE 'setting size|marking' |
-            sed -E 's/ in function [^ ]+$//; s/ for [^ ]+$//; s/0x[0-9a-f]+/ADDR/g' | sort -u | paste -sd ';' - || true)"
+        why="$(grep -E -- "(function|for|flow:) $f(/[0-9]+)?(\(\*[0-9]+\))?( |$)" "$tmp/bolt.txt" |
+            grep -vE 'setting size|marking' |
+            sed -E 's/ (in function|for) [^ ]+$//; s/: [^ ]+$//; s/0x[0-9a-f]+/ADDR/g' | sort -u | paste -sd ';' - || true)"
         d+=$'\n'"    - $f: ${why:-(no -v=1 message)}"
     done <"$tmp/bolt.nonsimple"
     details+=("$d")

@@ -141,6 +141,9 @@ struct Summary {
     bytes: u64,
     simple_bytes: u64,
     skips: BTreeMap<&'static str, usize>,
+    /// Simple functions with a computed goto, outside Lua's VM loop (the only one in these
+    /// sources): switch tables taken for gotos (`Gap::PhantomGoto`).
+    phantom_gotos: usize,
 }
 
 impl Summary {
@@ -152,6 +155,7 @@ impl Summary {
             bytes: 0,
             simple_bytes: 0,
             skips: BTreeMap::new(),
+            phantom_gotos: 0,
         };
         for f in &p.functions {
             s.bytes += f.range.len();
@@ -159,6 +163,9 @@ impl Summary {
                 None => {
                     s.simple += 1;
                     s.simple_bytes += f.range.len();
+                    if is_phantom_goto(f) {
+                        s.phantom_gotos += 1;
+                    }
                 }
                 Some(r) => *s.skips.entry(r.kind()).or_default() += 1,
             }
@@ -178,8 +185,8 @@ impl Summary {
 /// One row per binary: its counts and which constructs made it skip functions.
 fn print_histogram(summaries: &[Summary]) {
     eprintln!(
-        "{:<24} {:>9} {:>8} {:>8}  skipped (construct: functions)",
-        "binary", "functions", "simple%", "bytes%"
+        "{:<24} {:>9} {:>8} {:>8} {:>8}  skipped (construct: functions)",
+        "binary", "functions", "simple%", "bytes%", "phantom"
     );
     for s in summaries {
         let skips = if s.skips.is_empty() {
@@ -189,11 +196,12 @@ fn print_histogram(summaries: &[Summary]) {
             parts.join(", ")
         };
         eprintln!(
-            "{:<24} {:>9} {:>8.2} {:>8.2}  {skips}",
+            "{:<24} {:>9} {:>8.2} {:>8.2} {:>8}  {skips}",
             s.name,
             s.functions,
             s.fn_pct(),
-            s.byte_pct()
+            s.byte_pct(),
+            s.phantom_gotos
         );
     }
 }
@@ -214,7 +222,7 @@ fn dispatch_targets(f: &Function, kind: EdgeKind) -> Vec<BTreeSet<Vaddr>> {
         .collect()
 }
 
-fn simple_function<'p>(p: &'p Program, name: &str, binary: &str) -> &'p Function {
+fn simple_function<'p>(p: &'p Program, name: &'p str, binary: &str) -> &'p Function {
     let f = p
         .functions_named(name)
         .next()
@@ -380,17 +388,18 @@ const KNOWN_GAPS: &[(&str, &str, Gap)] = &[
     ("sqlite3-clang-pac", "sqlite3VdbeExec", Gap::PhantomGoto),
 ];
 
+/// A computed goto in a function of Lua or SQLite other than Lua's VM loop.
+fn is_phantom_goto(f: &Function) -> bool {
+    f.name() != "luaV_execute" && !dispatch_targets(f, EdgeKind::ComputedGoto).is_empty()
+}
+
 /// The gaps discovery shows in `p`: skipped functions, and computed gotos outside Lua's VM.
 fn gaps_of(binary: &str, p: &Program) -> BTreeSet<(String, String, Gap)> {
     let mut gaps = BTreeSet::new();
     for f in &p.functions {
         let gap = match f.skip_reason() {
             Some(r) => Gap::Skipped(r.kind()),
-            None if f.name() != "luaV_execute"
-                && !dispatch_targets(f, EdgeKind::ComputedGoto).is_empty() =>
-            {
-                Gap::PhantomGoto
-            }
+            None if is_phantom_goto(f) => Gap::PhantomGoto,
             None => continue,
         };
         gaps.insert((binary.to_string(), f.name().to_string(), gap));
