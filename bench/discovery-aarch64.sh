@@ -90,6 +90,16 @@ for file in "${inputs[@]}"; do
     d="- \`$name\`"
     if ((rc != 0)); then d+=" (llvm-bolt then failed: \`$(grep -m1 -E 'BOLT-ERROR|error:' "$tmp/bolt.txt" | cut -c1-160)\`)"; fi
     d+=$'\n'"  - BOLT non-simple: $(paste -sd ' ' "$tmp/bolt.nonsimple")"
+    # BOLT says "potentially escaped address" for a jump table it could not bound, then
+    # "failed to post-process indirect branches" for every function with an indirect
+    # branch it could not classify.
+    escaped=0
+    while read -r f; do
+        if grep -qE -- "potentially escaped address .* in function $f(/[0-9]+)?(\(\*[0-9]+\))?$" "$tmp/bolt.txt"; then
+            escaped=$((escaped + 1))
+        fi
+    done <"$tmp/bolt.nonsimple"
+    d+=$'\n'"  - BOLT non-simple with a table it could not bound (\"potentially escaped address\"): $escaped of $(wc -l <"$tmp/bolt.nonsimple")"
     if [[ -s $tmp/rivet.skipped ]]; then
         d+=$'\n'"  - Rivet skipped: $(awk -F '\t' '$1 == "skipped" { printf "%s (%s); ", $2, $3 }' "$tmp/rivet.tsv")"
     else

@@ -639,16 +639,17 @@ fn stack_store(path: &[Inst], end: usize, offset: u64, bytes: u8) -> Option<(usi
     let offset = i64::try_from(offset).ok()?;
     let bytes = u64::from(bytes);
     for (k, inst) in path[..end].iter().enumerate().rev() {
+        // sp moved (what `last_def` would find for register 31, without its scan: this runs
+        // over whole functions for `hoisted_constants`)
+        if also_writes(inst, 31) || definition(inst).is_some_and(|(rd, _)| rd == 31) {
+            return None;
+        }
         // Stores through x29 are not looked at (as before hoisted slots existed): code that
         // spills through sp does not address the same slots through the frame pointer.
         let through_fp = (inst.word >> 5) & 0x1f == 29;
         match stack_store_of(inst, None) {
-            StackStore::NotStack | StackStore::Unknown if through_fp => {}
-            StackStore::NotStack => {
-                if last_def(path, k + 1, 31).is_some_and(|(d, _)| d == k) {
-                    return None; // sp moved
-                }
-            }
+            StackStore::NotStack => {}
+            StackStore::Unknown if through_fp => {}
             StackStore::Unknown => return None,
             StackStore::Writes {
                 offset: o,
