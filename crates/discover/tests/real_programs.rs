@@ -328,7 +328,7 @@ fn sqlite_dispatch_is_found(binary: &str, p: &Program) {
     let targets = dispatch_targets(f, EdgeKind::JumpTable);
     let distinct: BTreeSet<Vaddr> = table.entries.iter().copied().collect();
     assert!(
-        targets.iter().any(|t| *t == distinct),
+        targets.contains(&distinct),
         "{binary}: the dispatch block's edges are not the table's targets"
     );
     eprintln!(
