@@ -126,15 +126,7 @@ impl<'data> ElfFile<'data> {
         }
         let text = self.section_by_name(".text").map(|s| s.addr);
         let got = self.section_by_name(".got").map(|s| s.addr);
-        let mut table = EhFrameTable::parse(section.data, section.addr, text, got)?;
-        // Opcode 0x2d is vendor-specific: AArch64's DW_CFA_AARCH64_negate_ra_state, which
-        // every function built with return-address signing (-mbranch-protection) has. Read
-        // as the default vendor's (SPARC's window save) gimli refuses it, and those
-        // functions' rows were lost.
-        if self.machine == object::elf::EM_AARCH64.0 {
-            table.section.set_vendor(Vendor::AArch64);
-        }
-        Ok(Some(table))
+        EhFrameTable::parse(section.data, section.addr, text, got).map(Some)
     }
 }
 
@@ -155,7 +147,13 @@ impl<'data> EhFrameTable<'data> {
         if let Some(got) = got {
             bases = bases.set_got(got.get());
         }
-        let eh = EhFrame::new(data, LittleEndian);
+        let mut eh = EhFrame::new(data, LittleEndian);
+        // Call frame opcode 0x2d is vendor-specific. Of the instruction sets Rivet reads only
+        // AArch64 assigns it (DW_CFA_AARCH64_negate_ra_state, in every function built with
+        // return-address signing, -mbranch-protection); x86-64 compilers never emit it (it is
+        // SPARC's window save). Read with the default vendor, gimli refuses it and such
+        // functions lost their rows; read as AArch64's everywhere, no machine test is needed.
+        eh.set_vendor(Vendor::AArch64);
         let mut fdes = Vec::new();
         let mut entries = eh.entries(&bases);
         loop {
