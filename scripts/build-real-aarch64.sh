@@ -58,17 +58,18 @@ source "$REPO/scripts/lib.sh"
 need_packages qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu \
     clang-19 lld-19 make util-linux
 
-# variant -> the compiler command (CC), compile flags (CFLAGS) and link flags (LDFLAGS).
+# variant -> the compiler command (V_CC), compile flags (V_CFLAGS) and link flags (V_LDFLAGS);
+# not CC and friends, which a caller may have exported.
 # shellcheck disable=SC2034  # set for the caller
 set_variant() {
     case $1 in
-        gcc-pie) CC=aarch64-linux-gnu-gcc-12 CFLAGS="-O2 -g -fno-reorder-blocks-and-partition -fPIE" LDFLAGS="-pie" ;;
-        gcc-nopie) CC=aarch64-linux-gnu-gcc-12 CFLAGS="-O2 -g -fno-reorder-blocks-and-partition -fno-pie" LDFLAGS="-no-pie" ;;
-        clang) CC="clang-19 --target=aarch64-linux-gnu -fuse-ld=lld" CFLAGS="-O2 -g" LDFLAGS="" ;;
-        clang-pac) CC="clang-19 --target=aarch64-linux-gnu -fuse-ld=lld" CFLAGS="-O2 -g -mbranch-protection=standard" LDFLAGS="" ;;
+        gcc-pie) V_CC=aarch64-linux-gnu-gcc-12 V_CFLAGS="-O2 -g -fno-reorder-blocks-and-partition -fPIE" V_LDFLAGS="-pie" ;;
+        gcc-nopie) V_CC=aarch64-linux-gnu-gcc-12 V_CFLAGS="-O2 -g -fno-reorder-blocks-and-partition -fno-pie" V_LDFLAGS="-no-pie" ;;
+        clang) V_CC="clang-19 --target=aarch64-linux-gnu -fuse-ld=lld" V_CFLAGS="-O2 -g" V_LDFLAGS="" ;;
+        clang-pac) V_CC="clang-19 --target=aarch64-linux-gnu -fuse-ld=lld" V_CFLAGS="-O2 -g -mbranch-protection=standard" V_LDFLAGS="" ;;
         *) die "unknown variant $1" ;;
     esac
-    LDFLAGS="${LDFLAGS:+$LDFLAGS }-Wl,--emit-relocs"
+    V_LDFLAGS="${V_LDFLAGS:+$V_LDFLAGS }-Wl,--emit-relocs"
 }
 # qemu's default CPU computes pointer authentication codes with QARMA, which made PAC code
 # three times slower (tests/lua/programs.lua: 57 s against 18 s); pauth-impdef=on uses
@@ -163,11 +164,11 @@ build() {
     set_variant "$variant"
     if [[ $prog == lua ]]; then
         final="$A/$LUA_PKG-fixedseed-$variant"
-        LDFLAGS="$LDFLAGS -Wl,-E"
+        V_LDFLAGS="$V_LDFLAGS -Wl,-E"
     else
         final="$A/$SQLITE_PKG-$variant"
     fi
-    key="$(printf '%s\nqemu %s\nCC %s\nCFLAGS %s\nLDFLAGS %s\nrecipe %s\n' "$TOOLCHAIN" "$QEMU" "$CC" "$CFLAGS" "$LDFLAGS" \
+    key="$(printf '%s\nqemu %s\nCC %s\nCFLAGS %s\nLDFLAGS %s\nrecipe %s\n' "$TOOLCHAIN" "$QEMU" "$V_CC" "$V_CFLAGS" "$V_LDFLAGS" \
         "$(declare -f write_lua_build write_sqlite_shell_build | sha256sum | cut -c1-16) $LUA_FIXED_SEED")"
     BUILT="$final/$prog"
     if [[ -f $final/.complete && "$(cat "$final/key.txt")" == "$key" ]]; then
@@ -180,12 +181,12 @@ build() {
     printf '%s\n' "$key" >"$tmp/key.txt"
     if [[ $prog == lua ]]; then
         ln -s "$LUA_SRC" "$tmp/source"
-        write_lua_build "$tmp" "$LUA_SRC" "$CC" "$CFLAGS" "$LDFLAGS" aarch64-linux-gnu
+        write_lua_build "$tmp" "$LUA_SRC" "$V_CC" "$V_CFLAGS" "$V_LDFLAGS" aarch64-linux-gnu
     else
         ln -s "$AMALG" "$tmp/amalgamation"
-        write_sqlite_shell_build "$tmp" "$AMALG" "$CC" "$CFLAGS" "$LDFLAGS"
+        write_sqlite_shell_build "$tmp" "$AMALG" "$V_CC" "$V_CFLAGS" "$V_LDFLAGS"
     fi
-    log "building $prog ($variant: $CC $CFLAGS $LDFLAGS) ..."
+    log "building $prog ($variant: $V_CC $V_CFLAGS $V_LDFLAGS) ..."
     # The cross ar: the host's may not index AArch64 objects.
     if ! make -C "$tmp" -j "$(nproc)" AR=aarch64-linux-gnu-ar "$prog" >"$tmp/build.log" 2>&1; then
         tail -n 40 "$tmp/build.log" >&2
