@@ -180,6 +180,26 @@ impl Inst {
         }
     }
 
+    /// True for a load that opens an exclusive-monitor sequence (AArch64 `ldxr`, `ldaxr`,
+    /// `ldxp`, ...). x86-64 has none: its atomics are single instructions.
+    pub fn is_exclusive_load(&self) -> bool {
+        match &self.repr {
+            Repr::X86_64(_) => false,
+            Repr::Aarch64(i) => i.exclusive() == Some(crate::aarch64::Exclusive::Load),
+        }
+    }
+
+    /// True for the store or `clrex` that closes an exclusive-monitor sequence.
+    pub fn is_exclusive_end(&self) -> bool {
+        match &self.repr {
+            Repr::X86_64(_) => false,
+            Repr::Aarch64(i) => matches!(
+                i.exclusive(),
+                Some(crate::aarch64::Exclusive::Store | crate::aarch64::Exclusive::Clear)
+            ),
+        }
+    }
+
     /// The address a PC-relative memory operand refers to (a load, a store, an address
     /// computation relative to the instruction).
     pub fn pc_relative_memory_target(&self) -> Option<Vaddr> {

@@ -6,16 +6,18 @@
 //! bytes a branch takes and how far its short form reaches, how big a PLT entry is.
 //! Operations: decode, analyse an indirect jump, encode a branch, re-place an instruction,
 //! write padding and instrumentation probes. Each method matches on the ISA and forwards to
-//! that ISA's module (`x86_64/` today); the match is the only place an ISA is chosen.
+//! that ISA's module (`x86_64/`, `aarch64/`); the match is the only place an ISA is chosen.
+//! The probe encoders answer for x86-64 only so far: `Isa::can_instrument` tells
+//! `rivet instrument` to refuse AArch64 before it gets there.
 
 use rivet_elf::relocs::{DynRelocKind, RelocKind, RelocTypes};
 use rivet_elf::{ElfFile, Vaddr};
 
 use crate::aarch64;
+use crate::branch::{BranchEncoder, EncodeError};
 use crate::indirect::{IndexBound, IndirectJump};
 use crate::inst::Inst;
 use crate::x86_64;
-use crate::x86_64::encode::{BranchEncoder, EncodeError};
 use crate::x86_64::jump_table::RegisterId;
 use crate::x86_64::probe::{Flags, IndirectProbeError, ProbeShape};
 
@@ -76,10 +78,10 @@ impl Isa {
         }
     }
 
-    /// True when Rivet can write code for this ISA (rewrite, optimize, instrument). AArch64
-    /// is modelled (`inspect`) but not yet rewritten: the commands that write code refuse it
+    /// True when Rivet can instrument code of this ISA. AArch64 is modelled and rewritten
+    /// but its counter probes and runtime do not exist yet: `rivet instrument` refuses it
     /// with this, before anything is planned.
-    pub fn can_rewrite(self) -> bool {
+    pub fn can_instrument(self) -> bool {
         match self {
             Isa::X86_64 => true,
             Isa::Aarch64 => false,
@@ -170,6 +172,16 @@ impl Isa {
         }
     }
 
+    /// The DWARF pseudo-register holding the return address's signing state, if the ISA has
+    /// one (AArch64's RA_SIGN_STATE, 34: a constant rule of 1 while the return address in x30
+    /// is signed; `DW_CFA_AARCH64_negate_ra_state` toggles it).
+    pub fn ra_sign_state_register(self) -> Option<u16> {
+        match self {
+            Isa::X86_64 => None,
+            Isa::Aarch64 => Some(aarch64::DWARF_RA_SIGN_STATE),
+        }
+    }
+
     /// The name of a DWARF register number, for dumps.
     pub fn dwarf_register_name(self, register: u16) -> &'static str {
         match self {
@@ -215,10 +227,7 @@ impl Isa {
 
     /// An encoder for the branches the emitter creates.
     pub fn branch_encoder(self) -> BranchEncoder {
-        match self {
-            Isa::X86_64 => BranchEncoder::default(),
-            Isa::Aarch64 => unreachable!("{}", AARCH64_EMIT),
-        }
+        BranchEncoder::new(self)
     }
 
     /// Bytes of a call or jump through a memory slot, as [`Isa::encode_via_slot`] writes it.
@@ -258,9 +267,44 @@ impl Isa {
     ) -> Result<(), EncodeError> {
         match self {
             Isa::X86_64 => x86_64::encode::relocate(inst, bytes, at, new_target, out),
+            // The word is in the instruction; `bytes` only matters where lengths vary.
             Isa::Aarch64 => {
-                let _ = (bytes, at, new_target, out);
-                Err(aarch64_unsupported(inst.addr()))
+                let _ = bytes;
+                let word = inst
+                    .aarch64()
+                    .relocate(at, new_target)
+                    .map_err(|e| crate::branch::from_aarch64(e, inst.addr()))?;
+                out.extend_from_slice(&word.to_le_bytes());
+                Ok(())
+            }
+        }
+    }
+
+    /// The 4 bytes of `inst` placed at `at`, changed to build `address` in its part of a
+    /// two-instruction address (AArch64: an ADRP's page, or the low 12 bits an ADD, load or
+    /// store adds to it; an ADR the whole address). x86-64 addresses are one field, which
+    /// [`Isa::relocate`] handles.
+    pub fn encode_address_part(
+        self,
+        inst: &Inst,
+        at: Vaddr,
+        address: Vaddr,
+    ) -> Result<Vec<u8>, EncodeError> {
+        match self {
+            Isa::X86_64 => Err(EncodeError::Unsupported {
+                at: inst.addr(),
+                reason: "x86-64 has no address parts".into(),
+            }),
+            Isa::Aarch64 => {
+                let a = inst.aarch64();
+                let word = a.word();
+                let err = |e| crate::branch::from_aarch64(e, inst.addr());
+                let new = if a.has_pc_relative_field() {
+                    aarch64::retarget(word, at.get(), address.get()).map_err(err)?
+                } else {
+                    aarch64::set_low12(word, address.get()).map_err(err)?
+                };
+                Ok(new.to_le_bytes().to_vec())
             }
         }
     }
@@ -404,8 +448,8 @@ impl Isa {
     }
 }
 
-/// Why AArch64 code never reaches the x86-64-shaped encoders above: the commands that
-/// write code refuse AArch64 inputs before planning (`Isa::can_rewrite`).
+/// Why AArch64 code never reaches the x86-64 probe encoders above: instrumentation refuses
+/// AArch64 inputs before planning (`Isa::can_instrument`).
 const AARCH64_EMIT: &str = "AArch64 code reached an encoder: rewriting AArch64 is refused earlier";
 
 fn aarch64_unsupported(at: Vaddr) -> EncodeError {

@@ -41,26 +41,30 @@
 //! the return address in x30 ([`Isa::dwarf_stack_pointer`], [`Isa::entry_frame`]); BTI
 //! landing pads as a fact the emitter will ask for at indirect branch targets.
 //!
-//! Still shaped by x86-64 behind the interface, to generalize with the second ISA:
-//! [`BranchEncoder`] and [`BranchForm`] (short/near; AArch64 relaxes by inverted branches
-//! and veneers), the [`IndirectJump`] forms (x86 table dispatch; gcc's AArch64 tables of
-//! scaled offsets from an `adr` anchor need their own), and [`Flags`] / [`ProbeShape`]
-//! (rflags liveness; NZCV on AArch64).
+//! Still shaped by x86-64 behind the interface: [`Flags`] / [`ProbeShape`] (rflags liveness;
+//! NZCV on AArch64, with the AArch64 probes). [`BranchForm`]'s two forms fit AArch64 as
+//! "one instruction" and "inverted branch over a `b`"; veneers for targets beyond a `b`'s
+//! reach are still to come.
 //!
-//! The AArch64 instruction layer exists (module [`aarch64`]: decoding through disarm64, see
-//! `docs/aarch64-decoders.md`; encoding of the forms a rewrite changes; switch tables), and
-//! is tested on its own against disarm64 and objdump; it is not yet an [`Isa`] variant, which
-//! is the next step (issue 34).
+//! AArch64 is [`Isa::Aarch64`]: module [`aarch64`] decodes through disarm64 (see
+//! `docs/aarch64-decoders.md`), keeps each instruction in 16 bytes (`aarch64::inst`), reads
+//! `R_AARCH64_*` relocations, PLT slots (`adrp`+`ldr`) and switch tables
+//! ([`IndirectJump::ScaledTable`]), and encodes the forms a rewrite changes. Discovery and
+//! the rewrite use all of it ([`BranchEncoder`] writes `b`, short conditional branches and
+//! the inverted-branch-over-`b` far form). Instrumentation does not yet:
+//! [`Isa::can_instrument`] is false for AArch64, the probe encoders are x86-64's, and
+//! `rivet instrument` refuses AArch64 before reaching them.
 
 pub mod aarch64;
+mod branch;
 mod indirect;
 mod inst;
 mod isa;
 mod x86_64;
 
+pub use branch::{Branch, BranchEncoder, BranchForm, EncodeError};
 pub use indirect::{IndexBound, IndirectJump};
 pub use inst::{Flow, Inst};
 pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};
-pub use x86_64::encode::{Branch, BranchEncoder, BranchForm, EncodeError};
 pub use x86_64::jump_table::RegisterId;
 pub use x86_64::probe::{Flags, IndirectProbeError, ProbeShape};

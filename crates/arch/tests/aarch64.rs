@@ -149,6 +149,11 @@ fn marks_and_control_of_the_forms_a_rewrite_must_respect() {
         (0xc87f_0c20, Control::Next, Some(Exclusive::Load), None), // ldxp x0, x3, [x1]
         (0xc802_7c20, Control::Next, Some(Exclusive::Store), None), // stxr w2, x0, [x1]
         (0xd503_305f, Control::Next, Some(Exclusive::Clear), None), // clrex
+        (0xc802_fc20, Control::Next, Some(Exclusive::Store), None), // stlxr w2, x0, [x1]
+        // Same encoding class, no monitor: ordered accesses and compare-and-swap.
+        (0xc8df_fc20, Control::Next, None, None), // ldar x0, [x1]
+        (0xc89f_fc20, Control::Next, None, None), // stlr x0, [x1]
+        (0xc8a0_7c41, Control::Next, None, None), // cas x0, x1, [x2]
         (
             aarch64::BTI_C,
             Control::Next,

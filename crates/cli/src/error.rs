@@ -81,7 +81,7 @@ pub fn rewrite_error(path: &Path, e: RewriteError) -> UserError {
             "relink with -Wl,--emit-relocs, or use --layout identity or shuffle-blocks, which keep function order",
         ),
         RewriteError::UnsupportedIsa { .. } => UserError::new(format!("{p}: {e}")).hint(
-            "`rivet inspect` models it; rewrite, optimize and instrument handle x86-64 only so far",
+            "instrumentation of AArch64 code is not implemented yet; `rivet rewrite` and `rivet optimize` take AArch64 binaries",
         ),
         RewriteError::Elf(e) => elf_error(path, &e),
         other => UserError::new(format!("{p}: {other}"))

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
-use rivet_emit::rewrite::{Instrumentation, RewriteError, RewriteOptions, check_input, rewrite};
+use rivet_emit::rewrite::{
+    Instrumentation, RewriteError, RewriteOptions, check_input, check_instrumentable, rewrite,
+};
 use rivet_ir::layout::LayoutStrategy;
 use rivet_ir::probes::{FunctionProbes, ProbeAt};
 use rivet_passes::instrument_program;
@@ -95,6 +97,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
     let relocation_mode = rivet_discover::relocation_mode(&elf).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
+    check_instrumentable(&elf).map_err(rewrite_failed)?;
     check_input(&elf, &relocation_mode, true).map_err(rewrite_failed)?;
     let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {

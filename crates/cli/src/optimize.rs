@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
-use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, check_isa, rewrite};
+use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
 use rivet_ir::layout::{Layout, PltCalls};
 use rivet_ir::{FuncId, Program};
 use rivet_layout::LandingPads;
@@ -534,7 +534,6 @@ pub fn run_with(
     let mut clock = PhaseClock::new();
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
-    check_isa(&elf).map_err(|e| rewrite_error(&args.binary, e))?;
     let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
     clock.lap("read binary and profile");
     let (pending, file) = PendingOutput::create(&args.output)?;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_emit::debug::DebugWriter;
-use rivet_emit::rewrite::{RewriteOptions, Summary, check_isa, rewrite};
+use rivet_emit::rewrite::{RewriteOptions, Summary, rewrite};
 use rivet_ir::layout::LayoutStrategy;
 
 use crate::error::{UserError, elf_error, rewrite_error};
@@ -81,7 +81,6 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     }
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
-    check_isa(&elf).map_err(|e| rewrite_error(&args.binary, e))?;
     // Fail on an unwritable destination before the work, and own the temp file from here.
     let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {

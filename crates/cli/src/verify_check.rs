@@ -211,7 +211,32 @@ impl Checker<'_> {
                 let same = jcc.condition() == last.condition() && x == t && continues_to(fl)?;
                 let inverted =
                     jcc.condition() == last.inverted_condition() && x == fl && continues_to(t)?;
-                if !same && !inverted {
+                // A conditional jump over the jump right after it (AArch64's far form of a
+                // conditional branch, `b.!cond 1f; b target; 1:`) is that jump taken on the
+                // opposite condition, continuing where the skip lands.
+                let skip = match decoded.get(body.len() + 1) {
+                    Some(jump) if x == jump.end() => match jump.flow() {
+                        Flow::Jump { target: z } => {
+                            let y2 = match decoded.get(body.len() + 2).map(Inst::flow) {
+                                Some(Flow::Jump { target })
+                                    if !self.new_block_starts.contains(&x) =>
+                                {
+                                    target
+                                }
+                                _ => x,
+                            };
+                            let continues = |want: Vaddr| -> Result<bool, String> {
+                                Ok(y2 == want || (y2 == x && self.reaches(x, want)?))
+                            };
+                            let cond = jcc.inverted_condition();
+                            (cond == last.condition() && z == t && continues(fl)?)
+                                || (cond == last.inverted_condition() && z == fl && continues(t)?)
+                        }
+                        _ => false,
+                    },
+                    _ => false,
+                };
+                if !same && !inverted && !skip {
                     return Err(format!(
                         "{}: branches to {x}/{y}, expected {t}/{fl}",
                         block_name()
@@ -429,6 +454,31 @@ pub fn check(
                 .read_i32(r.site)
                 .map(|v| base.offset(i64::from(v)).get()),
             RefField::RelaAddend { entry, .. } => out.read_u64(entry + 16),
+            RefField::Scaled {
+                size,
+                anchor,
+                signed,
+                shift,
+            } => {
+                let anchor = map.translate(program, anchor).unwrap_or(anchor);
+                out.bytes_at(r.site, u64::from(size)).map(|bytes| {
+                    let mut raw = [0u8; 8];
+                    raw[..bytes.len()].copy_from_slice(bytes);
+                    let bits = u32::from(size) * 8;
+                    let unsigned = u64::from_le_bytes(raw);
+                    let value = if signed {
+                        ((unsigned << (64 - bits)) as i64) >> (64 - bits)
+                    } else {
+                        unsigned as i64
+                    };
+                    anchor.offset(value << shift).get()
+                })
+            }
+            RefField::Instruction { inst } => out
+                .bytes_at(r.site, u64::from(inst.len()))
+                .and_then(|bytes| inst.isa().decode_all(bytes, r.site).first().copied())
+                .and_then(|i| i.pc_relative_target())
+                .map(Vaddr::get),
         };
         if got != Some(want.get()) {
             return Err(format!(

@@ -233,6 +233,52 @@ pub fn find_candidates(elf: &ElfFile, symbols: &[Symbol], fdes: &[Fde]) -> Vec<C
     cands
 }
 
+/// The ranges of executable sections that mapping symbols mark as data (sorted, disjoint):
+/// from each `$d` to the next mapping symbol of its section (`$x` or another `$d`), or to the
+/// section's end. AArch64 toolchains emit them (ELF for the Arm 64-bit Architecture, "Mapping
+/// symbols"; `$d.N` and `$x.N` are the same with a suffix); x86-64 ones do not, and get none.
+pub(crate) fn data_in_code(elf: &ElfFile, symbols: &[Symbol]) -> Vec<VaddrRange> {
+    let mapping = |name: &str, kind: &str| {
+        name == kind || name.strip_prefix(kind).is_some_and(|r| r.starts_with('.'))
+    };
+    let mut marks: Vec<(usize, Vaddr, bool)> = symbols
+        .iter()
+        .filter(|s| s.kind == SymbolKind::NoType && s.is_local())
+        .filter_map(|s| {
+            let section = s.section?;
+            let is_data = mapping(&s.name, "$d");
+            (is_data || mapping(&s.name, "$x")).then_some((section, s.value, is_data))
+        })
+        .filter(|(section, _, _)| elf.section(*section).is_some_and(|s| s.is_exec()))
+        .collect();
+    marks.sort_by_key(|m| (m.0, m.1, !m.2));
+    let mut out = Vec::new();
+    for (k, &(section, start, is_data)) in marks.iter().enumerate() {
+        if !is_data {
+            continue;
+        }
+        let section_end = elf.section(section).map_or(start, |s| s.addr + s.size);
+        let end = marks[k + 1..]
+            .iter()
+            .find(|m| m.0 == section && m.1 > start)
+            .map_or(section_end, |m| m.1.min(section_end));
+        if end > start {
+            out.push(VaddrRange { start, end });
+        }
+    }
+    out.sort_by_key(|r| r.start);
+    // Merge overlaps (a `$d` right after another).
+    out.dedup_by(|later, earlier| {
+        if later.start <= earlier.end {
+            earlier.end = earlier.end.max(later.end);
+            true
+        } else {
+            false
+        }
+    });
+    out
+}
+
 /// Length of `bytes` without trailing filler (zeros, fill traps, nops).
 fn code_length(isa: Isa, bytes: &[u8], addr: Vaddr) -> u64 {
     let insts = isa.decode_all(bytes, addr);

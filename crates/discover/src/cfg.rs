@@ -441,6 +441,25 @@ impl Marks {
     }
 }
 
+/// For each instruction, whether it lies inside an exclusive-monitor sequence: from an
+/// exclusive load up to the store or `clrex` that ends it, in address order (compilers and
+/// libgcc's outline atomics keep the loop `ldaxr; cmp; b.ne; stlxr; cbnz` contiguous). A
+/// load whose sequence never ends in the function marks everything after it.
+fn exclusive_sequences(insts: &[Inst]) -> Vec<bool> {
+    let mut inside = vec![false; insts.len()];
+    let mut open = false;
+    for (i, inst) in insts.iter().enumerate() {
+        if inst.is_exclusive_load() {
+            open = true;
+        }
+        inside[i] = open;
+        if inst.is_exclusive_end() {
+            open = false;
+        }
+    }
+    inside
+}
+
 /// The function's address-taken labels: stored references into its interior.
 pub(crate) struct Labels {
     /// Instruction indices, sorted.
@@ -608,6 +627,7 @@ impl<'f, 'c, 'a> BlockCutter<'f, 'c, 'a> {
         let mut tables = Vec::new();
         let mut indirect = indirect.into_iter().peekable();
         let mut deferred: Vec<(usize, SkipReason)> = Vec::new();
+        let exclusive = exclusive_sequences(insts);
         for (bi, w) in self.starts.windows(2).enumerate() {
             let (first, end) = (w[0], w[1]);
             self.calls_in(first, end, &mut calls);
@@ -641,6 +661,7 @@ impl<'f, 'c, 'a> BlockCutter<'f, 'c, 'a> {
                 is_entry: self.marks.entry[first],
                 is_landing_pad: self.marks.landing_pad[first],
                 is_address_taken: self.marks.address_taken[first],
+                in_exclusive_sequence: exclusive[first..end].iter().any(|&x| x),
                 is_reachable: true,
             });
         }

@@ -164,6 +164,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     });
     let fdes = eh.as_ref().map_or(&[][..], |t| &t.fdes[..]);
     let plt = plt::find_plt_entries(elf, &dynamic_relocs);
+    let data_in_code = boundaries::data_in_code(elf, &symbols);
     let candidates = boundaries::find_candidates(elf, &symbols, fdes);
     if candidates.is_empty() && elf.sections().iter().any(|s| s.is_exec() && s.size > 0) {
         warnings.push("no function symbols and no FDEs: nothing to model".to_string());
@@ -208,6 +209,16 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
             let mut d = cfg::decode(elf, f, reloc_mode);
             if let Some(reason) = &c.skip {
                 d.skip = Some(reason.clone());
+            }
+            // Data the toolchain marked inside the function may decode as instructions: the
+            // model would be a guess.
+            let first = data_in_code.partition_point(|d| d.end <= f.range.start);
+            if let Some(data) = data_in_code.get(first)
+                && data.start < f.range.end
+            {
+                d.skip = Some(SkipReason::DataInCode {
+                    at: data.start.max(f.range.start),
+                });
             }
             cfg::read_call_sites(elf, f, &mut d);
             d
@@ -480,15 +491,23 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     if options.with_cfi
         && let Some(eh) = &eh
     {
-        let rows: Vec<Vec<CfiRow>> = functions
+        let rows: Vec<Option<Vec<CfiRow>>> = functions
             .par_iter()
             .map(|f| match eh.fde_for(f.range.start) {
-                Some(fde) => eh.rows(fde).unwrap_or_default(),
-                None => Vec::new(),
+                Some(fde) => eh.rows(fde).ok(),
+                None => Some(Vec::new()),
             })
             .collect();
         for (f, r) in functions.iter_mut().zip(rows) {
-            f.cfi = r;
+            match r {
+                Some(rows) => f.cfi = rows,
+                // Rows that cannot be read cannot be written for moved code: an exception
+                // or a debugger unwinding through it would be lost.
+                None if f.is_simple() => {
+                    f.status = Status::Skipped(SkipReason::MalformedCfi { at: f.range.start })
+                }
+                None => {}
+            }
         }
     }
 

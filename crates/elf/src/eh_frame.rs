@@ -126,7 +126,15 @@ impl<'data> ElfFile<'data> {
         }
         let text = self.section_by_name(".text").map(|s| s.addr);
         let got = self.section_by_name(".got").map(|s| s.addr);
-        EhFrameTable::parse(section.data, section.addr, text, got).map(Some)
+        let mut table = EhFrameTable::parse(section.data, section.addr, text, got)?;
+        if self.is_aarch64() {
+            // Opcode 0x2d is DW_CFA_AARCH64_negate_ra_state there (DW_CFA_GNU_window_save
+            // elsewhere): gimli then keeps the return-address signing state as a constant
+            // rule of pseudo-register 34 (RA_SIGN_STATE), which `SavedRegister::Constant`
+            // carries through rows.
+            table.section.set_vendor(gimli::Vendor::AArch64);
+        }
+        Ok(Some(table))
     }
 }
 

@@ -125,6 +125,13 @@ fn machine_name(machine: u16) -> String {
 }
 
 impl<'data> ElfFile<'data> {
+    /// True for AArch64 code (`e_machine` EM_AARCH64): the few format details that depend
+    /// on the machine (the meaning of a DWARF call-frame opcode) ask this; everything else
+    /// goes through `rivet_arch::Isa`.
+    pub fn is_aarch64(&self) -> bool {
+        self.machine == elf::EM_AARCH64.0
+    }
+
     pub fn parse(data: &'data [u8]) -> Result<ElfFile<'data>> {
         if data.len() < 4 || &data[..4] != b"\x7fELF" {
             return Err(ElfError::NotElf);

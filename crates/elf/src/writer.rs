@@ -214,6 +214,10 @@ pub fn new_segment(elf: &ElfFile<'_>) -> Result<NewSegment> {
     // ones the output replaces.
     let offset = (loaded_end(elf) + PAGE - 1) & !(PAGE - 1);
     let reused_slot = redundant_note(elf);
+    let (vaddr, offset) = match reused_slot {
+        None if elf.is_aarch64() => phdr_findable_by_offset(elf, vaddr, offset),
+        _ => (vaddr, offset),
+    };
     Ok(NewSegment {
         vaddr: Vaddr(vaddr),
         offset: FileOffset(offset),
@@ -225,6 +229,35 @@ pub fn new_segment(elf: &ElfFile<'_>) -> Result<NewSegment> {
         reused_slot,
         input_headers: phnum,
     })
+}
+
+/// The largest hole the rule below may leave in the file.
+const MAX_PHDR_HOLE: u64 = 16 << 20;
+
+/// Moves the new segment (`vaddr`, `offset`: the lowest place for each) so that the program
+/// header table at its start lies where the first PT_LOAD's mapping puts file offset
+/// `e_phoff`: loaders that compute the table's address as load bias + `e_phoff` then find
+/// it. Linux did so before 5.18, and qemu-user 7.2 (which runs every AArch64 output on an
+/// x86-64 host) still does. It costs a hole in the file of the size of the gap between the
+/// loaded bytes and the addresses (mostly `.bss`); past `MAX_PHDR_HOLE` the lowest place is
+/// kept, which only such loaders cannot run. x86-64 outputs, which run natively here on
+/// newer kernels, keep the lowest place and their exact bytes so far.
+fn phdr_findable_by_offset(elf: &ElfFile<'_>, vaddr: u64, offset: u64) -> (u64, u64) {
+    let Some(first) = elf
+        .segments()
+        .iter()
+        .filter(|s| s.is_load())
+        .min_by_key(|s| s.vaddr)
+    else {
+        return (vaddr, offset);
+    };
+    let delta = first.vaddr.get().wrapping_sub(first.offset.0);
+    let wanted_offset = vaddr.wrapping_sub(delta).max(offset);
+    let aligned = (wanted_offset + PAGE - 1) & !(PAGE - 1);
+    if aligned - offset > MAX_PHDR_HOLE || delta % PAGE != 0 {
+        return (vaddr, offset);
+    }
+    (aligned.wrapping_add(delta), aligned)
 }
 
 /// End of the file bytes that must stay where they are: every segment's contents and every

@@ -906,6 +906,9 @@ pub struct AbsoluteField {
 pub struct Fixups<'a> {
     /// Absolute code addresses inside copied instructions, sorted by site.
     pub absolute_fields: &'a [AbsoluteField],
+    /// Instructions that build a code address in parts, with the address, sorted by site
+    /// (`References::parts_in_moved_code`).
+    pub address_parts: &'a [(Vaddr, Vaddr)],
     /// The counter segment, when the code carries instrumentation probes.
     pub counters: Option<Vaddr>,
     /// The runtime's recorder of indirect call targets.
@@ -988,6 +991,17 @@ pub fn encode_fragment(
                     None => None,
                 };
                 isa.relocate(inst, bytes, at, new_target, &mut out)?;
+                // One half of a two-instruction code address (AArch64 ADRP + ADD): built
+                // for the address's new place.
+                if let Ok(k) = fixups
+                    .address_parts
+                    .binary_search_by_key(&inst.addr(), |p| p.0)
+                    && !inst.is_nop()
+                {
+                    let value = translate(inst.addr(), fixups.address_parts[k].1)?;
+                    let part = isa.encode_address_part(inst, at, value)?;
+                    out[start..start + part.len()].copy_from_slice(&part);
+                }
                 // Absolute code addresses inside the instruction (non-PIE `mov $func, %edi`).
                 let first = absolute_fields.partition_point(|a| a.site < inst.addr());
                 for field in absolute_fields[first..]

@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 
-use rivet_arch::Flow;
+use rivet_arch::{Flow, Inst, Isa};
 use rivet_elf::relocs::{DynRelocKind, DynamicReloc, RelocKind, StaticReloc};
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
 use rivet_ir::{FuncId, Function, JumpTableKind, Program};
@@ -27,6 +27,18 @@ pub enum RefField {
     Absolute { size: u8 },
     /// `target - base`, `size` bytes, signed.
     Relative { size: u8, base: Vaddr },
+    /// `(target - anchor) >> shift`, `size` bytes, signed or not, where `anchor` is a code
+    /// address that may itself have moved (AArch64 switch tables count from a label of
+    /// their function).
+    Scaled {
+        size: u8,
+        anchor: Vaddr,
+        signed: bool,
+        shift: u8,
+    },
+    /// The PC-relative field of the instruction at the site (`inst`, in code that stays),
+    /// re-encoded: AArch64 branches, whose offsets are bits of the instruction word.
+    Instruction { inst: Inst },
     /// The addend of the `Elf64_Rela` at `entry` (and, when the linker also stored the value
     /// at the relocated site, that word too).
     RelaAddend {
@@ -49,6 +61,10 @@ pub struct References {
     pub stored: Vec<Reference>,
     /// Absolute code addresses inside instructions of rewritten functions, sorted by site.
     pub in_moved_code: Vec<AbsoluteField>,
+    /// Instructions of rewritten functions that build a code address in parts (AArch64's
+    /// ADRP and the ADD or load that completes it), with the address: each part is
+    /// re-encoded for the address's new place. Sorted by site.
+    pub parts_in_moved_code: Vec<(Vaddr, Vaddr)>,
 }
 
 /// Sections whose contents are regenerated, not patched.
@@ -116,11 +132,16 @@ pub fn collect(
                         size: t.entry_size,
                         base,
                     },
-                    // Their anchor moves with the code; the rewrite of AArch64 code, which
-                    // has such tables, is refused before references are collected.
-                    JumpTableKind::Scaled { .. } => {
-                        unreachable!("AArch64 tables reached the x86-64 rewrite")
-                    }
+                    JumpTableKind::Scaled {
+                        anchor,
+                        signed,
+                        shift,
+                    } => RefField::Scaled {
+                        size: t.entry_size,
+                        anchor,
+                        signed,
+                        shift,
+                    },
                 };
                 out.stored.push(Reference {
                     site,
@@ -139,6 +160,15 @@ pub fn collect(
             continue;
         };
         if is_regenerated(&section.name) || r.symbol_is_undefined && r.symbol == 0 {
+            continue;
+        }
+        if r.kind == RelocKind::AddressPart
+            && section.is_exec()
+            && rewritten(r.site).is_some()
+            && elf.is_code_address(r.symbol_plus_addend())
+        {
+            out.parts_in_moved_code
+                .push((r.site, r.symbol_plus_addend()));
             continue;
         }
         let Some(size) = r.field_size() else { continue };
@@ -288,6 +318,8 @@ pub fn collect(
     }
     out.in_moved_code.sort_by_key(|a| a.site);
     out.in_moved_code.dedup();
+    out.parts_in_moved_code.sort();
+    out.parts_in_moved_code.dedup();
     out
 }
 
@@ -330,13 +362,19 @@ fn branches_without_relocations(
                 {
                     continue;
                 }
-                out.stored.push(Reference {
-                    site: field,
-                    target,
-                    field: RefField::Relative {
+                // An x86-64 branch's field is its last 4 bytes; an AArch64 one is bits of
+                // the instruction word, re-encoded whole.
+                let field_kind = match inst.isa() {
+                    Isa::X86_64 => RefField::Relative {
                         size: 4,
                         base: inst.end(),
                     },
+                    Isa::Aarch64 => RefField::Instruction { inst: *inst },
+                };
+                out.stored.push(Reference {
+                    site: field,
+                    target,
+                    field: field_kind,
                 });
             }
         }
@@ -377,6 +415,33 @@ pub struct Patches {
     /// References that point into rewritten code but not at an instruction: left alone (the
     /// old body they point into is still there), reported.
     pub unmapped: Vec<Reference>,
+    /// Table entries whose new target is out of their field's reach from the table's new
+    /// anchor. Unlike an unmapped reference, such an entry cannot be left alone (the anchor
+    /// moved): the rewrite fails, naming it.
+    pub unencodable: Vec<Reference>,
+}
+
+/// The entry of a scaled table that sends its dispatch to `target` from `anchor`, or `None`
+/// when the distance is not a multiple of the scale or does not fit the field.
+fn scaled_entry(
+    target: Vaddr,
+    anchor: Vaddr,
+    size: u8,
+    signed: bool,
+    shift: u8,
+) -> Option<Vec<u8>> {
+    let distance = target.get().wrapping_sub(anchor.get()) as i64;
+    if distance & ((1i64 << shift) - 1) != 0 {
+        return None;
+    }
+    let value = distance >> shift;
+    let bits = u32::from(size) * 8;
+    let fits = if signed {
+        value >= -(1i64 << (bits - 1)) && value < 1i64 << (bits - 1)
+    } else {
+        value >= 0 && (bits >= 64 || value < 1i64 << bits)
+    };
+    fits.then(|| value.to_le_bytes()[..usize::from(size)].to_vec())
 }
 
 /// Patches for every stored reference whose target moved.
@@ -408,6 +473,32 @@ pub fn patches(program: &Program, refs: &References, map: &AddressMap) -> Patche
                     },
                     8 => out.patches.push((r.site, value.to_le_bytes().to_vec())),
                     _ => out.unmapped.push(*r),
+                }
+            }
+            RefField::Scaled {
+                size,
+                anchor,
+                signed,
+                shift,
+            } => {
+                let Some(new_anchor) = map.translate(program, anchor) else {
+                    out.unmapped.push(*r);
+                    continue;
+                };
+                match scaled_entry(new, new_anchor, size, signed, shift) {
+                    Some(bytes) => out.patches.push((r.site, bytes)),
+                    None => out.unencodable.push(*r),
+                }
+            }
+            RefField::Instruction { inst } => {
+                let mut bytes = Vec::new();
+                match inst
+                    .isa()
+                    .relocate(&inst, &[], inst.addr(), Some(new), &mut bytes)
+                {
+                    Ok(()) => out.patches.push((r.site, bytes)),
+                    // Out of reach: the old body it enters is still there and still runs.
+                    Err(_) => out.unmapped.push(*r),
                 }
             }
             RefField::RelaAddend {

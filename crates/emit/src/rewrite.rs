@@ -165,7 +165,7 @@ pub enum RewriteError {
     AlreadyRewritten,
     #[error("function reordering needs relocations: {reason}")]
     NeedsRelocations { reason: String },
-    #[error("{isa} binaries can be inspected but not yet rewritten")]
+    #[error("{isa} binaries can be rewritten and optimized but not yet instrumented")]
     UnsupportedIsa { isa: &'static str },
     #[error(transparent)]
     Elf(#[from] rivet_elf::ElfError),
@@ -177,6 +177,11 @@ pub enum RewriteError {
     Layout(#[from] rivet_ir::layout::InvalidLayout),
     #[error("instrumentation: {0}")]
     Instrument(String),
+    #[error(
+        "the switch table entry at {site} cannot send its dispatch to {target} from where the \
+         layout put the table's anchor"
+    )]
+    TableEntry { site: Vaddr, target: Vaddr },
 }
 
 /// What the rewrite did.
@@ -288,7 +293,6 @@ pub fn check_input(
     relocation_mode: &RelocationMode,
     needs_relocations: bool,
 ) -> Result<(), RewriteError> {
-    check_isa(elf)?;
     if elf.section_by_name(RIVET_NOTE).is_some() {
         return Err(RewriteError::AlreadyRewritten);
     }
@@ -302,11 +306,11 @@ pub fn check_input(
     }
 }
 
-/// Refuses an input whose code Rivet cannot write yet (AArch64 is modelled, not rewritten:
-/// `Isa::can_rewrite`). Commands that write code call this before anything else.
-pub fn check_isa(elf: &ElfFile<'_>) -> Result<(), RewriteError> {
+/// Refuses to instrument an input whose ISA has no probes yet (AArch64:
+/// `Isa::can_instrument`). `rivet instrument` calls this before anything else.
+pub fn check_instrumentable(elf: &ElfFile<'_>) -> Result<(), RewriteError> {
     let isa = Isa::of(elf);
-    if isa.can_rewrite() {
+    if isa.can_instrument() {
         Ok(())
     } else {
         Err(RewriteError::UnsupportedIsa { isa: isa.name() })
@@ -332,6 +336,9 @@ pub fn rewrite(
         &program.info.relocation_mode,
         reorders_functions || instrumentation.is_some(),
     )?;
+    if instrumentation.is_some() {
+        check_instrumentable(elf)?;
+    }
     let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
     let in_place = !relocation_mode;
     let isa = program.info.isa;
@@ -347,6 +354,7 @@ pub fn rewrite(
 
     // 1. Eligibility and layout.
     let mut layout = choose_layout(elf, program, options, in_place, &mut summary)?;
+    keep_scaled_tables_encodable(program, &mut layout, &mut summary);
     clock.lap(&mut summary, "layout");
 
     // 2. Plan fragments; drop functions that cannot be planned or do not fit.
@@ -411,6 +419,7 @@ pub fn rewrite(
     let refs = references::collect(elf, program, &is_rewritten, &statics, &dynamics);
     let fixups = crate::code::Fixups {
         absolute_fields: &refs.in_moved_code,
+        address_parts: &refs.parts_in_moved_code,
         counters: counters.map(|c| c.0),
         recorder: runtime.as_ref().map(|(_, code)| code.recorder),
     };
@@ -419,7 +428,7 @@ pub fn rewrite(
         cold_text,
         mut patches,
     } = encode_text(elf, program, &text, &map, &fixups, in_place)?;
-    patches.extend(reference_patches(program, &refs, &map, &mut summary));
+    patches.extend(reference_patches(program, &refs, &map, &mut summary)?);
     if !in_place {
         patches.extend(forwarding_jumps(
             program,
@@ -616,6 +625,61 @@ fn choose_layout(
             layout
         }
     })
+}
+
+/// AArch64 switch tables store each target as a short distance from a label of the function
+/// (the anchor), unsigned in clang's tables: a layout that puts a target before the anchor,
+/// or in another fragment, leaves no entry that can reach it. Such a function keeps its
+/// original block order, unsplit (which is what its tables were written for); the summary
+/// says so. Whatever still does not fit is refused when the entries are written
+/// (`RewriteError::TableEntry`).
+fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary: &mut Summary) {
+    for f in &program.functions {
+        let Some(fl) = layout.functions[f.id.0 as usize].as_ref() else {
+            continue;
+        };
+        let scaled: Vec<_> = f
+            .jump_tables
+            .iter()
+            .filter_map(|t| match t.kind {
+                rivet_ir::JumpTableKind::Scaled { anchor, signed, .. } => {
+                    Some((anchor, signed, &t.entries))
+                }
+                _ => None,
+            })
+            .collect();
+        if scaled.is_empty() {
+            continue;
+        }
+        let mut place = vec![None; f.blocks.len()];
+        for (k, fragment) in fl.fragments.iter().enumerate() {
+            for (i, b) in fragment.iter().enumerate() {
+                place[b.0 as usize] = Some((k, i));
+            }
+        }
+        let at = |addr: Vaddr| f.block_at(addr).and_then(|b| place[b.0 as usize]);
+        let encodable = scaled.iter().all(|(anchor, signed, entries)| {
+            let Some((fragment, index)) = at(*anchor) else {
+                return false;
+            };
+            entries
+                .iter()
+                .all(|e| at(*e).is_some_and(|(k, i)| k == fragment && (*signed || i >= index)))
+        });
+        if encodable {
+            continue;
+        }
+        let aligned = fl.aligned.clone();
+        layout.functions[f.id.0 as usize] = Some(rivet_ir::layout::FunctionLayout {
+            fragments: vec![(0..f.blocks.len() as u32).map(rivet_ir::BlockId).collect()],
+            aligned,
+        });
+        layout.cold_order.retain(|r| r.function != f.id);
+        summary.warnings.push(format!(
+            "{}: original block order kept, so its switch table can still reach its targets",
+            f.name()
+        ));
+    }
 }
 
 /// Phase 2: plans every fragment of the layout (in parallel). A function whose fragment
@@ -939,8 +1003,14 @@ fn reference_patches(
     refs: &references::References,
     map: &AddressMap,
     summary: &mut Summary,
-) -> Vec<(Vaddr, Vec<u8>)> {
+) -> Result<Vec<(Vaddr, Vec<u8>)>, RewriteError> {
     let reference_patches = references::patches(program, refs, map);
+    if let Some(r) = reference_patches.unencodable.first() {
+        return Err(RewriteError::TableEntry {
+            site: r.site,
+            target: r.target,
+        });
+    }
     summary.patched_references = reference_patches.patches.len();
     for r in &reference_patches.unmapped {
         summary.warnings.push(format!(
@@ -948,7 +1018,7 @@ fn reference_patches(
             r.site, r.target
         ));
     }
-    reference_patches.patches
+    Ok(reference_patches.patches)
 }
 
 /// Phase 4c: forwarding jumps at the old entries of moved functions, except where another way

@@ -487,6 +487,16 @@ fn add_instructions(
         rules: initial_rules.clone(),
         args_size: 0,
     };
+    // AArch64's return-address signing state is written as toggles, not as a rule: it starts
+    // unsigned in every FDE (and so in every fragment), and each change of the row's value
+    // is one `DW_CFA_AARCH64_negate_ra_state`.
+    let sign_register = isa.ra_sign_state_register();
+    let signed = |rules: &BTreeMap<u16, &SavedRegister>| {
+        sign_register.is_some_and(
+            |r| matches!(rules.get(&r), Some(SavedRegister::Constant(v)) if v & 1 == 1),
+        )
+    };
+    let mut state_signed = false;
     for row in &frame.rows {
         let fail = |detail: String| UnwindError::Unrepresentable {
             frame: frame.range.start,
@@ -499,10 +509,18 @@ fn add_instructions(
             fde.add_instruction(offset, cfa_instruction(state.cfa, &row.cfa).map_err(fail)?);
             state.cfa = Some(&row.cfa);
         }
-        let rules: BTreeMap<u16, &SavedRegister> =
+        let mut rules: BTreeMap<u16, &SavedRegister> =
             row.saved.iter().map(|(reg, rule)| (*reg, rule)).collect();
         if rules.len() != row.saved.len() {
             return Err(fail("a register has two rules".to_string()));
+        }
+        let row_signed = signed(&rules);
+        if row_signed != state_signed {
+            fde.add_instruction(offset, CallFrameInstruction::NegateRaState);
+            state_signed = row_signed;
+        }
+        if let Some(r) = sign_register {
+            rules.remove(&r);
         }
         for (&reg, &rule) in &rules {
             if state.rules.get(&reg) == Some(&rule) {

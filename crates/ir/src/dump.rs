@@ -139,6 +139,9 @@ pub fn dump_function(program: &Program, f: &Function) -> String {
         if block.is_address_taken {
             flags.push("address-taken");
         }
+        if block.in_exclusive_sequence {
+            flags.push("exclusive");
+        }
         let cfi = f
             .cfi_at(block.start)
             .map(|r| {

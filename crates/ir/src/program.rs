@@ -172,6 +172,11 @@ pub struct Block {
     pub is_landing_pad: bool,
     /// Its address is taken (computed-goto label or other reference from data).
     pub is_address_taken: bool,
+    /// It lies between an exclusive load and its store (AArch64 `ldxr` .. `stxr`): nothing
+    /// may be inserted into it (a memory access there can clear the exclusive monitor, so
+    /// the store fails forever), and it must stay where execution reaches it without
+    /// another memory access on the way.
+    pub in_exclusive_sequence: bool,
     /// Control can reach it from an entry, a landing pad, an address-taken label or a jump
     /// from a sibling fragment. Unreachable blocks are alignment padding after a `ret` or code
     /// a compiler left after a call that does not return; nothing runs them.

@@ -10,6 +10,9 @@ use rivet_elf::Vaddr;
 pub enum SkipReason {
     /// Bytes that do not decode as an instruction (data in code, or not code at all).
     InvalidInstruction { at: Vaddr },
+    /// Data the toolchain marked as data inside the function (an AArch64 `$d` mapping
+    /// symbol: a literal pool or constant island), which may decode as instructions.
+    DataInCode { at: Vaddr },
     /// A direct branch lands inside an instruction of this function.
     BranchIntoInstruction { at: Vaddr, target: Vaddr },
     /// A direct jump leaves the function for an address that is no function entry.
@@ -54,6 +57,7 @@ impl SkipReason {
     pub fn kind(&self) -> &'static str {
         match self {
             SkipReason::InvalidInstruction { .. } => "invalid-instruction",
+            SkipReason::DataInCode { .. } => "data-in-code",
             SkipReason::BranchIntoInstruction { .. } => "branch-into-instruction",
             SkipReason::BranchToUnknownCode { .. } => "branch-to-unknown-code",
             SkipReason::FallsOffEnd { .. } => "falls-off-end",
@@ -83,6 +87,12 @@ impl fmt::Display for SkipReason {
                 write!(
                     f,
                     "bytes at {at} do not decode as an instruction (data in code?)"
+                )
+            }
+            SkipReason::DataInCode { at } => {
+                write!(
+                    f,
+                    "data at {at} inside the code (a $d mapping symbol: literal pool or constant island)"
                 )
             }
             SkipReason::BranchIntoInstruction { at, target } => {

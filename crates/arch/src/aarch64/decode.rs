@@ -323,9 +323,17 @@ pub(crate) fn classify(word: u32) -> Option<Class> {
         InsnClass::EXCEPTION if matches!(m, "udf" | "brk" | "hlt") => ControlKind::Trap,
         _ => ControlKind::Next,
     };
+    // The class also holds the ordered accesses (`ldar`, `stlr`, `ldlar`, `stllr`) and
+    // compare-and-swap (`cas*`), which are single instructions and open no monitor: only the
+    // `x` forms do (`ldxr`, `ldaxr`, `ldxp`, `ldaxp`, their byte and halfword forms; `stxr`,
+    // `stlxr`, `stxp`, `stlxp`, ...).
     let exclusive = match def.class {
-        InsnClass::LDSTEXCL if m.starts_with("ld") => Some(Exclusive::Load),
-        InsnClass::LDSTEXCL if m.starts_with("st") => Some(Exclusive::Store),
+        InsnClass::LDSTEXCL if m.starts_with("ldx") || m.starts_with("ldax") => {
+            Some(Exclusive::Load)
+        }
+        InsnClass::LDSTEXCL if m.starts_with("stx") || m.starts_with("stlx") => {
+            Some(Exclusive::Store)
+        }
         _ if m == "clrex" => Some(Exclusive::Clear),
         _ => None,
     };

@@ -176,3 +176,35 @@ pub fn veneer(at: u64, target: u64) -> Result<[u32; 3], EncodeError> {
     let br = 0xd61f_0000 | (r << 5);
     Ok([adrp, add, br])
 }
+
+/// `word`, an instruction that holds the low 12 bits of an address (the second half of an
+/// ADRP pair: `add xd, xn, #lo12`, or a load or store with an unsigned offset, scaled by its
+/// access size), changed to hold those of `address`. A scaled offset must stay aligned.
+pub fn set_low12(word: u32, address: u64) -> Result<u32, EncodeError> {
+    let lo12 = (address & 0xfff) as u32;
+    // ADD (immediate), 64- or 32-bit, unshifted.
+    if word & 0x7fc0_0000 == 0x1100_0000 {
+        return Ok((word & !(0xfff << 10)) | (lo12 << 10));
+    }
+    // Load/store register (unsigned immediate): size in bits 31-30, V in 26, opc in 23-22.
+    if word & 0x3b00_0000 == 0x3900_0000 {
+        let size = word >> 30;
+        let vector = word & (1 << 26) != 0;
+        let opc = (word >> 22) & 3;
+        // 128-bit vector accesses scale by 16.
+        let scale = if vector && size == 0 && opc >= 2 {
+            4
+        } else {
+            size
+        };
+        if lo12 & ((1 << scale) - 1) != 0 {
+            return Err(EncodeError::OutOfReach {
+                at: 0,
+                target: address,
+                reach: Reach::Adr,
+            });
+        }
+        return Ok((word & !(0xfff << 10)) | ((lo12 >> scale) << 10));
+    }
+    Err(EncodeError::NotPcRelative { word })
+}

@@ -12,7 +12,7 @@
 use rivet_elf::Vaddr;
 
 use super::decode::{self, Class, Control, Inst, PcRelative};
-use super::encode::{FILL, NOP, invert};
+use super::encode::{EncodeError, FILL, NOP, invert};
 use crate::Flow;
 
 /// One AArch64 instruction (or a word that is not one) at its address.
@@ -59,6 +59,10 @@ impl A64Inst {
         self.class
             .ok()
             .map(|class| decode::assemble(self.word, self.addr, class))
+    }
+    /// Its part in an exclusive-monitor sequence, if any.
+    pub(crate) fn exclusive(&self) -> Option<super::Exclusive> {
+        self.class.ok()?.exclusive
     }
     pub(crate) fn addr(&self) -> Vaddr {
         Vaddr(self.addr)
@@ -126,7 +130,7 @@ impl A64Inst {
     /// True for instructions with a PC-relative field: branches with an immediate offset,
     /// ADR, ADRP, literal loads.
     pub(crate) fn is_pc_relative(&self) -> bool {
-        self.pc_relative_target().is_some()
+        self.has_pc_relative_field()
     }
 
     /// The field sits in the instruction's own word, where AArch64 relocations sit too.
@@ -134,7 +138,25 @@ impl A64Inst {
         self.is_pc_relative().then(|| self.addr())
     }
 
-    /// A branch's target, an ADR's or a literal load's address, an ADRP's page.
+    /// The word, for re-encoding.
+    pub(crate) fn word(&self) -> u32 {
+        self.word
+    }
+
+    /// True for an instruction with a PC-relative field, ADRP included.
+    pub(crate) fn has_pc_relative_field(&self) -> bool {
+        self.decoded().is_some_and(|i| {
+            i.pc_relative.is_some()
+                || matches!(
+                    i.control,
+                    Control::Jump { .. } | Control::Call { .. } | Control::Conditional { .. }
+                )
+        })
+    }
+
+    /// A branch's target, an ADR's or a literal load's address. An ADRP has none: it names
+    /// a page, and the address it helps build is completed by another instruction (the
+    /// rewrite follows the pair through its relocations).
     pub(crate) fn pc_relative_target(&self) -> Option<Vaddr> {
         let inst = self.decoded()?;
         match inst.control {
@@ -147,8 +169,35 @@ impl A64Inst {
             PcRelative::Adr { target, .. } | PcRelative::Literal { target, .. } => {
                 Some(Vaddr(target))
             }
-            PcRelative::Adrp { page, .. } => Some(Vaddr(page)),
+            PcRelative::Adrp { .. } => None,
         }
+    }
+
+    /// This instruction placed at `at`, its PC-relative field pointing at `new_target` (or
+    /// at what it pointed at before; an ADRP at its old page).
+    pub(crate) fn relocate(
+        &self,
+        at: Vaddr,
+        new_target: Option<Vaddr>,
+    ) -> Result<u32, EncodeError> {
+        let Some(inst) = self.decoded() else {
+            return Ok(self.word);
+        };
+        let target = match (inst.control, inst.pc_relative) {
+            (
+                Control::Jump { target }
+                | Control::Call { target }
+                | Control::Conditional { target, .. },
+                _,
+            ) => target,
+            (_, Some(PcRelative::Adr { target, .. } | PcRelative::Literal { target, .. })) => {
+                target
+            }
+            (_, Some(PcRelative::Adrp { page, .. })) => page,
+            _ => return Ok(self.word),
+        };
+        let target = new_target.map_or(target, Vaddr::get);
+        super::encode::retarget(self.word, at.get(), target)
     }
 
     pub(crate) fn to_asm(self) -> String {

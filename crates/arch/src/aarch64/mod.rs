@@ -21,7 +21,7 @@ pub use decode::{
 };
 pub use encode::{
     BTI_C, BTI_J, BTI_JC, EncodeError, FILL, NOP, Reach, VENEER_REGISTER, b, bl, invert, reach_of,
-    retarget, veneer,
+    retarget, set_low12, veneer,
 };
 pub use jump_table::{
     Bound, Hoisted, IndirectBranch, analyze_indirect_branch, analyze_indirect_branch_with,
@@ -35,8 +35,11 @@ pub(crate) const EM_AARCH64: u16 = 183;
 /// x0..x30 are 0..30, sp is 31).
 pub(crate) const DWARF_SP: u16 = 31;
 
+/// The return-address signing state, a pseudo-register of the unwind rules.
+pub(crate) const DWARF_RA_SIGN_STATE: u16 = 34;
+
 /// Name of a DWARF register number: x0..x30 (x29 the frame pointer, x30 the link register),
-/// sp, and v0..v31 at 64..95.
+/// sp, RA_SIGN_STATE at 34, and v0..v31 at 64..95.
 pub(crate) fn dwarf_register_name(register: u16) -> &'static str {
     const X: [&str; 32] = [
         "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13",
@@ -50,6 +53,8 @@ pub(crate) fn dwarf_register_name(register: u16) -> &'static str {
     ];
     match register {
         0..=31 => X[register as usize],
+        // The return-address signing state (PAC), a pseudo-register of the unwind rules.
+        DWARF_RA_SIGN_STATE => "ra_sign_state",
         64..=95 => V[register as usize - 64],
         _ => "reg?",
     }

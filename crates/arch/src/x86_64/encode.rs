@@ -14,39 +14,9 @@
 use iced_x86::{Code, Decoder, DecoderOptions, Encoder, Instruction};
 use rivet_elf::Vaddr;
 
+use crate::branch::{Branch, BranchForm, EncodeError};
 use crate::x86_64::inst::X86Inst;
 use crate::{Flow, Inst};
-
-/// A branch the emitter creates at the end of a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Branch {
-    /// An unconditional `jmp`.
-    Jump,
-    /// The conditional jump `inst`, with its condition inverted when `inverted`.
-    Cond { inst: Inst, inverted: bool },
-}
-
-/// Displacement width of a re-created branch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum BranchForm {
-    /// rel8.
-    Short,
-    /// rel32.
-    Near,
-}
-
-/// An instruction that cannot be placed where the emitter asked.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum EncodeError {
-    #[error("{what} at {at} cannot reach {target}")]
-    OutOfRange {
-        what: &'static str,
-        at: Vaddr,
-        target: Vaddr,
-    },
-    #[error("cannot re-encode the instruction at {at}: {reason}")]
-    Unsupported { at: Vaddr, reason: String },
-}
 
 impl X86Inst {
     /// True for a `jcc` whose condition can be inverted and which has short and near forms
@@ -90,31 +60,26 @@ impl X86Inst {
     }
 }
 
-/// Encodes branches; holds iced's encoder so its buffer is reused.
-pub struct BranchEncoder {
+/// Encodes x86-64 branches; holds iced's encoder so its buffer is reused.
+pub(crate) struct X86BranchEncoder {
     encoder: Encoder,
 }
 
-impl std::fmt::Debug for BranchEncoder {
+impl std::fmt::Debug for X86BranchEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BranchEncoder")
     }
 }
 
-impl Default for BranchEncoder {
+impl Default for X86BranchEncoder {
     fn default() -> Self {
-        BranchEncoder {
+        X86BranchEncoder {
             encoder: Encoder::new(64),
         }
     }
 }
 
-impl BranchEncoder {
-    /// The ISA whose branches this encoder writes.
-    pub fn isa(&self) -> crate::Isa {
-        crate::Isa::X86_64
-    }
-
+impl X86BranchEncoder {
     fn instruction(branch: Branch, form: BranchForm, target: Vaddr) -> Instruction {
         match branch {
             Branch::Jump => {
@@ -335,7 +300,7 @@ mod tests {
 
     #[test]
     fn branches_invert_and_relax() {
-        let mut enc = BranchEncoder::default();
+        let mut enc = X86BranchEncoder::default();
         let jne = one(&[0x75, 0x10], 0x1000);
         let cond = Branch::Cond {
             inst: jne,

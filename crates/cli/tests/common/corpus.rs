@@ -64,6 +64,18 @@ pub fn optimize_option_sets() -> Vec<Vec<&'static str>> {
     ]
 }
 
+/// Which corpus: the same sources built for x86-64 (run natively) or for AArch64 (run under
+/// `qemu-aarch64` with the cross sysroot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)]
+pub enum Target {
+    X86_64,
+    Aarch64,
+}
+
+/// Where the AArch64 C library and loader are (Debian's libc6-dev-arm64-cross).
+const AARCH64_SYSROOT: &str = "/usr/aarch64-linux-gnu";
+
 pub struct Entry {
     pub name: String,
     pub kind: String,
@@ -81,7 +93,15 @@ impl Entry {
 
 /// The corpus directory and its programs (`manifest.tsv`).
 pub fn corpus() -> (PathBuf, Vec<Entry>) {
-    let dir = super::corpus_dir();
+    corpus_of(Target::X86_64)
+}
+
+/// The corpus of `target`.
+pub fn corpus_of(target: Target) -> (PathBuf, Vec<Entry>) {
+    let dir = match target {
+        Target::X86_64 => super::corpus_dir(),
+        Target::Aarch64 => super::corpus_dir_aarch64(),
+    };
     let manifest = std::fs::read_to_string(dir.join("manifest.tsv")).unwrap();
     let mut lines = manifest.lines();
     let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
@@ -105,12 +125,28 @@ pub fn corpus() -> (PathBuf, Vec<Entry>) {
 
 /// Runs `binary` (with `lib_dir` first on the library path) and returns (exit code, stdout).
 pub fn run(binary: &Path, lib_dir: &Path) -> (Option<i32>, Vec<u8>) {
-    let out = Command::new("timeout")
-        .arg("20")
-        .arg(binary)
-        .env("LD_LIBRARY_PATH", lib_dir)
-        .output()
-        .unwrap();
+    run_on(Target::X86_64, binary, lib_dir)
+}
+
+/// [`run`] for `target`'s binaries: AArch64 ones under qemu-aarch64 (the library path goes
+/// to the emulated program, not to qemu).
+pub fn run_on(target: Target, binary: &Path, lib_dir: &Path) -> (Option<i32>, Vec<u8>) {
+    let mut cmd = Command::new("timeout");
+    match target {
+        Target::X86_64 => {
+            cmd.arg("20").arg(binary).env("LD_LIBRARY_PATH", lib_dir);
+        }
+        Target::Aarch64 => {
+            cmd.arg("60")
+                .arg("qemu-aarch64")
+                .arg("-L")
+                .arg(AARCH64_SYSROOT)
+                .arg("-E")
+                .arg(format!("LD_LIBRARY_PATH={}", lib_dir.display()))
+                .arg(binary);
+        }
+    }
+    let out = cmd.output().unwrap();
     (out.status.code(), out.stdout)
 }
 
@@ -145,10 +181,21 @@ pub fn check(
     binary: &Path,
     corpus_dir: &Path,
 ) -> Result<bool, String> {
+    check_on(Target::X86_64, entries, e, binary, corpus_dir)
+}
+
+/// [`check`] for `target`'s corpus.
+pub fn check_on(
+    target: Target,
+    entries: &[Entry],
+    e: &Entry,
+    binary: &Path,
+    corpus_dir: &Path,
+) -> Result<bool, String> {
     let Some((exe, lib_dir, expect)) = runnable(entries, e, binary, corpus_dir) else {
         return Ok(false);
     };
-    let (code, stdout) = run(&exe, &lib_dir);
+    let (code, stdout) = run_on(target, &exe, &lib_dir);
     let want_stdout = expect
         .expected_stdout
         .as_ref()
@@ -239,7 +286,26 @@ pub fn differential<C: Sync>(
     make: impl Fn(&Entry, &C, &Path, &Path) -> Result<(), String> + Sync,
     min_checked_per_config: usize,
 ) {
-    let (dir, entries) = corpus();
+    differential_on(
+        Target::X86_64,
+        work,
+        configs,
+        describe,
+        make,
+        min_checked_per_config,
+    )
+}
+
+/// [`differential`] over `target`'s corpus.
+pub fn differential_on<C: Sync>(
+    target: Target,
+    work: &Path,
+    configs: &[C],
+    describe: impl Fn(&C) -> String + Sync,
+    make: impl Fn(&Entry, &C, &Path, &Path) -> Result<(), String> + Sync,
+    min_checked_per_config: usize,
+) {
+    let (dir, entries) = corpus_of(target);
     std::fs::create_dir_all(work).unwrap();
     let checked = Mutex::new(0usize);
     let jobs: Vec<(&Entry, &C)> = entries
@@ -253,7 +319,7 @@ pub fn differential<C: Sync>(
         let _ = std::fs::remove_file(&out);
         let what = format!("{} {}", e.name, describe(config));
         make(e, config, &slot, &out).map_err(|m| format!("{what}: {m}"))?;
-        if check(&entries, e, &out, &dir).map_err(|m| format!("{what}: {m}"))? {
+        if check_on(target, &entries, e, &out, &dir).map_err(|m| format!("{what}: {m}"))? {
             *checked.lock().unwrap() += 1;
         }
         Ok(())

@@ -26,14 +26,25 @@ pub fn assert_one_error_line(out: &Output, expect: &str) {
 /// Builds (or finds cached) the corpus with `scripts/build-corpus.sh`; returns its directory.
 #[allow(dead_code)] // not every test binary uses the corpus
 pub fn corpus_dir() -> std::path::PathBuf {
+    corpus_dir_built_by("scripts/build-corpus.sh")
+}
+
+/// The same for the AArch64 corpus (`scripts/build-corpus-aarch64.sh`, which installs the
+/// cross compilers and qemu-user it needs).
+#[allow(dead_code)]
+pub fn corpus_dir_aarch64() -> std::path::PathBuf {
+    corpus_dir_built_by("scripts/build-corpus-aarch64.sh")
+}
+
+fn corpus_dir_built_by(script: &str) -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = std::process::Command::new("bash")
-        .arg(root.join("scripts/build-corpus.sh"))
+        .arg(root.join(script))
         .output()
-        .expect("running scripts/build-corpus.sh");
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
     assert!(
         out.status.success(),
-        "scripts/build-corpus.sh failed:\n{}",
+        "{script} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8(out.stdout).unwrap();

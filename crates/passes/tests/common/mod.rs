@@ -52,6 +52,7 @@ pub fn function(
                 is_entry: i == 0,
                 is_landing_pad: false,
                 is_address_taken: false,
+                in_exclusive_sequence: false,
                 is_reachable: true,
             }
         })
