@@ -13,7 +13,7 @@
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, Pointer, RegisterRule,
-    UnwindContext, UnwindSection, Vendor,
+    UnwindContext, UnwindSection,
 };
 
 use std::sync::Arc;
@@ -155,13 +155,7 @@ impl<'data> EhFrameTable<'data> {
         if let Some(got) = got {
             bases = bases.set_got(got.get());
         }
-        let mut eh = EhFrame::new(data, LittleEndian);
-        // Call frame opcode 0x2d is vendor-specific. Of the instruction sets Rivet reads only
-        // AArch64 assigns it (DW_CFA_AARCH64_negate_ra_state, in every function built with
-        // return-address signing, -mbranch-protection); x86-64 compilers never emit it (it is
-        // SPARC's window save). Read with the default vendor, gimli refuses it and such
-        // functions lost their rows; read as AArch64's everywhere, no machine test is needed.
-        eh.set_vendor(Vendor::AArch64);
+        let eh = EhFrame::new(data, LittleEndian);
         let mut fdes = Vec::new();
         let mut entries = eh.entries(&bases);
         loop {
