@@ -343,6 +343,22 @@ impl Isa {
         }
     }
 
+    /// Code addresses `insts` (a function, in address order) build in two instructions, as
+    /// `(the instruction completing the address, the address)`: AArch64's ADRP+ADD. x86-64
+    /// builds an address in one instruction ([`Inst::pc_relative_memory_target`]).
+    pub fn address_pairs(self, insts: &[Inst]) -> Vec<(Vaddr, Vaddr)> {
+        match self {
+            Isa::X86_64 => Vec::new(),
+            Isa::Aarch64 => {
+                let decoded: Vec<_> = insts.iter().map(|i| i.aarch64().decoded()).collect();
+                aarch64::pairs::address_pairs(&decoded)
+                    .into_iter()
+                    .map(|(site, address)| (Vaddr(site), Vaddr(address)))
+                    .collect()
+            }
+        }
+    }
+
     // --- Indirect jumps -------------------------------------------------------------------
 
     /// Analyzes the indirect jump that ends `window`, a path that may cross taken branches

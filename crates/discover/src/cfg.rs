@@ -208,6 +208,16 @@ pub fn decode(elf: &ElfFile, f: &mut Function, reloc_mode: bool) -> Decoded {
             }
         }
     }
+    // Addresses built in two instructions (AArch64's ADRP+ADD) take labels as well.
+    for (site, target) in Isa::of(elf).address_pairs(&f.insts) {
+        if elf.is_code_address(target) {
+            out.code_refs.push(CodeRef {
+                target,
+                site,
+                exact: true,
+            });
+        }
+    }
     if let Some(last) = f.insts.last()
         && let Flow::Call { target } = last.flow()
     {

@@ -184,7 +184,7 @@ fn definition(inst: &Inst) -> Option<(u8, Def)> {
 /// Whether an instruction outside the modelled forms may write register `rd` (bits 0-4):
 /// conservatively yes for everything but branches, compares, stores and hints, so an
 /// unknown write always breaks a chain instead of being looked through.
-fn writes_rd(inst: &Inst) -> bool {
+pub(crate) fn writes_rd(inst: &Inst) -> bool {
     let w = inst.word;
     if !matches!(inst.control, Control::Next) {
         return false;
@@ -198,7 +198,7 @@ fn writes_rd(inst: &Inst) -> bool {
 /// Registers an instruction writes besides its `rd`: a call's caller-saved registers
 /// (x0-x18 and the link register x30), the base of a pre- or post-indexed load or store,
 /// the second register of a load pair.
-fn also_writes(inst: &Inst, reg: u8) -> bool {
+pub(crate) fn also_writes(inst: &Inst, reg: u8) -> bool {
     let w = inst.word;
     if matches!(
         inst.control,

@@ -12,6 +12,7 @@ pub mod decode;
 pub mod encode;
 pub(crate) mod inst;
 pub mod jump_table;
+pub(crate) mod pairs;
 pub(crate) mod plt;
 pub(crate) mod relocs;
 
