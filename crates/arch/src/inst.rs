@@ -180,6 +180,16 @@ impl Inst {
         }
     }
 
+    /// True for an instruction that may have to become two, taking the `nop` before it: lld
+    /// relaxes an AArch64 `adrp`+`add` pair into `nop`+`adr` when the address is within
+    /// +-1 MiB, and moved code may no longer be ([`Isa::widen_address`]).
+    pub fn may_widen_into_previous(&self) -> bool {
+        match &self.repr {
+            Repr::X86_64(_) => false,
+            Repr::Aarch64(i) => i.is_adr(),
+        }
+    }
+
     /// True for a load that opens an exclusive-monitor sequence (AArch64 `ldxr`, `ldaxr`,
     /// `ldxp`, ...). x86-64 has none: its atomics are single instructions.
     pub fn is_exclusive_load(&self) -> bool {

@@ -309,6 +309,22 @@ impl Isa {
         }
     }
 
+    /// The two instructions, placed at `at`, that compute `target` into the register of
+    /// `inst`, an address computation too short to reach it from its new place (AArch64:
+    /// `adr` becomes `adrp`+`add`, taking the `nop` lld left before it). `None` for an
+    /// instruction that cannot widen.
+    pub fn widen_address(self, inst: &Inst, at: Vaddr, target: Vaddr) -> Option<Vec<u8>> {
+        match self {
+            Isa::X86_64 => None,
+            Isa::Aarch64 => {
+                let [adrp, add] = inst.aarch64().widened(at, target)?;
+                let mut out = adrp.to_le_bytes().to_vec();
+                out.extend_from_slice(&add.to_le_bytes());
+                Some(out)
+            }
+        }
+    }
+
     // --- PLT ------------------------------------------------------------------------------
 
     /// The size of one entry of the PLT section `name` when its header does not say, or

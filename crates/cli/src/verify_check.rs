@@ -96,6 +96,43 @@ impl Checker<'_> {
             .is_some_and(|slot| new.indirect_slot() == Some(slot))
     }
 
+    /// `nop; adr` (lld's relaxed address pair) written as the two words that compute the
+    /// same (translated) address from the new place: `first` and `second`.
+    fn same_widened_address(
+        &self,
+        adr: &Inst,
+        first: &Inst,
+        second: Option<&Inst>,
+    ) -> Result<(), String> {
+        let target = adr
+            .pc_relative_target()
+            .ok_or_else(|| format!("{}: no address", adr.addr()))?;
+        let want = self.tr(target)?;
+        let expected = adr
+            .isa()
+            .widen_address(adr, first.addr(), want)
+            .ok_or_else(|| format!("{}: `{}` cannot be widened", adr.addr(), adr.to_asm()))?;
+        let expected = adr.isa().decode_all(&expected, first.addr());
+        let got = [Some(first), second];
+        let same = expected.len() == 2
+            && expected
+                .iter()
+                .zip(got)
+                .all(|(e, g)| g.is_some_and(|g| g.to_asm() == e.to_asm()));
+        if same {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: `nop; {}` became `{}; {}` at {}, which does not build {want}",
+                adr.addr(),
+                adr.to_asm(),
+                first.to_asm(),
+                second.map_or("nothing".into(), Inst::to_asm),
+                first.addr()
+            ))
+        }
+    }
+
     fn same_instruction(&self, old: &Inst, new: &Inst) -> Result<(), String> {
         if self.goes_through_slot(old, new) {
             return Ok(());
@@ -156,10 +193,27 @@ impl Checker<'_> {
         // Enough bytes for every instruction to be one longer (a call through a GOT slot).
         let body_len: u64 = body.iter().map(|i| u64::from(i.len()) + 1).sum();
         let decoded = self.decode_at(new_start, body_len + 16)?;
+        let mut widened = false;
         for (k, old) in body.iter().enumerate() {
             let new = decoded
                 .get(k)
                 .ok_or_else(|| format!("block {} of {} is truncated", b.start, f.name()))?;
+            if widened {
+                // The second word of a widened address, checked with the first.
+                widened = false;
+                report.instructions += 1;
+                continue;
+            }
+            if let Some(next) = body.get(k + 1)
+                && old.is_nop()
+                && !new.is_nop()
+                && next.may_widen_into_previous()
+            {
+                self.same_widened_address(next, new, decoded.get(k + 1))?;
+                widened = true;
+                report.instructions += 1;
+                continue;
+            }
             self.same_instruction(old, new)?;
             report.instructions += 1;
         }

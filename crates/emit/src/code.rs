@@ -990,7 +990,30 @@ pub fn encode_fragment(
                     Some(t) => Some(translate(inst.addr(), t)?),
                     None => None,
                 };
-                isa.relocate(inst, bytes, at, new_target, &mut out)?;
+                match isa.relocate(inst, bytes, at, new_target, &mut out) {
+                    // An address computation that no longer reaches, right after a kept
+                    // `nop` (lld's relaxed `adrp`+`add`): both words again.
+                    Err(EncodeError::OutOfRange { .. })
+                        if inst.may_widen_into_previous()
+                            && i > 0
+                            && matches!(plan.items[i - 1], Item::Copy { inst: p } if f.insts[p as usize].is_nop())
+                            && plan.offsets[i - 1] + 4 == plan.offsets[i] =>
+                    {
+                        let target = new_target
+                            .or(inst.pc_relative_target())
+                            .ok_or(EmitError::Unreadable { at: inst.addr() })?;
+                        let pair = isa.widen_address(inst, Vaddr(at.get() - 4), target).ok_or(
+                            EmitError::Encode(EncodeError::OutOfRange {
+                                what: "address (adrp pair)",
+                                at: inst.addr(),
+                                target,
+                            }),
+                        )?;
+                        out.truncate(start - 4);
+                        out.extend_from_slice(&pair);
+                    }
+                    other => other?,
+                }
                 // One half of a two-instruction code address (AArch64 ADRP + ADD): built
                 // for the address's new place.
                 if let Ok(k) = fixups

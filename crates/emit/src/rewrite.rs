@@ -627,12 +627,16 @@ fn choose_layout(
     })
 }
 
-/// AArch64 switch tables store each target as a short distance from a label of the function
-/// (the anchor), unsigned in clang's tables: a layout that puts a target before the anchor,
-/// or in another fragment, leaves no entry that can reach it. Such a function keeps its
-/// original block order, unsplit (which is what its tables were written for); the summary
-/// says so. Whatever still does not fit is refused when the entries are written
-/// (`RewriteError::TableEntry`).
+/// AArch64 switch tables store each target as a distance from a label of the function (the
+/// anchor), in instructions, unsigned in clang's tables. Byte and halfword entries reach
+/// only 1 KiB or 256 KiB (half that each way when signed), so a reordered or split function
+/// could need a distance they cannot hold, and an unsigned entry cannot point before its
+/// anchor. A function with such a table keeps its original block order, unsplit (what its
+/// tables were written for; sizes stay within a few bytes of the original's), and the
+/// summary says so; word entries reach anywhere and only need the order an unsigned table
+/// requires. Whatever still does not fit is refused when the entries are written
+/// (`RewriteError::TableEntry`). Widening such tables in new data, so hot switch functions
+/// can be laid out freely, is left to the AArch64 optimization work.
 fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary: &mut Summary) {
     for f in &program.functions {
         let Some(fl) = layout.functions[f.id.0 as usize].as_ref() else {
@@ -643,7 +647,7 @@ fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary:
             .iter()
             .filter_map(|t| match t.kind {
                 rivet_ir::JumpTableKind::Scaled { anchor, signed, .. } => {
-                    Some((anchor, signed, &t.entries))
+                    Some((anchor, signed, t.entry_size, &t.entries))
                 }
                 _ => None,
             })
@@ -651,6 +655,11 @@ fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary:
         if scaled.is_empty() {
             continue;
         }
+        let original_order = fl.fragments.len() == 1
+            && fl.fragments[0]
+                .iter()
+                .enumerate()
+                .all(|(i, b)| b.0 as usize == i);
         let mut place = vec![None; f.blocks.len()];
         for (k, fragment) in fl.fragments.iter().enumerate() {
             for (i, b) in fragment.iter().enumerate() {
@@ -658,13 +667,14 @@ fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary:
             }
         }
         let at = |addr: Vaddr| f.block_at(addr).and_then(|b| place[b.0 as usize]);
-        let encodable = scaled.iter().all(|(anchor, signed, entries)| {
+        let encodable = scaled.iter().all(|(anchor, signed, entry_size, entries)| {
             let Some((fragment, index)) = at(*anchor) else {
                 return false;
             };
-            entries
-                .iter()
-                .all(|e| at(*e).is_some_and(|(k, i)| k == fragment && (*signed || i >= index)))
+            (*entry_size >= 4 || original_order)
+                && entries
+                    .iter()
+                    .all(|e| at(*e).is_some_and(|(k, i)| *signed || (k == fragment && i >= index)))
         });
         if encodable {
             continue;

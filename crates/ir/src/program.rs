@@ -338,13 +338,20 @@ impl Function {
     /// Padding aligned the next label of the input's layout; in a new layout it would only
     /// execute (gcc pads loop heads that the code before falls into) and take cache space.
     /// Entry `nop`s stay: they can be a patchable-entry sled (`-fpatchable-function-entry`)
-    /// that a tracer overwrites at run time. A dropped instruction takes no bytes: its new
-    /// address is that of whatever follows it.
+    /// that a tracer overwrites at run time. So does a `nop` that a linker left in place of
+    /// the first half of an address pair ([`Inst::may_widen_into_previous`]): the address may
+    /// need both words again. A dropped instruction takes no bytes: its new address is that
+    /// of whatever follows it.
     pub fn is_dropped_padding(&self, i: u32) -> bool {
         let Some(inst) = self.insts.get(i as usize) else {
             return false;
         };
-        inst.is_padding_nop() && !self.insts[..i as usize].iter().all(Inst::is_padding_nop)
+        inst.is_padding_nop()
+            && !self.insts[..i as usize].iter().all(Inst::is_padding_nop)
+            && !self
+                .insts
+                .get(i as usize + 1)
+                .is_some_and(Inst::may_widen_into_previous)
     }
 
     /// The instructions of `block` that rewritten code holds, in order (padding left out).

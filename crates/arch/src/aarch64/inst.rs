@@ -143,6 +143,26 @@ impl A64Inst {
         self.word
     }
 
+    /// True for `adr`.
+    pub(crate) fn is_adr(&self) -> bool {
+        matches!(
+            self.decoded().and_then(|i| i.pc_relative),
+            Some(PcRelative::Adr { .. })
+        )
+    }
+
+    /// The `adrp`+`add` placed at `at` that builds `target` in this `adr`'s register (the
+    /// pair lld relaxed it from).
+    pub(crate) fn widened(&self, at: Vaddr, target: Vaddr) -> Option<[u32; 2]> {
+        let Some(PcRelative::Adr { reg, .. }) = self.decoded()?.pc_relative else {
+            return None;
+        };
+        let r = u32::from(reg);
+        let adrp = super::encode::retarget(0x9000_0000 | r, at.get(), target.get()).ok()?;
+        let add = super::encode::set_low12(0x9100_0000 | (r << 5) | r, target.get()).ok()?;
+        Some([adrp, add])
+    }
+
     /// True for an instruction with a PC-relative field, ADRP included.
     pub(crate) fn has_pc_relative_field(&self) -> bool {
         self.decoded().is_some_and(|i| {
