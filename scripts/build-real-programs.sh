@@ -55,9 +55,9 @@
 # bookworm, apt-get update, installs dpkg-dev / tcl / tcl-dev / zlib1g-dev if missing).
 #
 # stdout: the last lines are "<name> <absolute path>":
-#   lua-src, sqlite3-src (source trees), then lua-gcc, lua-clang, sqlite3-gcc,
-#   sqlite3-clang, testfixture-gcc, testfixture-clang, lua-gcc-norelocs,
-#   sqlite3-gcc-norelocs, testfixture-gcc-norelocs, redis-gcc (redis-server),
+#   lua-src, sqlite3-src (source trees), sqlite3-amalgamation (its sqlite3.c, shell.c),
+#   then lua-gcc, lua-clang, sqlite3-gcc, sqlite3-clang, testfixture-gcc, testfixture-clang,
+#   lua-gcc-norelocs, sqlite3-gcc-norelocs, testfixture-gcc-norelocs, redis-gcc (redis-server),
 #   redis-benchmark, redis-cli, postgres-gcc (install/bin/postgres), postgres-regress
 #   (the directory to run pg_regress in), cppcheck-gcc, cppcheck-testrunner (run it in its
 #   own directory), openssl-tree (the built tree), openssl-libcrypto, openssl-libssl,
@@ -106,6 +106,9 @@ cflags_for() { # cc -> flags, one word per line
 }
 
 start_all=$(now)
+
+# shellcheck source=lib.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 
 # Temp dirs still to be removed if we stop early (they vanish when renamed into place).
 TMPS=()
@@ -348,24 +351,22 @@ finish_build() { # tmp final binary-name kind [relocs|norelocs]
     check_binary "$final/$name" "$kind" "$relocs"
 }
 
-# Lua: compile every src/*.c except the two programs into liblua.a (the upstream
-# Makefile's LUA_A set: core + standard libraries), link lua.c against it
-# statically. -DLUA_USE_LINUX as `make linux` (dlopen, POSIX), no readline;
-# -Wl,-E as upstream so C modules can be loaded.
-# One fixed string-hash seed (LUA_FIXED_SEED): Lua seeds its string hashes from time(NULL)
-# and from addresses (luai_makeseed in lstate.c), so hash chains, and with them the work
-# done, changed from run to run and from one rewritten binary to the next (lua_newstate
-# moves). Three runs of one binary on bench/lua/nbody.lua 20000 executed 524.6 M, 539.6 M
-# and 533.6 M instructions (callgrind), and every training run gave another profile. With
-# the seed fixed, a binary does the same work on every run under valgrind (which places
-# memory the same way each time), so optimizers and layouts are compared on the same work;
-# training runs still differ in a few counts, where memory sizes (paths, addresses) move
-# the garbage collector's steps. Nothing here depends on hash flooding protection. The
-# directory name says so, so that builds without it are not reused.
-LUA_FIXED_SEED=0x2545f491
+# Lua: the interpreter with liblua linked statically (write_lua_build in lib.sh: the
+# upstream Makefile's LUA_A set, -DLUA_USE_LINUX, no readline); -Wl,-E as upstream so C
+# modules can be loaded.
+# One fixed string-hash seed (LUA_FIXED_SEED in lib.sh): Lua seeds its string hashes from
+# time(NULL) and from addresses (luai_makeseed in lstate.c), so hash chains, and with them
+# the work done, changed from run to run and from one rewritten binary to the next
+# (lua_newstate moves). Three runs of one binary on bench/lua/nbody.lua 20000 executed
+# 524.6 M, 539.6 M and 533.6 M instructions (callgrind), and every training run gave another
+# profile. With the seed fixed, a binary does the same work on every run under valgrind
+# (which places memory the same way each time), so optimizers and layouts are compared on
+# the same work; training runs still differ in a few counts, where memory sizes (paths,
+# addresses) move the garbage collector's steps. Nothing here depends on hash flooding
+# protection. The directory name says so, so that builds without it are not reused.
 lua_dir() { printf '%s' "$R/lua5.4-$LUA_VER-fixedseed-$1"; } # cc, or gcc-norelocs
 build_lua() { # cc [relocs|norelocs]
-    local cc=$1 relocs=${2:-relocs} final="$(lua_dir "$1")" tmp tool t0 flags f ldflags objs=()
+    local cc=$1 relocs=${2:-relocs} final="$(lua_dir "$1")" tmp tool t0 flags ldflags
     ldflags="-Wl,--emit-relocs -Wl,-E"
     if [[ $relocs == norelocs ]]; then final="$final-norelocs" ldflags="-Wl,-E"; fi
     if [[ -f $final/.complete ]]; then
@@ -374,28 +375,13 @@ build_lua() { # cc [relocs|norelocs]
     fi
     t0=$(now)
     tool="$(cc_tool "$cc")"
-    flags="$(cflags_for "$cc" | tr '\n' ' ')-std=gnu99 -DLUA_COMPAT_5_3 -DLUA_USE_LINUX -Igen '-Dluai_makeseed(L)=$LUA_FIXED_SEED'"
+    flags="$(cflags_for "$cc" | tr '\n' ' ')"
     rm -rf -- "$final"
     new_tmp "$final"
     tmp=$NEW_TMP
     ln -s "$LUA_SRC" "$tmp/source"
-    # Debian's luaconf.h includes a header that debian/rules generates; do the same
-    # here (in the build dir, the source tree stays untouched).
-    mkdir -p "$tmp/gen"
-    printf '#ifndef _LUA_DEB_MULTIARCH_\n#define _LUA_DEB_MULTIARCH_\n#define DEB_HOST_MULTIARCH "%s"\n#endif\n' \
-        "$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)" \
-        >"$tmp/gen/lua5.4-deb-multiarch.h"
-    for f in "$LUA_SRC"/src/*.c; do
-        case "$(basename "$f")" in lua.c | luac.c) continue ;; esac
-        objs+=("obj/$(basename "$f" .c).o")
-    done
-    {
-        printf 'CC = %s\nCFLAGS = %s\nLDFLAGS = %s\nLIBS = -lm -ldl\n' "$tool" "$flags" "$ldflags"
-        printf 'SRC = %s/src\nOBJS = %s\n' "$LUA_SRC" "${objs[*]}"
-        printf 'lua: obj/lua.o liblua.a\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ obj/lua.o liblua.a $(LIBS)\n'
-        printf 'liblua.a: $(OBJS)\n\tar rcs $@ $(OBJS)\n'
-        printf 'obj/%%.o: $(SRC)/%%.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) -c -o $@ $<\n'
-    } >"$tmp/Makefile"
+    write_lua_build "$tmp" "$LUA_SRC" "$tool" "$flags" "$ldflags" \
+        "$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)"
     log "building lua with $tool ($flags $ldflags) ..."
     if ! make -C "$tmp" -j "$(nproc)" lua >"$tmp/build.log" 2>&1; then
         cat "$tmp/build.log" >&2
@@ -408,13 +394,7 @@ build_lua() { # cc [relocs|norelocs]
 
 # SQLite: the amalgamation (sqlite3.c, shell.c) is generated once per version
 # with the package's own build (configure + make, needs tclsh), out of tree.
-SQLITE_DEFS="-DSQLITE_SECURE_DELETE -DSQLITE_ENABLE_COLUMN_METADATA -DSQLITE_ENABLE_FTS3 \
--DSQLITE_ENABLE_FTS3_PARENTHESIS -DSQLITE_ENABLE_FTS4 -DSQLITE_ENABLE_FTS5 -DSQLITE_ENABLE_RTREE=1 \
--DSQLITE_SOUNDEX=1 -DSQLITE_ENABLE_UNLOCK_NOTIFY -DSQLITE_ENABLE_DBSTAT_VTAB \
--DSQLITE_ENABLE_UPDATE_DELETE_LIMIT=1 -DSQLITE_ENABLE_LOAD_EXTENSION -DSQLITE_ENABLE_JSON1 \
--DSQLITE_ENABLE_MATH_FUNCTIONS -DSQLITE_LIKE_DOESNT_MATCH_BLOBS -DSQLITE_THREADSAFE=1 \
--DSQLITE_USE_URI=1 -DSQLITE_ENABLE_PREUPDATE_HOOK -DSQLITE_ENABLE_SESSION -DSQLITE_ENABLE_STMTVTAB \
--DSQLITE_ENABLE_EXPLAIN_COMMENTS -DHAVE_USLEEP=1"
+# (SQLITE_DEFS, the feature set, is in lib.sh.)
 
 make_amalgamation() { # -> sets AMALG
     AMALG="$R/src/sqlite3-$SQLITE_VER/amalgamation"
@@ -469,12 +449,7 @@ prepare_sqlite() { # cc [relocs|norelocs]
     add_sqlite_job "$name" "$final" sqlite3 sqlite3 "$relocs" || return 0
     tool="$(cc_tool "$cc")"
     flags="$(cflags_for "$cc" | tr '\n' ' ')"
-    {
-        printf 'CC = %s\nCFLAGS = %s\nDEFS = %s\nA = %s\n' "$tool" "$flags" "$SQLITE_DEFS" "$AMALG"
-        printf 'LDFLAGS = %s\nLIBS = -lm -ldl -lpthread\n' "$ldflags"
-        printf 'sqlite3: sqlite3.o shell.o\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ shell.o sqlite3.o $(LIBS)\n'
-        printf '%%.o: $(A)/%%.c\n\t$(CC) $(CFLAGS) $(DEFS) -I$(A) -c -o $@ $<\n'
-    } >"$NEW_TMP/Makefile"
+    write_sqlite_shell_build "$NEW_TMP" "$AMALG" "$tool" "$flags" "$ldflags"
     log "building sqlite3 with $tool ($flags $ldflags) in $NEW_TMP ..."
 }
 
@@ -772,6 +747,7 @@ log "all done in $(elapsed "$start_all")"
 {
     if want lua; then printf 'lua-src %s\n' "$LUA_SRC"; fi
     if want sqlite3; then printf 'sqlite3-src %s\n' "$SQLITE_SRC"; fi
+    if want sqlite3; then printf 'sqlite3-amalgamation %s\n' "$AMALG"; fi
     if want lua; then
         for cc in "${COMPILERS[@]}"; do printf 'lua-%s %s\n' "$cc" "$(lua_dir "$cc")/lua"; done
     fi

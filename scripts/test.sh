@@ -11,6 +11,7 @@ need_packages gcc g++ clang-19 lld-19 bolt-19 valgrind make dpkg-dev binutils fi
 echo "== corpus and real programs" >&2
 scripts/build-corpus.sh >/dev/null
 scripts/build-real-programs.sh >/dev/null
+scripts/build-real-aarch64.sh >/dev/null
 
 echo "== Dask for examples/fleet (a venv under ~/.cache/rivet)" >&2
 # Fails the run when Dask cannot be installed: the fleet example's test needs it.

@@ -428,7 +428,7 @@ impl Isa {
     ) -> IndirectJump {
         match self {
             Isa::X86_64 => x86_64::jump_table::analyze_indirect_jump_with(window, taken, constants),
-            Isa::Aarch64 => aarch64_indirect_jump(window, taken),
+            Isa::Aarch64 => aarch64_indirect_jump(window, taken, constants),
         }
     }
 
@@ -437,9 +437,18 @@ impl Isa {
     pub fn register_constants(self, insts: &[Inst]) -> Vec<(RegisterId, u64)> {
         match self {
             Isa::X86_64 => x86_64::jump_table::register_constants(insts),
-            // The AArch64 analysis follows table bases back through the whole path it is
-            // given, hoisted or not; it needs no hints.
-            Isa::Aarch64 => Vec::new(),
+            // Registers and stack slots (a dispatch loop's table base kept across it).
+            Isa::Aarch64 => insts
+                .iter()
+                .map(|i| i.aarch64().decoded())
+                .collect::<Option<Vec<_>>>()
+                .map(|d| {
+                    aarch64::hoisted_constants(&d)
+                        .into_iter()
+                        .filter_map(|(h, v)| Some((aarch64_location_id(h)?, v)))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -522,8 +531,25 @@ fn aarch64_unsupported(at: Vaddr) -> EncodeError {
     }
 }
 
+/// An AArch64 location of `aarch64::hoisted_constants` as the opaque id the ISA-neutral
+/// callers carry: registers as their number, stack slots (8-byte aligned, below 32 KiB as
+/// an `ldr`'s unsigned offset reaches) as 0x8000 + offset / 8.
+fn aarch64_location_id(h: aarch64::Hoisted) -> Option<RegisterId> {
+    match h {
+        aarch64::Hoisted::Register(r) => Some(RegisterId::from_raw(u16::from(r))),
+        aarch64::Hoisted::StackSlot(o) if o % 8 == 0 && o < 0x8000 => {
+            Some(RegisterId::from_raw(0x8000 | (o / 8) as u16))
+        }
+        aarch64::Hoisted::StackSlot(_) => None,
+    }
+}
+
 /// [`Isa::analyze_indirect_jump`] for AArch64, through `aarch64::jump_table`.
-fn aarch64_indirect_jump(window: &[Inst], taken: &[Vaddr]) -> IndirectJump {
+fn aarch64_indirect_jump(
+    window: &[Inst],
+    taken: &[Vaddr],
+    constants: &[(RegisterId, u64)],
+) -> IndirectJump {
     let Some(path) = window
         .iter()
         .map(|i| i.aarch64().decoded())
@@ -532,7 +558,19 @@ fn aarch64_indirect_jump(window: &[Inst], taken: &[Vaddr]) -> IndirectJump {
         return IndirectJump::Unknown;
     };
     let taken: Vec<u64> = taken.iter().map(|t| t.get()).collect();
-    match aarch64::analyze_indirect_branch(&path, &taken) {
+    let hoisted: Vec<(aarch64::Hoisted, u64)> = constants
+        .iter()
+        .map(|&(id, v)| {
+            let raw = id.raw();
+            let h = if raw & 0x8000 != 0 {
+                aarch64::Hoisted::StackSlot(u64::from(raw & 0x7fff) * 8)
+            } else {
+                aarch64::Hoisted::Register(raw as u8)
+            };
+            (h, v)
+        })
+        .collect();
+    match aarch64::analyze_indirect_branch_with(&path, &taken, &hoisted) {
         aarch64::IndirectBranch::Table {
             table,
             anchor,

@@ -10,6 +10,14 @@
 //! carry no relocation: they are differences the assembler resolved, so the table is only
 //! found by this analysis. A bound comes from the `cmp index, #N` and the conditional branch
 //! that guards it. Anything else is `Unknown`: the caller skips the function, never guesses.
+//!
+//! A dispatch loop often computes the table's address once, before the loop: gcc and clang
+//! keep it in a callee-saved register (Lua's `llex`, SQLite's `sqlite3_str_vappendf`), gcc
+//! sometimes in a stack slot (SQLite's `sqlite3VdbeExec`: `str x0, [sp, #128]` in the
+//! prologue, `ldr x0, [sp, #128]` at every dispatch). The window the caller gives ends at
+//! the loop head, so [`hoisted_constants`] reads the whole function once for the registers
+//! and slots that only ever hold one address, and the analysis takes a value from there when
+//! the window itself does not define it.
 
 use super::decode::{CondForm, Control, Inst, PcRelative, sign_extend};
 
@@ -267,6 +275,293 @@ impl IndirectBranch {
     }
 }
 
+/// Where a function keeps a value across its body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Hoisted {
+    /// General register `x0`-`x30`.
+    Register(u8),
+    /// The 8 bytes at `sp + offset`, `sp` as the function's body has it.
+    StackSlot(u64),
+}
+
+/// The registers and stack slots of a function (`insts`, in address order) that hold one
+/// address wherever they are defined: a register whose every definition is `adr` or
+/// `adrp`+`add #lo12` of that address, a slot whose every store stores such a register.
+///
+/// Registers: calls clobber x0-x18 and x30, so what survives them is callee-saved; an
+/// epilogue's reload of a callee-saved register from the stack is not a competing
+/// definition (no code after it reads the register as a table base: it could not work).
+///
+/// Slots are stricter, since memory has other ways in: every store through `sp` (or `x29`,
+/// when the prologue sets it to `sp + k`) is decoded and its bytes accounted for, an
+/// undecodable one gives up on every slot; `sp` may not go down again after the first
+/// store to a slot (it would move the slots); and a slot qualifies only if no stack address
+/// at or below it is taken (`add xN, sp, #k`): a C object whose address escapes starts at
+/// that address, so one that starts above the slot cannot reach it.
+pub fn hoisted_constants(insts: &[Inst]) -> Vec<(Hoisted, u64)> {
+    // None: never defined; Some(Some(v)): always v; Some(None): anything else.
+    let mut regs = [None::<Option<u64>>; 31];
+    let merge = |state: &mut Option<Option<u64>>, value: Option<u64>| {
+        *state = match (*state, value) {
+            (None, v) => Some(v),
+            (Some(Some(a)), Some(b)) if a == b => Some(Some(a)),
+            _ => Some(None),
+        }
+    };
+    for (k, inst) in insts.iter().enumerate() {
+        let w = inst.word;
+        let rn = ((w >> 5) & 0x1f) as u8;
+        let is_load = (w >> 22) & 1 == 1;
+        let sp_based_load = rn == 31
+            && is_load
+            && (w & 0x3a00_0000 == 0x2800_0000
+                || w & 0x3b00_0000 == 0x3900_0000
+                || w & 0x3b20_0000 == 0x3800_0000);
+        for r in 0..31u8 {
+            if also_writes(inst, r) && !(sp_based_load && (19..=30).contains(&r)) {
+                merge(&mut regs[usize::from(r)], None);
+            }
+        }
+        let Some((rd, def)) = definition(inst) else {
+            continue;
+        };
+        if rd == 31 || (sp_based_load && (19..=30).contains(&rd)) {
+            continue;
+        }
+        let value = match def {
+            Def::Address { addr, page: false } => Some(addr),
+            // The first half of a pair: the register takes its value at the `add`.
+            Def::Address { page: true, .. }
+                if next_def(insts, k, rd)
+                    .is_some_and(|(_, d)| matches!(d, Def::AddImm { rn, .. } if rn == rd)) =>
+            {
+                continue;
+            }
+            Def::AddImm { rn, imm } if rn == rd => page_before(insts, k, rd).map(|p| p + imm),
+            _ => None,
+        };
+        merge(&mut regs[usize::from(rd)], value);
+    }
+    let mut out: Vec<(Hoisted, u64)> = regs
+        .iter()
+        .enumerate()
+        .filter_map(|(r, s)| match s {
+            Some(Some(v)) => Some((Hoisted::Register(r as u8), *v)),
+            _ => None,
+        })
+        .collect();
+    out.extend(stack_slot_constants(insts));
+    out
+}
+
+/// The page an `adrp` put in `reg` before `insts[at]`, in the straight line that leads there.
+fn page_before(insts: &[Inst], at: usize, reg: u8) -> Option<u64> {
+    let (i, def) = last_def(insts, at, reg)?;
+    let straight = insts[i..at]
+        .iter()
+        .all(|x| matches!(x.control, Control::Next));
+    match def {
+        Def::Address { addr, page: true } if straight => Some(addr),
+        _ => None,
+    }
+}
+
+/// The next definition of `reg` after `insts[at]`, in the straight line that follows it.
+fn next_def(insts: &[Inst], at: usize, reg: u8) -> Option<(usize, Def)> {
+    for (i, inst) in insts.iter().enumerate().skip(at + 1) {
+        if also_writes(inst, reg) {
+            return Some((i, Def::Other));
+        }
+        if let Some((rd, def)) = definition(inst)
+            && rd == reg
+        {
+            return Some((i, def));
+        }
+        if !matches!(inst.control, Control::Next) {
+            return None;
+        }
+    }
+    None
+}
+
+/// A store's effect on the stack: the `sp`-relative bytes it writes (`None`: not through
+/// `sp` or `x29`), and whether it moves `sp` down.
+enum StackStore {
+    NotStack,
+    Writes {
+        offset: i64,
+        bytes: u64,
+        lowers_sp: bool,
+        stored: Option<u8>,
+    },
+    Unknown,
+}
+
+/// Decodes a store whose base is `sp`, or `x29` = `sp + fp` (`fp`: `None` when unknown).
+fn stack_store_of(inst: &Inst, fp: Option<i64>) -> StackStore {
+    let w = inst.word;
+    let is_store = w & 0x0a00_0000 == 0x0800_0000 && (w >> 22) & 1 == 0;
+    let rn = ((w >> 5) & 0x1f) as u8;
+    if !is_store || (rn != 31 && rn != 29) {
+        return StackStore::NotStack;
+    }
+    let base = match rn {
+        31 => 0,
+        _ => match fp {
+            Some(k) => k,
+            None => return StackStore::Unknown,
+        },
+    };
+    let simd = (w >> 26) & 1 == 1;
+    let rt = (w & 0x1f) as u8;
+    if w & 0x3a00_0000 == 0x2800_0000 {
+        // STP: signed offset (010), pre-index (011), post-index (001).
+        let opc = w >> 30;
+        let each: u64 = match (simd, opc) {
+            (false, 0) => 4,
+            (false, 2) => 8,
+            (true, 0) => 4,
+            (true, 1) => 8,
+            (true, 2) => 16,
+            _ => return StackStore::Unknown,
+        };
+        let imm = sign_extend((w >> 15) & 0x7f, 7) * each as i64;
+        let mode = (w >> 23) & 3;
+        // Offsets are relative to `sp` after the instruction: pre-index writes there.
+        let (offset, lowers_sp) = match mode {
+            2 => (base + imm, false),
+            3 => (0, imm < 0),
+            1 => (-imm, imm < 0),
+            _ => return StackStore::Unknown,
+        };
+        if rn == 29 && mode != 2 {
+            return StackStore::Unknown;
+        }
+        return StackStore::Writes {
+            offset,
+            bytes: 2 * each,
+            lowers_sp,
+            stored: None,
+        };
+    }
+    let size = w >> 30;
+    let bytes: u64 = if simd && (w >> 23) & 1 == 1 {
+        16
+    } else {
+        1 << size
+    };
+    if w & 0x3b00_0000 == 0x3900_0000 {
+        // STR/STRB/STRH (immediate, unsigned offset), general or SIMD&FP.
+        let offset = base + (i64::from((w >> 10) & 0xfff) * bytes as i64);
+        let stored = (!simd).then_some(rt);
+        return StackStore::Writes {
+            offset,
+            bytes,
+            lowers_sp: false,
+            stored,
+        };
+    }
+    if w & 0x3b20_0000 == 0x3800_0000 {
+        // STUR (unscaled), pre- and post-indexed, unprivileged: a 9-bit signed offset.
+        let imm = sign_extend((w >> 12) & 0x1ff, 9);
+        let mode = (w >> 10) & 3;
+        let (offset, lowers_sp) = match mode {
+            0 | 2 => (base + imm, false),
+            3 => (0, imm < 0),
+            _ => (-imm, imm < 0),
+        };
+        if rn == 29 && (mode == 1 || mode == 3) {
+            return StackStore::Unknown;
+        }
+        return StackStore::Writes {
+            offset,
+            bytes,
+            lowers_sp,
+            stored: None,
+        };
+    }
+    StackStore::Unknown
+}
+
+/// The stack slots of [`hoisted_constants`].
+fn stack_slot_constants(insts: &[Inst]) -> Vec<(Hoisted, u64)> {
+    // x29 as the prologue sets it: `add x29, sp, #k` (`mov x29, sp` is k = 0).
+    let fp = insts.iter().find_map(|i| {
+        let w = i.word;
+        (w & 0xff80_03ff == 0x9100_03fd)
+            .then(|| i64::from((w >> 10) & 0xfff) << if w & (1 << 22) != 0 { 12 } else { 0 })
+    });
+    let mut slots: Vec<(i64, Option<u64>)> = Vec::new(); // (offset, value), one per slot
+    let mut others: Vec<(i64, u64)> = Vec::new(); // every other stack write (offset, bytes)
+    let mut first_slot_store: Option<usize> = None;
+    let mut lowered_after = false;
+    let mut escapes: Vec<i64> = Vec::new();
+    for (k, inst) in insts.iter().enumerate() {
+        let w = inst.word;
+        // `add xN, sp|x29, #imm` with N other than sp and x29: a stack address escapes.
+        if w & 0xff80_0000 == 0x9100_0000 {
+            let (rd, rn) = ((w & 0x1f) as u8, ((w >> 5) & 0x1f) as u8);
+            let imm = i64::from((w >> 10) & 0xfff) << if w & (1 << 22) != 0 { 12 } else { 0 };
+            if rd != 31 && rd != 29 && (rn == 31 || rn == 29) {
+                match (rn, fp) {
+                    (31, _) => escapes.push(imm),
+                    (_, Some(f)) => escapes.push(f + imm),
+                    (_, None) => return Vec::new(),
+                }
+            }
+        }
+        // Anything else that lowers sp after a slot is written (`sub sp, sp, ...`).
+        let sub_sp = (w & 0xff80_001f == 0xd100_001f) || (w & 0xffe0_001f == 0xcb20_001f);
+        if sub_sp && first_slot_store.is_some() {
+            lowered_after = true;
+        }
+        match stack_store_of(inst, fp) {
+            StackStore::NotStack => {}
+            StackStore::Unknown => return Vec::new(),
+            StackStore::Writes {
+                offset,
+                bytes,
+                lowers_sp,
+                stored,
+            } => {
+                if lowers_sp && first_slot_store.is_some() {
+                    lowered_after = true;
+                }
+                match stored {
+                    Some(rt) if bytes == 8 && offset >= 0 => {
+                        let value = if rt == 31 {
+                            None
+                        } else {
+                            address_in(insts, k, rt, &[])
+                        };
+                        first_slot_store.get_or_insert(k);
+                        match slots.iter_mut().find(|(o, _)| *o == offset) {
+                            Some((_, v)) if *v == value => {}
+                            Some((_, v)) => *v = None,
+                            None => slots.push((offset, value)),
+                        }
+                    }
+                    _ => others.push((offset, bytes)),
+                }
+            }
+        }
+    }
+    if lowered_after {
+        return Vec::new();
+    }
+    slots
+        .into_iter()
+        .filter_map(|(offset, value)| {
+            let value = value?;
+            let overlapped = others
+                .iter()
+                .any(|&(o, b)| o < offset + 8 && offset < o + b as i64);
+            let reachable = escapes.iter().any(|&e| e <= offset + 7);
+            (!overlapped && !reachable).then_some((Hoisted::StackSlot(offset as u64), value))
+        })
+        .collect()
+}
+
 /// The last definition of `reg` in `path[..end]`, with its position (an instruction that
 /// writes it as a side effect counts as `Other`).
 fn last_def(path: &[Inst], end: usize, reg: u8) -> Option<(usize, Def)> {
@@ -279,16 +574,30 @@ fn last_def(path: &[Inst], end: usize, reg: u8) -> Option<(usize, Def)> {
 }
 
 /// The address `reg` holds at `path[end]`: `adr`, or `adrp` + `add #lo12` (any copies in
-/// between followed).
-fn address_in(path: &[Inst], end: usize, reg: u8) -> Option<u64> {
-    let (i, def) = last_def(path, end, reg)?;
+/// between followed), or, when the path does not define it, one of the function's `hoisted`
+/// constants (a register, or the stack slot it was reloaded from).
+fn address_in(path: &[Inst], end: usize, reg: u8, hoisted: &[(Hoisted, u64)]) -> Option<u64> {
+    let hoisted_value = |h: Hoisted| hoisted.iter().find(|(k, _)| *k == h).map(|(_, v)| *v);
+    let Some((i, def)) = last_def(path, end, reg) else {
+        return hoisted_value(Hoisted::Register(reg));
+    };
     match def {
         Def::Address { addr, page: false } => Some(addr),
         Def::AddImm { rn, imm } => match last_def(path, i, rn)? {
             (_, Def::Address { addr, page: true }) => Some(addr + imm),
             _ => None,
         },
-        Def::Copy { rm } => address_in(path, i, rm),
+        Def::Copy { rm } => address_in(path, i, rm, hoisted),
+        Def::LoadImm {
+            rn: 31,
+            offset,
+            bytes: 8,
+        } => match stack_store(path, i, offset, 8) {
+            Some((store, stored)) => address_in(path, store, stored, hoisted),
+            // A slot that holds one address throughout the function holds it here too,
+            // whichever of its stores the path came through.
+            None => hoisted_value(Hoisted::StackSlot(offset)),
+        },
         _ => None,
     }
 }
@@ -324,17 +633,43 @@ fn origin(path: &[Inst], end: usize, reg: u8) -> Vec<(u8, Option<usize>)> {
 }
 
 /// The last `str reg, [sp, #offset]` of `bytes` before `end`, with the stack pointer
-/// unchanged since: (its position, the register stored).
+/// unchanged since and no other store into those bytes in between: (its position, the
+/// register stored).
 fn stack_store(path: &[Inst], end: usize, offset: u64, bytes: u8) -> Option<(usize, u8)> {
-    let (k, inst) = path[..end].iter().enumerate().rev().find(|(_, i)| {
-        let w = i.word;
-        w & 0x3bc0_0000 == 0x3900_0000 && (w >> 5) & 0x1f == 31
-    })?;
-    let w = inst.word;
-    let size = w >> 30;
-    let same_slot = u64::from((w >> 10) & 0xfff) << size == offset && 1u8 << size == bytes;
-    let sp_moved = last_def(path, end, 31).is_some_and(|(d, _)| d > k);
-    (same_slot && !sp_moved).then_some((k, (w & 0x1f) as u8))
+    let offset = i64::try_from(offset).ok()?;
+    let bytes = u64::from(bytes);
+    for (k, inst) in path[..end].iter().enumerate().rev() {
+        // sp moved (what `last_def` would find for register 31, without its scan: this runs
+        // over whole functions for `hoisted_constants`)
+        if also_writes(inst, 31) || definition(inst).is_some_and(|(rd, _)| rd == 31) {
+            return None;
+        }
+        // Stores through x29 are not looked at (as before hoisted slots existed): code that
+        // spills through sp does not address the same slots through the frame pointer.
+        let through_fp = (inst.word >> 5) & 0x1f == 29;
+        match stack_store_of(inst, None) {
+            StackStore::NotStack => {}
+            StackStore::Unknown if through_fp => {}
+            StackStore::Unknown => return None,
+            StackStore::Writes {
+                offset: o,
+                bytes: b,
+                lowers_sp,
+                stored,
+            } => {
+                if lowers_sp {
+                    return None;
+                }
+                if o == offset && b == bytes {
+                    return stored.filter(|&r| r != 31).map(|r| (k, r));
+                }
+                if o < offset + bytes as i64 && offset < o + b as i64 {
+                    return None;
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The bound on the index whose holders are `regs` (from `origin`): a compare of one of
@@ -422,6 +757,16 @@ fn sets_flags(inst: &Inst) -> bool {
 /// them; conditional branches at the addresses in `taken` are followed to their target,
 /// the others fall through).
 pub fn analyze_indirect_branch(path: &[Inst], taken: &[u64]) -> IndirectBranch {
+    analyze_indirect_branch_with(path, taken, &[])
+}
+
+/// [`analyze_indirect_branch`], with the function's [`hoisted_constants`] for the values the
+/// path reads without defining them.
+pub fn analyze_indirect_branch_with(
+    path: &[Inst],
+    taken: &[u64],
+    hoisted: &[(Hoisted, u64)],
+) -> IndirectBranch {
     let Some((last, rest)) = path.split_last() else {
         return IndirectBranch::Unknown;
     };
@@ -447,7 +792,7 @@ pub fn analyze_indirect_branch(path: &[Inst], taken: &[u64]) -> IndirectBranch {
         // `adrp x, page; ldr y, [x, #lo12]`: the page is the base.
         let base = match last_def(path, i, rn) {
             Some((_, Def::Address { addr, page: true })) => Some(addr),
-            _ => address_in(path, i, rn),
+            _ => address_in(path, i, rn, hoisted),
         };
         return match base {
             Some(base) => IndirectBranch::MemorySlot {
@@ -469,12 +814,12 @@ pub fn analyze_indirect_branch(path: &[Inst], taken: &[u64]) -> IndirectBranch {
         return IndirectBranch::Unknown;
     };
     // One operand is the anchor (an address), the other the loaded entry.
-    let (anchor_reg, entry_reg) = if address_in(path, add_at, rn).is_some() {
+    let (anchor_reg, entry_reg) = if address_in(path, add_at, rn, hoisted).is_some() {
         (rn, rm)
     } else {
         (rm, rn)
     };
-    let Some(anchor) = address_in(path, add_at, anchor_reg) else {
+    let Some(anchor) = address_in(path, add_at, anchor_reg, hoisted) else {
         return IndirectBranch::Unknown;
     };
     let Some((
@@ -495,7 +840,7 @@ pub fn analyze_indirect_branch(path: &[Inst], taken: &[u64]) -> IndirectBranch {
     }
     // The table register must still hold the table at the load, and the anchor register
     // must not be redefined between the load and the add (last_def above saw the add's view).
-    let Some(table) = address_in(path, load_at, table_reg) else {
+    let Some(table) = address_in(path, load_at, table_reg, hoisted) else {
         return IndirectBranch::Unknown;
     };
     let signed = match extend {

@@ -24,7 +24,10 @@ pub use encode::{
     BTI_C, BTI_J, BTI_JC, EncodeError, FILL, NOP, Reach, VENEER_REGISTER, b, bl, invert, reach_of,
     retarget, set_low12, veneer,
 };
-pub use jump_table::{Bound, IndirectBranch, analyze_indirect_branch};
+pub use jump_table::{
+    Bound, Hoisted, IndirectBranch, analyze_indirect_branch, analyze_indirect_branch_with,
+    hoisted_constants,
+};
 
 /// `EM_AARCH64`.
 pub(crate) const EM_AARCH64: u16 = 183;

@@ -431,6 +431,17 @@ pub fn register_constants(insts: &[Inst]) -> Vec<(RegisterId, u64)> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RegisterId(u16);
 
+impl RegisterId {
+    /// The number another instruction set's analysis gives one of its locations.
+    pub(crate) fn from_raw(raw: u16) -> RegisterId {
+        RegisterId(raw)
+    }
+
+    pub(crate) fn raw(self) -> u16 {
+        self.0
+    }
+}
+
 fn constant_definition(raw: &iced_x86::Instruction) -> Option<(Register, u64)> {
     match raw.mnemonic() {
         Mnemonic::Lea if raw.is_ip_rel_memory_operand() && raw.op0_register().size() == 8 => {
