@@ -415,6 +415,23 @@ impl Isa {
         }
     }
 
+    /// True when instruction `k` of `insts` (a function) computes the anchor of a switch
+    /// table, the label its entries count from, rather than a label to jump to (AArch64's
+    /// `adr` before an `add ..., lsl #2`; x86-64 tables count from data, never from code).
+    pub fn is_table_anchor(self, insts: &[Inst], k: usize) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => {
+                // The anchor's `adr` and the few instructions after it.
+                let window: Vec<_> = insts[k.min(insts.len())..insts.len().min(k + 17)]
+                    .iter()
+                    .map(|i| i.aarch64().decoded())
+                    .collect();
+                aarch64::pairs::is_table_anchor(&window, 0)
+            }
+        }
+    }
+
     // --- Indirect jumps -------------------------------------------------------------------
 
     /// Analyzes the indirect jump that ends `window`, a path that may cross taken branches

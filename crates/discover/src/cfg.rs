@@ -478,6 +478,12 @@ pub(crate) struct Labels {
     pub(crate) inexact: bool,
     /// PC-relative references from data point into the function and no table explains them.
     pub(crate) relative_into_function: bool,
+    /// Labels taken only as switch-table anchors (`Isa::is_table_anchor`): where a table's
+    /// distances count from, never jumped to through a register.
+    pub(crate) anchors: Vec<usize>,
+    /// A table anchor that no recognized table counts from: this function has a switch whose
+    /// table was not found, so its unknown jumps are that dispatch, not gotos or tail calls.
+    pub(crate) unexplained_anchor: Option<Vaddr>,
 }
 
 impl Labels {
@@ -501,7 +507,24 @@ impl Labels {
         };
         let mut labels: Vec<usize> = Vec::new();
         let mut inexact_labels = false;
+        // Labels with a reference other than a table anchor's `adr`.
+        let mut taken_otherwise: Vec<usize> = Vec::new();
+        let mut anchors: Vec<usize> = Vec::new();
+        let mut unexplained_anchor = None;
         for r in ctx.refs_into(f.range) {
+            let anchor_site = f.range.contains(r.site)
+                && inst_index(&f.insts, r.site)
+                    .is_some_and(|k| ctx.isa.is_table_anchor(&f.insts, k));
+            if let Some(i) = inst_index(&f.insts, r.target) {
+                if anchor_site {
+                    anchors.push(i);
+                    if !table_anchors.contains(&r.target) {
+                        unexplained_anchor.get_or_insert(r.target);
+                    }
+                } else {
+                    taken_otherwise.push(i);
+                }
+            }
             if r.target == f.range.start {
                 continue;
             }
@@ -534,10 +557,16 @@ impl Labels {
                 .iter()
                 .any(|r| !explained(r.1, r.0) && !ctx.in_foreign_table(f.id, r.1))
         };
+        taken_otherwise.sort_unstable();
+        anchors.sort_unstable();
+        anchors.dedup();
+        anchors.retain(|i| taken_otherwise.binary_search(i).is_err());
         Labels {
             at: labels,
             inexact: inexact_labels,
             relative_into_function,
+            anchors,
+            unexplained_anchor,
         }
     }
 }

@@ -473,9 +473,19 @@ impl IndirectJumps {
         frame: &mut FrameCheck,
     ) {
         let ctx = b.ctx;
+        // Labels that something may jump to: table anchors are not.
+        let goto_labels = labels
+            .at
+            .iter()
+            .filter(|k| labels.anchors.binary_search(k).is_err())
+            .count();
         for i in std::mem::take(&mut self.unknown) {
             let at = f.insts[i].addr();
-            if labels.at.is_empty() {
+            if labels.unexplained_anchor.is_some() {
+                // A switch whose table was not found: this jump may be its dispatch, whose
+                // targets only the table knows. Neither a goto nor a tail call.
+                b.fail(SkipReason::UnresolvedIndirectJump { at });
+            } else if goto_labels == 0 {
                 if labels.relative_into_function {
                     b.fail(SkipReason::UnresolvedIndirectJump { at });
                 } else if frame.live_at(at) {

@@ -287,7 +287,11 @@ fn return_address_signing_is_unwound(binary: &str, path: &Path, p: &Program) {
     } else {
         "sqlite3VdbeExec"
     };
-    let f = simple_function(p, main_loop, binary);
+    // Rows are read for every function, modelled or not.
+    let f = p
+        .functions_named(main_loop)
+        .next()
+        .unwrap_or_else(|| panic!("{binary}: no function {main_loop}"));
     assert!(
         f.cfi
             .iter()
@@ -351,6 +355,8 @@ enum Gap {
 /// Every gap of the AArch64 builds, as (binary, function, gap). The test fails when the list
 /// and what discovery does disagree either way, so a gap that closes must leave the list.
 /// The causes are in docs/aarch64-discovery.md ("Discovery gaps").
+const UNRESOLVED: Gap = Gap::Skipped("unresolved-indirect-jump");
+
 const KNOWN_GAPS: &[(&str, &str, Gap)] = &[
     // gcc keeps the table base in x27 (hoisted_constants finds it), but the range check is
     // in the only predecessor, and discovery analyses predecessor paths without the hoisted
@@ -365,27 +371,24 @@ const KNOWN_GAPS: &[(&str, &str, Gap)] = &[
         "str_format",
         Gap::Skipped("unbounded-jump-table"),
     ),
-    // x21 holds the switch table on the paths into the dispatch and another table elsewhere:
-    // only a path-sensitive analysis (reaching definitions) finds it.
-    ("lua-gcc-pie", "llex", Gap::PhantomGoto),
-    ("lua-gcc-nopie", "llex", Gap::PhantomGoto),
-    ("lua-clang", "llex", Gap::PhantomGoto),
-    ("lua-clang-pac", "llex", Gap::PhantomGoto),
-    ("sqlite3-gcc-pie", "fts5PorterCb", Gap::PhantomGoto),
-    ("sqlite3-gcc-pie", "re_sql_func", Gap::PhantomGoto),
-    ("sqlite3-gcc-nopie", "fts5PorterCb", Gap::PhantomGoto),
-    ("sqlite3-gcc-nopie", "re_sql_func", Gap::PhantomGoto),
-    ("sqlite3-gcc-nopie", "sqlite3Fts5ExprNew", Gap::PhantomGoto),
-    ("sqlite3-clang", "re_sql_func", Gap::PhantomGoto),
-    ("sqlite3-clang", "sqlite3ExprCodeTarget", Gap::PhantomGoto),
-    ("sqlite3-clang", "sqlite3VdbeExec", Gap::PhantomGoto),
-    ("sqlite3-clang-pac", "re_sql_func", Gap::PhantomGoto),
-    (
-        "sqlite3-clang-pac",
-        "sqlite3ExprCodeTarget",
-        Gap::PhantomGoto,
-    ),
-    ("sqlite3-clang-pac", "sqlite3VdbeExec", Gap::PhantomGoto),
+    // Switches whose table was not found. Their `adr` anchors show there is a table, so
+    // the dispatch is skipped as unresolved (before, it was taken for a computed goto to the
+    // anchor, a wrong model that broke rewritten Lua in llex). llex: x21 holds the switch
+    // table on the paths into the dispatch and another table elsewhere: only a
+    // path-sensitive analysis (reaching definitions) finds it.
+    ("lua-gcc-pie", "llex", UNRESOLVED),
+    ("lua-gcc-nopie", "llex", UNRESOLVED),
+    ("lua-clang", "llex", UNRESOLVED),
+    ("lua-clang-pac", "llex", UNRESOLVED),
+    ("sqlite3-gcc-pie", "re_sql_func", UNRESOLVED),
+    ("sqlite3-gcc-nopie", "re_sql_func", UNRESOLVED),
+    ("sqlite3-gcc-nopie", "sqlite3Fts5ExprNew", UNRESOLVED),
+    ("sqlite3-clang", "re_sql_func", UNRESOLVED),
+    ("sqlite3-clang", "sqlite3ExprCodeTarget", UNRESOLVED),
+    ("sqlite3-clang", "sqlite3VdbeExec", UNRESOLVED),
+    ("sqlite3-clang-pac", "re_sql_func", UNRESOLVED),
+    ("sqlite3-clang-pac", "sqlite3ExprCodeTarget", UNRESOLVED),
+    ("sqlite3-clang-pac", "sqlite3VdbeExec", UNRESOLVED),
 ];
 
 /// A computed goto in a function of Lua or SQLite other than Lua's VM loop.
@@ -437,15 +440,25 @@ fn aarch64_lua_and_sqlite_are_modelled() {
             "{name}: {:.2}% of functions simple",
             s.fn_pct()
         );
-        // Lua's str_format (2,148 bytes, 1.2% of gcc's Lua) is a known gap (KNOWN_GAPS).
-        let byte_bar = if name.starts_with("lua-gcc") {
-            98.5
-        } else {
-            99.5
-        };
+        // The functions of KNOWN_GAPS (listed, each with its reason, and checked exactly
+        // below) are what keeps a binary under the bar; everything else must be modelled.
+        let known_gap_bytes: u64 = KNOWN_GAPS
+            .iter()
+            .filter(|(b, _, _)| *b == name)
+            .flat_map(|(_, f, _)| {
+                p.functions_named(f)
+                    .map(|f| f.range.len())
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        let with_known = (s.simple_bytes + known_gap_bytes) as f64 * 100.0 / s.bytes as f64;
+        eprintln!(
+            "  {name}: {:.2}% of code bytes simple, {with_known:.2}% with the known gaps",
+            s.byte_pct()
+        );
         assert!(
-            s.byte_pct() >= byte_bar,
-            "{name}: {:.2}% of code bytes simple",
+            with_known >= 99.5,
+            "{name}: {:.2}% of code bytes simple ({with_known:.2}% with the known gaps)",
             s.byte_pct()
         );
         if name.starts_with("lua") {

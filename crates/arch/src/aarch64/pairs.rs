@@ -56,3 +56,35 @@ pub(crate) fn address_pairs(insts: &[Option<Inst>]) -> Vec<(u64, u64)> {
     }
     out
 }
+
+/// True when the `adr` at `insts[k]` computes the anchor of a switch table: the label its
+/// register holds is added to a table entry shifted by 2 (`add xd, xA, wE, sxtb #2` from gcc,
+/// `add xd, xA, xE, lsl #2` from clang) before anything else writes it. Such a label is no
+/// computed-goto target: it is only where the table's distances count from.
+pub(crate) fn is_table_anchor(insts: &[Option<Inst>], k: usize) -> bool {
+    let Some(Some(Inst {
+        pc_relative: Some(PcRelative::Adr { reg, .. }),
+        ..
+    })) = insts.get(k)
+    else {
+        return false;
+    };
+    for next in insts.iter().skip(k + 1).take(WINDOW) {
+        let Some(next) = next else { return false };
+        let w = next.word;
+        let rn = ((w >> 5) & 0x1f) as u8;
+        // ADD (extended register), 64-bit: shift amount in imm3 (bits 12-10).
+        let extended = w & 0xffe0_0000 == 0x8b20_0000 && (w >> 10) & 7 == 2;
+        // ADD (shifted register), 64-bit, LSL (shift 00) #2.
+        let shifted = w & 0xffe0_0000 == 0x8b00_0000 && (w >> 10) & 0x3f == 2;
+        if (extended || shifted) && rn == *reg {
+            return true;
+        }
+        let ends_run = !matches!(next.control, Control::Next);
+        let rd = (w & 0x1f) as u8;
+        if ends_run || (writes_rd(next) && rd == *reg) || also_writes(next, *reg) {
+            return false;
+        }
+    }
+    false
+}
