@@ -35,7 +35,7 @@ use std::io::Write;
 use std::str::FromStr;
 
 use crate::fdata;
-use crate::model::{BranchCount, LocKind, Location, Mode, Origin, Profile};
+use crate::model::{BranchCount, FunctionHash, LocKind, Location, Mode, Origin, Profile};
 use crate::native::{self, NativeError};
 use crate::yaml::{YamlBlock, YamlFunction, YamlHeader, YamlProfile};
 
@@ -393,6 +393,8 @@ pub struct Merger {
     branches: BTreeMap<(Loc, Loc), BranchCount>,
     samples: BTreeMap<Loc, u64>,
     memory: BTreeMap<(Loc, Loc), u64>,
+    /// The code hashes the inputs carry (native format version 2), by function name.
+    hashes: BTreeMap<String, FunctionHash>,
 }
 
 impl Merger {
@@ -428,6 +430,21 @@ impl Merger {
             let sum = self.memory.entry(key).or_default();
             *sum = sum.saturating_add(count);
         }
+        // Inputs of one build hash its functions alike. Should two disagree (a profile
+        // without a build-id), the least wins: a rule that, like the sums, does not depend
+        // on the order or grouping of the inputs.
+        for (name, code) in profile.hashes {
+            match self.hashes.entry(name) {
+                Entry::Vacant(v) => {
+                    v.insert(code);
+                }
+                Entry::Occupied(mut o) => {
+                    if code < *o.get() {
+                        o.insert(code);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -449,6 +466,7 @@ impl Merger {
         profile.binary_name = header.binary_name;
         profile.origin = header.origin;
         profile.bolted_collection = header.bolted_collection;
+        profile.hashes = self.hashes;
         // `into_iter` frees the compact sum as the profile grows.
         for ((from, to), c) in self.branches {
             profile.branches.insert((location(from), location(to)), c);
@@ -473,6 +491,7 @@ impl Merger {
         head.binary_name = header.binary_name;
         head.origin = header.origin;
         head.bolted_collection = header.bolted_collection;
+        head.hashes = self.hashes;
         match head.mode {
             Mode::Branches if !self.samples.is_empty() => {
                 return Err(unrepresentable("a branch profile holds IP samples"));
