@@ -94,13 +94,13 @@ pub struct AttachedProfile {
 
 /// Functions by the names profiles use: profile names, then plain and qualified names, then
 /// the names discovery gives functions of a stripped binary (`__rivet_fde_ADDR`), by address.
-struct NameIndex<'a> {
+pub(crate) struct NameIndex<'a> {
     by_name: HashMap<&'a str, FuncId>,
     program: &'a Program,
 }
 
 impl<'a> NameIndex<'a> {
-    fn new(program: &'a Program, names: &'a [String]) -> Self {
+    pub(crate) fn new(program: &'a Program, names: &'a [String]) -> Self {
         let mut by_name = HashMap::new();
         for f in &program.functions {
             for n in &f.names {
@@ -114,7 +114,7 @@ impl<'a> NameIndex<'a> {
         NameIndex { by_name, program }
     }
 
-    fn get(&self, name: &str) -> Option<FuncId> {
+    pub(crate) fn get(&self, name: &str) -> Option<FuncId> {
         self.by_name
             .get(name)
             .copied()
@@ -152,7 +152,7 @@ fn exit_block(f: &Function, addr: Vaddr) -> Option<BlockId> {
     .then_some(b)
 }
 
-fn block_holding(f: &Function, addr: Vaddr) -> Option<BlockId> {
+pub(crate) fn block_holding(f: &Function, addr: Vaddr) -> Option<BlockId> {
     let pos = f.blocks.partition_point(|b| b.start <= addr);
     let i = pos.checked_sub(1)?;
     let last = f.block_insts(&f.blocks[i]).last()?;
@@ -478,7 +478,7 @@ fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
 
 /// Block and edge counts of `f` consistent along its CFG and closest to `weights` (per block:
 /// an estimate of how often it ran, or `None` for unknown).
-fn infer_counts(f: &Function, weights: &[Option<u64>]) -> FunctionCounts {
+pub(crate) fn infer_counts(f: &Function, weights: &[Option<u64>]) -> FunctionCounts {
     let mut edges = Vec::new();
     let mut edge_index = Vec::new();
     // Fall-through edges first: inference breaks ties toward the edge listed first, and the

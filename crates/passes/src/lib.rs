@@ -10,6 +10,8 @@
 //! - `dyno`: execution statistics (instructions, calls, taken and non-taken branches) of the
 //!   profiled run on the original code and on a new layout, as the emitter would write it.
 //! - `fragment_size`: the bytes a fragment takes once emitted, estimated for layout decisions.
+//! - `stale`: a profile of another build of the program carried over by function and block
+//!   hashes, the counts of changed functions repaired by flow inference.
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
 //!   attached profile.
 
@@ -20,6 +22,7 @@ pub mod fragment_size;
 pub mod instrument;
 pub mod names;
 pub mod optimize;
+pub mod stale;
 
 use std::collections::HashSet;
 
