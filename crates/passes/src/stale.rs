@@ -186,25 +186,35 @@ pub fn function_hash(program: &Program, f: &Function) -> FunctionHash {
 /// Adds to `profile` the hashes of every function of `program` its records name, so that a
 /// later build can use it (Rivet's format writes them).
 pub fn add_hashes(program: &Program, names: &[String], profile: &mut Profile) {
-    let index = NameIndex::new(program, names);
     let places = profile
         .branches
         .keys()
         .flat_map(|(from, to)| [from, to])
-        .chain(profile.samples.keys());
-    let mut named: BTreeMap<&str, FuncId> = BTreeMap::new();
-    for l in places {
-        if l.kind != LocKind::External
-            && let Some(f) = index.get(&l.name)
-        {
-            named.insert(&l.name, f);
+        .chain(profile.samples.keys())
+        .filter(|l| l.kind != LocKind::External)
+        .map(|l| l.name.as_str());
+    let hashes = hashes_of_named(program, names, places);
+    profile.hashes.extend(hashes);
+}
+
+/// The hashes of the functions of `program` that `named` names (profile names); names of no
+/// function are passed over.
+pub fn hashes_of_named<'a>(
+    program: &Program,
+    names: &[String],
+    named: impl Iterator<Item = &'a str>,
+) -> BTreeMap<String, FunctionHash> {
+    let index = NameIndex::new(program, names);
+    let mut found: BTreeMap<&str, FuncId> = BTreeMap::new();
+    for name in named {
+        if let Some(f) = index.get(name) {
+            found.insert(name, f);
         }
     }
-    let hashes: Vec<(String, FunctionHash)> = named
+    found
         .into_iter()
         .map(|(name, f)| (name.to_owned(), function_hash(program, program.function(f))))
-        .collect();
-    profile.hashes.extend(hashes);
+        .collect()
 }
 
 /// How one function of the profile matched.

@@ -407,6 +407,22 @@ impl Merger {
         self.inputs
     }
 
+    /// Every name the records of the sum use (functions and shared objects alike).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.names.keys().map(|n| &**n)
+    }
+
+    /// Sets the code hashes of the sum (from the binary the inputs were taken on), replacing
+    /// those of the inputs.
+    pub fn set_hashes(&mut self, hashes: BTreeMap<String, FunctionHash>) {
+        self.hashes = hashes;
+    }
+
+    /// The build-id the inputs agree on, if any says one.
+    pub fn build_id(&self) -> Option<&str> {
+        self.header.as_ref().and_then(|h| h.build_id.as_deref())
+    }
+
     /// Adds `profile`, its counts scaled by `weight`. On an error the sum is left as it was
     /// before this input, and the error names it as input number [`Merger::inputs`] + 1.
     pub fn add(&mut self, mut profile: Profile, weight: Weight) -> Result<(), MergeError> {
