@@ -297,12 +297,16 @@ pub fn partial_match_warning(
         .flatten()
         .map(|x| x.1)
         .collect();
+    let lost = if lost.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", lost.join("; "))
+    };
     Some(format!(
-        "only {:.1}% of the counts in {} matched {}: {}; {cause}",
+        "only {:.1}% of the counts in {} matched {}{lost}; {cause}",
         100.0 * r.matched_share(),
         profile.display(),
         binary.display(),
-        lost.join("; ")
     ))
 }
 

@@ -337,6 +337,10 @@ struct Carried {
     profile: Profile,
     translations: HashMap<String, Translation>,
     report: StaleReport,
+    /// Branch profiles: per approximately matched function, the count of each old block.
+    old_counts: HashMap<String, Vec<u64>>,
+    /// Records that fit nothing in the new build (not in `profile`).
+    unmatched_records: u64,
 }
 
 fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried {
@@ -448,6 +452,7 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
     out.bolted_collection = profile.bolted_collection;
     out.memory = profile.memory.clone();
     let mut report = StaleReport::default();
+    let mut unmatched_records = 0u64;
     let mut per_function: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     // Where a location goes: `Ok(Some(loc))` carried over (the bool: approximately),
     // `Ok(None)` left as it is (external), `Err(())` fits nothing.
@@ -523,6 +528,25 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
         let t = translations.get(&l.name)?;
         t.new.map(|f| program.function(f).name().to_owned())
     };
+    // The counts of the old blocks of approximately matched functions, measured as the larger
+    // of what flowed in (to the block's start) and out (from its last instruction), as
+    // `attach` counts blocks: they become the weights of the new blocks matched to them, even
+    // where the other end of an edge matched nothing.
+    let mut old_flow: HashMap<&str, (Vec<u64>, Vec<u64>)> = HashMap::new();
+    // The old block a record's end is in, if in an approximately matched function, and
+    // whether that block was matched.
+    let old_block = |l: &Location, role: Role| -> Option<(usize, bool)> {
+        if l.kind == LocKind::External {
+            return None;
+        }
+        let t = translations.get(&l.name).filter(|t| t.approximate())?;
+        let old = t.old.as_ref()?;
+        let i = match role {
+            Role::Source => old.blocks.iter().position(|b| b.last == l.offset)?,
+            _ => old.blocks.iter().position(|b| b.offset == l.offset)?,
+        };
+        Some((i, t.blocks[i].is_some()))
+    };
     for ((from, to), c) in &profile.branches {
         let owner = if from.kind == LocKind::External {
             &to.name
@@ -536,6 +560,22 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
         );
         let entry = per_function.entry(owner).or_default();
         entry.0 += c.count;
+        let mut weighed = false;
+        for (l, role) in [(from, Role::Source), (to, Role::Target)] {
+            if let Some((i, matched)) = old_block(l, role) {
+                let n = translations[&l.name].blocks.len();
+                let flow = old_flow
+                    .entry(l.name.as_str())
+                    .or_insert_with(|| (vec![0; n], vec![0; n]));
+                let side = if role == Role::Source {
+                    &mut flow.1
+                } else {
+                    &mut flow.0
+                };
+                side[i] = side[i].saturating_add(c.count);
+                weighed |= matched;
+            }
+        }
         match carried {
             (Ok(a), Ok(b)) => {
                 let approximate =
@@ -550,9 +590,24 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                     report.exact_count += c.count;
                 }
             }
-            _ => report.unmatched_count += c.count,
+            // Not carried as an edge, but its count reaches a matched block's weight.
+            _ if weighed => {
+                entry.1 += c.count;
+                report.approximate_count += c.count;
+            }
+            _ => {
+                report.unmatched_count += c.count;
+                unmatched_records += 1;
+            }
         }
     }
+    let old_counts: HashMap<String, Vec<u64>> = old_flow
+        .into_iter()
+        .map(|(name, (inflow, outflow))| {
+            let counts = inflow.iter().zip(&outflow).map(|(a, b)| *a.max(b)).collect();
+            (name.to_owned(), counts)
+        })
+        .collect();
     for (at, &count) in &profile.samples {
         let entry = per_function.entry(&at.name).or_default();
         entry.0 += count;
@@ -567,7 +622,10 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                     report.exact_count += count;
                 }
             }
-            Err(()) => report.unmatched_count += count,
+            Err(()) => {
+                report.unmatched_count += count;
+                unmatched_records += 1;
+            }
         }
     }
     report.functions = per_function
@@ -588,6 +646,8 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
         profile: out,
         translations,
         report,
+        old_counts,
+        unmatched_records,
     }
 }
 
@@ -607,26 +667,49 @@ pub fn attach_stale(
 ) -> (AttachedProfile, StaleReport) {
     let carried = translate(program, names, profile);
     let mut attached = attach(program, names, &carried.profile);
-    for t in carried.translations.values().filter(|t| t.approximate()) {
-        let Some(f) = t.new else { continue };
+    // The attach report speaks of the carried-over profile; the profile as read is what the
+    // user gave. A record that reaches the new build only as a block's weight matched too.
+    let r = &carried.report;
+    attached.report.records = (profile.branches.len() + profile.samples.len()) as u64;
+    attached.report.records_count = r.total();
+    attached.report.matched = attached.report.records - carried.unmatched_records;
+    attached.report.matched_count = r.exact_count + r.approximate_count;
+    for (name, t) in &carried.translations {
+        let Some(f) = t.new.filter(|_| t.approximate()) else {
+            continue;
+        };
         let func = program.function(f);
         if !func.is_simple() {
             continue;
         }
-        let Some(counts) = attached.functions[f.0 as usize].as_ref() else {
-            continue;
-        };
-        // Matched blocks keep what they were measured at; the others are unknown.
+        // Matched blocks weigh what their old blocks were measured at; the others are
+        // unknown, for inference to fill in.
         let mut weights: Vec<Option<u64>> = vec![None; func.blocks.len()];
-        for b in t.blocks.iter().flatten() {
-            weights[b.0 as usize] = Some(counts.blocks[b.0 as usize]);
+        match (carried.old_counts.get(name), &attached.functions[f.0 as usize]) {
+            (Some(old), _) => {
+                for (i, b) in t.blocks.iter().enumerate() {
+                    if let Some(b) = b {
+                        weights[b.0 as usize] = Some(old[i]);
+                    }
+                }
+            }
+            (None, Some(counts)) => {
+                for b in t.blocks.iter().flatten() {
+                    weights[b.0 as usize] = Some(counts.blocks[b.0 as usize]);
+                }
+            }
+            (None, None) => continue,
         }
-        let repaired = infer_counts(func, &weights);
-        let entries = counts.entries.max(repaired.entries);
-        let mut repaired = repaired;
-        repaired.entries = entries;
+        if weights.iter().flatten().all(|&w| w == 0) {
+            continue;
+        }
+        let mut repaired = infer_counts(func, &weights);
+        if let Some(counts) = &attached.functions[f.0 as usize] {
+            repaired.entries = repaired.entries.max(counts.entries);
+        }
         attached.functions[f.0 as usize] = Some(repaired);
     }
+    attached.report.profiled_functions = attached.functions.iter().flatten().count();
     (attached, carried.report)
 }
 
