@@ -125,8 +125,10 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
                 _ => FormatArg::Rivet,
             });
     if args.binary.is_some() && format != FormatArg::Rivet {
-        return Err(UserError::new("--binary adds code hashes, which only Rivet's profile format holds")
-            .hint("write the merged profile with --format rivet"));
+        return Err(UserError::new(
+            "--binary adds code hashes, which only Rivet's profile format holds",
+        )
+        .hint("write the merged profile with --format rivet"));
     }
     let specs = input_specs(args)?;
     let describe = |e: &MergeError| {

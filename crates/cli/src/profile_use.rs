@@ -83,7 +83,9 @@ pub fn hashes_from_binary<'a>(
         DiscoverError::Elf(e) => elf_error(binary, &e),
     })?;
     let names = rivet_passes::names::profile_names(&program);
-    Ok(rivet_passes::stale::hashes_of_named(&program, &names, named))
+    Ok(rivet_passes::stale::hashes_of_named(
+        &program, &names, named,
+    ))
 }
 
 /// Lower-case hex, as profiles write build-ids.
@@ -120,8 +122,10 @@ pub fn load_profile(
         }
     };
     let ours = elf.build_id().map(hex);
-    let same_build = matches!((&profile.build_id, &ours), (Some(theirs), Some(ours)) if theirs == ours);
-    let other_build = matches!((&profile.build_id, &ours), (Some(theirs), Some(ours)) if theirs != ours);
+    let same_build =
+        matches!((&profile.build_id, &ours), (Some(theirs), Some(ours)) if theirs == ours);
+    let other_build =
+        matches!((&profile.build_id, &ours), (Some(theirs), Some(ours)) if theirs != ours);
     if force || same_build {
         return Ok(Loaded {
             profile,
