@@ -303,7 +303,7 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
     })?;
     if let Some(path) = &args.profile {
         let loaded = profile_use::load_profile(path, &args.binary, &elf, args.force)?;
-        let (attached, stale) = profile_use::attach_loaded(&program, &loaded);
+        let (attached, stale) = profile_use::attach_loaded(&program, &loaded)?;
         if let Some(report) = &stale {
             eprintln!(
                 "rivet: note: {}",

@@ -11,7 +11,8 @@
 //!
 //! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
 //! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
-//! build (stale matching, `rivet_passes::stale`).
+//! build (stale matching, `rivet_passes::stale`). BOLT YAML inputs merged with `--binary` are
+//! put on that binary (`rivet_passes::bolt_yaml`) and written in Rivet's format.
 //!
 //! The output is sorted and independent of the order and grouping of the inputs, so the same
 //! inputs always give the same bytes, however a fleet splits the work. Mixing branch and
@@ -24,11 +25,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
-use rivet_profile::{fdata, yaml};
+use rivet_profile::{fdata, native, yaml};
 
 use crate::error::UserError;
 use crate::files::PendingOutput;
-use crate::profile_use::{FormatArg, Input, hashes_from_binary, read_profile};
+use crate::profile_use::{FormatArg, Input, hashes_from_binary, read_profile, yaml_with_hashes};
 
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
@@ -148,7 +149,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
                 sum = Some(Sum::Located(merger));
             }
             (Input::Yaml(y), None) => {
-                if format != FormatArg::Yaml {
+                if format != FormatArg::Yaml && args.binary.is_none() {
                     return Err(UserError::new("YAML profiles merge into YAML only")
                         .hint("use --format yaml"));
                 }
@@ -173,6 +174,13 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
     }
     let text = match sum {
         None => return Err(UserError::new("no profiles to merge")),
+        Some(Sum::Yaml(merger)) if args.binary.is_some() => {
+            // Put on the binary they were taken on, with its code hashes: Rivet's format.
+            let binary = args.binary.as_deref().unwrap_or(Path::new(""));
+            let merged = merger.finish().map_err(|e| describe(&e))?;
+            let profile = yaml_with_hashes(binary, &merged)?;
+            native::write(&profile).map_err(|e| UserError::new(e.to_string()))?
+        }
         Some(Sum::Yaml(merger)) => yaml::write(&merger.finish().map_err(|e| describe(&e))?),
         Some(Sum::Located(merger)) => match format {
             // Streamed from the sum to the file: the whole profile is never held at once.

@@ -545,7 +545,7 @@ pub fn run_with(
     })?;
     clock.lap("discover");
     let names = rivet_passes::names::profile_names(&program);
-    let (attached, stale) = attach_loaded(&program, &profile);
+    let (attached, stale) = attach_loaded(&program, &profile)?;
     if let Some(report) = &stale {
         eprintln!(
             "rivet: note: {}",

@@ -12,6 +12,7 @@ use rivet_profile::FunctionHash;
 use rivet_elf::ElfFile;
 use rivet_ir::Program;
 use rivet_passes::attach::{AttachedProfile, attach};
+use rivet_passes::bolt_yaml::from_bolt_yaml;
 use rivet_passes::stale::{FunctionMatchKind, StaleReport, attach_stale};
 use rivet_profile::Profile;
 use rivet_profile::counters::{CounterFile, is_counter_file};
@@ -96,6 +97,8 @@ pub fn hex(bytes: &[u8]) -> String {
 /// A profile read for one binary, and how it is to be fitted to it.
 pub struct Loaded {
     pub profile: Profile,
+    /// A BOLT YAML profile, put on the binary once it is discovered (`profile` is empty then).
+    pub yaml: Option<yaml::YamlProfile>,
     /// The profile is of another build of the program (or cannot be told to be of this one)
     /// and carries code hashes: it is carried over by stale matching. Holds the profile's
     /// build-id, when it has one.
@@ -111,17 +114,30 @@ pub fn load_profile(
     elf: &ElfFile<'_>,
     force: bool,
 ) -> Result<Loaded, UserError> {
+    let ours = elf.build_id().map(hex);
     let profile = match read_profile(path)? {
         Input::Located(p) => p,
-        Input::Yaml(_) => {
-            return Err(UserError::new(format!(
-                "{}: BOLT YAML profiles are keyed by BOLT's block numbering, which Rivet does not reproduce",
-                path.display()
-            ))
-            .hint("give Rivet the fdata (llvm-bolt -w writes YAML; perf2bolt writes fdata by default)"));
+        Input::Yaml(y) => {
+            let theirs = &y.header.build_id;
+            if let Some(ours) = &ours
+                && !theirs.is_empty()
+                && theirs != ours
+                && !force
+            {
+                return Err(UserError::new(format!(
+                    "{} is a BOLT YAML profile of another build of {} (build-id {theirs}, the binary's is {ours})",
+                    path.display(),
+                    binary.display()
+                ))
+                .hint("convert it with the build it was taken on, which gives it Rivet's code hashes (`rivet merge --binary OLD_BINARY PROFILE.yaml -o P.prof`), then optimize with P.prof; or pass --force to use its offsets as they are"));
+            }
+            return Ok(Loaded {
+                profile: Profile::new(rivet_profile::Mode::Branches),
+                yaml: Some(y),
+                stale: None,
+            });
         }
     };
-    let ours = elf.build_id().map(hex);
     let same_build =
         matches!((&profile.build_id, &ours), (Some(theirs), Some(ours)) if theirs == ours);
     let other_build =
@@ -129,6 +145,7 @@ pub fn load_profile(
     if force || same_build {
         return Ok(Loaded {
             profile,
+            yaml: None,
             stale: None,
         });
     }
@@ -138,6 +155,7 @@ pub fn load_profile(
         let theirs = profile.build_id.clone();
         return Ok(Loaded {
             profile,
+            yaml: None,
             stale: Some(theirs),
         });
     }
@@ -153,21 +171,65 @@ pub fn load_profile(
     }
     Ok(Loaded {
         profile,
+        yaml: None,
         stale: None,
     })
 }
 
 /// Attaches a loaded profile to `program`: as it is, or carried over from another build (then
-/// with the report of how it matched).
-pub fn attach_loaded(program: &Program, loaded: &Loaded) -> (AttachedProfile, Option<StaleReport>) {
+/// with the report of how it matched). A YAML profile is put on the program first.
+pub fn attach_loaded(
+    program: &Program,
+    loaded: &Loaded,
+) -> Result<(AttachedProfile, Option<StaleReport>), UserError> {
     let names = rivet_passes::names::profile_names(program);
-    match loaded.stale {
+    if let Some(y) = &loaded.yaml {
+        let converted = from_bolt_yaml(program, &names, y).map_err(|e| {
+            UserError::new(e.to_string())
+                .hint("Rivet reads BOLT YAML profiles of branch stacks or instrumentation; give it the fdata of a sampled profile")
+        })?;
+        let mut attached = attach(program, &names, &converted.profile);
+        // Counts of blocks that could not be placed did not match either.
+        attached.report.records += converted.lost_records;
+        attached.report.records_count += converted.lost_count;
+        return Ok((attached, None));
+    }
+    Ok(match loaded.stale {
         None => (attach(program, &names, &loaded.profile), None),
         Some(_) => {
             let (attached, report) = attach_stale(program, &names, &loaded.profile);
             (attached, Some(report))
         }
+    })
+}
+
+/// The BOLT YAML profile `y`, taken on `binary`, as a Rivet profile with its code hashes.
+pub fn yaml_with_hashes(binary: &Path, y: &yaml::YamlProfile) -> Result<Profile, UserError> {
+    let mapped = map_input(binary)?;
+    let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(binary, &e))?;
+    let theirs = &y.header.build_id;
+    if let Some(ours) = elf.build_id().map(hex)
+        && !theirs.is_empty()
+        && *theirs != ours
+    {
+        return Err(UserError::new(format!(
+            "the profiles are of build-id {theirs}, {} is build-id {ours}",
+            binary.display()
+        ))
+        .hint("give --binary the build the profiles were taken on"));
     }
+    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+        DiscoverError::Elf(e) => elf_error(binary, &e),
+    })?;
+    let names = rivet_passes::names::profile_names(&program);
+    let mut profile = from_bolt_yaml(&program, &names, y)
+        .map_err(|e| {
+            UserError::new(e.to_string())
+                .hint("Rivet reads BOLT YAML profiles of branch stacks or instrumentation")
+        })?
+        .profile;
+    rivet_passes::stale::add_hashes(&program, &names, &mut profile);
+    Ok(profile)
 }
 
 /// The one line said when a profile of another build is matched to this one.

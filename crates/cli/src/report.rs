@@ -395,7 +395,7 @@ pub fn run(args: &ReportArgs) -> Result<(), UserError> {
     let program = discover(&elf, &DiscoverOptions::default()).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
-    let (attached, stale) = attach_loaded(&program, &profile);
+    let (attached, stale) = attach_loaded(&program, &profile)?;
     if let Some(report) = &stale {
         eprintln!(
             "rivet: note: {}",

@@ -233,3 +233,80 @@ fn inspect_reports_how_the_profile_matched() {
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(line.contains("(approximate, "), "{line}");
 }
+
+/// `llvm-bolt-19 BINARY -data=FDATA -w YAML`: BOLT's YAML profile of the first build, from the
+/// fdata Rivet writes of the same counts.
+fn bolt_yaml(b: &Builds) -> PathBuf {
+    let fdata = b.dir.join("interp1.fdata");
+    let out = rivet(&["merge", s(&b.counts), "-o", s(&fdata)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = b.dir.join("interp1.yaml");
+    let out = Command::new("llvm-bolt-19")
+        .arg(&b.v1)
+        .arg(format!("-data={}", fdata.display()))
+        .arg("-w")
+        .arg(&yaml)
+        .arg("-o")
+        .arg(b.dir.join("interp1.bolt"))
+        .output()
+        .expect("llvm-bolt-19 is required (apt-get install bolt-19)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    yaml
+}
+
+#[test]
+fn a_bolt_yaml_profile_drives_optimize_and_carries_over_to_the_next_build() {
+    let b = builds();
+    let yaml = bolt_yaml(b);
+    // On its own build, the YAML profile gives the layout the counts it came from give.
+    let (from_yaml, stderr) = optimize_json(&b.v1, &yaml, &b.dir.join("interp1.y"), &[]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let (from_counts, _) = optimize_json(&b.v1, &b.counts, &b.dir.join("interp1.c"), &[]);
+    assert_eq!(
+        from_yaml["profile"]["matched_share"].as_f64(),
+        Some(1.0),
+        "{from_yaml}"
+    );
+    assert_eq!(from_yaml["dyno_stats"], from_counts["dyno_stats"]);
+    assert_eq!(
+        run(&b.dir.join("interp1.y"), &["100001"]),
+        run(&b.v1, &["100001"])
+    );
+
+    // On the next build it is refused, with the way to carry it over in the hint...
+    let out = rivet(&[
+        "optimize",
+        s(&b.v2),
+        "--profile",
+        s(&yaml),
+        "-o",
+        s(&b.dir.join("never")),
+    ]);
+    assert_one_error_line(&out, "is a BOLT YAML profile of another build");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rivet merge --binary"));
+    // ...which is to put it on its own build, with code hashes, in Rivet's format.
+    let converted = b.dir.join("interp1-yaml.prof");
+    let out = rivet(&["merge", "--binary", s(&b.v1), s(&yaml), "-o", s(&converted)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stale_out = b.dir.join("interp2.from-yaml");
+    let (stale, _) = optimize_json(&b.v2, &converted, &stale_out, &[]);
+    let share = stale["profile"]["matched_share"].as_f64().unwrap();
+    assert!(share >= 0.85, "stale matching of the YAML kept {share}");
+    assert_eq!(
+        stale["profile"]["stale"]["functions"][0]["match"],
+        "approximate"
+    );
+    assert_eq!(run(&stale_out, &["100001"]), run(&b.v2, &["100001"]));
+}

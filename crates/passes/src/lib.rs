@@ -5,6 +5,7 @@
 //!   that turns raw counters back into edge counts.
 //! - `names`: the names profiles give functions (BOLT's conventions, so fdata interoperates).
 //! - `aggregate`: perf samples of the binary (branch stacks or plain IPs) into a profile.
+//! - `bolt_yaml`: BOLT's YAML profile put on the binary it was taken on, by block offsets.
 //! - `attach`: a profile onto the program: block, edge and entry counts, a call graph, and
 //!   what matched (flow inference for sample profiles).
 //! - `dyno`: execution statistics (instructions, calls, taken and non-taken branches) of the
@@ -17,6 +18,7 @@
 
 pub mod aggregate;
 pub mod attach;
+pub mod bolt_yaml;
 pub mod dyno;
 pub mod fragment_size;
 pub mod instrument;
