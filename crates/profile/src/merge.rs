@@ -942,6 +942,35 @@ mod tests {
     use crate::model::{BranchCount, Location};
     use crate::yaml::{HashFunc, ProfileFlags, YamlCall, YamlSucc};
 
+    #[test]
+    fn code_hashes_are_kept_and_the_least_wins_whatever_the_order() {
+        let hashed = |hash: u64| {
+            let mut p = branches(None, 1);
+            p.hashes.insert(
+                "f".into(),
+                FunctionHash {
+                    hash,
+                    blocks: Vec::new(),
+                },
+            );
+            p
+        };
+        let one = merge([hashed(7), branches(None, 2)]).unwrap();
+        assert_eq!(one.hashes["f"].hash, 7);
+        let a = merge([hashed(7), hashed(3)]).unwrap();
+        let b = merge([hashed(3), hashed(7)]).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.hashes["f"].hash, 3);
+        // The streamed writer writes them too.
+        let mut merger = Merger::new();
+        merger.add(hashed(9), Weight::ONE).unwrap();
+        let mut out = Vec::new();
+        merger.write_native(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\nfunction f 9\nrecords\n"), "{text}");
+        assert_eq!(crate::native::parse(&text).unwrap().hashes["f"].hash, 9);
+    }
+
     fn branches(build_id: Option<&str>, count: u64) -> Profile {
         let mut p = Profile::new(Mode::Branches);
         p.build_id = build_id.map(str::to_owned);
