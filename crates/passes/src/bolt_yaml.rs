@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 
 use rivet_ir::{Function, Program, Terminator};
-use rivet_profile::yaml::YamlProfile;
 use rivet_profile::model::Origin;
+use rivet_profile::yaml::YamlProfile;
 use rivet_profile::{Location, Mode, Profile};
 
 use crate::attach::NameIndex;
@@ -63,7 +63,13 @@ fn place(f: &Function, hash: u64) -> Option<u64> {
         .blocks
         .iter()
         .map(|b| b.start.get() - f.range.start.get())
-        .filter(|&o| if size <= 0x10000 { o == low } else { o & 0xffff == low });
+        .filter(|&o| {
+            if size <= 0x10000 {
+                o == low
+            } else {
+                o & 0xffff == low
+            }
+        });
     let first = fits.next()?;
     fits.next().is_none().then_some(first)
 }
@@ -79,7 +85,10 @@ fn last_instruction(f: &Function, offset: u64, insns: u32) -> u64 {
     loop {
         let block = f.block(b);
         seen += block.insts.end - block.insts.start;
-        let last = f.block_insts(block).last().map_or(block.start, |i| i.addr());
+        let last = f
+            .block_insts(block)
+            .last()
+            .map_or(block.start, |i| i.addr());
         let next = f.block_insts(block).last().map(|i| i.end());
         let falls = block.terminator == Terminator::FallThrough;
         match next.and_then(|n| f.block_at(n)) {
@@ -126,7 +135,12 @@ pub fn from_bolt_yaml(
             let counted = b.exec > 0 || b.succ.iter().any(|s| s.cnt > 0);
             blocks += u64::from(counted);
             let Some(&(start, last)) = where_.get(&b.bid) else {
-                for count in b.succ.iter().map(|s| s.cnt).chain(b.calls.iter().map(|c| c.cnt)) {
+                for count in b
+                    .succ
+                    .iter()
+                    .map(|s| s.cnt)
+                    .chain(b.calls.iter().map(|c| c.cnt))
+                {
                     lost_records += u64::from(count > 0);
                     lost_count += count;
                 }
@@ -168,7 +182,12 @@ pub fn from_bolt_yaml(
             .exec
             .saturating_sub(called.get(yf.name.as_str()).copied().unwrap_or(0));
         if outside > 0 {
-            profile.add_branch(Location::unknown(), Location::symbol(&yf.name, 0), outside, 0);
+            profile.add_branch(
+                Location::unknown(),
+                Location::symbol(&yf.name, 0),
+                outside,
+                0,
+            );
         }
     }
     Ok(Converted {

@@ -331,6 +331,44 @@ fn match_blocks(old: &[BlockHash], new: &[BlockHash]) -> Vec<Option<usize>> {
     result
 }
 
+/// Matches more old blocks along the profile's edges (old block indices, hottest first): an
+/// edge from a matched block to an unmatched one, where the matched block's image has exactly
+/// one successor no old block claims, matches the unmatched block to that successor; the same
+/// backwards through predecessors. Repeated until nothing changes. Hashes fail where a change
+/// touched every instruction of a block (a register renamed throughout); the edges the program
+/// took are what matters for layout, and they still connect the code around it.
+fn follow_edges(f: &Function, edges: &[(usize, usize)], blocks: &mut [Option<BlockId>]) {
+    let mut preds: Vec<Vec<BlockId>> = vec![Vec::new(); f.blocks.len()];
+    for (i, b) in f.blocks.iter().enumerate() {
+        for s in &b.succs {
+            preds[s.to.0 as usize].push(BlockId(i as u32));
+        }
+    }
+    let mut taken = vec![false; f.blocks.len()];
+    for b in blocks.iter().flatten() {
+        taken[b.0 as usize] = true;
+    }
+    loop {
+        let mut changed = false;
+        for &(i, j) in edges {
+            let (unmatched, candidates) = match (blocks[i], blocks[j]) {
+                (Some(a), None) => (j, f.block(a).succs.iter().map(|s| s.to).collect::<Vec<_>>()),
+                (None, Some(b)) => (i, preds[b.0 as usize].clone()),
+                _ => continue,
+            };
+            let mut free = candidates.into_iter().filter(|c| !taken[c.0 as usize]);
+            if let (Some(c), None) = (free.next(), free.next()) {
+                blocks[unmatched] = Some(c);
+                taken[c.0 as usize] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+    }
+}
+
 /// The profile carried over to `program` (see the module doc): the translated profile, the
 /// per-function translations, and the report.
 struct Carried {
@@ -367,6 +405,20 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
     );
     named.sort_unstable();
     named.dedup();
+    // The profile's edges inside each function, (from, to) offsets, largest count first.
+    let mut inner: Vec<(&str, u64, u64, u64)> = profile
+        .branches
+        .iter()
+        .filter(|((from, to), _)| {
+            from.kind != LocKind::External && from.name == to.name && to.offset != 0
+        })
+        .map(|((from, to), c)| (from.name.as_str(), from.offset, to.offset, c.count))
+        .collect();
+    inner.sort_by(|a, b| b.3.cmp(&a.3).then((a.0, a.1, a.2).cmp(&(b.0, b.1, b.2))));
+    let mut inner_edges: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for (name, from, to, _) in inner {
+        inner_edges.entry(name).or_default().push((from, to));
+    }
     for name in named {
         let old = profile.hashes.get(name).cloned();
         let found = index.get(name);
@@ -395,12 +447,25 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                 } else {
                     let matched = match_blocks(&old.blocks, &new.blocks);
                     let func = program.function(f);
-                    let blocks: Vec<Option<BlockId>> = matched
+                    let mut blocks: Vec<Option<BlockId>> = matched
                         .iter()
                         .map(|m| {
                             m.and_then(|j| func.block_at(func.range.start + new.blocks[j].offset))
                         })
                         .collect();
+                    let edges: Vec<(usize, usize)> = inner_edges
+                        .get(name)
+                        .map(|list| {
+                            list.iter()
+                                .filter_map(|&(from, to)| {
+                                    let i = old.blocks.iter().position(|b| b.last == from)?;
+                                    let j = old.blocks.iter().position(|b| b.offset == to)?;
+                                    Some((i, j))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    follow_edges(func, &edges, &mut blocks);
                     Translation {
                         new: Some(f),
                         kind: FunctionMatchKind::Approximate {
@@ -458,7 +523,8 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
     // `Ok(None)` left as it is (external), `Err(())` fits nothing.
     let carry =
         |l: &Location, role: Role, callee: Option<&str>| -> Result<Option<(Location, bool)>, ()> {
-            if l.kind == LocKind::External {
+            // External places and PLT stubs (`name@PLT`) are named alike in every build.
+            if l.kind == LocKind::External || l.name.ends_with("@PLT") {
                 return Ok(None);
             }
             let t = translations.get(&l.name).ok_or(())?;
@@ -604,7 +670,11 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
     let old_counts: HashMap<String, Vec<u64>> = old_flow
         .into_iter()
         .map(|(name, (inflow, outflow))| {
-            let counts = inflow.iter().zip(&outflow).map(|(a, b)| *a.max(b)).collect();
+            let counts = inflow
+                .iter()
+                .zip(&outflow)
+                .map(|(a, b)| *a.max(b))
+                .collect();
             (name.to_owned(), counts)
         })
         .collect();
@@ -685,7 +755,10 @@ pub fn attach_stale(
         // Matched blocks weigh what their old blocks were measured at; the others are
         // unknown, for inference to fill in.
         let mut weights: Vec<Option<u64>> = vec![None; func.blocks.len()];
-        match (carried.old_counts.get(name), &attached.functions[f.0 as usize]) {
+        match (
+            carried.old_counts.get(name),
+            &attached.functions[f.0 as usize],
+        ) {
             (Some(old), _) => {
                 for (i, b) in t.blocks.iter().enumerate() {
                     if let Some(b) = b {
