@@ -284,22 +284,116 @@ impl Translation {
     }
 }
 
-/// Old blocks matched to new blocks (see the module doc): per old block, its new block.
-fn match_blocks(old: &[BlockHash], new: &[BlockHash]) -> Vec<Option<usize>> {
+/// The new function's CFG over the indices of its blocks' hashes.
+#[derive(Default)]
+struct Cfg {
+    succs: Vec<Vec<usize>>,
+    preds: Vec<Vec<usize>>,
+}
+
+impl Cfg {
+    fn of(f: &Function, hashes: &[BlockHash]) -> Cfg {
+        let index: HashMap<u64, usize> = hashes
+            .iter()
+            .enumerate()
+            .map(|(j, b)| (b.offset, j))
+            .collect();
+        let at = |b: BlockId| {
+            index
+                .get(&(f.block(b).start.get() - f.range.start.get()))
+                .copied()
+        };
+        let mut cfg = Cfg {
+            succs: vec![Vec::new(); hashes.len()],
+            preds: vec![Vec::new(); hashes.len()],
+        };
+        for (i, b) in f.blocks.iter().enumerate() {
+            let Some(j) = at(BlockId(i as u32)) else {
+                continue;
+            };
+            for s in &b.succs {
+                if let Some(k) = at(s.to) {
+                    cfg.succs[j].push(k);
+                    cfg.preds[k].push(j);
+                }
+            }
+        }
+        cfg
+    }
+}
+
+/// Old blocks matched to new blocks (see the module doc): per old block, the index of its new
+/// block in `new`. `edges` are the profile's edges between old blocks, hottest first; `cfg`
+/// is the new function's.
+///
+/// Anchors first: a hash (exact, then loose) that exactly one unmatched old block and one
+/// unmatched new block have. Then the profile's edges carry matches to neighbours (see
+/// `follow_edges`). Then the blocks whose hash several blocks share, the hottest old blocks
+/// first: the candidate whose CFG neighbours are the images of the old block's neighbours
+/// along the profile's edges wins, then the one whose neighbours hash agrees, then the one at
+/// the nearest relative position; after each hash, the edges again. Last, the entry block
+/// matches the entry block when nothing else claimed them.
+fn match_blocks(
+    old: &[BlockHash],
+    new: &[BlockHash],
+    cfg: &Cfg,
+    edges: &[(usize, usize)],
+) -> Vec<Option<usize>> {
     let mut result: Vec<Option<usize>> = vec![None; old.len()];
     let mut taken = vec![false; new.len()];
     let position = |i: usize, n: usize| i as f64 / n.max(1) as f64;
-    for key in [|b: &BlockHash| b.exact, |b: &BlockHash| b.loose] {
+    let keys = [|b: &BlockHash| b.exact, |b: &BlockHash| b.loose];
+    for key in keys {
+        let mut olds: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (i, b) in old.iter().enumerate().filter(|(i, _)| result[*i].is_none()) {
+            olds.entry(key(b)).or_default().push(i);
+        }
+        let mut news: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (j, b) in new.iter().enumerate().filter(|(j, _)| !taken[*j]) {
+            news.entry(key(b)).or_default().push(j);
+        }
+        for (k, is) in &olds {
+            if let (&[i], Some(&[j])) = (is.as_slice(), news.get(k).map(Vec::as_slice)) {
+                result[i] = Some(j);
+                taken[j] = true;
+            }
+        }
+    }
+    follow_edges(cfg, edges, &mut result, &mut taken);
+    // The hottest old blocks choose first.
+    let mut order: Vec<usize> = Vec::with_capacity(old.len());
+    let mut listed = vec![false; old.len()];
+    for &(i, j) in edges {
+        for b in [i, j] {
+            if !std::mem::replace(&mut listed[b], true) {
+                order.push(b);
+            }
+        }
+    }
+    order.extend((0..old.len()).filter(|&b| !listed[b]));
+    for key in keys {
         let mut by_key: HashMap<u64, Vec<usize>> = HashMap::new();
         for (j, b) in new.iter().enumerate() {
             by_key.entry(key(b)).or_default().push(j);
         }
-        for (i, ob) in old.iter().enumerate() {
+        for &i in &order {
             if result[i].is_some() {
                 continue;
             }
+            let ob = &old[i];
             let Some(candidates) = by_key.get(&key(ob)) else {
                 continue;
+            };
+            // How many of the old block's edges the candidate's CFG edges would agree with.
+            let agree = |j: usize| {
+                edges
+                    .iter()
+                    .filter(|&&(a, b)| match (a == i, b == i) {
+                        (true, _) => result[b].is_some_and(|m| cfg.succs[j].contains(&m)),
+                        (_, true) => result[a].is_some_and(|m| cfg.preds[j].contains(&m)),
+                        _ => false,
+                    })
+                    .count()
             };
             let best = candidates
                 .iter()
@@ -308,18 +402,23 @@ fn match_blocks(old: &[BlockHash], new: &[BlockHash]) -> Vec<Option<usize>> {
                 .min_by(|&a, &b| {
                     let score = |j: usize| {
                         (
+                            std::cmp::Reverse(agree(j)),
                             new[j].neighbours != ob.neighbours,
                             (position(j, new.len()) - position(i, old.len())).abs(),
                         )
                     };
                     let (sa, sb) = (score(a), score(b));
-                    sa.0.cmp(&sb.0).then(sa.1.total_cmp(&sb.1)).then(a.cmp(&b))
+                    sa.0.cmp(&sb.0)
+                        .then(sa.1.cmp(&sb.1))
+                        .then(sa.2.total_cmp(&sb.2))
+                        .then(a.cmp(&b))
                 });
             if let Some(j) = best {
                 result[i] = Some(j);
                 taken[j] = true;
             }
         }
+        follow_edges(cfg, edges, &mut result, &mut taken);
     }
     if let (Some(first), Some(false)) = (result.first_mut(), taken.first())
         && first.is_none()
@@ -337,29 +436,24 @@ fn match_blocks(old: &[BlockHash], new: &[BlockHash]) -> Vec<Option<usize>> {
 /// backwards through predecessors. Repeated until nothing changes. Hashes fail where a change
 /// touched every instruction of a block (a register renamed throughout); the edges the program
 /// took are what matters for layout, and they still connect the code around it.
-fn follow_edges(f: &Function, edges: &[(usize, usize)], blocks: &mut [Option<BlockId>]) {
-    let mut preds: Vec<Vec<BlockId>> = vec![Vec::new(); f.blocks.len()];
-    for (i, b) in f.blocks.iter().enumerate() {
-        for s in &b.succs {
-            preds[s.to.0 as usize].push(BlockId(i as u32));
-        }
-    }
-    let mut taken = vec![false; f.blocks.len()];
-    for b in blocks.iter().flatten() {
-        taken[b.0 as usize] = true;
-    }
+fn follow_edges(
+    cfg: &Cfg,
+    edges: &[(usize, usize)],
+    result: &mut [Option<usize>],
+    taken: &mut [bool],
+) {
     loop {
         let mut changed = false;
         for &(i, j) in edges {
-            let (unmatched, candidates) = match (blocks[i], blocks[j]) {
-                (Some(a), None) => (j, f.block(a).succs.iter().map(|s| s.to).collect::<Vec<_>>()),
-                (None, Some(b)) => (i, preds[b.0 as usize].clone()),
+            let (unmatched, candidates) = match (result[i], result[j]) {
+                (Some(a), None) => (j, &cfg.succs[a]),
+                (None, Some(b)) => (i, &cfg.preds[b]),
                 _ => continue,
             };
-            let mut free = candidates.into_iter().filter(|c| !taken[c.0 as usize]);
+            let mut free = candidates.iter().copied().filter(|&c| !taken[c]);
             if let (Some(c), None) = (free.next(), free.next()) {
-                blocks[unmatched] = Some(c);
-                taken[c.0 as usize] = true;
+                result[unmatched] = Some(c);
+                taken[c] = true;
                 changed = true;
             }
         }
@@ -445,14 +539,7 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                         old: None,
                     }
                 } else {
-                    let matched = match_blocks(&old.blocks, &new.blocks);
                     let func = program.function(f);
-                    let mut blocks: Vec<Option<BlockId>> = matched
-                        .iter()
-                        .map(|m| {
-                            m.and_then(|j| func.block_at(func.range.start + new.blocks[j].offset))
-                        })
-                        .collect();
                     let edges: Vec<(usize, usize)> = inner_edges
                         .get(name)
                         .map(|list| {
@@ -465,7 +552,16 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                                 .collect()
                         })
                         .unwrap_or_default();
-                    follow_edges(func, &edges, &mut blocks);
+                    let cfg = Cfg::of(func, &new.blocks);
+                    let blocks: Vec<Option<BlockId>> =
+                        match_blocks(&old.blocks, &new.blocks, &cfg, &edges)
+                            .iter()
+                            .map(|m| {
+                                m.and_then(|j| {
+                                    func.block_at(func.range.start + new.blocks[j].offset)
+                                })
+                            })
+                            .collect();
                     Translation {
                         new: Some(f),
                         kind: FunctionMatchKind::Approximate {
@@ -827,12 +923,17 @@ mod tests {
             bh(30, 4, 40, 400),
         ];
         assert_eq!(
-            match_blocks(&old, &new),
+            match_blocks(&old, &new, &Cfg::default(), &[]),
             vec![Some(0), Some(2), Some(3), Some(4)]
         );
         // Nothing in common but the entries: the entry still matches.
         assert_eq!(
-            match_blocks(&old, &[bh(0, 7, 70, 0), bh(2, 8, 80, 0)]),
+            match_blocks(
+                &old,
+                &[bh(0, 7, 70, 0), bh(2, 8, 80, 0)],
+                &Cfg::default(),
+                &[]
+            ),
             vec![Some(0), None, None, None]
         );
         // Two equal candidates with equal neighbours: the nearer in relative position.
@@ -844,7 +945,7 @@ mod tests {
         ];
         let new = [bh(0, 1, 1, 1), bh(8, 5, 5, 5), bh(16, 5, 5, 5)];
         assert_eq!(
-            match_blocks(&old, &new),
+            match_blocks(&old, &new, &Cfg::default(), &[]),
             vec![Some(0), Some(1), None, Some(2)]
         );
     }
