@@ -1,6 +1,8 @@
-//! Profiles as commands use them: reading one whatever its format, refusing one of another
-//! build, attaching it to the program, showing what matched and what is hot, and the formats
-//! a profile can be written in. Shared by `merge`, `aggregate`, `inspect`, `optimize`,
+//! Profiles as commands use them: reading one whatever its format, deciding how it fits the
+//! binary (as it is when it is of this build or forced, by stale matching when it is of another
+//! build and carries code hashes, refused when it carries none), attaching it to the program
+//! (a BOLT YAML profile through `rivet_passes::bolt_yaml`), showing what matched and what is
+//! hot, and the formats a profile can be written in. Shared by `merge`, `aggregate`, `inspect`, `optimize`,
 //! `report` and `auto`, so that a profile reads and fails the same way in each.
 
 use std::collections::BTreeMap;

@@ -226,7 +226,8 @@ pub enum FunctionMatchKind {
     Renamed { now: String },
     /// Changed: `matched` of the profile's `blocks` blocks found in the new code.
     Approximate { matched: usize, blocks: usize },
-    /// The profile has no hashes for it (its records are used as they are).
+    /// The profile has no hashes for it: its records are used as they are, and counted as
+    /// approximately matched (nothing checked them).
     Unhashed,
     /// Not in the new build, by name or by hash.
     Missing,
@@ -628,13 +629,15 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
             let func = program.function(f);
             let name = names[f.0 as usize].clone();
             if !t.approximate() {
+                // Exact, or (no hashes to check it by) used as it is, which is no exact match.
+                let unchecked = t.kind == FunctionMatchKind::Unhashed;
                 return Ok(Some((
                     Location {
                         kind: LocKind::Symbol,
                         name,
                         offset: l.offset,
                     },
-                    false,
+                    unchecked,
                 )));
             }
             if l.offset == 0 && role == Role::Target {
