@@ -11,7 +11,7 @@
 //!    whose hash is unchanged matches *exactly*: its records keep their offsets.
 //! 2. **Blocks** of a changed function are matched by hashes of their instructions, with
 //!    addresses and immediates masked and the names of called functions added (the `exact`
-//!    hash), then by their mnemonics only (the `loose` hash), each new block taken once; among
+//!    hash), then by their mnemonics and callees only (the `loose` hash), each new block taken once; among
 //!    several candidates the one whose neighbours (predecessors' and successors' loose hashes)
 //!    agree wins, then the one at the nearest relative position. The entry block matches the
 //!    entry block when nothing else claimed them. Records are moved to the matched blocks: a
@@ -37,7 +37,7 @@ use rivet_elf::Vaddr;
 use rivet_ir::{BlockId, CallTarget, FuncId, Function, Program};
 use rivet_profile::{BlockHash, FunctionHash, LocKind, Location, Profile};
 
-use crate::attach::{AttachedProfile, NameIndex, attach, infer_counts};
+use crate::attach::{AttachedProfile, NameIndex, attach, infer_counts_with_edges};
 
 /// FNV-1a, 64 bits: stable across builds of Rivet, which profile files need.
 #[derive(Clone, Copy)]
@@ -122,7 +122,11 @@ pub fn function_hash(program: &Program, f: &Function) -> FunctionHash {
             }
             let end = insts.last().map_or(b.start, |i| i.end());
             for call in f.calls.iter().filter(|c| c.at >= b.start && c.at < end) {
+                // In both: a block calling another function is another block, however alike
+                // its instructions (on Lua, loose hashes alone took a call of the debug hook
+                // for a hot call with the same instructions around it).
                 exact = exact.str(callee_name(program, &call.target));
+                loose = loose.str(callee_name(program, &call.target));
             }
             BlockHash {
                 offset: offset(b.start),
@@ -875,7 +879,27 @@ pub fn attach_stale(
         if weights.iter().flatten().all(|&w| w == 0) {
             continue;
         }
-        let mut repaired = infer_counts(func, &weights);
+        // An edge between two matched blocks carried what the profile says of it, nothing
+        // included: the profile saw both ends.
+        let carried = attached.functions[f.0 as usize].as_ref();
+        let matched: Vec<bool> = weights.iter().map(Option::is_some).collect();
+        let edge_weights: Vec<Vec<Option<u64>>> = func
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(b, block)| {
+                block
+                    .succs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| {
+                        (matched[b] && matched[s.to.0 as usize])
+                            .then(|| carried.map_or(0, |c| c.edges[b][k]))
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut repaired = infer_counts_with_edges(func, &weights, &edge_weights);
         if let Some(counts) = &attached.functions[f.0 as usize] {
             repaired.entries = repaired.entries.max(counts.entries);
         }

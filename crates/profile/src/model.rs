@@ -96,7 +96,8 @@ pub struct BlockHash {
     /// The block's instructions (operands, addresses and immediates masked) and the names of
     /// the functions it calls.
     pub exact: u64,
-    /// The block's mnemonics only: survives register allocation and operand changes.
+    /// The block's mnemonics and the names of the functions it calls: survives register
+    /// allocation and operand changes.
     pub loose: u64,
     /// The `loose` hashes of the block's predecessors and successors.
     pub neighbours: u64,
