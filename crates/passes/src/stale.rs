@@ -11,15 +11,20 @@
 //!    whose hash is unchanged matches *exactly*: its records keep their offsets.
 //! 2. **Blocks** of a changed function are matched by hashes of their instructions, with
 //!    addresses and immediates masked and the names of called functions added (the `exact`
-//!    hash), then by their mnemonics and callees only (the `loose` hash), each new block taken once; among
-//!    several candidates the one whose neighbours (predecessors' and successors' loose hashes)
-//!    agree wins, then the one at the nearest relative position. The entry block matches the
-//!    entry block when nothing else claimed them. Records are moved to the matched blocks: a
-//!    branch leaves from the new block's last instruction and lands on its start, a call
-//!    leaves from the call to the same function in the new block.
+//!    hash), then by their mnemonics and callees only (the `loose` hash), each new block taken
+//!    once: first where a hash is unique on both sides, then along the profile's edges (a
+//!    matched block's one unclaimed successor or predecessor), then among several candidates
+//!    the one whose CFG neighbours are the images of the old block's, then whose neighbours'
+//!    hashes agree, then at the nearest relative position (`match_blocks`). The entry block
+//!    matches the entry block when nothing else claimed them. Records are moved to the matched
+//!    blocks: a branch leaves from the new block's last instruction and lands on its start, a
+//!    call leaves from the call to the same function in the new block.
 //! 3. **Repair.** In a function matched *approximately* (by blocks), the matched blocks keep
-//!    their counts and the others are unknown; flow inference (`rivet_profile::inference`, as
-//!    for sampled profiles) fills them in with counts consistent along the new CFG.
+//!    their old counts (what flowed in or out of them, whichever is more, even where the other
+//!    end matched nothing), an edge between two matched blocks keeps what the profile carried
+//!    over for it (nothing, if nothing), and the other blocks and edges are unknown; flow
+//!    inference (`rivet_profile::inference`, as for sampled profiles) fills them in with
+//!    counts consistent along the new CFG.
 //!
 //! Records that fit nothing (a function the new build lacks, a block nothing matched) are
 //! *unmatched*. [`StaleReport`] says how much of the profile's count matched exactly,
