@@ -843,7 +843,9 @@ fn merge_profiles(runs: &[Run], dest: &Path, hashes_of: Option<&Path>) -> Result
         UserError::new(format!("cannot merge the training profiles: {e}"))
             .hint("the binary must not change while rivet auto runs")
     })?;
-    if let Some(binary) = hashes_of {
+    let fdata = dest.extension().is_some_and(|e| e == "fdata");
+    // fdata has no room for hashes.
+    if let Some(binary) = hashes_of.filter(|_| !fdata) {
         let named = merged
             .branches
             .keys()
@@ -854,7 +856,7 @@ fn merge_profiles(runs: &[Run], dest: &Path, hashes_of: Option<&Path>) -> Result
     }
     let fail =
         |e: &dyn std::fmt::Display| UserError::new(format!("cannot write the merged profile: {e}"));
-    let text = if dest.extension().is_some_and(|e| e == "fdata") {
+    let text = if fdata {
         rivet_profile::fdata::write(&merged).map_err(|e| fail(&e))?
     } else {
         rivet_profile::native::write(&merged).map_err(|e| fail(&e))?
