@@ -310,3 +310,32 @@ fn a_bolt_yaml_profile_drives_optimize_and_carries_over_to_the_next_build() {
     );
     assert_eq!(run(&stale_out, &["100001"]), run(&b.v2, &["100001"]));
 }
+
+#[test]
+fn auto_keeps_the_code_hashes_in_the_profile_it_writes() {
+    let b = builds();
+    let kept = b.dir.join("auto.prof");
+    let out = rivet(&[
+        "auto",
+        s(&b.v1),
+        "-o",
+        s(&b.dir.join("interp1.auto")),
+        "--train",
+        "{} 30001",
+        "--profile-out",
+        s(&kept),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&kept).unwrap();
+    assert!(text.contains("\nfunction run.constprop.0/1 "), "{text}");
+    // So the next build can use it.
+    let (json, _) = optimize_json(&b.v2, &kept, &b.dir.join("interp2.from-auto"), &[]);
+    assert!(
+        json["profile"]["matched_share"].as_f64().unwrap() >= 0.85,
+        "{json}"
+    );
+}
