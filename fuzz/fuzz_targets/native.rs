@@ -3,7 +3,8 @@
 //!
 //! Refusing the input is fine; a panic, a hang or a blow-up is a bug. A profile the parser
 //! accepts must be written back byte for byte (the format has one spelling for each
-//! profile), and must read back the same through the fdata writer as far as fdata can hold it.
+//! profile; version 1, which has no code hashes, comes back as version 2), code hashes
+//! included, and must read back the same through the fdata writer as far as fdata can hold it.
 //! It is also merged as `rivet merge` would: with itself (the sum must equal the profile
 //! weighted 2, saturation and all) and with a weight picked from the input's length, and the
 //! result must write and read back. The input is read as a weight too, as `PATH:WEIGHT` is.
@@ -30,7 +31,12 @@ fuzz_target!(|data: &[u8]| {
         native::write(&profile).expect("a profile read from the native format has a native form");
     let again = native::parse(&written).expect("a native profile we wrote reads back");
     assert_eq!(again, profile);
-    // Records may come in any order and no record twice: sorting is the only change allowed.
+    // Records may come in any order and no record twice: sorting is the only change allowed,
+    // besides the version: a version 1 profile (no hashes) is written as version 2.
+    let text = match text.strip_prefix("rivet-profile 1\n") {
+        Some(rest) => format!("rivet-profile 2\n{rest}"),
+        None => text.to_owned(),
+    };
     let mut lines: Vec<&str> = text.lines().collect();
     let mut written_lines: Vec<&str> = written.lines().collect();
     lines.sort_unstable();

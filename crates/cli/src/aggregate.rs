@@ -226,13 +226,15 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
         .binary
         .file_name()
         .map(|n| n.to_string_lossy().into_owned());
-    let (profile, report) = rivet_passes::aggregate::to_profile(
+    let (mut profile, report) = rivet_passes::aggregate::to_profile(
         &program,
         &names,
         &aggregator.result,
         (!build_id.is_empty()).then_some(build_id),
         binary_name,
     );
+    // So that the next build of the program can use the profile (fdata has no room for them).
+    rivet_passes::stale::add_hashes(&program, &names, &mut profile);
     let text = match format {
         FormatArg::Fdata => fdata::write(&profile).map_err(|e| e.to_string()),
         _ => native::write(&profile).map_err(|e| e.to_string()),

@@ -69,7 +69,7 @@ use rivet_ir::RelocationMode;
 
 use crate::error::{UserError, elf_error};
 use crate::files::{PendingOutput, map_input, same_file};
-use crate::profile_use::{Input, read_profile};
+use crate::profile_use::{Input, hashes_from_binary, read_profile};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -122,7 +122,8 @@ pub struct AutoArgs {
         allow_hyphen_values = true
     )]
     pub optimize_options: Vec<String>,
-    /// Also write the merged profile here (Rivet's format, or fdata for a .fdata path).
+    /// Also write the merged profile here (Rivet's format, with the binary's code hashes so that
+    /// the next build can use it too, or fdata for a .fdata path).
     #[arg(long, value_name = "PATH")]
     pub profile_out: Option<PathBuf>,
     /// Compare input and output on the first training command (`rivet bench`).
@@ -824,8 +825,10 @@ fn check_binary(binary: &Path, args_all_have_placeholder: bool) -> Result<(), Us
     Ok(())
 }
 
-/// Merges the training profiles into one, written to `dest` (Rivet's format, or fdata).
-fn merge_profiles(runs: &[Run], dest: &Path) -> Result<(), UserError> {
+/// Merges the training profiles into one, written to `dest` (Rivet's format, or fdata); with
+/// `hashes_of`, the binary's code hashes go in too (Rivet's format), so that the profile kept
+/// serves the next build as well (stale matching).
+fn merge_profiles(runs: &[Run], dest: &Path, hashes_of: Option<&Path>) -> Result<(), UserError> {
     let mut located = Vec::new();
     for run in runs {
         match read_profile(&run.profile)? {
@@ -836,13 +839,24 @@ fn merge_profiles(runs: &[Run], dest: &Path) -> Result<(), UserError> {
             }
         }
     }
-    let merged = rivet_profile::merge::merge(located).map_err(|e| {
+    let mut merged = rivet_profile::merge::merge(located).map_err(|e| {
         UserError::new(format!("cannot merge the training profiles: {e}"))
             .hint("the binary must not change while rivet auto runs")
     })?;
+    let fdata = dest.extension().is_some_and(|e| e == "fdata");
+    // fdata has no room for hashes.
+    if let Some(binary) = hashes_of.filter(|_| !fdata) {
+        let named = merged
+            .branches
+            .keys()
+            .flat_map(|(from, to)| [from, to])
+            .chain(merged.samples.keys())
+            .map(|l| l.name.as_str());
+        merged.hashes = hashes_from_binary(binary, merged.build_id.as_deref(), named)?;
+    }
     let fail =
         |e: &dyn std::fmt::Display| UserError::new(format!("cannot write the merged profile: {e}"));
-    let text = if dest.extension().is_some_and(|e| e == "fdata") {
+    let text = if fdata {
         rivet_profile::fdata::write(&merged).map_err(|e| fail(&e))?
     } else {
         rivet_profile::native::write(&merged).map_err(|e| fail(&e))?
@@ -969,9 +983,9 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
     // Merge, optimize, verify.
     runner.note("merging profiles");
     let merged = scratch.dir.join("profiles/merged.prof");
-    merge_profiles(&runs, &merged)?;
+    merge_profiles(&runs, &merged, None)?;
     if let Some(keep) = &args.profile_out {
-        merge_profiles(&runs, keep)?;
+        merge_profiles(&runs, keep, Some(&args.binary))?;
     }
     runner.note("optimizing");
     let (optimize_args, optimize_warnings) = optimize_args(args, &merged)?;

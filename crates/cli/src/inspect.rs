@@ -302,8 +302,14 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
     if let Some(path) = &args.profile {
-        let profile = profile_use::load_profile(path, &args.binary, &elf, args.force)?;
-        let attached = profile_use::attach_profile(&program, &profile);
+        let loaded = profile_use::load_profile(path, &args.binary, &elf, args.force)?;
+        let (attached, stale) = profile_use::attach_loaded(&program, &loaded)?;
+        if let Some(report) = &stale {
+            eprintln!(
+                "rivet: note: {}",
+                profile_use::stale_notice(&loaded, report, path, &args.binary)
+            );
+        }
         if args.json {
             let hot: Vec<serde_json::Value> = profile_use::hot_functions(&program, &attached)
                 .into_iter()
@@ -325,10 +331,14 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
                 "stale_functions": r.stale_functions,
                 "inferred": attached.inferred,
                 "hot": hot,
+                "stale": stale.as_ref().map(|r| profile_use::stale_json(r, args.top)),
             });
             println!("{json}");
         } else {
             print!("{}", profile_use::describe(&program, &attached, args.top));
+            if let Some(report) = &stale {
+                print!("{}", profile_use::describe_stale(report, args.top));
+            }
         }
         return Ok(());
     }

@@ -9,6 +9,11 @@
 //! and the sum is written out record by record in Rivet's format (fdata and YAML outputs are
 //! built whole first), so thousands of inputs merge in the memory of about one profile.
 //!
+//! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
+//! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
+//! build (stale matching, `rivet_passes::stale`). BOLT YAML inputs merged with `--binary` are
+//! put on that binary (`rivet_passes::bolt_yaml`) and written in Rivet's format.
+//!
 //! The output is sorted and independent of the order and grouping of the inputs, so the same
 //! inputs always give the same bytes, however a fleet splits the work. Mixing branch and
 //! sample profiles, or profiles of different builds, is an error naming the inputs; nothing is
@@ -20,11 +25,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
-use rivet_profile::{fdata, yaml};
+use rivet_profile::{fdata, native, yaml};
 
 use crate::error::UserError;
 use crate::files::PendingOutput;
-use crate::profile_use::{FormatArg, Input, read_profile};
+use crate::profile_use::{FormatArg, Input, hashes_from_binary, read_profile, yaml_with_hashes};
 
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
@@ -44,6 +49,10 @@ pub struct MergeArgs {
     /// Output format (default: fdata for a .fdata output, YAML for .yaml, else Rivet's).
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
+    /// The binary the profiles were taken on: the hashes of its functions' code go into the
+    /// merged profile (Rivet's format), so that the next build of the program can use it.
+    #[arg(long, value_name = "BINARY")]
+    pub binary: Option<PathBuf>,
 }
 
 /// Splits `PATH:WEIGHT` into the path and its weight; anything else is a path of weight 1.
@@ -116,6 +125,12 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
                 Some("yaml" | "yml") => FormatArg::Yaml,
                 _ => FormatArg::Rivet,
             });
+    if args.binary.is_some() && format != FormatArg::Rivet {
+        return Err(UserError::new(
+            "--binary adds code hashes, which only Rivet's profile format holds",
+        )
+        .hint("write the merged profile with --format rivet"));
+    }
     let specs = input_specs(args)?;
     let describe = |e: &MergeError| {
         UserError::new(e.render(&|i| specs[i - 1].0.display().to_string()))
@@ -134,7 +149,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
                 sum = Some(Sum::Located(merger));
             }
             (Input::Yaml(y), None) => {
-                if format != FormatArg::Yaml {
+                if format != FormatArg::Yaml && args.binary.is_none() {
                     return Err(UserError::new("YAML profiles merge into YAML only")
                         .hint("use --format yaml"));
                 }
@@ -159,10 +174,24 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
     }
     let text = match sum {
         None => return Err(UserError::new("no profiles to merge")),
+        Some(Sum::Yaml(merger)) if args.binary.is_some() => {
+            // Put on the binary they were taken on, with its code hashes: Rivet's format.
+            let binary = args.binary.as_deref().unwrap_or(Path::new(""));
+            let merged = merger.finish().map_err(|e| describe(&e))?;
+            let profile = yaml_with_hashes(binary, &merged)?;
+            native::write(&profile).map_err(|e| UserError::new(e.to_string()))?
+        }
         Some(Sum::Yaml(merger)) => yaml::write(&merger.finish().map_err(|e| describe(&e))?),
         Some(Sum::Located(merger)) => match format {
             // Streamed from the sum to the file: the whole profile is never held at once.
-            FormatArg::Rivet => return write_streamed(merger, &args.output, &describe),
+            FormatArg::Rivet => {
+                let mut merger = merger;
+                if let Some(binary) = &args.binary {
+                    let hashes = hashes_from_binary(binary, merger.build_id(), merger.names())?;
+                    merger.set_hashes(hashes);
+                }
+                return write_streamed(merger, &args.output, &describe);
+            }
             FormatArg::Fdata => {
                 let merged = merger.finish().map_err(|e| describe(&e))?;
                 fdata::write(&merged).map_err(|e| UserError::new(e.to_string()))?

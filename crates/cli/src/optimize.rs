@@ -26,7 +26,9 @@ use rivet_passes::optimize::{
 
 use crate::error::{UserError, elf_error, rewrite_error};
 use crate::files::{PendingOutput, map_input, mode_of, same_file};
-use crate::profile_use::{attach_profile, load_profile, partial_match_warning};
+use crate::profile_use::{
+    attach_loaded, describe_stale, load_profile, partial_match_warning, stale_json, stale_notice,
+};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockOrderArg {
@@ -174,7 +176,8 @@ pub struct OptimizeArgs {
     /// Print execution statistics (instructions, branches, calls...) before and after.
     #[arg(long)]
     pub dyno_stats: bool,
-    /// Use a profile of another build of the binary.
+    /// Use a profile of another build as it is, by name and offset (without --force such a
+    /// profile is matched to this build by its code hashes).
     #[arg(long)]
     pub force: bool,
     /// Re-read the output and check every rewritten function against the input.
@@ -542,7 +545,13 @@ pub fn run_with(
     })?;
     clock.lap("discover");
     let names = rivet_passes::names::profile_names(&program);
-    let attached = attach_profile(&program, &profile);
+    let (attached, stale) = attach_loaded(&program, &profile)?;
+    if let Some(report) = &stale {
+        eprintln!(
+            "rivet: note: {}",
+            stale_notice(&profile, report, &args.profile, &args.binary)
+        );
+    }
     // Its counts now live in `attached`; a large profile's records would stay at the peak.
     drop(profile);
     clock.lap("attach profile");
@@ -692,6 +701,7 @@ pub fn run_with(
             "matched_share": r.matched_share(),
             "profiled_functions": r.profiled_functions,
             "inferred": attached.inferred,
+            "stale": stale.as_ref().map(|r| stale_json(r, SHOWN_STALE)),
         },
         "dyno_stats": { "before": rows(&before), "after": rows(&after) },
         "not_rewritten": s.not_rewritten,
@@ -738,6 +748,11 @@ pub fn run_with(
                 ""
             }
         );
+        if let Some(report) = &stale {
+            for line in describe_stale(report, SHOWN_STALE).lines() {
+                println!("  {line}");
+            }
+        }
         if options.splitting == Splitting::Off && args.split_functions.is_none() {
             println!(
                 "  functions not split: a block without samples may still run (--split-functions splits anyway)"
@@ -783,6 +798,9 @@ pub fn run_with(
     }
     Ok(json)
 }
+
+/// How many of the functions with the largest counts the stale-matching report names.
+const SHOWN_STALE: usize = 5;
 
 /// How many of the hottest functions left as they were the summary names.
 const SHOWN_UNOPTIMIZED: usize = 5;

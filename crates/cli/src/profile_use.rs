@@ -1,19 +1,28 @@
-//! Profiles as commands use them: reading one whatever its format, refusing one of another
-//! build, attaching it to the program, showing what matched and what is hot, and the formats
-//! a profile can be written in. Shared by `merge`, `aggregate`, `inspect`, `optimize`,
+//! Profiles as commands use them: reading one whatever its format, deciding how it fits the
+//! binary (as it is when it is of this build or forced, by stale matching when it is of another
+//! build and carries code hashes, refused when it carries none), attaching it to the program
+//! (a BOLT YAML profile through `rivet_passes::bolt_yaml`), showing what matched and what is
+//! hot, and the formats a profile can be written in. Shared by `merge`, `aggregate`, `inspect`, `optimize`,
 //! `report` and `auto`, so that a profile reads and fails the same way in each.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+
+use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_profile::FunctionHash;
 
 use rivet_elf::ElfFile;
 use rivet_ir::Program;
 use rivet_passes::attach::{AttachedProfile, attach};
+use rivet_passes::bolt_yaml::from_bolt_yaml;
+use rivet_passes::stale::{FunctionMatchKind, StaleReport, attach_stale};
 use rivet_profile::Profile;
 use rivet_profile::counters::{CounterFile, is_counter_file};
 use rivet_profile::native::{AnyProfile, read_any};
 use rivet_profile::yaml;
 
-use crate::error::UserError;
+use crate::error::{UserError, elf_error};
+use crate::files::map_input;
 
 /// The formats `merge` and `aggregate` write profiles in.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,48 +64,243 @@ pub fn read_profile(path: &Path) -> Result<Input, UserError> {
     }
 }
 
+/// The code hashes (`rivet_passes::stale`) of the functions of `binary` that `named` names,
+/// for a profile taken on it whose build-id, when known, is `build_id`.
+pub fn hashes_from_binary<'a>(
+    binary: &Path,
+    build_id: Option<&str>,
+    named: impl Iterator<Item = &'a str>,
+) -> Result<BTreeMap<String, FunctionHash>, UserError> {
+    let mapped = map_input(binary)?;
+    let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(binary, &e))?;
+    if let (Some(theirs), Some(ours)) = (build_id, elf.build_id().map(hex))
+        && theirs != ours
+    {
+        return Err(UserError::new(format!(
+            "the profiles are of build-id {theirs}, {} is build-id {ours}",
+            binary.display()
+        ))
+        .hint("give --binary the build the profiles were taken on"));
+    }
+    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+        DiscoverError::Elf(e) => elf_error(binary, &e),
+    })?;
+    let names = rivet_passes::names::profile_names(&program);
+    Ok(rivet_passes::stale::hashes_of_named(
+        &program, &names, named,
+    ))
+}
+
 /// Lower-case hex, as profiles write build-ids.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Reads the profile at `path` for `binary`; a profile of another build is an error unless
-/// `force`.
+/// A profile read for one binary, and how it is to be fitted to it.
+pub struct Loaded {
+    pub profile: Profile,
+    /// A BOLT YAML profile, put on the binary once it is discovered (`profile` is empty then).
+    pub yaml: Option<yaml::YamlProfile>,
+    /// The profile is of another build of the program (or cannot be told to be of this one)
+    /// and carries code hashes: it is carried over by stale matching. Holds the profile's
+    /// build-id, when it has one.
+    pub stale: Option<Option<String>>,
+}
+
+/// Reads the profile at `path` for `binary`. A profile of another build (by build-id) is
+/// matched to this one by its code hashes (`rivet_passes::stale`); one without hashes is
+/// refused. `force` uses any profile as it is, by name and offset.
 pub fn load_profile(
     path: &Path,
     binary: &Path,
     elf: &ElfFile<'_>,
     force: bool,
-) -> Result<Profile, UserError> {
+) -> Result<Loaded, UserError> {
+    let ours = elf.build_id().map(hex);
     let profile = match read_profile(path)? {
         Input::Located(p) => p,
-        Input::Yaml(_) => {
-            return Err(UserError::new(format!(
-                "{}: BOLT YAML profiles are keyed by BOLT's block numbering, which Rivet does not reproduce",
-                path.display()
-            ))
-            .hint("give Rivet the fdata (llvm-bolt -w writes YAML; perf2bolt writes fdata by default)"));
+        Input::Yaml(y) => {
+            let theirs = &y.header.build_id;
+            if let Some(ours) = &ours
+                && !theirs.is_empty()
+                && theirs != ours
+                && !force
+            {
+                return Err(UserError::new(format!(
+                    "{} is a BOLT YAML profile of another build of {} (build-id {theirs}, the binary's is {ours})",
+                    path.display(),
+                    binary.display()
+                ))
+                .hint("convert it with the build it was taken on, which gives it Rivet's code hashes (`rivet merge --binary OLD_BINARY PROFILE.yaml -o P.prof`), then optimize with P.prof; or pass --force to use its offsets as they are"));
+            }
+            return Ok(Loaded {
+                profile: Profile::new(rivet_profile::Mode::Branches),
+                yaml: Some(y),
+                stale: None,
+            });
         }
     };
-    if let (Some(theirs), Some(ours)) = (&profile.build_id, elf.build_id())
-        && *theirs != hex(ours)
-        && !force
-    {
+    let same_build =
+        matches!((&profile.build_id, &ours), (Some(theirs), Some(ours)) if theirs == ours);
+    let other_build =
+        matches!((&profile.build_id, &ours), (Some(theirs), Some(ours)) if theirs != ours);
+    if force || same_build {
+        return Ok(Loaded {
+            profile,
+            yaml: None,
+            stale: None,
+        });
+    }
+    if !profile.hashes.is_empty() {
+        // Unchanged functions match exactly, so a profile that cannot be told to be of this
+        // build loses nothing by being matched.
+        let theirs = profile.build_id.clone();
+        return Ok(Loaded {
+            profile,
+            yaml: None,
+            stale: Some(theirs),
+        });
+    }
+    if other_build {
+        let theirs = profile.build_id.as_deref().unwrap_or_default();
         return Err(UserError::new(format!(
-            "{} describes another build of {} (build-id {theirs}, the binary's is {})",
+            "{} describes another build of {} (build-id {theirs}, the binary's is {}) and has no code hashes to match it by",
             path.display(),
             binary.display(),
-            hex(ours)
+            ours.unwrap_or_default()
         ))
-        .hint("profile this build, or pass --force to use the profile anyway (stale parts are reported)"));
+        .hint("write it with hashes from the build it was taken on (`rivet merge --binary OLD_BINARY PROFILE -o P.prof`), profile this build, or pass --force to use its offsets as they are"));
     }
+    Ok(Loaded {
+        profile,
+        yaml: None,
+        stale: None,
+    })
+}
+
+/// Attaches a loaded profile to `program`: as it is, or carried over from another build (then
+/// with the report of how it matched). A YAML profile is put on the program first.
+pub fn attach_loaded(
+    program: &Program,
+    loaded: &Loaded,
+) -> Result<(AttachedProfile, Option<StaleReport>), UserError> {
+    let names = rivet_passes::names::profile_names(program);
+    if let Some(y) = &loaded.yaml {
+        let converted = from_bolt_yaml(program, &names, y).map_err(|e| {
+            UserError::new(e.to_string())
+                .hint("Rivet reads BOLT YAML profiles of branch stacks or instrumentation; give it the fdata of a sampled profile")
+        })?;
+        let mut attached = attach(program, &names, &converted.profile);
+        // Counts of blocks that could not be placed did not match either.
+        attached.report.records += converted.lost_records;
+        attached.report.records_count += converted.lost_count;
+        return Ok((attached, None));
+    }
+    Ok(match loaded.stale {
+        None => (attach(program, &names, &loaded.profile), None),
+        Some(_) => {
+            let (attached, report) = attach_stale(program, &names, &loaded.profile);
+            (attached, Some(report))
+        }
+    })
+}
+
+/// The BOLT YAML profile `y`, taken on `binary`, as a Rivet profile with its code hashes.
+pub fn yaml_with_hashes(binary: &Path, y: &yaml::YamlProfile) -> Result<Profile, UserError> {
+    let mapped = map_input(binary)?;
+    let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(binary, &e))?;
+    let theirs = &y.header.build_id;
+    if let Some(ours) = elf.build_id().map(hex)
+        && !theirs.is_empty()
+        && *theirs != ours
+    {
+        return Err(UserError::new(format!(
+            "the profiles are of build-id {theirs}, {} is build-id {ours}",
+            binary.display()
+        ))
+        .hint("give --binary the build the profiles were taken on"));
+    }
+    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+        DiscoverError::Elf(e) => elf_error(binary, &e),
+    })?;
+    let names = rivet_passes::names::profile_names(&program);
+    let mut profile = from_bolt_yaml(&program, &names, y)
+        .map_err(|e| {
+            UserError::new(e.to_string())
+                .hint("Rivet reads BOLT YAML profiles of branch stacks or instrumentation")
+        })?
+        .profile;
+    rivet_passes::stale::add_hashes(&program, &names, &mut profile);
     Ok(profile)
 }
 
-/// Attaches `profile` to `program`.
-pub fn attach_profile(program: &Program, profile: &Profile) -> AttachedProfile {
-    let names = rivet_passes::names::profile_names(program);
-    attach(program, &names, profile)
+/// The one line said when a profile of another build is matched to this one.
+pub fn stale_notice(loaded: &Loaded, report: &StaleReport, path: &Path, binary: &Path) -> String {
+    let (exact, approximate, unmatched) = report.shares();
+    let whose = match &loaded.stale {
+        Some(Some(id)) => format!("another build of {} (build-id {id})", binary.display()),
+        _ => format!("a build of {} it cannot tell by build-id", binary.display()),
+    };
+    format!(
+        "{} is a profile of {whose}: matched by code hashes, {:.1}% of its counts exactly, {:.1}% approximately, {:.1}% not at all (--force uses its offsets as they are)",
+        path.display(),
+        100.0 * exact,
+        100.0 * approximate,
+        100.0 * unmatched
+    )
+}
+
+/// The stale-matching report: the shares, then the `top` functions with the largest counts.
+pub fn describe_stale(report: &StaleReport, top: usize) -> String {
+    use std::fmt::Write as _;
+    let (exact, approximate, unmatched) = report.shares();
+    let mut out = format!(
+        "stale profile: {:.1}% of the counts matched exactly, {:.1}% approximately, {:.1}% not at all\n",
+        100.0 * exact,
+        100.0 * approximate,
+        100.0 * unmatched
+    );
+    for f in report.functions.iter().take(top) {
+        let how = match &f.kind {
+            FunctionMatchKind::Exact => "exact".to_string(),
+            FunctionMatchKind::Renamed { now } => format!("exact, now named {now}"),
+            FunctionMatchKind::Approximate { matched, blocks } => {
+                format!("approximate, {matched} of {blocks} blocks")
+            }
+            FunctionMatchKind::Unhashed => "no hashes, used as it is".to_string(),
+            FunctionMatchKind::Missing => "not in this build".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>14}  {:5.1}% matched  {}  ({how})",
+            f.count,
+            100.0 * f.matched_count as f64 / f.count.max(1) as f64,
+            f.name
+        );
+    }
+    out
+}
+
+/// The stale-matching report as JSON.
+pub fn stale_json(report: &StaleReport, top: usize) -> serde_json::Value {
+    let (exact, approximate, unmatched) = report.shares();
+    serde_json::json!({
+        "exact_share": exact,
+        "approximate_share": approximate,
+        "unmatched_share": unmatched,
+        "functions": report.functions.iter().take(top).map(|f| serde_json::json!({
+            "name": f.name,
+            "count": f.count,
+            "matched_count": f.matched_count,
+            "match": match &f.kind {
+                FunctionMatchKind::Exact => "exact",
+                FunctionMatchKind::Renamed { .. } => "renamed",
+                FunctionMatchKind::Approximate { .. } => "approximate",
+                FunctionMatchKind::Unhashed => "unhashed",
+                FunctionMatchKind::Missing => "missing",
+            },
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Below this share of its counts matched, a profile is reported as only partly fitting.
@@ -161,12 +365,16 @@ pub fn partial_match_warning(
         .flatten()
         .map(|x| x.1)
         .collect();
+    let lost = if lost.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", lost.join("; "))
+    };
     Some(format!(
-        "only {:.1}% of the counts in {} matched {}: {}; {cause}",
+        "only {:.1}% of the counts in {} matched {}{lost}; {cause}",
         100.0 * r.matched_share(),
         profile.display(),
         binary.display(),
-        lost.join("; ")
     ))
 }
 

@@ -25,7 +25,7 @@ use rivet_passes::dyno::{DynoStats, dyno_stats};
 
 use crate::error::{UserError, elf_error};
 use crate::files::{PendingOutput, map_input};
-use crate::profile_use::{attach_profile, hex, hot_functions, load_profile};
+use crate::profile_use::{attach_loaded, hex, hot_functions, load_profile, stale_notice};
 
 /// Bytes of code per heatmap cell.
 pub const CELL_BYTES: u64 = 256;
@@ -395,7 +395,13 @@ pub fn run(args: &ReportArgs) -> Result<(), UserError> {
     let program = discover(&elf, &DiscoverOptions::default()).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
-    let attached = attach_profile(&program, &profile);
+    let (attached, stale) = attach_loaded(&program, &profile)?;
+    if let Some(report) = &stale {
+        eprintln!(
+            "rivet: note: {}",
+            stale_notice(&profile, report, &args.profile, &args.binary)
+        );
+    }
     let optimized = match (&optimized_elf, &args.optimized) {
         (Some(out), Some(path)) => Some(read_optimized(&program, &elf, out, path)?),
         _ => None,

@@ -94,13 +94,13 @@ pub struct AttachedProfile {
 
 /// Functions by the names profiles use: profile names, then plain and qualified names, then
 /// the names discovery gives functions of a stripped binary (`__rivet_fde_ADDR`), by address.
-struct NameIndex<'a> {
+pub(crate) struct NameIndex<'a> {
     by_name: HashMap<&'a str, FuncId>,
     program: &'a Program,
 }
 
 impl<'a> NameIndex<'a> {
-    fn new(program: &'a Program, names: &'a [String]) -> Self {
+    pub(crate) fn new(program: &'a Program, names: &'a [String]) -> Self {
         let mut by_name = HashMap::new();
         for f in &program.functions {
             for n in &f.names {
@@ -114,7 +114,7 @@ impl<'a> NameIndex<'a> {
         NameIndex { by_name, program }
     }
 
-    fn get(&self, name: &str) -> Option<FuncId> {
+    pub(crate) fn get(&self, name: &str) -> Option<FuncId> {
         self.by_name
             .get(name)
             .copied()
@@ -152,7 +152,7 @@ fn exit_block(f: &Function, addr: Vaddr) -> Option<BlockId> {
     .then_some(b)
 }
 
-fn block_holding(f: &Function, addr: Vaddr) -> Option<BlockId> {
+pub(crate) fn block_holding(f: &Function, addr: Vaddr) -> Option<BlockId> {
     let pos = f.blocks.partition_point(|b| b.start <= addr);
     let i = pos.checked_sub(1)?;
     let last = f.block_insts(&f.blocks[i]).last()?;
@@ -478,17 +478,47 @@ fn infer_function(f: &Function, samples: &[u64]) -> FunctionCounts {
 
 /// Block and edge counts of `f` consistent along its CFG and closest to `weights` (per block:
 /// an estimate of how often it ran, or `None` for unknown).
-fn infer_counts(f: &Function, weights: &[Option<u64>]) -> FunctionCounts {
+pub(crate) fn infer_counts(f: &Function, weights: &[Option<u64>]) -> FunctionCounts {
+    infer_counts_with_edges(f, weights, &[])
+}
+
+/// `infer_counts`, with some edges' counts known too (`edge_weights[b][k]` for the `k`th
+/// successor of block `b`, where given). Inference weighs blocks only, so a known edge becomes
+/// a block of its own on the way, weighing what the edge carried: flow then stays off edges
+/// known to be cold instead of finding unknown blocks a cheap way round.
+pub(crate) fn infer_counts_with_edges(
+    f: &Function,
+    weights: &[Option<u64>],
+    edge_weights: &[Vec<Option<u64>>],
+) -> FunctionCounts {
     let mut edges = Vec::new();
     let mut edge_index = Vec::new();
+    let mut weights = weights.to_vec();
     // Fall-through edges first: inference breaks ties toward the edge listed first, and the
     // compiler made the likely successor the fall-through.
     for (b, block) in f.blocks.iter().enumerate() {
         let mut order: Vec<usize> = (0..block.succs.len()).collect();
         order.sort_by_key(|&k| block.succs[k].kind != rivet_ir::EdgeKind::FallThrough);
         for k in order {
-            edges.push((b as u32, block.succs[k].to.0));
-            edge_index.push((b, k));
+            let known = edge_weights
+                .get(b)
+                .and_then(|w| w.get(k))
+                .copied()
+                .flatten();
+            match known {
+                Some(w) => {
+                    let via = weights.len() as u32;
+                    weights.push(Some(w));
+                    edges.push((b as u32, via));
+                    edges.push((via, block.succs[k].to.0));
+                    edge_index.push((b, k));
+                    edge_index.push((usize::MAX, 0));
+                }
+                None => {
+                    edges.push((b as u32, block.succs[k].to.0));
+                    edge_index.push((b, k));
+                }
+            }
         }
     }
     let entries: Vec<u32> = f
@@ -499,18 +529,21 @@ fn infer_counts(f: &Function, weights: &[Option<u64>]) -> FunctionCounts {
         .map(|(i, _)| i as u32)
         .collect();
     let graph = rivet_profile::inference::FlowGraph {
-        blocks: f.blocks.len(),
+        blocks: weights.len(),
         edges,
-        weights: weights.to_vec(),
+        weights,
         entries,
         exits: Vec::new(),
     };
     let mut counts = empty_counts(f);
     // The graph is built from the function's own CFG: its indices are always valid.
-    if let Ok(inferred) = rivet_profile::inference::infer(&graph) {
+    if let Ok(mut inferred) = rivet_profile::inference::infer(&graph) {
+        inferred.block_counts.truncate(f.blocks.len());
         counts.blocks = inferred.block_counts;
         for ((b, k), c) in edge_index.into_iter().zip(inferred.edge_counts) {
-            counts.edges[b][k] = c;
+            if b != usize::MAX {
+                counts.edges[b][k] = c;
+            }
         }
     }
     if let Some(entry) = f.block_at(f.range.start) {

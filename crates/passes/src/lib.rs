@@ -5,21 +5,26 @@
 //!   that turns raw counters back into edge counts.
 //! - `names`: the names profiles give functions (BOLT's conventions, so fdata interoperates).
 //! - `aggregate`: perf samples of the binary (branch stacks or plain IPs) into a profile.
+//! - `bolt_yaml`: BOLT's YAML profile put on the binary it was taken on, by block offsets.
 //! - `attach`: a profile onto the program: block, edge and entry counts, a call graph, and
 //!   what matched (flow inference for sample profiles).
 //! - `dyno`: execution statistics (instructions, calls, taken and non-taken branches) of the
 //!   profiled run on the original code and on a new layout, as the emitter would write it.
 //! - `fragment_size`: the bytes a fragment takes once emitted, estimated for layout decisions.
+//! - `stale`: a profile of another build of the program carried over by function and block
+//!   hashes, the counts of changed functions repaired by flow inference.
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
 //!   attached profile.
 
 pub mod aggregate;
 pub mod attach;
+pub mod bolt_yaml;
 pub mod dyno;
 pub mod fragment_size;
 pub mod instrument;
 pub mod names;
 pub mod optimize;
+pub mod stale;
 
 use std::collections::HashSet;
 

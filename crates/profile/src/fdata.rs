@@ -512,7 +512,7 @@ fn after(loc: &Location, what: &str, hint: Option<&str>) -> String {
 }
 
 /// Hex digits only (no sign, no `0x`: `from_str_radix` alone would take a leading `+`).
-fn hex(word: &str, dialect: Dialect) -> Option<u64> {
+pub(crate) fn hex(word: &str, dialect: Dialect) -> Option<u64> {
     let digits_ok = match dialect {
         Dialect::Fdata => word.bytes().all(|b| b.is_ascii_hexdigit()),
         Dialect::Native => {

@@ -16,4 +16,4 @@ pub mod native;
 pub mod perf;
 pub mod yaml;
 
-pub use model::{BranchCount, LocKind, Location, Mode, Profile};
+pub use model::{BlockHash, BranchCount, FunctionHash, LocKind, Location, Mode, Profile};

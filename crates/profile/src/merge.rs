@@ -35,7 +35,7 @@ use std::io::Write;
 use std::str::FromStr;
 
 use crate::fdata;
-use crate::model::{BranchCount, LocKind, Location, Mode, Origin, Profile};
+use crate::model::{BranchCount, FunctionHash, LocKind, Location, Mode, Origin, Profile};
 use crate::native::{self, NativeError};
 use crate::yaml::{YamlBlock, YamlFunction, YamlHeader, YamlProfile};
 
@@ -393,6 +393,8 @@ pub struct Merger {
     branches: BTreeMap<(Loc, Loc), BranchCount>,
     samples: BTreeMap<Loc, u64>,
     memory: BTreeMap<(Loc, Loc), u64>,
+    /// The code hashes the inputs carry (native format version 2), by function name.
+    hashes: BTreeMap<String, FunctionHash>,
 }
 
 impl Merger {
@@ -403,6 +405,22 @@ impl Merger {
     /// How many inputs were added.
     pub fn inputs(&self) -> usize {
         self.inputs
+    }
+
+    /// Every name the records of the sum use (functions and shared objects alike).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.names.keys().map(|n| &**n)
+    }
+
+    /// Sets the code hashes of the sum (from the binary the inputs were taken on), replacing
+    /// those of the inputs.
+    pub fn set_hashes(&mut self, hashes: BTreeMap<String, FunctionHash>) {
+        self.hashes = hashes;
+    }
+
+    /// The build-id the inputs agree on, if any says one.
+    pub fn build_id(&self) -> Option<&str> {
+        self.header.as_ref().and_then(|h| h.build_id.as_deref())
     }
 
     /// Adds `profile`, its counts scaled by `weight`. On an error the sum is left as it was
@@ -428,6 +446,21 @@ impl Merger {
             let sum = self.memory.entry(key).or_default();
             *sum = sum.saturating_add(count);
         }
+        // Inputs of one build hash its functions alike. Should two disagree (a profile
+        // without a build-id), the least wins: a rule that, like the sums, does not depend
+        // on the order or grouping of the inputs.
+        for (name, code) in profile.hashes {
+            match self.hashes.entry(name) {
+                Entry::Vacant(v) => {
+                    v.insert(code);
+                }
+                Entry::Occupied(mut o) => {
+                    if code < *o.get() {
+                        o.insert(code);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -449,6 +482,7 @@ impl Merger {
         profile.binary_name = header.binary_name;
         profile.origin = header.origin;
         profile.bolted_collection = header.bolted_collection;
+        profile.hashes = self.hashes;
         // `into_iter` frees the compact sum as the profile grows.
         for ((from, to), c) in self.branches {
             profile.branches.insert((location(from), location(to)), c);
@@ -473,6 +507,7 @@ impl Merger {
         head.binary_name = header.binary_name;
         head.origin = header.origin;
         head.bolted_collection = header.bolted_collection;
+        head.hashes = self.hashes;
         match head.mode {
             Mode::Branches if !self.samples.is_empty() => {
                 return Err(unrepresentable("a branch profile holds IP samples"));
@@ -906,6 +941,35 @@ mod tests {
     use super::*;
     use crate::model::{BranchCount, Location};
     use crate::yaml::{HashFunc, ProfileFlags, YamlCall, YamlSucc};
+
+    #[test]
+    fn code_hashes_are_kept_and_the_least_wins_whatever_the_order() {
+        let hashed = |hash: u64| {
+            let mut p = branches(None, 1);
+            p.hashes.insert(
+                "f".into(),
+                FunctionHash {
+                    hash,
+                    blocks: Vec::new(),
+                },
+            );
+            p
+        };
+        let one = merge([hashed(7), branches(None, 2)]).unwrap();
+        assert_eq!(one.hashes["f"].hash, 7);
+        let a = merge([hashed(7), hashed(3)]).unwrap();
+        let b = merge([hashed(3), hashed(7)]).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.hashes["f"].hash, 3);
+        // The streamed writer writes them too.
+        let mut merger = Merger::new();
+        merger.add(hashed(9), Weight::ONE).unwrap();
+        let mut out = Vec::new();
+        merger.write_native(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\nfunction f 9\nrecords\n"), "{text}");
+        assert_eq!(crate::native::parse(&text).unwrap().hashes["f"].hash, 9);
+    }
 
     fn branches(build_id: Option<&str>, count: u64) -> Profile {
         let mut p = Profile::new(Mode::Branches);

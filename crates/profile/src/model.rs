@@ -73,6 +73,36 @@ pub enum Origin {
     Samples,
 }
 
+/// What a profile remembers of one function's code in the build it was taken on, so that it
+/// can be matched to another build of the same program (stale matching: `rivet_passes::stale`
+/// computes and uses these; this crate only carries them). Hashes mask addresses and
+/// immediates, so code that only moved hashes the same.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FunctionHash {
+    /// Hash of the whole function: every block's `exact` hash, offset and successors. Equal
+    /// hashes mean the profile's offsets fit the function as they are.
+    pub hash: u64,
+    /// Per basic block, sorted by offset, offsets unique.
+    pub blocks: Vec<BlockHash>,
+}
+
+/// The hashes of one basic block (see [`FunctionHash`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BlockHash {
+    /// Offset of the block's first instruction from the function's start.
+    pub offset: u64,
+    /// Offset of the block's last instruction (where its branch records leave from).
+    pub last: u64,
+    /// The block's instructions (operands, addresses and immediates masked) and the names of
+    /// the functions it calls.
+    pub exact: u64,
+    /// The block's mnemonics and the names of the functions it calls: survives register
+    /// allocation and operand changes.
+    pub loose: u64,
+    /// The `loose` hashes of the block's predecessors and successors.
+    pub neighbours: u64,
+}
+
 /// A profile of one binary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Profile {
@@ -94,6 +124,9 @@ pub struct Profile {
     /// address) -> count. Nothing in Rivet uses them yet; they are kept so that reading and
     /// writing a profile loses nothing.
     pub memory: BTreeMap<(Location, Location), u64>,
+    /// Hashes of the code of the functions the records name, by profile name (native format
+    /// version 2; empty when the writer did not have the binary, and in every other format).
+    pub hashes: BTreeMap<String, FunctionHash>,
 }
 
 impl Profile {
@@ -107,6 +140,7 @@ impl Profile {
             branches: BTreeMap::new(),
             samples: BTreeMap::new(),
             memory: BTreeMap::new(),
+            hashes: BTreeMap::new(),
         }
     }
 

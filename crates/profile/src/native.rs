@@ -8,17 +8,22 @@
 //! (or a careful person edited) or it is refused, and a file cut short is noticed.
 //!
 //! ```text
-//! file     := "rivet-profile 1" NL
+//! file     := "rivet-profile 2" NL                    (version 1: the same without hashes)
 //!             [ "binary" SP name NL ]               the profiled file's name, escaped as in fdata
 //!             [ "build-id" SP hex NL ]              GNU build-id: lower-case hex, even length
 //!             "mode" SP ( "branches" | "samples" { SP event } ) NL
 //!             "origin" SP ( "unknown" | "instrumentation" | "lbr" | "samples" ) NL
 //!             [ "bolted-collection" NL ]            locations refer to the pre-BOLT binary
+//!             { hashes }                            by name, each name once
 //!             "records" NL
 //!             { record NL }                         fdata records (see `fdata`): branch lines
 //!                                                   in mode branches, sample lines in mode
 //!                                                   samples, memory lines in either
 //!             "end" NL                              nothing may follow
+//! hashes   := "function" SP name SP hash NL       the code of a function the records name
+//!             { "block" SP offset SP last SP exact SP loose SP neighbours NL }
+//!                                                   its blocks, by offset, each offset once
+//!                                                   (all numbers hex; see `model::BlockHash`)
 //! SP       := exactly one space; no spaces at the ends of a line; lines end in "\n" only
 //! ```
 //!
@@ -29,7 +34,9 @@
 //! Header lines come in the order shown, each at most once. Records are written sorted
 //! (branches or samples, then memory, each in `BTreeMap` order) and may be read in any order,
 //! but a record may not appear twice: summing is what `merge` is for. A later, incompatible
-//! format gets a new version number on the first line; this reader refuses other versions.
+//! format gets a new version number on the first line; this reader reads versions 1 and 2
+//! and refuses others, and writes version 2. Version 2 added the hashes: what stale matching
+//! (`rivet_passes::stale`) needs to carry a profile over to the next build of the program.
 
 use std::collections::btree_map::Entry;
 use std::fmt::Write as _;
@@ -37,12 +44,14 @@ use std::fmt::Write as _;
 use thiserror::Error;
 
 use crate::fdata::{self, Dialect, FdataError, Record, shown};
-use crate::model::{Mode, Origin, Profile};
+use crate::model::{BlockHash, FunctionHash, Mode, Origin, Profile};
 use crate::yaml::{self, YamlError, YamlProfile};
 
 /// The first line's words and the version this module reads and writes.
 const MAGIC: &str = "rivet-profile";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The oldest version this module still reads (the same without hashes).
+const OLDEST_VERSION: u32 = 1;
 
 /// A native profile that cannot be read, or a profile that cannot be written.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -69,13 +78,13 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
                 format!("expected `{MAGIC} {VERSION}`, found {}", shown(first)),
             )
         })?;
-    match fdata::decimal(version, Dialect::Native) {
-        Some(v) if v == u64::from(VERSION) => {}
+    let version = match fdata::decimal(version, Dialect::Native) {
+        Some(v) if (u64::from(OLDEST_VERSION)..=u64::from(VERSION)).contains(&v) => v,
         Some(v) => {
             return Err(syntax(
                 line,
                 format!(
-                    "this is version {v} of Rivet's profile format; this Rivet reads version {VERSION}"
+                    "this is version {v} of Rivet's profile format; this Rivet reads versions {OLDEST_VERSION} to {VERSION}"
                 ),
             ));
         }
@@ -85,7 +94,7 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
                 format!("expected a version number, found {}", shown(version)),
             ));
         }
-    }
+    };
 
     let mut profile = Profile::new(Mode::Branches);
     let (mut line, mut text_line) = lines.next_line()?;
@@ -135,6 +144,38 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
     if text_line == "bolted-collection" {
         profile.bolted_collection = true;
         (line, text_line) = lines.next_line()?;
+    }
+    while version >= 2
+        && let Some(rest) = text_line.strip_prefix("function ")
+    {
+        let (name, hash) = function_line(rest).map_err(|m| syntax(line, m))?;
+        if profile
+            .hashes
+            .last_key_value()
+            .is_some_and(|(last, _)| *last >= name)
+        {
+            return Err(syntax(
+                line,
+                "functions' hashes come sorted by name, each name once".into(),
+            ));
+        }
+        let mut code = FunctionHash {
+            hash,
+            blocks: Vec::new(),
+        };
+        (line, text_line) = lines.next_line()?;
+        while let Some(rest) = text_line.strip_prefix("block ") {
+            let block = block_line(rest).map_err(|m| syntax(line, m))?;
+            if code.blocks.last().is_some_and(|b| b.offset >= block.offset) {
+                return Err(syntax(
+                    line,
+                    "a function's blocks come sorted by offset, each offset once".into(),
+                ));
+            }
+            code.blocks.push(block);
+            (line, text_line) = lines.next_line()?;
+        }
+        profile.hashes.insert(name, code);
     }
     if text_line != "records" {
         return Err(expected_header(line, text_line, "records"));
@@ -207,6 +248,7 @@ pub fn write(profile: &Profile) -> Result<String, NativeError> {
     if profile.bolted_collection {
         out.push_str("bolted-collection\n");
     }
+    write_hashes(profile, &mut out).map_err(unrepresentable)?;
     out.push_str("records\n");
     fdata::write_records(profile, &mut out).map_err(unrepresentable)?;
     out.push_str("end\n");
@@ -290,6 +332,78 @@ pub fn read_any(bytes: &[u8]) -> Result<AnyProfile, ReadError> {
             profile: fdata::parse(text)?,
             format,
         }),
+    }
+}
+
+/// The hash lines of `profile`, sorted as the reader wants them.
+pub(crate) fn write_hashes(profile: &Profile, out: &mut String) -> Result<(), String> {
+    for (name, code) in &profile.hashes {
+        let name = fdata::escape_name(name).map_err(|m| format!("function name: {m}"))?;
+        let _ = writeln!(out, "function {name} {:x}", code.hash);
+        let mut previous = None;
+        for b in &code.blocks {
+            if previous.is_some_and(|p| p >= b.offset) {
+                return Err(format!(
+                    "the blocks of {name} are not sorted by offset, each offset once"
+                ));
+            }
+            previous = Some(b.offset);
+            let _ = writeln!(
+                out,
+                "block {:x} {:x} {:x} {:x} {:x}",
+                b.offset, b.last, b.exact, b.loose, b.neighbours
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `name hash` of a `function` line.
+fn function_line(rest: &str) -> Result<(String, u64), String> {
+    let mut fields = fdata::Fields::new(rest, Dialect::Native);
+    let name = fields.next_field()?.ok_or("expected a function name")?;
+    let name = fdata::unescape_name(name, Dialect::Native)?;
+    let hash = hex_field(&mut fields, "the function's hash")?;
+    no_more(&mut fields)?;
+    Ok((name, hash))
+}
+
+/// `offset last exact loose neighbours` of a `block` line.
+fn block_line(rest: &str) -> Result<BlockHash, String> {
+    let mut fields = fdata::Fields::new(rest, Dialect::Native);
+    let block = BlockHash {
+        offset: hex_field(&mut fields, "the block's offset")?,
+        last: hex_field(&mut fields, "the offset of the block's last instruction")?,
+        exact: hex_field(&mut fields, "the block's exact hash")?,
+        loose: hex_field(&mut fields, "the block's loose hash")?,
+        neighbours: hex_field(&mut fields, "the block's neighbours hash")?,
+    };
+    no_more(&mut fields)?;
+    if block.last < block.offset {
+        return Err("a block's last instruction cannot come before its start".into());
+    }
+    Ok(block)
+}
+
+fn hex_field(fields: &mut fdata::Fields<'_>, what: &str) -> Result<u64, String> {
+    let word = fields
+        .next_field()?
+        .ok_or_else(|| format!("expected {what}"))?;
+    fdata::hex(word, Dialect::Native).ok_or_else(|| {
+        format!(
+            "expected {what} in canonical hex (lower case, no leading zeros), found {}",
+            shown(word)
+        )
+    })
+}
+
+fn no_more(fields: &mut fdata::Fields<'_>) -> Result<(), String> {
+    match fields.next_field()? {
+        None => Ok(()),
+        Some(extra) => Err(format!(
+            "expected the end of the line, found {}",
+            shown(extra)
+        )),
     }
 }
 
@@ -390,14 +504,39 @@ mod tests {
             Location::symbol("var", 8),
             3,
         );
+        p.hashes.insert(
+            "main".into(),
+            FunctionHash {
+                hash: 0xfeed,
+                blocks: vec![
+                    BlockHash {
+                        offset: 0,
+                        last: 0x1a,
+                        exact: 1,
+                        loose: 2,
+                        neighbours: 3,
+                    },
+                    BlockHash {
+                        offset: 0x20,
+                        last: 0x40,
+                        exact: 0xabc,
+                        loose: 0,
+                        neighbours: u64::MAX,
+                    },
+                ],
+            },
+        );
         p
     }
 
-    const EXAMPLE: &str = "rivet-profile 1
+    const EXAMPLE: &str = "rivet-profile 2
 binary my\\ app
 build-id f157cb091eaa5062
 mode branches
 origin instrumentation
+function main feed
+block 0 1a 1 2 3
+block 20 40 abc 0 ffffffffffffffff
 records
 0 [unknown] 0 1 a\\\\b 0 0 1
 1 main 40 1 main 20 0 19998
@@ -417,7 +556,7 @@ end
         let text = write(&samples).unwrap();
         assert_eq!(
             text,
-            "rivet-profile 1\nmode samples cpu-clock:u x\norigin unknown\nbolted-collection\n\
+            "rivet-profile 2\nmode samples cpu-clock:u x\norigin unknown\nbolted-collection\n\
              records\n1 f 1f 7\nend\n"
         );
         assert_eq!(parse(&text).unwrap(), samples);
@@ -427,32 +566,32 @@ end
     fn is_strict() {
         let err = |text: &str| parse(text).unwrap_err().to_string();
         assert_eq!(
-            err(&EXAMPLE.replace("rivet-profile 1", "rivet-profile 2")),
-            "line 1: this is version 2 of Rivet's profile format; this Rivet reads version 1"
+            err(&EXAMPLE.replace("rivet-profile 2", "rivet-profile 3")),
+            "line 1: this is version 3 of Rivet's profile format; this Rivet reads versions 1 to 2"
         );
         assert_eq!(
             err(&EXAMPLE.replace("end\n", "")),
-            "line 10: the file ends before the `end` line (was it cut short?)"
+            "line 13: the file ends before the `end` line (was it cut short?)"
         );
         assert_eq!(
             err(&EXAMPLE.replace("end\n", "end")),
-            "line 10: the last line has no newline (was the file cut short?)"
+            "line 13: the last line has no newline (was the file cut short?)"
         );
         assert_eq!(
             err(&EXAMPLE[..EXAMPLE.len() - 20]),
-            "line 9: the last line has no newline (was the file cut short?)"
+            "line 12: the last line has no newline (was the file cut short?)"
         );
         assert_eq!(
             err(&format!("{EXAMPLE}\n")),
-            "line 11: nothing may follow the `end` line"
+            "line 14: nothing may follow the `end` line"
         );
         assert_eq!(
             err(&EXAMPLE.replace("records\n", "records\n4 main 1a 4 var 8 1\n")),
-            "line 10: this record appeared before (records are unique)"
+            "line 13: this record appeared before (records are unique)"
         );
         assert_eq!(
             err(&EXAMPLE.replace("0 19998", "0  19998")),
-            "line 8: fields are separated by exactly one space, with none at the ends of the line"
+            "line 11: fields are separated by exactly one space, with none at the ends of the line"
         );
         // Header lines in another order.
         assert_eq!(
@@ -476,7 +615,7 @@ end
         );
         let e = err(&EXAMPLE.replace("mode branches", "mode samples"));
         assert!(
-            e.starts_with("line 7: expected the end of the line after the sample count, found"),
+            e.starts_with("line 10: expected the end of the line after the sample count, found"),
             "{e}"
         );
         assert!(
@@ -486,8 +625,54 @@ end
             "{e}"
         );
         assert_eq!(
-            err("rivet-profile 1\r\n"),
-            "line 1: expected a version number, found \"1\\r\""
+            err("rivet-profile 2\r\n"),
+            "line 1: expected a version number, found \"2\\r\""
+        );
+    }
+
+    #[test]
+    fn reads_version_1_and_checks_the_hashes() {
+        // Version 1 is version 2 without hashes, and may not hold any.
+        let v1 = EXAMPLE
+            .replace("rivet-profile 2", "rivet-profile 1")
+            .replace(
+                "function main feed\nblock 0 1a 1 2 3\nblock 20 40 abc 0 ffffffffffffffff\n",
+                "",
+            );
+        let mut expected = example();
+        expected.hashes.clear();
+        assert_eq!(parse(&v1).unwrap(), expected);
+        assert_eq!(
+            parse(&EXAMPLE.replace("rivet-profile 2", "rivet-profile 1"))
+                .unwrap_err()
+                .to_string(),
+            "line 6: expected the `records` line, found \"function main feed\""
+        );
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        assert_eq!(
+            err(&EXAMPLE.replace("block 20 40", "block 0 40")),
+            "line 8: a function's blocks come sorted by offset, each offset once"
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("block 20 40", "block 20 1f")),
+            "line 8: a block's last instruction cannot come before its start"
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("block 0 1a 1 2 3", "block 0 1a 1 2")),
+            "line 7: expected the block's neighbours hash"
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("block 0 1a 1 2 3", "block 0 1a 1 2 3 4")),
+            "line 7: expected the end of the line, found \"4\""
+        );
+        assert_eq!(
+            err(&EXAMPLE.replace("main feed", "main 0feed")),
+            "line 6: expected the function's hash in canonical hex (lower case, no leading zeros), found \"0feed\""
+        );
+        let twice = EXAMPLE.replace("records\n", "function main 1\nrecords\n");
+        assert_eq!(
+            err(&twice),
+            "line 9: functions' hashes come sorted by name, each name once"
         );
     }
 
@@ -499,6 +684,9 @@ end
         let mut p = example();
         p.binary_name = Some("two\nlines".into());
         assert!(write(&p).is_err());
+        let mut p = example();
+        p.hashes.get_mut("main").unwrap().blocks.reverse();
+        assert!(matches!(write(&p), Err(NativeError::Unrepresentable(_))));
     }
 
     #[test]

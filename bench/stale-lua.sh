@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# stale-lua.sh -- a profile of one Lua release used on the next (stale profiles, issue 37).
+#
+#   bench/stale-lua.sh LUA_GIT [OUT_DIR] [ROUNDS]
+#
+# LUA_GIT is a clone of https://github.com/lua/lua (upstream's history, with its release
+# tags). Lua 5.4.4 and 5.4.6 (5.4.5 was withdrawn; 5.4.6 is the release after 5.4.4) are
+# built alike, as scripts/build-real-programs.sh builds Lua (gcc -O2 -g
+# -fno-reorder-blocks-and-partition, --emit-relocs, the fixed string-hash seed), from the
+# tags' files. Both are instrumented and trained on the benchmark's training inputs
+# (bench/lua: binarytrees 14, fannkuch 9, strings 200000). Then 5.4.6 is optimized
+#   - with its own profile (fresh),
+#   - with 5.4.4's profile, matched by code hashes (stale),
+#   - with 5.4.4's profile forced onto 5.4.6's offsets (--force: what Rivet did before),
+# and llvm-bolt-19 does the same with its recipe (luaV_execute skipped: BOLT cannot rewrite
+# it), fresh from 5.4.6's fdata and stale from 5.4.4's YAML with -infer-stale-profile.
+# Every output is compared with 5.4.6 by `rivet bench` (CPU time, ROUNDS rounds, default 20)
+# on binarytrees 14. The kept share of the speedup is (1 - stale) / (1 - fresh) of the
+# median ratios; then each stale output is compared with its fresh one directly. Prints the
+# match reports and the bench lines; everything lands in OUT_DIR
+# (default /tmp/rivet-stale-lua).
+set -euo pipefail
+
+LUA_GIT=${1:?usage: bench/stale-lua.sh LUA_GIT [OUT_DIR] [ROUNDS]}
+OUT=${2:-/tmp/rivet-stale-lua}
+ROUNDS=${3:-20}
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+RIVET=${RIVET:-$ROOT/target/release/rivet}
+BOLT=${BOLT:-llvm-bolt-19}
+[[ -x $RIVET ]] || { echo "stale-lua: $RIVET is missing (cargo build --release -p rivet)" >&2; exit 2; }
+command -v "$BOLT" >/dev/null || { echo "stale-lua: $BOLT is missing (apt-get install bolt-19)" >&2; exit 2; }
+mkdir -p "$OUT"
+cd "$OUT"
+
+for v in 5.4.4 5.4.6; do
+    if [[ ! -x build-$v/lua ]]; then
+        rm -rf "src-$v" "build-$v"
+        mkdir -p "src-$v" "build-$v"
+        git -C "$LUA_GIT" archive "v$v" | tar -x -C "src-$v"
+        objs=()
+        for f in "src-$v"/*.c; do
+            b=$(basename "$f" .c)
+            case $b in lua | luac | ltests | onelua) continue ;; esac
+            objs+=("obj/$b.o")
+        done
+        {
+            printf 'CC = gcc\nCFLAGS = -O2 -g -fno-reorder-blocks-and-partition -std=gnu99 -DLUA_COMPAT_5_3 -DLUA_USE_LINUX %s\n' "'-Dluai_makeseed(L)=0x2545f491'"
+            printf 'LDFLAGS = -Wl,--emit-relocs -Wl,-E\nLIBS = -lm -ldl\nSRC = %s/src-%s\nOBJS = %s\n' "$OUT" "$v" "${objs[*]}"
+            printf 'lua: obj/lua.o liblua.a\n\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ obj/lua.o liblua.a $(LIBS)\n'
+            printf 'liblua.a: $(OBJS)\n\tar rcs $@ $(OBJS)\n'
+            printf 'obj/%%.o: $(SRC)/%%.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) -c -o $@ $<\n'
+        } >"build-$v/Makefile"
+        make -C "build-$v" lua >"build-$v/log" 2>&1
+    fi
+    "$RIVET" instrument "build-$v/lua" -o "lua-$v.inst" --profile "lua-$v.counts" >/dev/null
+    rm -f "lua-$v.counts"
+    ./"lua-$v.inst" "$ROOT/bench/lua/binarytrees.lua" 14 >/dev/null
+    ./"lua-$v.inst" "$ROOT/bench/lua/fannkuch.lua" 9 >/dev/null
+    ./"lua-$v.inst" "$ROOT/bench/lua/strings.lua" 200000 >/dev/null
+    "$RIVET" merge --binary "build-$v/lua" "lua-$v.counts" -o "lua-$v.prof"
+    "$RIVET" merge "lua-$v.counts" -o "lua-$v.fdata"
+done
+
+NEW=build-5.4.6/lua
+"$RIVET" optimize $NEW --profile lua-5.4.6.prof -o new.rivet-fresh >/dev/null
+"$RIVET" optimize $NEW --profile lua-5.4.4.prof -o new.rivet-stale --json >stale.json 2>stale.err
+cat stale.err
+"$RIVET" inspect $NEW --profile lua-5.4.4.prof --top 10 2>/dev/null | sed -n '/^stale profile/,$p'
+"$RIVET" optimize $NEW --profile lua-5.4.4.prof --force -o new.rivet-forced --json >forced.json 2>/dev/null
+echo "forced onto the new offsets: matched share $(grep -o '"matched_share":[0-9.e-]*' forced.json)"
+
+RECIPE=(-reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions -split-all-cold -split-eh -skip-funcs=luaV_execute/1)
+"$BOLT" build-5.4.4/lua -data=lua-5.4.4.fdata -w lua-5.4.4.yaml -o old.bolt "${RECIPE[@]}" >bolt-yaml.log 2>&1
+"$BOLT" $NEW -o new.bolt-fresh -data=lua-5.4.6.fdata "${RECIPE[@]}" >bolt-fresh.log 2>&1
+"$BOLT" $NEW -o new.bolt-stale -data=lua-5.4.4.yaml -infer-stale-profile "${RECIPE[@]}" >bolt-stale.log 2>&1
+grep -E 'stale|inference' bolt-stale.log || true
+
+for out in new.rivet-fresh new.rivet-stale new.rivet-forced new.bolt-fresh new.bolt-stale; do
+    cmp <(./$out "$ROOT/bench/lua/binarytrees.lua" 12) <($NEW "$ROOT/bench/lua/binarytrees.lua" 12)
+    echo "== $out vs lua 5.4.6"
+    # Exit 3 means "significantly slower": a result, not a failure.
+    { "$RIVET" bench $NEW "$out" --runs "$ROUNDS" -- "$ROOT/bench/lua/binarytrees.lua" 14 || true; } | tail -1
+done
+
+# The stale output against the fresh one directly, for each tool (the kept share's error is
+# then that of one ratio, not of two).
+for pair in "new.rivet-fresh new.rivet-stale" "new.bolt-fresh new.bolt-stale"; do
+    echo "== ${pair/ / vs }"
+    # shellcheck disable=SC2086 # two binaries
+    { "$RIVET" bench $pair --runs "$ROUNDS" -- "$ROOT/bench/lua/binarytrees.lua" 14 || true; } | tail -1
+done

@@ -1,0 +1,157 @@
+//! Stale matching on hand-made profiles: a function that only moved matches exactly, one
+//! whose block changed is matched block by block (the changed block along the profile's
+//! edges) and its counts come out as measured, and a function the new build lacks is
+//! reported unmatched.
+
+#[allow(dead_code)] // this file uses some of the shared builders
+mod common;
+
+use common::{fall, function, program, taken};
+use rivet_ir::{Function, Terminator};
+use rivet_passes::attach::attach;
+use rivet_passes::names::profile_names;
+use rivet_passes::stale::{FunctionMatchKind, add_hashes, attach_stale, function_hash};
+use rivet_profile::{Location, Mode, Profile};
+
+/// A diamond:
+///
+/// ```text
+///   A +0x0: test %edi,%edi; jne C
+///   B +0x4: mov $1,%eax; jmp D
+///   C +0xb: mov $2,%eax
+///   D +0x10: ret
+/// ```
+fn version1(start: u64) -> Function {
+    let code = [
+        0x85, 0xff, 0x75, 0x07, // test; jne +7
+        0xb8, 0x01, 0x00, 0x00, 0x00, 0xeb, 0x05, // mov $1; jmp +5
+        0xb8, 0x02, 0x00, 0x00, 0x00, // mov $2
+        0xc3, // ret
+    ];
+    function(
+        0,
+        start,
+        &code,
+        vec![
+            (start, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (start + 4, Terminator::Jump, vec![taken(3)]),
+            (start + 0xb, Terminator::FallThrough, vec![fall(3)]),
+            (start + 0x10, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+/// The next version: B gained an instruction (`add $3,%eax`), so C and D moved by 3.
+fn version2(start: u64) -> Function {
+    let code = [
+        0x85, 0xff, 0x75, 0x0a, // test; jne +10
+        0xb8, 0x01, 0x00, 0x00, 0x00, 0x83, 0xc0, 0x03, 0xeb, 0x05, // mov $1; add $3; jmp +5
+        0xb8, 0x02, 0x00, 0x00, 0x00, // mov $2
+        0xc3, // ret
+    ];
+    function(
+        0,
+        start,
+        &code,
+        vec![
+            (start, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (start + 4, Terminator::Jump, vec![taken(3)]),
+            (start + 0xe, Terminator::FallThrough, vec![fall(3)]),
+            (start + 0x13, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+/// An instrumentation profile of version 1, named `f0`: 100 entries, 90 through C, 10
+/// through B, and 7 entries of a function `gone`. With version 1's hashes.
+fn profile_of_version1() -> Profile {
+    let mut p = Profile::new(Mode::Branches);
+    let f = |offset| Location::symbol("f0", offset);
+    p.add_branch(Location::unknown(), f(0), 100, 0);
+    p.add_branch(f(2), f(0xb), 90, 0);
+    p.add_branch(f(2), f(4), 10, 0);
+    p.add_branch(f(9), f(0x10), 10, 0);
+    p.add_branch(f(0xb), f(0x10), 90, 0);
+    p.add_branch(Location::unknown(), Location::symbol("gone", 0), 7, 0);
+    let old = program(vec![version1(0x1000)]);
+    add_hashes(&old, &profile_names(&old), &mut p);
+    p
+}
+
+#[test]
+fn hashes_ignore_where_the_code_is() {
+    let a = program(vec![version1(0x1000)]);
+    let b = program(vec![version1(0x5400)]);
+    let c = program(vec![version2(0x1000)]);
+    let (ha, hb, hc) = (
+        function_hash(&a, &a.functions[0]),
+        function_hash(&b, &b.functions[0]),
+        function_hash(&c, &c.functions[0]),
+    );
+    assert_eq!(ha, hb);
+    assert_ne!(ha.hash, hc.hash);
+    // A, C and D read the same in both versions; B does not.
+    let exact =
+        |h: &rivet_profile::FunctionHash| h.blocks.iter().map(|b| b.exact).collect::<Vec<_>>();
+    let (ea, ec) = (exact(&ha), exact(&hc));
+    assert_eq!((ea[0], ea[2], ea[3]), (ec[0], ec[2], ec[3]));
+    assert_ne!(ea[1], ec[1]);
+    assert_eq!(
+        ha.blocks
+            .iter()
+            .map(|b| (b.offset, b.last))
+            .collect::<Vec<_>>(),
+        [(0, 2), (4, 9), (0xb, 0xb), (0x10, 0x10)]
+    );
+}
+
+#[test]
+fn a_function_that_only_moved_matches_exactly() {
+    let profile = profile_of_version1();
+    // A new build where the function moved (another function before it, say).
+    let moved = program(vec![version1(0x7000)]);
+    let names = profile_names(&moved);
+    let (attached, report) = attach_stale(&moved, &names, &profile);
+    assert_eq!(report.exact_count, 300);
+    assert_eq!(report.approximate_count, 0);
+    assert_eq!(report.unmatched_count, 7);
+    assert_eq!(report.functions[0].name, "f0");
+    assert_eq!(report.functions[0].kind, FunctionMatchKind::Exact);
+    let gone = report.functions.iter().find(|f| f.name == "gone").unwrap();
+    assert_eq!(gone.kind, FunctionMatchKind::Missing);
+    assert_eq!((gone.count, gone.matched_count), (7, 0));
+    // The counts are those of the profile attached to its own build.
+    let own = program(vec![version1(0x1000)]);
+    let direct = attach(&own, &profile_names(&own), &profile);
+    assert_eq!(attached.functions[0], direct.functions[0]);
+    assert_eq!(attached.report.records_count, 307);
+    assert_eq!(attached.report.matched_count, 300);
+}
+
+#[test]
+fn a_changed_function_is_matched_by_blocks_and_its_counts_repaired() {
+    let profile = profile_of_version1();
+    let next = program(vec![version2(0x2000)]);
+    let names = profile_names(&next);
+    let (attached, report) = attach_stale(&next, &names, &profile);
+    // B changed: no hash finds it, the edge A -> B does (A's one unclaimed successor).
+    assert_eq!(
+        report.functions[0].kind,
+        FunctionMatchKind::Approximate {
+            matched: 4,
+            blocks: 4
+        }
+    );
+    assert_eq!((report.exact_count, report.approximate_count), (0, 300));
+    let counts = attached.functions[0].as_ref().unwrap();
+    assert_eq!(counts.blocks, [100, 10, 90, 100]);
+    // A's successors are [C, B]: 90 taken, 10 falling through.
+    assert_eq!(counts.edges[0], [90, 10]);
+    assert_eq!(counts.entries, 100);
+
+    // Forced onto the new offsets, the edges into the moved blocks fit nothing.
+    let forced = attach(&next, &names, &profile);
+    assert!(forced.report.matched_share() < attached.report.matched_share());
+}
