@@ -1,0 +1,62 @@
+/* A program for --hugify tests: work() and mix() are hot, cold_path() never runs. Prints a
+ * deterministic result on stdout and exits with a code derived from it (the differential
+ * tests compare both). With a second argument "smaps", it also reports on stderr the mapping
+ * that holds work() at that moment, from /proc/self/smaps:
+ *   hot-mapping anon_huge_kb=N inode=I
+ * (inode 0: anonymous memory, i.e. the copy the start-up code made; AnonHugePages: how much of
+ * it the kernel backs with transparent huge pages). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define NOINLINE __attribute__((noinline))
+
+volatile unsigned long sink;
+
+NOINLINE unsigned long mix(unsigned long x) {
+    return x * 6364136223846793005UL + 1442695040888963407UL;
+}
+
+NOINLINE unsigned long work(long n) {
+    unsigned long h = 0;
+    for (long i = 0; i < n; i++) {
+        h = mix(h ^ (unsigned long)i);
+        if (h % 3 == 0) sink++;
+    }
+    return h;
+}
+
+NOINLINE void cold_path(void) { puts("never printed"); }
+
+/* The smaps entry holding addr. */
+static void report(unsigned long addr) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) {
+        fprintf(stderr, "hot-mapping unreadable\n");
+        return;
+    }
+    char line[512];
+    int inside = 0;
+    unsigned long inode = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, kb;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perms, &inode) == 4) {
+            inside = addr >= lo && addr < hi;
+        } else if (inside && sscanf(line, "AnonHugePages: %lu kB", &kb) == 1) {
+            fprintf(stderr, "hot-mapping anon_huge_kb=%lu inode=%lu\n", kb, inode);
+            fclose(f);
+            return;
+        }
+    }
+    fclose(f);
+    fprintf(stderr, "hot-mapping not found\n");
+}
+
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 1000;
+    unsigned long h = work(n);
+    if (n < 0) cold_path();
+    printf("%lu %lu\n", h, (unsigned long)sink);
+    if (argc > 2 && strcmp(argv[2], "smaps") == 0) report((unsigned long)(void *)work);
+    return (int)(h % 7);
+}
