@@ -1,13 +1,10 @@
 /* A program for --hugify tests: work() and mix() are hot, cold_path() never runs. Prints a
  * deterministic result on stdout and exits with a code derived from it (the differential
  * tests compare both). With a second argument "smaps", it also reports on stderr the mapping
- * that holds work() at that moment, from /proc/self/smaps:
- *   hot-mapping anon_huge_kb=N inode=I
- * (inode 0: anonymous memory, i.e. the copy the start-up code made; AnonHugePages: how much of
- * it the kernel backs with transparent huge pages). */
-#include <stdio.h>
+ * that holds work() at that moment (smaps.h). */
 #include <stdlib.h>
 #include <string.h>
+#include "smaps.h"
 #define NOINLINE __attribute__((noinline))
 
 volatile unsigned long sink;
@@ -26,31 +23,6 @@ NOINLINE unsigned long work(long n) {
 }
 
 NOINLINE void cold_path(void) { puts("never printed"); }
-
-/* The smaps entry holding addr. */
-static void report(unsigned long addr) {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f) {
-        fprintf(stderr, "hot-mapping unreadable\n");
-        return;
-    }
-    char line[512];
-    int inside = 0;
-    unsigned long inode = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi, kb;
-        char perms[8];
-        if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perms, &inode) == 4) {
-            inside = addr >= lo && addr < hi;
-        } else if (inside && sscanf(line, "AnonHugePages: %lu kB", &kb) == 1) {
-            fprintf(stderr, "hot-mapping anon_huge_kb=%lu inode=%lu\n", kb, inode);
-            fclose(f);
-            return;
-        }
-    }
-    fclose(f);
-    fprintf(stderr, "hot-mapping not found\n");
-}
 
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 1000;

@@ -111,8 +111,7 @@ pub fn check(
     }
     // The hook, where the program starts.
     let (hook, want) = if kind == ElfKind::SharedLibrary {
-        let input_init =
-            dt_init(input).ok_or("the output hooks DT_INIT but the input has none")?;
+        let input_init = dt_init(input).ok_or("the output hooks DT_INIT but the input has none")?;
         let hook = dt_init(out).ok_or("the output has no DT_INIT")?;
         (hook, translate(input_init))
     } else {

@@ -42,7 +42,8 @@ pub const DESCRIPTOR_MAGIC: u64 = u64::from_le_bytes(*b"RIVETHUG");
 pub const DESCRIPTOR_SIZE: u64 = 32;
 /// The registers the hook saves, in push order (flags first). The verifier checks the hook
 /// against this list.
-pub const SAVED_REGISTERS: [&str; 9] = ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"];
+pub const SAVED_REGISTERS: [&str; 9] =
+    ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"];
 
 const SYS_READ: i32 = 0;
 const SYS_CLOSE: i32 = 3;
