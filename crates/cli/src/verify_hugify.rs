@@ -38,7 +38,10 @@ pub fn check(
     }
     let start = Vaddr(at.get().wrapping_add(word(1)?));
     let end = Vaddr(at.get().wrapping_add(word(2)?));
-    if start.get() % HUGE_PAGE != 0 || end.get() % HUGE_PAGE != 0 || start >= end {
+    if !start.get().is_multiple_of(HUGE_PAGE)
+        || !end.get().is_multiple_of(HUGE_PAGE)
+        || start >= end
+    {
         return Err(format!(
             "the huge-page range {start}..{end} is not a nonempty range of whole 2 MiB pages"
         ));
