@@ -44,6 +44,7 @@ pub fn dt_init(elf: &ElfFile<'_>) -> Option<Vaddr> {
 /// when there is nothing to do or no way to hook.
 pub fn build(
     elf: &ElfFile<'_>,
+    isa: rivet_arch::Isa,
     kind: ElfKind,
     hot: (Vaddr, Vaddr),
     at: Vaddr,
@@ -51,6 +52,13 @@ pub fn build(
     warnings: &mut Vec<String>,
 ) -> Result<Option<Hugify>, RewriteError> {
     let (hot_start, hot_end) = hot;
+    // The generator writes x86-64 code; another ISA gets no hook rather than a wrong one.
+    if isa != rivet_arch::Isa::X86_64 {
+        warnings.push(format!(
+            "--hugify: no start-up code for {isa:?} yet; the hot text is aligned but stays on ordinary pages"
+        ));
+        return Ok(None);
+    }
     if hot_end <= hot_start {
         warnings.push(
             "--hugify: no hot text was moved, so there is nothing to map on huge pages (relocation mode and a profile that reaches some function are needed)".into(),

@@ -421,6 +421,7 @@ pub fn rewrite(
         }
         crate::hugify::build(
             elf,
+            isa,
             program.info.kind,
             (text.bounds.hot_start, text.bounds.hot_end),
             align(text.bounds.cold_end, 64),
