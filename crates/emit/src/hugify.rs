@@ -98,3 +98,111 @@ pub fn build(
     .map_err(|e| RewriteError::Hugify(e.to_string()))?;
     Ok(Some(Hugify { at, code, range }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rivet_arch::Isa;
+
+    /// Debian's /bin/true: an executable with an entry point (the writer's tests use it too).
+    fn input() -> Vec<u8> {
+        std::fs::read("/bin/true").expect("/bin/true exists")
+    }
+
+    #[test]
+    fn no_hot_text_means_no_hook_and_a_warning() {
+        let data = input();
+        let elf = ElfFile::parse(&data).unwrap();
+        let mut warnings = Vec::new();
+        let hot = (Vaddr(0x40_0000), Vaddr(0x40_0000));
+        let built = build(
+            &elf,
+            Isa::X86_64,
+            ElfKind::Executable,
+            hot,
+            Vaddr(0x60_0000),
+            &|v| v,
+            &mut warnings,
+        )
+        .unwrap();
+        assert!(built.is_none());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("no hot text"), "{warnings:?}");
+    }
+
+    #[test]
+    fn start_up_code_inside_the_range_it_moves_is_refused() {
+        let data = input();
+        let elf = ElfFile::parse(&data).unwrap();
+        let hot = (Vaddr(0x40_0000), Vaddr(0x40_1000));
+        let err = build(
+            &elf,
+            Isa::X86_64,
+            ElfKind::Executable,
+            hot,
+            Vaddr(0x50_0000),
+            &|v| v,
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("inside the hot range"), "{err}");
+    }
+
+    #[test]
+    fn the_range_widens_to_whole_huge_pages_and_the_hook_leads_to_the_translated_entry() {
+        let data = input();
+        let elf = ElfFile::parse(&data).unwrap();
+        let hot = (Vaddr(0x40_0040), Vaddr(0x41_0000));
+        let moved = Vaddr(0x40_0100);
+        let h = build(
+            &elf,
+            Isa::X86_64,
+            ElfKind::Executable,
+            hot,
+            Vaddr(0x60_0000),
+            &|_| moved,
+            &mut Vec::new(),
+        )
+        .unwrap()
+        .expect("a hook");
+        assert_eq!(h.range, (Vaddr(0x40_0000), Vaddr(0x60_0000)));
+        assert_eq!(h.code.entry_stub, Some(Vaddr(0x60_0000 + DESCRIPTOR_SIZE)));
+        assert_eq!(h.code.init_stub, None);
+        // The hook's last instruction, a jmp rel32, lands on the translated entry.
+        let jmp_end = (DESCRIPTOR_SIZE + 33 + 5) as usize;
+        assert_eq!(h.code.bytes[jmp_end - 5], 0xe9);
+        let rel = i32::from_le_bytes(h.code.bytes[jmp_end - 4..jmp_end].try_into().unwrap());
+        assert_eq!(
+            0x60_0000 + jmp_end as i64 + i64::from(rel),
+            moved.get() as i64
+        );
+    }
+
+    #[test]
+    fn a_shared_library_is_hooked_on_dt_init_not_on_its_entry() {
+        // Taken as a library, /bin/true (which has a DT_INIT) gets an init hook only.
+        let data = input();
+        let elf = ElfFile::parse(&data).unwrap();
+        let init = dt_init(&elf).expect("Debian's /bin/true has a DT_INIT");
+        let hot = (Vaddr(0x40_0000), Vaddr(0x40_1000));
+        let h = build(
+            &elf,
+            Isa::X86_64,
+            ElfKind::SharedLibrary,
+            hot,
+            Vaddr(0x60_0000),
+            &|v| v,
+            &mut Vec::new(),
+        )
+        .unwrap()
+        .expect("a hook");
+        assert_eq!(h.code.entry_stub, None);
+        assert_eq!(h.code.init_stub, Some(Vaddr(0x60_0000 + DESCRIPTOR_SIZE)));
+        let jmp_end = (DESCRIPTOR_SIZE + 33 + 5) as usize;
+        let rel = i32::from_le_bytes(h.code.bytes[jmp_end - 4..jmp_end].try_into().unwrap());
+        assert_eq!(
+            0x60_0000 + jmp_end as i64 + i64::from(rel),
+            init.get() as i64
+        );
+    }
+}
