@@ -149,7 +149,7 @@ pub struct OptimizeArgs {
     /// hot text to a 2 MiB page asked for with madvise(MADV_HUGEPAGE) and moves it over the
     /// original addresses. When THP is off (`never`, or disabled for the process) or anything
     /// fails, the program runs as without it. Off by default (docs/passes.md).
-    #[arg(long)]
+    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool)]
     pub hugify: bool,
     /// Start the first hot function this many bytes (a multiple of 64) past the hot text's
     /// aligned start. It moves all hot code to other instruction-cache sets relative to shared
@@ -993,6 +993,13 @@ mod tests {
                 "--dyno-stats",
             ]
         );
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn bolt_hugify_is_rivets_hugify() {
+        let (out, warnings) = translate(&["-hugify", "-hugify=1", "-hugify=false"]);
+        assert_eq!(out, ["--hugify", "--hugify=1", "--hugify=false"]);
         assert!(warnings.is_empty(), "{warnings:?}");
     }
 
