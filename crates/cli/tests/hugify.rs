@@ -363,6 +363,12 @@ fn the_startup_code_issues_prctl_reads_the_setting_then_maps_advises_copies_prot
     let dir = scratch("hugify", "strace");
     let (_, huge) = hugified_program(&dir, "gcc", &[]);
     let calls = startup_syscalls(&[], &huge, &dir);
+    // A kernel without per-size THP settings (before 6.8) has no hugepages-2048kB file: its
+    // failed open is left out, the global setting is read instead.
+    let calls: Vec<String> = calls
+        .into_iter()
+        .filter(|l| !(l.starts_with("openat") && l.contains("= -1 ENOENT")))
+        .collect();
     let names: Vec<&str> = calls
         .iter()
         .map(|l| l.split('(').next().unwrap_or(""))
