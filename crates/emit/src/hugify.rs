@@ -205,4 +205,25 @@ mod tests {
             init.get() as i64
         );
     }
+
+    #[test]
+    fn another_isa_gets_no_hook_and_a_warning() {
+        // The generator writes x86-64 code only; an AArch64 output must not receive it.
+        let data = input();
+        let elf = ElfFile::parse(&data).unwrap();
+        let mut warnings = Vec::new();
+        let hot = (Vaddr(0x40_0000), Vaddr(0x40_1000));
+        let built = build(
+            &elf,
+            Isa::Aarch64,
+            ElfKind::Executable,
+            hot,
+            Vaddr(0x60_0000),
+            &|v| v,
+            &mut warnings,
+        )
+        .unwrap();
+        assert!(built.is_none());
+        assert!(warnings[0].contains("no start-up code for"), "{warnings:?}");
+    }
 }
