@@ -4,3 +4,4 @@
 //! binary.
 
 pub mod verify_check;
+pub mod verify_hugify;

@@ -146,6 +146,13 @@ pub struct OptimizeArgs {
     /// mark it in any case).
     #[arg(long)]
     pub hot_text: bool,
+    /// Map the hot text on transparent huge pages at start-up (implies --hot-text): generated
+    /// code, run before `main` (from the entry point, or `DT_INIT` of a library), copies the
+    /// hot text to a 2 MiB page asked for with madvise(MADV_HUGEPAGE) and moves it over the
+    /// original addresses. When THP is off (`never`, or disabled for the process) or anything
+    /// fails, the program runs as without it. Off by default (docs/passes.md).
+    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool)]
+    pub hugify: bool,
     /// Start the first hot function this many bytes (a multiple of 64) past the hot text's
     /// aligned start. It moves all hot code to other instruction-cache sets relative to shared
     /// libraries and code left in place: a way to measure how much cache misses depend on
@@ -206,6 +213,7 @@ const BOLT_OPTIONS: &[(&str, bool)] = &[
     ("align-functions", true),
     ("align-functions-max-bytes", true),
     ("hot-text", false),
+    ("hugify", false),
     ("align-blocks", false),
     ("block-alignment", true),
     ("align-blocks-threshold", true),
@@ -589,7 +597,11 @@ pub fn run_with(
             functions_max_padding: args
                 .align_functions_max_bytes
                 .unwrap_or(args.align_functions.saturating_sub(1)),
-            hot_text: if args.hot_text { 2 << 20 } else { 64 },
+            hot_text: if args.hot_text || args.hugify {
+                rivet_emit::hugify::HUGE_PAGE
+            } else {
+                64
+            },
             hot_text_offset: args.hot_text_offset,
             blocks: options.align_blocks.unwrap_or_default().alignment,
             set_balance_padding: args.cache_set_padding,
@@ -600,6 +612,7 @@ pub fn run_with(
             PltArg::Hot => PltCalls::Hot,
             PltArg::All => PltCalls::All,
         },
+        hugify: args.hugify,
     };
     let relocation_mode = program.info.relocation_mode == rivet_ir::RelocationMode::Available;
     let rewrite_options = if relocation_mode {
@@ -692,6 +705,10 @@ pub fn run_with(
         },
         "cache_set_padding": { "functions": s.set_balanced, "bytes": s.set_balance_bytes },
         "calls_via_got": s.calls_via_got,
+        "hugify": s.hugify.map(|(start, end)| serde_json::json!({
+            "start": start.get(),
+            "end": end.get(),
+        })),
         "old_entries_not_forwarded": s.old_entries_not_forwarded,
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,
@@ -768,6 +785,12 @@ pub fn run_with(
             println!(
                 "  {} hot functions padded to spread the hottest cache lines over the sets ({} bytes)",
                 s.set_balanced, s.set_balance_bytes
+            );
+        }
+        if let Some((start, end)) = s.hugify {
+            println!(
+                "  hot text {start}..{end} mapped on huge pages at start-up ({} MiB) when THP allows",
+                (end - start) >> 20
             );
         }
         if s.calls_via_got > 0 {
@@ -988,6 +1011,13 @@ mod tests {
                 "--dyno-stats",
             ]
         );
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn bolt_hugify_is_rivets_hugify() {
+        let (out, warnings) = translate(&["-hugify", "-hugify=1", "-hugify=false"]);
+        assert_eq!(out, ["--hugify", "--hugify=1", "--hugify=false"]);
         assert!(warnings.is_empty(), "{warnings:?}");
     }
 

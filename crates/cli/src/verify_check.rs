@@ -547,7 +547,12 @@ pub fn check(
     checker.check_code_that_stays(&mut report)?;
     report.lines = check_lines(input, program, out, map)?;
     let want_entry = map.translate(program, input.entry).unwrap_or(input.entry);
-    if out.entry != want_entry {
+    // With `--hugify` the program starts in its hook, which must lead to `want_entry`.
+    let hooked =
+        crate::verify_hugify::check(input, out, program.info.kind, program.info.isa, &|v| {
+            map.translate(program, v).unwrap_or(v)
+        })?;
+    if !hooked && out.entry != want_entry {
         return Err(format!(
             "entry point is {}, expected {want_entry}",
             out.entry

@@ -90,6 +90,8 @@ const OPTION_SETS: [&[&str]; 4] = [
         "-split-eh",
         "-align-functions=64",
         "-plt=hot",
+        // The hot text on a huge page at start-up (docs/passes.md).
+        "-hugify",
     ],
     &[
         "--reorder-blocks=reverse",

@@ -169,6 +169,11 @@ pub struct Rewrite {
     /// the input's segments and the new one: instrumentation counters. It gets its own PT_LOAD
     /// and a `.rivet.counters` SHT_NOBITS section.
     pub counters: Option<(Vaddr, u64)>,
+    /// `p_align` of the new PT_LOAD when more than a page (0: a page). The kernel and glibc's
+    /// loader align the base of a PIE or shared library to the largest `p_align`, which keeps
+    /// 2 MiB-aligned addresses of the new segment aligned at run time (`--hugify`). Only page
+    /// congruence of address and file offset is required by either loader, and kept.
+    pub load_align: u64,
 }
 
 fn header<'data>(elf: &ElfFile<'data>) -> Result<&'data elf::FileHeader64<LE>> {
@@ -480,7 +485,7 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
         p_paddr: U64::new(LE, segment.vaddr.get()),
         p_filesz: U64::new(LE, seg_len as u64),
         p_memsz: U64::new(LE, seg_len as u64),
-        p_align: U64::new(LE, PAGE),
+        p_align: U64::new(LE, rewrite.load_align.max(PAGE)),
     };
     phdrs.insert(last_load + 1, load);
     if let Some((addr, size)) = rewrite.counters {

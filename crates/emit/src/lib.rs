@@ -6,6 +6,7 @@ pub mod cache_sets;
 pub mod code;
 pub mod debug;
 pub mod frames;
+pub mod hugify;
 mod leb;
 pub mod lsda;
 mod output_sections;

@@ -120,6 +120,9 @@ pub struct RewriteOptions<'a> {
     pub debug_writer: debug::DebugWriter,
     /// Which calls into PLT stubs go through the stubs' GOT slots (`code::ViaSlots`).
     pub plt_calls: PltCalls,
+    /// Start-up code that maps the hot text on huge pages (`hugify`); needs `alignment.hot_text`
+    /// to be `hugify::HUGE_PAGE`.
+    pub hugify: bool,
 }
 
 impl RewriteOptions<'_> {
@@ -130,6 +133,7 @@ impl RewriteOptions<'_> {
             alignment: TextAlignment::default(),
             debug_writer: debug::DebugWriter::default(),
             plt_calls: PltCalls::Keep,
+            hugify: false,
         }
     }
 }
@@ -182,6 +186,8 @@ pub enum RewriteError {
          layout put the table's anchor"
     )]
     TableEntry { site: Vaddr, target: Vaddr },
+    #[error("--hugify: {0}")]
+    Hugify(String),
 }
 
 /// What the rewrite did.
@@ -213,6 +219,8 @@ pub struct Summary {
     /// Calls and tail calls into PLT stubs written through the stubs' GOT slots
     /// (`RewriteOptions::plt_calls`).
     pub calls_via_got: usize,
+    /// The range `--hugify`'s start-up code maps on huge pages, when it was added.
+    pub hugify: Option<(Vaddr, Vaddr)>,
     pub fragments: usize,
     pub patched_references: usize,
     /// Moved functions whose old entry keeps its original bytes instead of a forwarding jump,
@@ -403,9 +411,31 @@ pub fn rewrite(
         )?),
         _ => None,
     };
-    let tables_start = match &runtime {
-        Some((addr, code)) => align(*addr + code.bytes.len() as u64, 8),
-        None => align(text.bounds.cold_end, 8),
+    // The huge-page start-up code, at the same place (a binary is instrumented or optimized,
+    // never both).
+    let hugify = if options.hugify && runtime.is_none() {
+        if options.alignment.hot_text != crate::hugify::HUGE_PAGE {
+            return Err(RewriteError::Hugify(
+                "the hot text must be aligned to 2 MiB".into(),
+            ));
+        }
+        crate::hugify::build(
+            elf,
+            isa,
+            program.info.kind,
+            (text.bounds.hot_start, text.bounds.hot_end),
+            align(text.bounds.cold_end, 64),
+            &|v| map.translate(program, v).unwrap_or(v),
+            &mut summary.warnings,
+        )?
+    } else {
+        None
+    };
+    summary.hugify = hugify.as_ref().map(|h| h.range);
+    let tables_start = match (&runtime, &hugify) {
+        (Some((addr, code)), _) => align(*addr + code.bytes.len() as u64, 8),
+        (None, Some(h)) => align(h.at + h.code.bytes.len() as u64, 8),
+        (None, None) => align(text.bounds.cold_end, 8),
     };
 
     // 4. References and encoding.
@@ -441,8 +471,14 @@ pub fn rewrite(
     }
     // Entry point, DT_INIT / DT_FINI, exported symbols. An instrumented binary starts in the
     // runtime.
-    let runtime_entry = runtime.as_ref().and_then(|(_, code)| code.entry_stub);
-    let runtime_init = runtime.as_ref().and_then(|(_, code)| code.init_stub);
+    let runtime_entry = runtime
+        .as_ref()
+        .and_then(|(_, code)| code.entry_stub)
+        .or_else(|| hugify.as_ref().and_then(|h| h.code.entry_stub));
+    let runtime_init = runtime
+        .as_ref()
+        .and_then(|(_, code)| code.init_stub)
+        .or_else(|| hugify.as_ref().and_then(|h| h.code.init_stub));
     let entry = runtime_entry.or_else(|| {
         map.translate(program, elf.entry)
             .filter(|e| *e != elf.entry)
@@ -467,6 +503,17 @@ pub fn rewrite(
             object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0,
             addr,
             code.bytes,
+            64,
+        ));
+    }
+    let load_align = hugify.as_ref().map_or(0, |_| crate::hugify::HUGE_PAGE);
+    if let Some(h) = hugify {
+        sections.add(NewSection::new(
+            crate::hugify::SECTION,
+            object::elf::SHT_PROGBITS.0,
+            object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0,
+            h.at,
+            h.code.bytes,
             64,
         ));
     }
@@ -549,6 +596,7 @@ pub fn rewrite(
         eh_frame_hdr,
         rebuild_id_salt: Some(build_id_salt(input_id, options, &layout, instrumentation)),
         counters: counters.map(|(at, size)| (at, size + rivet_runtime::DATA_SIZE)),
+        load_align,
     };
     clock.lap(&mut summary, "symbols");
     let image = write_output(elf, &segment, &rewrite)?;

@@ -45,10 +45,15 @@
 //! generating it means there is no runtime library to build, ship, or find at run time. It
 //! uses raw Linux system calls only and touches nothing of the program but its own stack and
 //! the SIGBUS disposition.
+//!
+//! The crate also generates the start-up code of `rivet optimize --hugify` (`hugify`), on the
+//! same principle: machine code written into the output, no library.
 
 use iced_x86::IcedError;
 use iced_x86::code_asm::*;
 use rivet_elf::Vaddr;
+
+pub mod hugify;
 
 /// What the runtime needs to know, all fixed at instrumentation time.
 #[derive(Clone, Debug)]

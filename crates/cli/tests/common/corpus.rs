@@ -27,6 +27,8 @@ pub fn optimize_option_sets() -> Vec<Vec<&'static str>> {
             "-dyno-stats",
             "-update-debug-sections",
             "-plt=all",
+            // The hot text on huge pages, from start-up code hooked on the entry or DT_INIT.
+            "-hugify",
         ],
         vec![
             "--reorder-blocks",
