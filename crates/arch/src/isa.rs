@@ -260,6 +260,30 @@ impl Isa {
         }
     }
 
+    /// Where the veneer `bytes` (placed at `at`, as [`Isa::encode_veneer`] writes it) jumps;
+    /// `None` for bytes that are not such a veneer.
+    pub fn veneer_target(self, bytes: &[u8], at: Vaddr) -> Option<Vaddr> {
+        match self {
+            Isa::X86_64 => None,
+            Isa::Aarch64 => {
+                let word = |k: usize| {
+                    Some(u32::from_le_bytes(
+                        bytes.get(4 * k..4 * k + 4)?.try_into().ok()?,
+                    ))
+                };
+                let r = u32::from(aarch64::VENEER_REGISTER);
+                let (adrp, add, br) = (word(0)?, word(1)?, word(2)?);
+                let page = match aarch64::decode(adrp, at.get()).ok()?.pc_relative? {
+                    aarch64::PcRelative::Adrp { reg, page } if u32::from(reg) == r => page,
+                    _ => return None,
+                };
+                let add_ok = add & 0xffc0_03ff == 0x9100_0000 | (r << 5) | r;
+                (add_ok && br == 0xd61f_0000 | (r << 5))
+                    .then(|| Vaddr(page + u64::from((add >> 10) & 0xfff)))
+            }
+        }
+    }
+
     /// Bytes of the jump left at a moved function's old entry (a near jump).
     pub fn forwarding_jump_size(self) -> u64 {
         self.branch_sizes(BranchKind::Jump).near

@@ -710,6 +710,7 @@ pub fn run_with(
             "end": end.get(),
         })),
         "old_entries_not_forwarded": s.old_entries_not_forwarded,
+        "veneers": s.veneers,
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,
         "profile": {
@@ -769,6 +770,12 @@ pub fn run_with(
             for line in describe_stale(report, SHOWN_STALE).lines() {
                 println!("  {line}");
             }
+        }
+        if s.veneers > 0 {
+            println!(
+                "  {} veneers for calls and jumps beyond a branch's reach",
+                s.veneers
+            );
         }
         if options.splitting == Splitting::Off && args.split_functions.is_none() {
             println!(

@@ -178,6 +178,12 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
         "  {} references patched, {} unwind frames, {} LSDAs",
         s.patched_references, s.frames, s.lsdas
     );
+    if s.veneers > 0 {
+        println!(
+            "  {} veneers for calls and jumps beyond a branch's reach",
+            s.veneers
+        );
+    }
     if s.old_entries_not_forwarded > 0 {
         println!(
             "  {} old entries left as they were (another entry lies within their first {} bytes)",
