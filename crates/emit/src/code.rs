@@ -1102,11 +1102,13 @@ pub fn encode_fragment(
                     other => other?,
                 }
                 // One half of a two-instruction code address (AArch64 ADRP + ADD): built
-                // for the address's new place.
+                // for the address's new place. An `adr` (lld's relaxed pair, possibly widened
+                // again above) already points there through its own target.
                 if let Ok(k) = fixups
                     .address_parts
                     .binary_search_by_key(&inst.addr(), |p| p.0)
                     && !inst.is_nop()
+                    && inst.pc_relative_target().is_none()
                 {
                     let value = translate(inst.addr(), fixups.address_parts[k].1)?;
                     let part = isa.encode_address_part(inst, at, value)?;
