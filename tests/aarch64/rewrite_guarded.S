@@ -1,4 +1,4 @@
-// The AArch64 constructs of crates/discover/tests/golden/aarch64.s, marked for BTI (every
+// AArch64 constructs discovery and the rewrite must handle, marked for BTI (every
 // indirect branch target has its landing pad, and the GNU property note says so), so that
 // qemu-aarch64 enforces BTI and PAC while rewritten copies run. `_start` exits with 52.
 // With -DMISSING_PAD one case of the switch has no `bti j`: the negative control, which

@@ -55,16 +55,20 @@ fn check_with(name: &str, pie: bool, relocs: bool, expected_exit: i32) {
     compare_dump(name, &bin, pie, relocs);
 }
 
-/// An AArch64 source: cross-assembled into a static executable (no C library) and run
-/// under qemu-aarch64, both installed by `scripts/build-corpus-aarch64.sh` (which the test
-/// command runs first).
+/// An AArch64 source (`tests/aarch64/NAME.S` at the repository root, shared with the
+/// rewrite tests): cross-assembled into a static executable (no C library) and run under
+/// qemu-aarch64, both installed by `scripts/build-corpus-aarch64.sh` (which the test command
+/// runs first).
 fn check_aarch64(name: &str, expected_exit: i32) {
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("golden");
     std::fs::create_dir_all(&out_dir).unwrap();
     let bin = out_dir.join(name);
-    let src = golden_dir().join(format!("{name}.s"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/aarch64")
+        .join(format!("{name}.S"));
     let status = Command::new("aarch64-linux-gnu-gcc")
         .args([
+            "-march=armv8.5-a",
             "-nostdlib",
             "-static",
             "-Wl,--build-id=none",
@@ -138,11 +142,12 @@ fn flow_pie() {
 }
 
 /// Every conditional branch form, a gcc-shaped byte table, a literal pool inside a function
-/// (skipped: data in code), an exclusive-monitor loop, PAC with its unwind rule, a BTI pad,
-/// a tail call and a function that never returns.
+/// (skipped: data in code), an exclusive-monitor loop, PAC with its unwind rule, BTI pads, a
+/// tail call and a function that never returns (`tests/aarch64/rewrite_guarded.S`, which runs
+/// with BTI and PAC enforced).
 #[test]
 fn aarch64() {
-    check_aarch64("aarch64", 52);
+    check_aarch64("rewrite_guarded", 52);
 }
 
 #[test]
