@@ -537,19 +537,14 @@ pub fn check(
                 signed,
                 shift,
             } => {
-                let anchor = map.translate(program, anchor).unwrap_or(anchor);
-                out.bytes_at(r.site, u64::from(size)).map(|bytes| {
-                    let mut raw = [0u8; 8];
-                    raw[..bytes.len()].copy_from_slice(bytes);
-                    let bits = u32::from(size) * 8;
-                    let unsigned = u64::from_le_bytes(raw);
-                    let value = if signed {
-                        ((unsigned << (64 - bits)) as i64) >> (64 - bits)
-                    } else {
-                        unsigned as i64
-                    };
-                    anchor.offset(value << shift).get()
-                })
+                let kind = rivet_ir::JumpTableKind::Scaled {
+                    anchor: map.translate(program, anchor).unwrap_or(anchor),
+                    signed,
+                    shift,
+                };
+                out.bytes_at(r.site, u64::from(size))
+                    .and_then(|entry| kind.scaled_target(entry))
+                    .map(Vaddr::get)
             }
             RefField::Instruction { inst } => out
                 .bytes_at(r.site, u64::from(inst.len()))

@@ -821,26 +821,7 @@ fn resolve_table(
             (JumpTableKind::Relative { base }, 4) => {
                 ctx.elf.read_i32(at).map(|v| base.offset(i64::from(v)))
             }
-            (
-                JumpTableKind::Scaled {
-                    anchor,
-                    signed,
-                    shift,
-                },
-                1 | 2 | 4,
-            ) => {
-                let bytes = ctx.elf.bytes_at(at, es)?;
-                let mut raw = [0u8; 8];
-                raw[..bytes.len()].copy_from_slice(bytes);
-                let unsigned = u64::from_le_bytes(raw);
-                let bits = es as u32 * 8;
-                let value = if signed {
-                    ((unsigned << (64 - bits)) as i64) >> (64 - bits)
-                } else {
-                    unsigned as i64
-                };
-                Some(anchor.offset(value << shift))
-            }
+            (JumpTableKind::Scaled { .. }, _) => kind.scaled_target(ctx.elf.bytes_at(at, es)?),
             _ => None,
         }
     };

@@ -912,38 +912,18 @@ const VENEER_ROUNDS: usize = 8;
 fn place_with_veneers(
     program: &Program,
     layout: &Layout,
-    plans: BTreeMap<FragmentRef, FragmentPlan>,
+    mut plans: BTreeMap<FragmentRef, FragmentPlan>,
     alignment: &TextAlignment,
     in_place: bool,
     content_start: Vaddr,
     summary: &mut Summary,
 ) -> (PlacedText, AddressMap) {
-    let start_summary = summary.clone();
-    let mut text = place_fragments(
-        program,
-        layout,
-        plans,
-        alignment,
-        in_place,
-        content_start,
-        summary,
-    );
-    let mut map = AddressMap::new(program, &text.placed);
-    let Some(veneer_size) = program.info.isa.veneer_size() else {
-        return (text, map);
-    };
-    for _ in 0..VENEER_ROUNDS {
-        let mut added = 0;
-        let mut plans = BTreeMap::new();
-        for (mut plan, addr) in std::mem::take(&mut text.placed) {
-            for target in plan.far_targets(program, addr, &map) {
-                plan.add_veneer(target, veneer_size);
-                added += 1;
-            }
-            plans.insert(plan.fragment, plan);
-        }
-        *summary = start_summary.clone();
-        text = place_fragments(
+    // Placement adds its counts to the summary: each round starts from the same one.
+    let before = summary.clone();
+    let veneer_size = program.info.isa.veneer_size();
+    for round in 0.. {
+        *summary = before.clone();
+        let text = place_fragments(
             program,
             layout,
             plans,
@@ -952,13 +932,33 @@ fn place_with_veneers(
             content_start,
             summary,
         );
-        map = AddressMap::new(program, &text.placed);
-        if added == 0 {
-            break;
+        let map = AddressMap::new(program, &text.placed);
+        let far: Vec<Vec<Vaddr>> = match veneer_size {
+            Some(_) if round < VENEER_ROUNDS => text
+                .placed
+                .iter()
+                .map(|(plan, addr)| plan.far_targets(program, *addr, &map))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if far.iter().all(Vec::is_empty) {
+            summary.veneers = text.placed.iter().map(|(p, _)| p.veneers.len()).sum();
+            return (text, map);
         }
+        let size = veneer_size.expect("far targets only where there are veneers");
+        plans = text
+            .placed
+            .into_iter()
+            .zip(far)
+            .map(|((mut plan, _), targets)| {
+                for target in targets {
+                    plan.add_veneer(target, size);
+                }
+                (plan.fragment, plan)
+            })
+            .collect();
     }
-    summary.veneers = text.placed.iter().map(|(p, _)| p.veneers.len()).sum();
-    (text, map)
+    unreachable!("the rounds end by returning")
 }
 
 fn place_fragments(

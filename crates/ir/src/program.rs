@@ -199,6 +199,35 @@ pub enum JumpTableKind {
     },
 }
 
+impl JumpTableKind {
+    /// The target an entry of a `Scaled` table sends its dispatch to: `anchor` plus the
+    /// little-endian `entry` (1, 2 or 4 bytes, sign-extended when `signed`) shifted left by
+    /// `shift`. `None` for other kinds and other widths.
+    pub fn scaled_target(self, entry: &[u8]) -> Option<Vaddr> {
+        let JumpTableKind::Scaled {
+            anchor,
+            signed,
+            shift,
+        } = self
+        else {
+            return None;
+        };
+        if !matches!(entry.len(), 1 | 2 | 4) {
+            return None;
+        }
+        let mut raw = [0u8; 8];
+        raw[..entry.len()].copy_from_slice(entry);
+        let unsigned = u64::from_le_bytes(raw);
+        let unused = 64 - entry.len() as u32 * 8;
+        let value = if signed {
+            ((unsigned << unused) as i64) >> unused
+        } else {
+            unsigned as i64
+        };
+        Some(anchor.offset(value << shift))
+    }
+}
+
 /// How the number of entries of a jump table was established.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TableBound {
