@@ -86,7 +86,6 @@ fn profile_of_run(binary: &Path, lib_dir: &Path, dir: &Path) -> String {
 #[test]
 fn optimized_aarch64_programs_behave_the_same() {
     let (dir, entries) = corpus_of(Target::Aarch64);
-    let mut optimized = 0;
     for name in [
         "switch_dense.gcc.O2.nopie",
         "switch_sparse_nested.clang.O2.nopie",
@@ -141,7 +140,5 @@ fn optimized_aarch64_programs_behave_the_same() {
             Ok(true),
             "{name}"
         );
-        optimized += 1;
     }
-    assert_eq!(optimized, 6);
 }

@@ -381,26 +381,29 @@ pub fn decode(word: u32, addr: u64) -> Result<Inst, Invalid> {
 /// Decodes `bytes` (little-endian words) from `addr`: one result per word, in order; a
 /// trailing partial word is reported as invalid.
 pub fn decode_all(bytes: &[u8], addr: u64) -> Vec<Result<Inst, Invalid>> {
-    let mut out: Vec<Result<Inst, Invalid>> = bytes
-        .chunks_exact(4)
-        .enumerate()
-        .map(|(i, w)| {
-            decode(
-                u32::from_le_bytes(w.try_into().unwrap()),
-                addr + i as u64 * INSN_SIZE,
-            )
+    words(bytes, addr)
+        .map(|(at, word, len)| {
+            if len == 4 {
+                decode(word, at)
+            } else {
+                Err(Invalid { addr: at, word })
+            }
         })
-        .collect();
-    let rest = bytes.chunks_exact(4).remainder();
-    if !rest.is_empty() {
-        let mut w = [0u8; 4];
-        w[..rest.len()].copy_from_slice(rest);
-        out.push(Err(Invalid {
-            addr: addr + (bytes.len() - rest.len()) as u64,
-            word: u32::from_le_bytes(w),
-        }));
-    }
-    out
+        .collect()
+}
+
+/// The little-endian words of `bytes` from `addr`, as (address, word, bytes): every word is 4
+/// bytes but a trailing partial one, zero-padded.
+pub(crate) fn words(bytes: &[u8], addr: u64) -> impl Iterator<Item = (u64, u32, u8)> + '_ {
+    bytes.chunks(4).enumerate().map(move |(i, w)| {
+        let mut word = [0u8; 4];
+        word[..w.len()].copy_from_slice(w);
+        (
+            addr + i as u64 * INSN_SIZE,
+            u32::from_le_bytes(word),
+            w.len() as u8,
+        )
+    })
 }
 
 /// The instruction's text as `objdump` would show it at its address (disarm64's syntax:

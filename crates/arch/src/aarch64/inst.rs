@@ -28,29 +28,17 @@ pub(crate) struct A64Inst {
 /// Decodes `bytes` from `addr`, one instruction per word; a trailing partial word (only a
 /// corrupt function's bounds leave one) comes back as an invalid instruction.
 pub(crate) fn decode_all(bytes: &[u8], addr: Vaddr) -> Vec<A64Inst> {
-    let mut out: Vec<A64Inst> = bytes
-        .chunks_exact(4)
-        .enumerate()
-        .map(|(i, w)| {
-            let word = u32::from_le_bytes(w.try_into().expect("chunks of four"));
-            A64Inst {
-                addr: addr.get() + i as u64 * decode::INSN_SIZE,
-                word,
-                class: decode::classify(word).ok_or(4),
-            }
+    decode::words(bytes, addr.get())
+        .map(|(addr, word, len)| A64Inst {
+            addr,
+            word,
+            class: if len == 4 {
+                decode::classify(word).ok_or(4)
+            } else {
+                Err(len)
+            },
         })
-        .collect();
-    let rest = bytes.chunks_exact(4).remainder();
-    if !rest.is_empty() {
-        let mut w = [0u8; 4];
-        w[..rest.len()].copy_from_slice(rest);
-        out.push(A64Inst {
-            addr: addr.get() + (bytes.len() - rest.len()) as u64,
-            word: u32::from_le_bytes(w),
-            class: Err(rest.len() as u8),
-        });
-    }
-    out
+        .collect()
 }
 
 impl A64Inst {
