@@ -17,6 +17,10 @@
 #   clang      clang-19 --target=aarch64-linux-gnu -fuse-ld=lld (PIE, clang's default)
 #   clang-pac  the same with -mbranch-protection=standard (PAC-RET and BTI landing pads;
 #              qemu-aarch64 enforces PAC, see scripts/check-qemu-bti.sh)
+#   clang-bti  clang-pac linked with tests/aarch64/bti_start.S instead of Debian's start
+#              files (which have no landing pads) and -z force-bti: the BTI bit in the
+#              program's property note, so qemu-aarch64 -cpu max enforces BTI on all its code.
+#              Not among the default builds: ask for it by name (lua-clang-bti, sqlite3-clang-bti).
 # Lua as on x86-64 also gets -Wl,-E.
 #
 # Check of each build, before it is kept: ELF machine AArch64, ET_DYN or ET_EXEC as the
@@ -37,7 +41,9 @@
 #
 # Installs its own packages (scripts/lib.sh need_packages). stdout: lines
 # "<name> <absolute path>": lua-gcc-pie, lua-gcc-nopie, lua-clang, lua-clang-pac,
-# sqlite3-gcc-pie, ..., sqlite3-clang-pac. Everything else goes to stderr.
+# sqlite3-gcc-pie, ..., sqlite3-clang-pac; or, given names as arguments
+# (`build-real-aarch64.sh lua-clang-bti`), those builds only, in that order. Everything else
+# goes to stderr.
 # Environment: RIVET_CACHE.
 set -euo pipefail
 
@@ -45,6 +51,7 @@ SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 REPO="$(cd "$(dirname "$SELF")/.." && pwd)"
 SYSROOT=/usr/aarch64-linux-gnu
 VARIANTS=(gcc-pie gcc-nopie clang clang-pac)
+BTI_START="$REPO/tests/aarch64/bti_start.S"
 
 exec 3>&1 1>&2 # real stdout only for the result lines
 
@@ -67,6 +74,9 @@ set_variant() {
         gcc-nopie) V_CC=aarch64-linux-gnu-gcc-12 V_CFLAGS="-O2 -g -fno-reorder-blocks-and-partition -fno-pie" V_LDFLAGS="-no-pie" ;;
         clang) V_CC="clang-19 --target=aarch64-linux-gnu -fuse-ld=lld" V_CFLAGS="-O2 -g" V_LDFLAGS="" ;;
         clang-pac) V_CC="clang-19 --target=aarch64-linux-gnu -fuse-ld=lld" V_CFLAGS="-O2 -g -mbranch-protection=standard" V_LDFLAGS="" ;;
+        # lld warns that libc_nonshared.a's objects have no BTI property: their functions
+        # (atexit...) are only called directly, which needs no landing pad.
+        clang-bti) V_CC="clang-19 --target=aarch64-linux-gnu -fuse-ld=lld" V_CFLAGS="-O2 -g -mbranch-protection=standard" V_LDFLAGS="-nostartfiles $BTI_START -Wl,-z,force-bti" ;;
         *) die "unknown variant $1" ;;
     esac
     V_LDFLAGS="${V_LDFLAGS:+$V_LDFLAGS }-Wl,--emit-relocs"
@@ -129,10 +139,13 @@ check_build() {
     grep -Eq "Type: +$want_type " <<<"$hdr" || die "$bin: ELF type is not $want_type: $(grep Type: <<<"$hdr")"
     sections="$(readelf -S -W "$bin")"
     grep -q ' \.rela\.text ' <<<"$sections" || die "$bin has no .rela.text section"
-    if [[ $variant == clang-pac ]]; then
+    if [[ $variant == clang-pac || $variant == clang-bti ]]; then
         out="$(aarch64-linux-gnu-objdump -d --no-show-raw-insn "$bin")"
-        grep -Eq $'\t(paciasp|hint\t#0x19)' <<<"$out" || die "$bin (clang-pac) has no paciasp"
-        grep -Eq $'\tbti\t' <<<"$out" || die "$bin (clang-pac) has no bti"
+        grep -Eq $'\t(paciasp|hint\t#0x19)' <<<"$out" || die "$bin ($variant) has no paciasp"
+        grep -Eq $'\tbti\t' <<<"$out" || die "$bin ($variant) has no bti"
+    fi
+    if [[ $variant == clang-bti ]]; then
+        readelf -n "$bin" | grep -q 'AArch64 feature: BTI' || die "$bin (clang-bti) has no BTI property"
     fi
     # argv[0] as the x86-64 checks give it: check-lua.sh runs the interpreter as "lua".
     # shellcheck disable=SC2016  # "$0", "$@" are for the wrapper
@@ -170,6 +183,7 @@ build() {
     fi
     key="$(printf '%s\nqemu %s\nCC %s\nCFLAGS %s\nLDFLAGS %s\nrecipe %s\n' "$TOOLCHAIN" "$QEMU" "$V_CC" "$V_CFLAGS" "$V_LDFLAGS" \
         "$(declare -f write_lua_build write_sqlite_shell_build | sha256sum | cut -c1-16) $LUA_FIXED_SEED")"
+    if [[ $variant == clang-bti ]]; then key+=$'\n'"start files $(sha256sum <"$BTI_START" | cut -c1-16)"; fi
     BUILT="$final/$prog"
     if [[ -f $final/.complete && "$(cat "$final/key.txt")" == "$key" ]]; then
         log "cached: $final/$prog"
@@ -200,17 +214,23 @@ build() {
     log "built $final/$prog in $(elapsed "$t0")"
 }
 
+NAMES=("$@")
+if [[ ${#NAMES[@]} -eq 0 ]]; then
+    for prog in lua sqlite3; do
+        for v in "${VARIANTS[@]}"; do NAMES+=("$prog-$v"); done
+    done
+fi
 declare -A OUT=()
 start_all=$(now)
-for prog in lua sqlite3; do
-    for v in "${VARIANTS[@]}"; do
-        build "$prog" "$v"
-        OUT[$prog-$v]=$BUILT
-    done
+for name in "${NAMES[@]}"; do
+    case $name in
+        lua-*) build lua "${name#lua-}" ;;
+        sqlite3-*) build sqlite3 "${name#sqlite3-}" ;;
+        *) die "unknown build $name (lua-VARIANT or sqlite3-VARIANT)" ;;
+    esac
+    OUT[$name]=$BUILT
 done
 log "all done in $(elapsed "$start_all")"
-for prog in lua sqlite3; do
-    for v in "${VARIANTS[@]}"; do printf '%s-%s %s\n' "$prog" "$v" "${OUT[$prog-$v]}" >&3; done
-done
+for name in "${NAMES[@]}"; do printf '%s %s\n' "$name" "${OUT[$name]}" >&3; done
 exit 0
 }

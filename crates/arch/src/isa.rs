@@ -284,6 +284,124 @@ impl Isa {
         }
     }
 
+    /// True when the file asks the CPU to check indirect branch targets (AArch64 BTI: the
+    /// BTI bit of its GNU property note). Rivet keeps the note, so the output's code must
+    /// then land every indirect branch it adds, its veneers' `br`, on a pad.
+    pub fn branch_targets_guarded(self, elf: &ElfFile<'_>) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => elf.gnu_properties().iter().any(|&(kind, data)| {
+                kind == aarch64::PROPERTY_FEATURE_1_AND
+                    && data.get(..4).is_some_and(|d| {
+                        u32::from_le_bytes(d.try_into().expect("four bytes"))
+                            & aarch64::FEATURE_1_BTI
+                            != 0
+                    })
+            }),
+        }
+    }
+
+    /// True when `bytes`, the code at a veneer's destination, starts with a landing pad that
+    /// accepts the veneer's jump (where [`Isa::branch_targets_guarded`]).
+    pub fn lands_veneer(self, bytes: &[u8]) -> bool {
+        match self {
+            Isa::X86_64 => true,
+            Isa::Aarch64 => bytes
+                .get(..4)
+                .is_some_and(|w| aarch64::lands_veneer(u32::from_le_bytes(w.try_into().unwrap()))),
+        }
+    }
+
+    /// Bytes of a landing pad: a pad and a direct jump, placed within the jump's reach of a
+    /// veneer's destination that has no pad of its own. `None` where there are no veneers.
+    pub fn landing_pad_size(self) -> Option<u64> {
+        match self {
+            Isa::X86_64 => None,
+            Isa::Aarch64 => Some(8),
+        }
+    }
+
+    /// The landing pad placed at `at` that jumps on to `target`.
+    pub fn encode_landing_pad(self, at: Vaddr, target: Vaddr) -> Result<Vec<u8>, EncodeError> {
+        match self {
+            Isa::X86_64 => Err(EncodeError::Unsupported {
+                at,
+                reason: "x86-64 has no landing pads".into(),
+            }),
+            Isa::Aarch64 => {
+                let words = aarch64::landing_pad(at.get(), target.get())
+                    .map_err(|e| crate::branch::from_aarch64(e, at))?;
+                Ok(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+            }
+        }
+    }
+
+    /// Where the landing pad `bytes` (placed at `at`, as [`Isa::encode_landing_pad`] writes
+    /// it) jumps; `None` for bytes that are not such a pad.
+    pub fn landing_pad_target(self, bytes: &[u8], at: Vaddr) -> Option<Vaddr> {
+        match self {
+            Isa::X86_64 => None,
+            Isa::Aarch64 => {
+                let word = |k: usize| {
+                    Some(u32::from_le_bytes(
+                        bytes.get(4 * k..4 * k + 4)?.try_into().ok()?,
+                    ))
+                };
+                aarch64::landing_pad_target([word(0)?, word(1)?], at.get()).map(Vaddr)
+            }
+        }
+    }
+
+    /// The forwarding jump to write over the old entry of a moved function that starts with
+    /// `entry`, to `target`. Where BTI guards the code (`guarded`) and the entry is a landing
+    /// pad, a pad stays in front of the jump, so that what still calls the old entry
+    /// indirectly (a linker's veneer, a pointer Rivet could not see) lands: the entry's own
+    /// `bti`, or `bti c` in place of a `paciasp`/`pacibsp` (the new entry signs again).
+    /// Otherwise a near jump, [`Isa::forwarding_jump_size`] bytes.
+    pub fn forwarding_jump(
+        self,
+        entry: &Inst,
+        guarded: bool,
+        target: Vaddr,
+    ) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Vec::new();
+        let mut at = entry.addr();
+        if let Some(pad) = self.forwarding_pad(entry, guarded) {
+            out.extend_from_slice(&pad.to_le_bytes());
+            at = at + 4;
+        }
+        self.branch_encoder().encode(
+            crate::branch::Branch::Jump,
+            crate::branch::BranchForm::Near,
+            at,
+            target,
+            &mut out,
+        )?;
+        Ok(out)
+    }
+
+    /// Bytes [`Isa::forwarding_jump`] writes for this entry.
+    pub fn forwarding_jump_len(self, entry: &Inst, guarded: bool) -> u64 {
+        let pad = if self.forwarding_pad(entry, guarded).is_some() {
+            4
+        } else {
+            0
+        };
+        pad + self.forwarding_jump_size()
+    }
+
+    fn forwarding_pad(self, entry: &Inst, guarded: bool) -> Option<u32> {
+        match self {
+            Isa::X86_64 => None,
+            Isa::Aarch64 if !guarded || entry.is_invalid() => None,
+            Isa::Aarch64 => match entry.aarch64().word() {
+                w @ (aarch64::BTI_C | aarch64::BTI_J | aarch64::BTI_JC) => Some(w),
+                aarch64::PACIASP | aarch64::PACIBSP => Some(aarch64::BTI_C),
+                _ => None,
+            },
+        }
+    }
+
     /// Bytes of the jump left at a moved function's old entry (a near jump).
     pub fn forwarding_jump_size(self) -> u64 {
         self.branch_sizes(BranchKind::Jump).near

@@ -711,6 +711,7 @@ pub fn run_with(
         })),
         "old_entries_not_forwarded": s.old_entries_not_forwarded,
         "veneers": s.veneers,
+        "landing_pads": s.landing_pads,
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,
         "profile": {
@@ -775,6 +776,12 @@ pub fn run_with(
             println!(
                 "  {} veneers for calls and jumps beyond a branch's reach",
                 s.veneers
+            );
+        }
+        if s.landing_pads > 0 {
+            println!(
+                "  {} landing pads for veneers into code without one (BTI)",
+                s.landing_pads
             );
         }
         if options.splitting == Splitting::Off && args.split_functions.is_none() {

@@ -184,6 +184,12 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
             s.veneers
         );
     }
+    if s.landing_pads > 0 {
+        println!(
+            "  {} landing pads for veneers into code without one (BTI)",
+            s.landing_pads
+        );
+    }
     if s.old_entries_not_forwarded > 0 {
         println!(
             "  {} old entries left as they were (another entry lies within their first {} bytes)",

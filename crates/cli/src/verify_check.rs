@@ -135,11 +135,37 @@ impl Checker<'_> {
 
     /// Whether a branch to `got` goes to `want`: directly, or through a veneer (AArch64).
     fn lands_at(&self, got: Vaddr, want: Vaddr) -> bool {
-        got == want
-            || self.program.info.isa.veneer_size().is_some_and(|size| {
-                let bytes = self.out.bytes_at(got, size).unwrap_or_default();
-                self.program.info.isa.veneer_target(bytes, got) == Some(want)
-            })
+        got == want || self.veneer_reaches(got, want)
+    }
+
+    /// Whether `at` holds a veneer that leads to `want`: straight there, or through the
+    /// landing pad it jumps to. Where BTI guards the output, the veneer's jump must land on a
+    /// pad: `want` itself starts with one, or the landing pad does.
+    fn veneer_reaches(&self, at: Vaddr, want: Vaddr) -> bool {
+        let isa = self.program.info.isa;
+        let (Some(size), Some(pad_size)) = (isa.veneer_size(), isa.landing_pad_size()) else {
+            return false;
+        };
+        let Some(destination) = self
+            .out
+            .bytes_at(at, size)
+            .and_then(|bytes| isa.veneer_target(bytes, at))
+        else {
+            return false;
+        };
+        let through_pad = self
+            .out
+            .bytes_at(destination, pad_size)
+            .and_then(|bytes| isa.landing_pad_target(bytes, destination));
+        if through_pad == Some(want) {
+            return true;
+        }
+        destination == want
+            && (!isa.branch_targets_guarded(self.out)
+                || self
+                    .out
+                    .bytes_at(destination, 4)
+                    .is_some_and(|bytes| isa.lands_veneer(bytes)))
     }
 
     fn same_instruction(&self, old: &Inst, new: &Inst) -> Result<(), String> {
@@ -162,15 +188,8 @@ impl Checker<'_> {
             let want = self.tr(target)?;
             let got = new.pc_relative_target();
             // A call or jump that cannot reach goes through a veneer that must lead there.
-            let through_veneer = || -> Result<bool, String> {
-                let Some(veneer) = got else { return Ok(false) };
-                let Some(size) = new.isa().veneer_size() else {
-                    return Ok(false);
-                };
-                let bytes = self.out.bytes_at(veneer, size).unwrap_or_default();
-                Ok(new.isa().veneer_target(bytes, veneer) == Some(want))
-            };
-            if got != Some(want) && !through_veneer()? {
+            let through_veneer = got.is_some_and(|veneer| self.veneer_reaches(veneer, want));
+            if got != Some(want) && !through_veneer {
                 return fail("PC-relative target not translated");
             }
             return Ok(());
@@ -280,8 +299,11 @@ impl Checker<'_> {
                 };
                 let (t, fl) = (self.tr(target)?, self.tr(fall_old)?);
                 // Without a jump after it, the conditional falls through, maybe over padding.
+                // A jump after it may go through a veneer.
                 let continues_to = |want: Vaddr| -> Result<bool, String> {
-                    Ok(y == want || (y == after && self.reaches(after, want)?))
+                    Ok(y == want
+                        || (y != after && self.veneer_reaches(y, want))
+                        || (y == after && self.reaches(after, want)?))
                 };
                 let same = jcc.condition() == last.condition() && x == t && continues_to(fl)?;
                 let inverted =
@@ -301,7 +323,9 @@ impl Checker<'_> {
                                 _ => x,
                             };
                             let continues = |want: Vaddr| -> Result<bool, String> {
-                                Ok(y2 == want || (y2 == x && self.reaches(x, want)?))
+                                Ok(y2 == want
+                                    || (y2 != x && self.veneer_reaches(y2, want))
+                                    || (y2 == x && self.reaches(x, want)?))
                             };
                             let cond = jcc.inverted_condition();
                             (cond == last.condition() && self.lands_at(z, t) && continues(fl)?)
@@ -350,7 +374,7 @@ impl Checker<'_> {
             return Ok(());
         }
         match self.decode_at(end, 16)?.first().map(Inst::flow) {
-            Some(Flow::Jump { target }) if target == want => Ok(()),
+            Some(Flow::Jump { target }) if self.lands_at(target, want) => Ok(()),
             _ => Err(format!(
                 "block {} of {}: does not continue at {want}",
                 b.start,

@@ -160,3 +160,228 @@ fn text_beyond_a_branchs_reach_is_crossed_through_veneers() {
     }
     std::fs::remove_file(&bin).unwrap();
 }
+
+/// Builds `tests/aarch64/far_text` with BTI landing pads and the BTI bit in its property note
+/// (`tests/aarch64/bti_start.S` instead of Debian's start files, which have no pads, and
+/// `-z force-bti` for the filler), with or without `--emit-relocs`.
+fn build_far_text_bti(dir: &Path, name: &str, relocs: bool) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/aarch64");
+    let bin = dir.join(name);
+    let mut cc = Command::new("aarch64-linux-gnu-gcc");
+    cc.args(["-O2", "-fno-pie", "-no-pie", "-mbranch-protection=standard"])
+        .arg("-nostartfiles")
+        .arg(root.join("bti_start.S"))
+        .arg("-Wl,-z,force-bti");
+    if relocs {
+        cc.arg("-Wl,--emit-relocs");
+    }
+    let st = cc
+        .arg("-o")
+        .arg(&bin)
+        .arg(root.join("far_text/near.c"))
+        .arg(root.join("far_text/gap.s"))
+        .arg(root.join("far_text/far.c"))
+        .output()
+        .expect("aarch64-linux-gnu-gcc is required (apt-get install gcc-aarch64-linux-gnu)");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    bin
+}
+
+/// Runs under qemu-aarch64's `max` CPU, which enforces BTI on a file marked for it.
+fn run_guarded(bin: &Path) -> std::process::Output {
+    Command::new("qemu-aarch64")
+        .args(["-L", "/usr/aarch64-linux-gnu", "-cpu", "max"])
+        .arg(bin)
+        .output()
+        .expect("qemu-aarch64 is required (apt-get install qemu-user)")
+}
+
+/// The count a summary line `  N <what>` reports, 0 without the line.
+fn summary_count(summary: &str, what: &str) -> usize {
+    summary
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(what))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Sets or clears the BTI bit of the GNU property note of the file at `path` (the
+/// `GNU_PROPERTY_AARCH64_FEATURE_1_AND` property, found by its bytes).
+fn set_bti_bit(path: &Path, on: bool) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let property: [u8; 8] = [0, 0, 0, 0xc0, 4, 0, 0, 0];
+    let at = bytes
+        .windows(8)
+        .position(|w| w == property)
+        .expect("the file has an AArch64 feature property");
+    let word = &mut bytes[at + 8];
+    *word = if on { *word | 1 } else { *word & !1 };
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Where BTI is enforced, every indirect branch the rewrite adds must land on a pad. Across
+/// a text beyond a branch's reach that is the veneers' `br x16`: into code with a pad of its
+/// own (PLT entries, functions' `bti c`/`paciasp`), straight; into code without one (a cold
+/// block, split from its function and placed 136 MiB away), through a landing pad `bti j; b`
+/// that Rivet places next to it. And a moved function's old entry, which the linker's own
+/// veneers still jump to, keeps its pad in front of the forwarding jump. The outputs run with
+/// BTI enforced; the same rewrite made as if the file had no BTI bit (no landing pads, no
+/// kept pads) dies once the bit is set again: the pads are what makes it run.
+#[test]
+fn veneers_land_on_pads_where_bti_is_enforced() {
+    let dir = scratch("aarch64_rewrite", "far_text_bti");
+    let expected = "total 4310\n";
+    // Relocation mode: functions move, PLT calls and the linker's veneers go far.
+    let bin = build_far_text_bti(&dir, "big", true);
+    let before = run_guarded(&bin);
+    assert_eq!(before.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&before.stdout), expected);
+    let rewrite = |input: &Path, out: &Path, layout: &[&str]| -> String {
+        let rw = Command::new(env!("CARGO_BIN_EXE_rivet"))
+            .args(["rewrite", "--verify", "-o"])
+            .arg(out)
+            .arg(input)
+            .args(layout)
+            .output()
+            .unwrap();
+        assert!(
+            rw.status.success(),
+            "{layout:?}: {}",
+            String::from_utf8_lossy(&rw.stderr)
+        );
+        String::from_utf8_lossy(&rw.stdout).into_owned()
+    };
+    let out = dir.join("big.out");
+    for layout in [
+        &["--layout", "identity"][..],
+        &["--layout", "reverse"],
+        &["--layout", "shuffle-blocks", "--seed", "2"],
+    ] {
+        let summary = rewrite(&bin, &out, layout);
+        assert!(
+            summary_count(
+                &summary,
+                "veneers for calls and jumps beyond a branch's reach"
+            ) > 0,
+            "{layout:?}: {summary}"
+        );
+        let after = run_guarded(&out);
+        assert_eq!(after.status.code(), Some(0), "{layout:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&after.stdout),
+            expected,
+            "{layout:?}"
+        );
+    }
+    // In place mode: hot parts stay where they were, cold parts go to the new text 136 MiB
+    // away, so hot code reaches its own cold blocks through veneers; those blocks have no
+    // pads. Seeds 3 and 6 split blocks that way (the summary says so).
+    let bin = build_far_text_bti(&dir, "big_in_place", false);
+    let mut landing_pads = 0;
+    for seed in ["3", "6"] {
+        let summary = rewrite(&bin, &out, &["--layout", "shuffle-blocks", "--seed", seed]);
+        let pads = summary_count(
+            &summary,
+            "landing pads for veneers into code without one (BTI)",
+        );
+        assert!(pads > 0, "seed {seed}: {summary}");
+        landing_pads += pads;
+        let after = run_guarded(&out);
+        assert_eq!(after.status.code(), Some(0), "seed {seed}");
+        assert_eq!(
+            String::from_utf8_lossy(&after.stdout),
+            expected,
+            "seed {seed}"
+        );
+    }
+    // The counter-check: the same rewrite of the file without its BTI bit has no pads.
+    let unmarked = dir.join("big_in_place.unmarked");
+    std::fs::copy(&bin, &unmarked).unwrap();
+    set_bti_bit(&unmarked, false);
+    let summary = rewrite(
+        &unmarked,
+        &out,
+        &["--layout", "shuffle-blocks", "--seed", "3"],
+    );
+    assert_eq!(
+        summary_count(
+            &summary,
+            "landing pads for veneers into code without one (BTI)"
+        ),
+        0,
+        "{summary}"
+    );
+    set_bti_bit(&out, true);
+    // qemu dies of the guest's SIGILL itself.
+    let status = run_guarded(&out).status;
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(4),
+        "without its {landing_pads} landing pads the output should die of SIGILL under BTI: {status:?}"
+    );
+    for f in [&out, &unmarked, &bin, &dir.join("big")] {
+        std::fs::remove_file(f).unwrap();
+    }
+}
+
+/// In place mode across a text beyond a branch's reach: a function whose cold part lands in
+/// the new text 136 MiB away needs veneers at the end of its in-place part; where they do
+/// not fit in the original's room, the function stays as it was (before, the veneers were
+/// written over the next function and verification failed, or without `--verify`, the
+/// output broke).
+#[test]
+fn in_place_functions_without_room_for_their_veneers_stay() {
+    let dir = scratch("aarch64_rewrite", "far_text_in_place");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/aarch64/far_text");
+    let bin = dir.join("big");
+    let st = Command::new("aarch64-linux-gnu-gcc")
+        .args(["-O2", "-fno-pie", "-no-pie", "-o"])
+        .arg(&bin)
+        .arg(src.join("near.c"))
+        .arg(src.join("gap.s"))
+        .arg(src.join("far.c"))
+        .status()
+        .expect("aarch64-linux-gnu-gcc is required (apt-get install gcc-aarch64-linux-gnu)");
+    assert!(st.success());
+    let out = dir.join("big.out");
+    let mut stayed = 0;
+    for seed in 1..=4 {
+        let rw = Command::new(env!("CARGO_BIN_EXE_rivet"))
+            .args([
+                "rewrite",
+                "--verify",
+                "--layout",
+                "shuffle-blocks",
+                "--seed",
+            ])
+            .arg(seed.to_string())
+            .arg("-o")
+            .arg(&out)
+            .arg(&bin)
+            .output()
+            .unwrap();
+        let summary = String::from_utf8_lossy(&rw.stdout);
+        assert!(
+            rw.status.success(),
+            "seed {seed}: {}",
+            String::from_utf8_lossy(&rw.stderr)
+        );
+        stayed += summary_count(
+            &summary,
+            "in place: no room for the veneers its cold part needs",
+        );
+        let after = run_guarded(&out);
+        assert_eq!(after.status.code(), Some(0), "seed {seed}");
+        assert_eq!(String::from_utf8_lossy(&after.stdout), "total 4310\n");
+    }
+    assert!(
+        stayed > 0,
+        "no seed left a function in place for its veneers"
+    );
+    std::fs::remove_file(&out).unwrap();
+    std::fs::remove_file(&bin).unwrap();
+}

@@ -412,6 +412,28 @@ impl<'data> ElfFile<'data> {
         None
     }
 
+    /// The program properties of the GNU property note (`NT_GNU_PROPERTY_TYPE_0`, found
+    /// through `PT_GNU_PROPERTY` or a `.note.gnu.property` section) as (type, data) pairs;
+    /// empty without one. What a property means is the ISA's business (`rivet-arch`).
+    pub fn gnu_properties(&self) -> Vec<(u32, &'data [u8])> {
+        let from_segment = self
+            .segments
+            .iter()
+            .find(|s| s.p_type == elf::PT_GNU_PROPERTY.0)
+            .and_then(|seg| {
+                let start = usize::try_from(seg.offset.0).ok()?;
+                self.data
+                    .get(start..start.checked_add(usize::try_from(seg.filesz).ok()?)?)
+            });
+        let note = from_segment.or_else(|| {
+            self.sections
+                .iter()
+                .find(|s| s.sh_type == elf::SHT_NOTE.0 && s.name == ".note.gnu.property")
+                .map(|s| s.data)
+        });
+        note.map(gnu_properties).unwrap_or_default()
+    }
+
     /// True when the linker kept static relocations against code (`-Wl,--emit-relocs`): a
     /// SHT_RELA section that applies to an executable section.
     pub fn has_code_relocations(&self) -> bool {
@@ -443,4 +465,48 @@ fn find_build_id(mut bytes: &[u8]) -> Option<&[u8]> {
         bytes = bytes.get(desc_end..)?;
     }
     None
+}
+
+/// The properties of the `NT_GNU_PROPERTY_TYPE_0` notes in `bytes`: in ELF64 both the note's
+/// descriptor and each property's data are padded to 8 bytes. A malformed note ends the list
+/// where it stops making sense (the properties only ever add restrictions Rivet keeps).
+fn gnu_properties(mut bytes: &[u8]) -> Vec<(u32, &[u8])> {
+    let word = |b: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    };
+    let align8 = |n: usize| n.checked_add(7).map(|v| v & !7);
+    let mut out = Vec::new();
+    while let (Some(namesz), Some(descsz), Some(n_type)) =
+        (word(bytes, 0), word(bytes, 4), word(bytes, 8))
+    {
+        let (namesz, descsz) = (namesz as usize, descsz as usize);
+        let Some(name_end) = align8(12 + namesz).map(|n| n.max(16)) else {
+            break;
+        };
+        let name = bytes.get(12..12 + namesz);
+        let Some(desc) = name_end
+            .checked_add(descsz)
+            .and_then(|end| bytes.get(name_end..end))
+        else {
+            break;
+        };
+        if n_type == elf::NT_GNU_PROPERTY_TYPE_0.0 && name == Some(b"GNU\0") {
+            let mut props = desc;
+            while let (Some(pr_type), Some(size)) = (word(props, 0), word(props, 4)) {
+                let Some(data) = props.get(8..8 + size as usize) else {
+                    break;
+                };
+                out.push((pr_type, data));
+                match align8(8 + size as usize).and_then(|n| props.get(n..)) {
+                    Some(rest) => props = rest,
+                    None => break,
+                }
+            }
+        }
+        match align8(name_end + descsz).and_then(|n| bytes.get(n..)) {
+            Some(rest) => bytes = rest,
+            None => break,
+        }
+    }
+    out
 }

@@ -201,6 +201,9 @@ pub struct FragmentPlan {
     /// which follow its code, from `veneer_start` on (`far_targets`).
     pub veneers: Vec<Vaddr>,
     veneer_start: u64,
+    /// Veneer destinations (original addresses) with no landing pad of their own, in code
+    /// that BTI guards, whose landing pads this fragment holds after its veneers.
+    pub landings: Vec<Vaddr>,
 }
 
 /// A run of bytes of a fragment and the original code it stands for.
@@ -757,6 +760,7 @@ pub fn plan_fragment(
             .collect(),
         veneers: Vec::new(),
         veneer_start: size,
+        landings: Vec::new(),
     })
 }
 
@@ -773,6 +777,27 @@ impl FragmentPlan {
     fn veneer_at(&self, addr: Vaddr, target: Vaddr, veneer_size: u64) -> Option<Vaddr> {
         let k = self.veneers.iter().position(|t| *t == target)?;
         Some(addr + self.veneer_start + k as u64 * veneer_size)
+    }
+
+    /// Takes the veneers and landing pads away (for placing the fragment again from scratch).
+    pub fn clear_veneers(&mut self) {
+        self.veneers.clear();
+        self.landings.clear();
+        self.size = self.veneer_start;
+    }
+
+    /// Adds a landing pad for `target` (an original address) after the fragment's veneers.
+    pub fn add_landing(&mut self, target: Vaddr, landing_size: u64) {
+        if !self.landings.contains(&target) {
+            self.landings.push(target);
+            self.size += landing_size;
+        }
+    }
+
+    /// Where the landing pads start, for the fragment placed at `addr` (they follow the
+    /// veneers, all of one size per ISA).
+    fn landings_start(&self, addr: Vaddr, veneer_size: u64) -> Vaddr {
+        addr + self.veneer_start + self.veneers.len() as u64 * veneer_size
     }
 
     /// The original addresses of the targets that the direct calls and jumps of this
@@ -836,6 +861,9 @@ pub struct AddressMap {
     functions: Vec<Option<Vec<(Vaddr, Vaddr)>>>,
     /// Per `FuncId`: new start address of each fragment.
     fragment_addrs: Vec<Vec<Vaddr>>,
+    /// Veneer destination (original address) -> its landing pad's new address, where BTI
+    /// guards the code and the destination has no pad of its own.
+    landings: HashMap<Vaddr, Vaddr>,
 }
 
 impl AddressMap {
@@ -843,7 +871,19 @@ impl AddressMap {
     pub fn new(program: &Program, plans: &[(FragmentPlan, Vaddr)]) -> AddressMap {
         let mut functions: Vec<Option<Vec<(Vaddr, Vaddr)>>> = vec![None; program.functions.len()];
         let mut fragment_addrs: Vec<Vec<Vaddr>> = vec![Vec::new(); program.functions.len()];
+        let mut landings = HashMap::new();
+        let pad_sizes = program
+            .info
+            .isa
+            .veneer_size()
+            .zip(program.info.isa.landing_pad_size());
         for (plan, addr) in plans {
+            if let Some((veneer_size, landing_size)) = pad_sizes {
+                let start = plan.landings_start(*addr, veneer_size);
+                for (k, &target) in plan.landings.iter().enumerate() {
+                    landings.insert(target, start + k as u64 * landing_size);
+                }
+            }
             let fid = plan.fragment.function.0 as usize;
             let f = &program.functions[fid];
             let entries = functions[fid].get_or_insert_with(Vec::new);
@@ -865,6 +905,7 @@ impl AddressMap {
         AddressMap {
             functions,
             fragment_addrs,
+            landings,
         }
     }
 
@@ -915,6 +956,7 @@ impl AddressMap {
         Some(AddressMap {
             functions,
             fragment_addrs: vec![Vec::new(); program.functions.len()],
+            landings: HashMap::new(),
         })
     }
 
@@ -957,6 +999,19 @@ impl AddressMap {
             Some(f) if self.is_rewritten(f.id) => self.in_function(f.id, old),
             _ => Some(old),
         }
+    }
+
+    /// Where a veneer to `old` jumps: the landing pad placed for it, or its new address.
+    pub fn veneer_destination(&self, program: &Program, old: Vaddr) -> Option<Vaddr> {
+        match self.landings.get(&old) {
+            Some(&pad) => Some(pad),
+            None => self.translate(program, old),
+        }
+    }
+
+    /// Whether `old`, a veneer destination, has a landing pad placed for it.
+    pub fn has_landing(&self, old: Vaddr) -> bool {
+        self.landings.contains_key(&old)
     }
 
     /// The new address of each fragment of `f`.
@@ -1167,11 +1222,11 @@ pub fn encode_fragment(
             }
         }
     }
-    // The veneers, after the code.
+    // The veneers, after the code, then the landing pads this fragment holds.
     if let Some(size) = veneer_size {
         for &old in &plan.veneers {
             let at = addr + out.len() as u64;
-            let to = match map.translate(program, old) {
+            let to = match map.veneer_destination(program, old) {
                 Some(t) => t,
                 None => return Err(EmitError::UnmappableTarget { at, target: old }),
             };
@@ -1179,6 +1234,14 @@ pub fn encode_fragment(
             debug_assert_eq!(bytes.len() as u64, size);
             out.extend_from_slice(&bytes);
         }
+    }
+    for &old in &plan.landings {
+        let at = addr + out.len() as u64;
+        let to = match map.translate(program, old) {
+            Some(t) => t,
+            None => return Err(EmitError::UnmappableTarget { at, target: old }),
+        };
+        out.extend_from_slice(&isa.encode_landing_pad(at, to)?);
     }
     Ok(out)
 }

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use rivet_arch::{Branch, BranchForm, Isa};
+use rivet_arch::Isa;
 use rivet_elf::writer::{NewSection, Rewrite, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
@@ -197,6 +197,9 @@ pub struct Summary {
     pub simple: usize,
     /// Veneers placed for calls and jumps that cannot reach their targets (AArch64).
     pub veneers: usize,
+    /// Landing pads placed for veneers whose destinations have none, where BTI guards the
+    /// code (AArch64).
+    pub landing_pads: usize,
     /// Functions moved to the new text (relocation mode).
     pub moved: usize,
     /// Functions rewritten over their original bytes (in place mode).
@@ -368,7 +371,7 @@ pub fn rewrite(
     clock.lap(&mut summary, "layout");
 
     // 2. Plan fragments; drop functions that cannot be planned or do not fit.
-    let plans = plan_fragments(
+    let mut plans = plan_fragments(
         program,
         &mut layout,
         options,
@@ -388,15 +391,44 @@ pub fn rewrite(
             size,
         )
     });
-    let (text, map) = place_with_veneers(
-        program,
-        &layout,
-        plans,
-        &options.alignment,
-        in_place,
-        segment.content_start(),
-        &mut summary,
-    );
+    let (text, map) = loop {
+        let (text, map) = place_with_veneers(
+            elf,
+            program,
+            &layout,
+            plans,
+            &options.alignment,
+            in_place,
+            segment.content_start(),
+            &mut summary,
+        );
+        let overflows = if in_place {
+            in_place_overflows(program, &text)
+        } else {
+            BTreeMap::new()
+        };
+        if overflows.is_empty() {
+            break (text, map);
+        }
+        // Place again without those functions, from plans without veneers (the others'
+        // veneers may have been for them).
+        plans = text
+            .placed
+            .into_iter()
+            .map(|(mut plan, _)| {
+                plan.clear_veneers();
+                (plan.fragment, plan)
+            })
+            .collect();
+        drop_functions(
+            program,
+            &mut layout,
+            &mut plans,
+            overflows,
+            in_place,
+            &mut summary,
+        )?;
+    };
     // The instrumentation runtime, after the cold text.
     let runtime = match (instrumentation, counters) {
         (Some(i), Some((counters, counters_size))) => Some(build_runtime(
@@ -462,6 +494,7 @@ pub fn rewrite(
     patches.extend(reference_patches(program, &refs, &map, &mut summary)?);
     if !in_place {
         patches.extend(forwarding_jumps(
+            elf,
             program,
             &layout,
             &map,
@@ -846,7 +879,21 @@ fn plan_fragments(
             }
         }
     }
-    // Dropping one member of a split family drops the others.
+    drop_functions(program, layout, &mut plans, dropped, in_place, summary)?;
+    Ok(plans)
+}
+
+/// Takes the `dropped` functions (with their reasons) out of the layout and the plans: they
+/// stay as they are in the output. Dropping one member of a split family drops the others.
+/// The summary's counts of rewritten and not rewritten functions are made anew.
+fn drop_functions(
+    program: &Program,
+    layout: &mut Layout,
+    plans: &mut BTreeMap<FragmentRef, FragmentPlan>,
+    mut dropped: BTreeMap<FuncId, String>,
+    in_place: bool,
+    summary: &mut Summary,
+) -> Result<(), RewriteError> {
     let dropped_roots: Vec<FuncId> = dropped.keys().map(|f| family_root(program, *f)).collect();
     for f in &program.functions {
         if layout.is_rewritten(f.id)
@@ -860,6 +907,7 @@ fn plan_fragments(
         summary.reasons[f.0 as usize] = Some(reason.clone());
         layout.functions[f.0 as usize] = None;
     }
+    summary.not_rewritten.clear();
     for reason in summary.reasons.iter().flatten() {
         *summary.not_rewritten.entry(reason.clone()).or_default() += 1;
     }
@@ -876,7 +924,28 @@ fn plan_fragments(
     } else {
         summary.moved = layout.rewritten_count();
     }
-    Ok(plans)
+    Ok(())
+}
+
+/// In place mode, the functions whose rewritten body no longer fits where the original was
+/// once placement gave it veneers (its cold part landed beyond a branch's reach): they must
+/// stay as they are, or their veneers would overwrite the code that follows them.
+fn in_place_overflows(program: &Program, text: &PlacedText) -> BTreeMap<FuncId, String> {
+    text.placed
+        .iter()
+        .filter(|(plan, addr)| {
+            let f = program.function(plan.fragment.function);
+            plan.fragment.fragment == 0
+                && *addr == f.range.start
+                && plan.size > f.range.len() + f.padding_after
+        })
+        .map(|(plan, _)| {
+            (
+                plan.fragment.function,
+                "in place: no room for the veneers its cold part needs".to_string(),
+            )
+        })
+        .collect()
 }
 
 /// Where the new text lies: the hot part from the start of the new segment, then the cold
@@ -908,8 +977,13 @@ const VENEER_ROUNDS: usize = 8;
 /// from where it landed a veneer at the end of its fragment, and places again, until every
 /// branch reaches (sizes only grow, so a branch that reached may stop reaching: hence the
 /// rounds). Only ISAs with short direct branches have veneers (AArch64's `b`/`bl`: +-128
-/// MiB); on x86-64 this is one placement.
+/// MiB); on x86-64 this is one placement. Where BTI guards the code, a veneer's indirect
+/// jump must land on a pad: a destination without one (a block only ever branched to
+/// directly, a function compiled without a pad because nothing called it indirectly) gets a
+/// landing pad that jumps on to it, in the fragment that holds it or, for code that stays,
+/// in the placed fragment nearest to it (`needed_landings`).
 fn place_with_veneers(
+    elf: &ElfFile<'_>,
     program: &Program,
     layout: &Layout,
     mut plans: BTreeMap<FragmentRef, FragmentPlan>,
@@ -920,7 +994,9 @@ fn place_with_veneers(
 ) -> (PlacedText, AddressMap) {
     // Placement adds its counts to the summary: each round starts from the same one.
     let before = summary.clone();
-    let veneer_size = program.info.isa.veneer_size();
+    let isa = program.info.isa;
+    let veneer_size = isa.veneer_size();
+    let guarded = isa.branch_targets_guarded(elf);
     for round in 0.. {
         *summary = before.clone();
         let text = place_fragments(
@@ -941,12 +1017,19 @@ fn place_with_veneers(
                 .collect(),
             _ => Vec::new(),
         };
-        if far.iter().all(Vec::is_empty) {
+        let landings = match isa.landing_pad_size() {
+            Some(_) if guarded && round < VENEER_ROUNDS => {
+                needed_landings(elf, program, &text.placed, &far, &map)
+            }
+            _ => Vec::new(),
+        };
+        if far.iter().all(Vec::is_empty) && landings.is_empty() {
             summary.veneers = text.placed.iter().map(|(p, _)| p.veneers.len()).sum();
+            summary.landing_pads = text.placed.iter().map(|(p, _)| p.landings.len()).sum();
             return (text, map);
         }
         let size = veneer_size.expect("far targets only where there are veneers");
-        plans = text
+        let mut placed: Vec<FragmentPlan> = text
             .placed
             .into_iter()
             .zip(far)
@@ -954,11 +1037,71 @@ fn place_with_veneers(
                 for target in targets {
                     plan.add_veneer(target, size);
                 }
-                (plan.fragment, plan)
+                plan
             })
+            .collect();
+        if let Some(landing_size) = isa.landing_pad_size() {
+            for (host, target) in landings {
+                placed[host].add_landing(target, landing_size);
+            }
+        }
+        plans = placed
+            .into_iter()
+            .map(|plan| (plan.fragment, plan))
             .collect();
     }
     unreachable!("the rounds end by returning")
+}
+
+/// The landing pads a round of placement still lacks: for every veneer destination (placed
+/// or about to be, `far`) whose code does not start with a pad that accepts the veneer's
+/// jump, (index of the placed fragment to hold the pad, destination). The pad goes in the
+/// fragment that holds the destination, so that its jump reaches; a destination in code that
+/// stays gets its pad in the placed fragment whose end is nearest to it (the pad's encoding
+/// fails with the addresses if even that is out of reach).
+fn needed_landings(
+    elf: &ElfFile<'_>,
+    program: &Program,
+    placed: &[(FragmentPlan, Vaddr)],
+    far: &[Vec<Vaddr>],
+    map: &AddressMap,
+) -> Vec<(usize, Vaddr)> {
+    let isa = program.info.isa;
+    let mut out: Vec<(usize, Vaddr)> = Vec::new();
+    let destinations = placed
+        .iter()
+        .enumerate()
+        .flat_map(|(k, (plan, _))| plan.veneers.iter().chain(far.get(k).into_iter().flatten()));
+    for &old in destinations {
+        if map.has_landing(old) || out.iter().any(|&(_, t)| t == old) {
+            continue;
+        }
+        // A moved instruction keeps its bytes (a pad is copied as it is), so the input says
+        // whether the destination has a pad.
+        if elf
+            .bytes_at(old, 4)
+            .is_some_and(|bytes| isa.lands_veneer(bytes))
+        {
+            continue;
+        }
+        let Some(new) = map.translate(program, old) else {
+            continue;
+        };
+        let holder = placed
+            .iter()
+            .position(|(plan, addr)| *addr <= new && new < *addr + plan.size);
+        let nearest = || {
+            placed
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, (plan, addr))| (*addr + plan.size).get().abs_diff(new.get()))
+                .map(|(k, _)| k)
+        };
+        if let Some(host) = holder.or_else(nearest) {
+            out.push((host, old));
+        }
+    }
+    out
 }
 
 fn place_fragments(
@@ -1144,6 +1287,7 @@ fn reference_patches(
 /// Phase 4c: forwarding jumps at the old entries of moved functions, except where another way
 /// into the old body lands under the jump's bytes (`references::old_entry_is_free`).
 fn forwarding_jumps(
+    elf: &ElfFile<'_>,
     program: &Program,
     layout: &Layout,
     map: &AddressMap,
@@ -1152,12 +1296,15 @@ fn forwarding_jumps(
 ) -> Vec<(Vaddr, Vec<u8>)> {
     let isa = program.info.isa;
     let mut patches = Vec::new();
-    let mut encoder = isa.branch_encoder();
-    let forwarding_jump_size = isa.forwarding_jump_size();
+    let guarded = isa.branch_targets_guarded(elf);
     let mut reference_targets: Vec<Vaddr> = refs.stored.iter().map(|r| r.target).collect();
     reference_targets.sort();
     reference_targets.dedup();
     for f in &program.functions {
+        let Some(entry) = f.insts.first() else {
+            continue;
+        };
+        let forwarding_jump_size = isa.forwarding_jump_len(entry, guarded);
         if !layout.is_rewritten(f.id) || f.range.len() < forwarding_jump_size {
             continue;
         }
@@ -1166,17 +1313,7 @@ fn forwarding_jumps(
             continue;
         }
         let new = map.fragment_addrs(f.id)[0];
-        let mut bytes = Vec::new();
-        if encoder
-            .encode(
-                Branch::Jump,
-                BranchForm::Near,
-                f.range.start,
-                new,
-                &mut bytes,
-            )
-            .is_ok()
-        {
+        if let Ok(bytes) = isa.forwarding_jump(entry, guarded, new) {
             patches.push((f.range.start, bytes));
         }
     }

@@ -177,6 +177,42 @@ pub fn veneer(at: u64, target: u64) -> Result<[u32; 3], EncodeError> {
     Ok([adrp, add, br])
 }
 
+/// `paciasp` and `pacibsp`: besides signing, they are landing pads for calls and for jumps
+/// through x16/x17 (the two `pac` forms that are).
+pub const PACIASP: u32 = 0xd503_233f;
+pub const PACIBSP: u32 = 0xd503_237f;
+
+/// True when `word` accepts the `br x16` of a [`veneer`] where BTI is enforced: that jump
+/// sets BTYPE to 0b01, which every `bti` with a `c` or a `j` accepts, and `paciasp` and
+/// `pacibsp` too.
+pub fn lands_veneer(word: u32) -> bool {
+    matches!(word, BTI_C | BTI_J | BTI_JC | PACIASP | PACIBSP)
+}
+
+/// A landing pad at `at` for a veneer whose destination `target` has none (a block that was
+/// only ever reached by direct branches, or a function only called directly, compiled
+/// without a pad): `bti j; b target`. It sits within a `b`'s reach of `target`.
+pub fn landing_pad(at: u64, target: u64) -> Result<[u32; 2], EncodeError> {
+    Ok([BTI_J, b(at + 4, target)?])
+}
+
+/// Where the landing pad `words` (placed at `at`, as [`landing_pad`] writes it) jumps.
+pub fn landing_pad_target(words: [u32; 2], at: u64) -> Option<u64> {
+    let [pad, jump] = words;
+    (pad == BTI_J && jump & 0xfc00_0000 == 0x1400_0000)
+        .then(|| (at + 4).wrapping_add(branch_displacement(jump)))
+}
+
+/// The byte displacement of a `b`/`bl` word (imm26, times 4, sign-extended).
+fn branch_displacement(word: u32) -> u64 {
+    (((word & 0x03ff_ffff) << 6) as i32 >> 4) as i64 as u64
+}
+
+/// The GNU property of AArch64 features (`GNU_PROPERTY_AARCH64_FEATURE_1_AND`) and its BTI
+/// bit: a file that has it runs with BTI enforced on its pages where the CPU implements it.
+pub const PROPERTY_FEATURE_1_AND: u32 = 0xc000_0000;
+pub const FEATURE_1_BTI: u32 = 1;
+
 /// `word`, an instruction that holds the low 12 bits of an address (the second half of an
 /// ADRP pair: `add xd, xn, #lo12`, or a load or store with an unsigned offset, scaled by its
 /// access size), changed to hold those of `address`. A scaled offset must stay aligned.

@@ -21,8 +21,9 @@ pub use decode::{
     text,
 };
 pub use encode::{
-    BTI_C, BTI_J, BTI_JC, EncodeError, FILL, NOP, Reach, VENEER_REGISTER, b, bl, invert, reach_of,
-    retarget, set_low12, veneer,
+    BTI_C, BTI_J, BTI_JC, EncodeError, FEATURE_1_BTI, FILL, NOP, PACIASP, PACIBSP,
+    PROPERTY_FEATURE_1_AND, Reach, VENEER_REGISTER, b, bl, invert, landing_pad, landing_pad_target,
+    lands_veneer, reach_of, retarget, set_low12, veneer,
 };
 pub use jump_table::{
     Bound, Hoisted, IndirectBranch, analyze_indirect_branch, analyze_indirect_branch_with,
