@@ -390,6 +390,20 @@ impl Isa {
         pad + self.forwarding_jump_size()
     }
 
+    /// True when `bytes` start with the pad [`Isa::forwarding_jump`] may put in front of a
+    /// forwarding jump (so that a checker looks for the jump after it).
+    pub fn is_forwarding_pad(self, bytes: &[u8]) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => bytes.get(..4).is_some_and(|w| {
+                matches!(
+                    u32::from_le_bytes(w.try_into().unwrap()),
+                    aarch64::BTI_C | aarch64::BTI_J | aarch64::BTI_JC
+                )
+            }),
+        }
+    }
+
     fn forwarding_pad(self, entry: &Inst, guarded: bool) -> Option<u32> {
         match self {
             Isa::X86_64 => None,

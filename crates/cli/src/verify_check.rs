@@ -456,14 +456,22 @@ impl Checker<'_> {
         if self.map.translate(self.program, target) == Some(target) {
             return Ok(()); // rewritten in place, and that instruction did not move
         }
+        // A forwarding jump at the old entry (behind a landing pad where BTI is enforced).
         if target == g.range.start
             && let Ok(new_entry) = self.tr(target)
-            && matches!(
-                self.decode_at(target, 5)?.first().map(Inst::flow),
-                Some(Flow::Jump { target: t }) if t == new_entry
-            )
         {
-            return Ok(());
+            let isa = self.program.info.isa;
+            let padded = self
+                .out
+                .bytes_at(target, 4)
+                .is_some_and(|bytes| isa.is_forwarding_pad(bytes));
+            let jump_at = if padded { target + 4 } else { target };
+            if matches!(
+                self.decode_at(jump_at, 5)?.first().map(Inst::flow),
+                Some(Flow::Jump { target: t }) if t == new_entry
+            ) {
+                return Ok(());
+            }
         }
         // The original code from the target to the end of its block.
         let end = g

@@ -209,27 +209,7 @@ fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
         };
         let dir = scratch("real-rewrite-aarch64", name);
         let rewritten = rewrite(input, &dir, layout);
-        // The build's wrapper runs the binary next to it: the same, for the output.
-        let wrapper = std::fs::read_to_string(input.with_extension("qemu"))
-            .or_else(|_| std::fs::read_to_string(format!("{}.qemu", input.display())))
-            .expect("the build script writes a .qemu wrapper next to each binary");
-        let file = input.file_name().unwrap().to_string_lossy().into_owned();
-        let wrapper = wrapper.replace(
-            &format!("\"$(dirname \"$0\")/{file}\""),
-            &format!("\"{}\"", rewritten.display()),
-        );
-        assert!(
-            wrapper.contains(&rewritten.display().to_string()),
-            "{wrapper}"
-        );
-        let wrapper_path = dir.join(format!("{file}.qemu"));
-        std::fs::write(&wrapper_path, wrapper).unwrap();
-        let status = Command::new("chmod")
-            .arg("+x")
-            .arg(&wrapper_path)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let wrapper_path = qemu_wrapper(input, &rewritten, &dir);
         // Options go before the binaries for both scripts (as build-real-aarch64.sh runs
         // them); the reference runs natively.
         let script = |args: &[&std::ffi::OsStr]| {
@@ -264,5 +244,152 @@ fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
                 build("sqlite3-gcc").as_os_str(),
             ]);
         }
+    }
+}
+
+/// A copy of the `.qemu` wrapper the AArch64 build script writes next to `input` (qemu with
+/// the build's CPU options, argv[0] as the checks expect), in `dir`, running `binary` instead.
+fn qemu_wrapper(input: &Path, binary: &Path, dir: &Path) -> PathBuf {
+    let wrapper = std::fs::read_to_string(input.with_extension("qemu"))
+        .or_else(|_| std::fs::read_to_string(format!("{}.qemu", input.display())))
+        .expect("the build script writes a .qemu wrapper next to each binary");
+    let file = input.file_name().unwrap().to_string_lossy().into_owned();
+    let wrapper = wrapper.replace(
+        &format!("\"$(dirname \"$0\")/{file}\""),
+        &format!("\"{}\"", binary.display()),
+    );
+    assert!(wrapper.contains(&binary.display().to_string()), "{wrapper}");
+    let path = dir.join(format!(
+        "{}.qemu",
+        binary.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&path, wrapper).unwrap();
+    let status = Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+    assert!(status.success());
+    path
+}
+
+/// The file offset of the symbol `name` of the AArch64 binary `bin` (through its `.text`).
+fn text_symbol_offset(bin: &Path, name: &str) -> usize {
+    let nm = Command::new("aarch64-linux-gnu-nm")
+        .arg(bin)
+        .output()
+        .expect("aarch64-linux-gnu-nm (binutils-aarch64-linux-gnu)");
+    let symbols = String::from_utf8_lossy(&nm.stdout);
+    let addr = symbols
+        .lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            let (a, _, n) = (w.next()?, w.next()?, w.next()?);
+            (n == name)
+                .then(|| u64::from_str_radix(a, 16).ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no symbol {name} in {}", bin.display()));
+    let sections = Command::new("readelf")
+        .args(["-SW"])
+        .arg(bin)
+        .output()
+        .expect("readelf (binutils)");
+    let sections = String::from_utf8_lossy(&sections.stdout);
+    let (text_addr, text_off) = sections
+        .lines()
+        .find_map(|l| {
+            let l = l.split(']').nth(1)?;
+            let mut w = l.split_whitespace();
+            (w.next()? == ".text").then_some(())?;
+            let _type = w.next()?;
+            let a = u64::from_str_radix(w.next()?, 16).ok()?;
+            let o = u64::from_str_radix(w.next()?, 16).ok()?;
+            Some((a, o))
+        })
+        .expect("a .text section");
+    (addr - text_addr + text_off) as usize
+}
+
+/// A real program with BTI enforced: Lua built by clang with PAC and BTI and linked with
+/// start files that have landing pads (`build-real-aarch64.sh lua-clang-bti`: Debian's have
+/// none), so its property note keeps the BTI bit and qemu's `max` CPU checks every indirect
+/// branch into its code. First the enforcement is shown on this very binary: with the `bti c`
+/// of `str_find` (a C function Lua calls through a pointer) made a `nop`, `string.find` dies
+/// of SIGILL. Then rewritten with functions reversed, with blocks shuffled and split, and
+/// with both, it runs the Lua test scripts as the x86-64 build does.
+#[test]
+fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
+    let out = Command::new("bash")
+        .arg(common::repo_root().join("scripts/build-real-aarch64.sh"))
+        .arg("lua-clang-bti")
+        .output()
+        .expect("running scripts/build-real-aarch64.sh");
+    assert!(
+        out.status.success(),
+        "scripts/build-real-aarch64.sh lua-clang-bti failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let input = PathBuf::from(
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("lua-clang-bti "))
+            .expect("the build's path"),
+    );
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&notes.stdout).contains("AArch64 feature: BTI"),
+        "no BTI property"
+    );
+    let dir = scratch("real-rewrite-aarch64", "lua-clang-bti");
+    let find = |wrapper: &Path| {
+        Command::new(wrapper)
+            .args(["-e", "print(('abc'):find('b'))"])
+            .output()
+            .unwrap()
+    };
+    let original = qemu_wrapper(&input, &input, &dir);
+    let ran = find(&original);
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "2\t2\n");
+    let unpadded = dir.join("lua.unpadded");
+    let mut bytes = std::fs::read(&input).unwrap();
+    let at = text_symbol_offset(&input, "str_find");
+    assert_eq!(
+        bytes[at..at + 4],
+        0xd503_245fu32.to_le_bytes(),
+        "str_find starts with bti c"
+    );
+    bytes[at..at + 4].copy_from_slice(&0xd503_201fu32.to_le_bytes());
+    std::fs::write(&unpadded, bytes).unwrap();
+    let died = find(&qemu_wrapper(&input, &unpadded, &dir));
+    // The wrapper's shell reports qemu's death of the guest's SIGILL as 128 + 4.
+    assert_eq!(
+        died.status.code(),
+        Some(132),
+        "BTI is not enforced: {died:?}"
+    );
+    for layout in [
+        &["--layout", "reverse"][..],
+        &["--layout", "shuffle-blocks", "--seed", "1"],
+        &["--layout", "shuffle", "--seed", "2"],
+    ] {
+        let rewritten = rewrite(&input, &dir, layout);
+        let wrapper = qemu_wrapper(&input, &rewritten, &dir);
+        // Options before the binaries (check-lua.sh reads them first).
+        let run = Command::new("bash")
+            .arg(common::repo_root().join("scripts/check-lua.sh"))
+            .args(["--timeout", "300", "--only", "tests/*"])
+            .arg(&wrapper)
+            .arg(build("lua-gcc"))
+            .output()
+            .expect("bash");
+        assert!(
+            run.status.success(),
+            "lua-clang-bti {layout:?}: check-lua.sh found differences:\n{}\n{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        std::fs::remove_file(&rewritten).unwrap();
     }
 }

@@ -398,7 +398,6 @@ pub fn rewrite(
             &layout,
             plans,
             &options.alignment,
-            in_place,
             segment.content_start(),
             &mut summary,
         );
@@ -988,12 +987,13 @@ fn place_with_veneers(
     layout: &Layout,
     mut plans: BTreeMap<FragmentRef, FragmentPlan>,
     alignment: &TextAlignment,
-    in_place: bool,
     content_start: Vaddr,
     summary: &mut Summary,
 ) -> (PlacedText, AddressMap) {
     // Placement adds its counts to the summary: each round starts from the same one.
     let before = summary.clone();
+    // In place mode is the mode of a file without relocations (`rewrite`).
+    let in_place = program.info.relocation_mode != RelocationMode::Available;
     let isa = program.info.isa;
     let veneer_size = isa.veneer_size();
     let guarded = isa.branch_targets_guarded(elf);
