@@ -416,6 +416,27 @@ impl Isa {
         }
     }
 
+    /// Where a function whose code is `insts` only jumps on to, when its code is exactly a
+    /// veneer (the linker's `__*_veneer` on AArch64: `adrp x16; add x16, x16, #lo12; br
+    /// x16`, the form [`Isa::encode_veneer`] writes too). A call of it is a call of that
+    /// address.
+    pub fn forwarding_destination(self, insts: &[Inst]) -> Option<Vaddr> {
+        match self {
+            Isa::X86_64 => None,
+            Isa::Aarch64 => {
+                let [adrp, add, br] = insts.get(..3)? else {
+                    return None;
+                };
+                let bytes: Vec<u8> = [adrp, add, br]
+                    .iter()
+                    .filter(|i| !i.is_invalid())
+                    .flat_map(|i| i.aarch64().word().to_le_bytes())
+                    .collect();
+                self.veneer_target(&bytes, adrp.addr())
+            }
+        }
+    }
+
     /// Bytes of the jump left at a moved function's old entry (a near jump).
     pub fn forwarding_jump_size(self) -> u64 {
         self.branch_sizes(BranchKind::Jump).near

@@ -429,3 +429,55 @@ fn veneers_and_long_branches_reach_their_targets() {
     );
     assert!(aarch64::b(at, at + (1 << 27)).is_err());
 }
+
+/// Landing pads for veneers where BTI is enforced, and the functions that are only a
+/// veneer (the linker's `__*_veneer`): every pad word disarm64 reads as the `bti`/`pac` it
+/// is, the pad Rivet writes jumps where asked, and a veneer's destination is found from its
+/// decoded instructions, not from anything that merely looks like one.
+#[test]
+fn landing_pads_and_forwarding_veneers() {
+    use rivet_arch::Isa;
+    use rivet_elf::Vaddr;
+    for (word, name) in [
+        (aarch64::BTI_C, "bti"),
+        (aarch64::BTI_J, "bti"),
+        (aarch64::BTI_JC, "bti"),
+        (aarch64::PACIASP, "paciasp"),
+        (aarch64::PACIBSP, "pacibsp"),
+    ] {
+        assert!(aarch64::lands_veneer(word), "{word:#x}");
+        assert!(
+            mnemonic(word, 0).starts_with(name),
+            "{word:#x}: {}",
+            mnemonic(word, 0)
+        );
+    }
+    // `bti` without targets and the non-SP `pac` forms are no pads for a `br x16`.
+    for word in [0xd503_241f_u32, 0xd503_211f, aarch64::NOP] {
+        assert!(!aarch64::lands_veneer(word), "{word:#x}");
+    }
+    let isa = Isa::Aarch64;
+    for (at, to) in [
+        (0x40_0000u64, 0x83f_fff8u64),
+        (0x8c2_1000, 0xc2_1008),
+        (0x1000, 0x1004),
+    ] {
+        let pad = isa.encode_landing_pad(Vaddr(at), Vaddr(to)).unwrap();
+        assert_eq!(isa.landing_pad_target(&pad, Vaddr(at)), Some(Vaddr(to)));
+        let jump = u32::from_le_bytes(pad[4..8].try_into().unwrap());
+        assert_eq!(oracle(jump, at + 4).and_then(|(_, t)| t), Some(to));
+        let veneer = isa.encode_veneer(Vaddr(at), Vaddr(to)).unwrap();
+        let insts = isa.decode_all(&veneer, Vaddr(at));
+        assert_eq!(isa.forwarding_destination(&insts), Some(Vaddr(to)));
+        // Any other register, or a call instead of the jump, is not a veneer.
+        let mut call = veneer.clone();
+        call[8..12].copy_from_slice(&0xd63f_0200_u32.to_le_bytes()); // blr x16
+        assert_eq!(
+            isa.forwarding_destination(&isa.decode_all(&call, Vaddr(at))),
+            None
+        );
+    }
+    // Out of a `b`'s reach, no landing pad.
+    assert!(isa.encode_landing_pad(Vaddr(0), Vaddr(1 << 28)).is_err());
+    assert_eq!(Isa::X86_64.forwarding_destination(&[]), None);
+}

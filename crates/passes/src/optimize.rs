@@ -450,15 +450,39 @@ pub fn optimized_layout(
         .iter()
         .map(|f| counts_of(*f).map_or(0, |c| c.entries.max(c.blocks.first().copied().unwrap_or(0))))
         .collect();
+    // A call of a linker's veneer is a call of the function it jumps to: the two belong
+    // together, not the caller and the three-instruction veneer.
+    let callee_of = |f: FuncId| -> FuncId {
+        let isa = program.info.isa;
+        isa.forwarding_destination(&program.function(f).insts)
+            .and_then(|to| {
+                program
+                    .function_containing(to)
+                    .filter(|g| g.range.start == to)
+            })
+            .map_or(f, |g| g.id)
+    };
     let mut calls: Vec<(u32, u32, u64)> = profile
         .calls
         .iter()
         .filter_map(|((caller, callee), &c)| {
-            Some((*dense_of.get(caller)?, *dense_of.get(callee)?, c))
+            Some((
+                *dense_of.get(caller)?,
+                *dense_of.get(&callee_of(*callee))?,
+                c,
+            ))
         })
         .collect();
-    // The call graph comes from a hash map: sort it so the order is deterministic.
+    // The call graph comes from a hash map: sort it so the order is deterministic, and add
+    // up the edges that went through veneers.
     calls.sort_unstable();
+    calls.dedup_by(|next, kept| {
+        let same = (next.0, next.1) == (kept.0, kept.1);
+        if same {
+            kept.2 += next.2;
+        }
+        same
+    });
     let order: Vec<u32> = match &options.function_order {
         FunctionOrder::CdSort => rivet_layout::cdsort_order(&sizes, &entry_counts, &calls),
         FunctionOrder::C3 => rivet_layout::c3_order(&sizes, &entry_counts, &calls),
