@@ -493,11 +493,24 @@ impl Isa {
         }
     }
 
-    /// General-purpose registers whose value at the start of `window` the window reads.
+    /// General-purpose registers whose value at the start of `window` the window reads (on
+    /// AArch64, every register an operand field of it names before it writes it: more than it
+    /// reads, never fewer).
     pub fn window_live_in(self, window: &[Inst]) -> Vec<RegisterId> {
         match self {
             Isa::X86_64 => x86_64::jump_table::window_live_in(window),
-            Isa::Aarch64 => Vec::new(),
+            // Registers only: a value kept in a stack slot is not followed along paths.
+            Isa::Aarch64 => window
+                .iter()
+                .map(|i| i.aarch64().decoded())
+                .collect::<Option<Vec<_>>>()
+                .map(|d| {
+                    aarch64::window_live_in(&d)
+                        .into_iter()
+                        .map(|r| RegisterId::from_raw(u16::from(r)))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 

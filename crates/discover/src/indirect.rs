@@ -8,7 +8,7 @@
 //! by several blocks). The jumps of one function depend on each other (a table's targets are
 //! ways into other blocks), so they are analysed in rounds, [`Worklist`]'s order.
 
-use rivet_arch::{Flow, IndirectJump, Inst, Isa};
+use rivet_arch::{Flow, IndirectJump, Inst, Isa, RegisterDefinition};
 use rivet_elf::eh_frame::{Cfa, CfiRow};
 use rivet_elf::{Vaddr, VaddrRange};
 use rivet_ir::*;
@@ -202,12 +202,16 @@ impl IndirectJumps {
             j -= 1;
         }
         let mut form = ctx.isa.analyze_indirect_jump(&insts[j..=i], &[], &[]);
+        // What is known to hold at the dispatch block's start, for the paths into it below
+        // (a range check in a predecessor, a base the dispatch reads from before the loop).
+        let mut known: Vec<(rivet_arch::RegisterId, u64)> = Vec::new();
         if form == IndirectJump::Unknown {
             let constants = facts
                 .constants
                 .get_or_insert_with(|| ctx.isa.register_constants(insts));
             if !constants.is_empty() {
                 form = ctx.isa.analyze_indirect_jump(&insts[j..=i], &[], constants);
+                known.clone_from(constants);
             }
         }
         if form == IndirectJump::Unknown && !reach {
@@ -256,6 +260,9 @@ impl IndirectJumps {
                 .collect();
             if !hints.is_empty() {
                 form = ctx.isa.analyze_indirect_jump(window, &[], &hints);
+                // First: what the paths show at this block wins over the function-wide view
+                // (both hold; the ISA's analysis takes the first it finds).
+                known.splice(0..0, hints);
             } else if unresolved.len() > 1 {
                 // Two loops, each with its table base in a register the other reuses, wait on
                 // each other: the blocks only a table enters are taken for both jumps' targets,
@@ -299,7 +306,7 @@ impl IndirectJumps {
             // cut by its length: the paths into it are not known.
             let cut_by_length = j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j];
             if let Some((bounded, head)) =
-                dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length)
+                dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length, &known)
             {
                 form = bounded;
                 via_paths = Some(head);
@@ -577,67 +584,119 @@ fn reaching_constant(
     unresolved_jumps: &[usize],
     start: usize,
     r: rivet_arch::RegisterId,
-    mut entered_by_table: Option<&mut Vec<usize>>,
+    entered_by_table: Option<&mut Vec<usize>>,
 ) -> Option<u64> {
-    let branch_sources = |pos: usize| {
-        let lo = preds.partition_point(|p| p.0 < pos);
-        let hi = preds.partition_point(|p| p.0 <= pos);
-        preds[lo..hi].iter().map(|p| p.1)
+    let walk = ReachingWalk {
+        ctx,
+        insts,
+        preds,
+        unresolved_jumps,
     };
-    let mut result = None;
-    let mut visited = std::collections::HashSet::new();
-    let mut work = vec![start];
-    while let Some(pos) = work.pop() {
-        if !visited.insert(pos) {
-            continue;
-        }
-        if visited.len() > 4096 || pos == 0 {
-            return None;
-        }
-        let mut sources: Vec<usize> = branch_sources(pos).collect();
-        if falls_into_next(ctx, &insts[pos - 1]) {
-            sources.push(pos - 1);
-        }
-        if sources.is_empty() && (insts[pos].is_nop() || insts[pos].is_fill_trap()) {
-            // Alignment padding after a jump or a return: nothing runs it. The code after it
-            // falls out of it only in appearance, so no value comes in this way. (Compilers
-            // put a label after the padding, never before it.)
-            continue;
-        }
-        if sources.is_empty() {
-            // Entered by no direct branch: a target of this function's indirect jumps (labels
-            // cannot be jumped to from other functions), so the value is theirs.
-            if let Some(found) = entered_by_table.as_deref_mut() {
-                found.push(pos);
+    walk.constant(start, r, entered_by_table, 0)
+}
+
+/// How many definitions of the form "another register plus a constant" (AArch64's `add` after
+/// an `adrp`, a copy) one value may go through: an address takes one or two; a longer chain
+/// is a computation, and a chain that loops (`add x0, x0, #8` in a loop) is cut here.
+const MAX_OFFSET_CHAIN: u8 = 4;
+
+/// The function and the ways between its instructions that [`reaching_constant`] walks.
+struct ReachingWalk<'w, 'a> {
+    ctx: &'w Context<'a>,
+    insts: &'w [Inst],
+    /// (target, source) instruction indices of the branches and known table entries, sorted.
+    preds: &'w [(usize, usize)],
+    /// Where the blocks entered by no known way come from.
+    unresolved_jumps: &'w [usize],
+}
+
+impl ReachingWalk<'_, '_> {
+    fn branch_sources(&self, pos: usize) -> impl Iterator<Item = usize> + '_ {
+        let lo = self.preds.partition_point(|p| p.0 < pos);
+        let hi = self.preds.partition_point(|p| p.0 <= pos);
+        self.preds[lo..hi].iter().map(|p| p.1)
+    }
+
+    /// The constant `r` holds on entry to `start`; `chain` counts the offset definitions
+    /// this question is part of (see [`MAX_OFFSET_CHAIN`]).
+    fn constant(
+        &self,
+        start: usize,
+        r: rivet_arch::RegisterId,
+        mut entered_by_table: Option<&mut Vec<usize>>,
+        chain: u8,
+    ) -> Option<u64> {
+        let (ctx, insts) = (self.ctx, self.insts);
+        let mut result = None;
+        let mut visited = std::collections::HashSet::new();
+        let mut work = vec![start];
+        while let Some(pos) = work.pop() {
+            if !visited.insert(pos) {
+                continue;
             }
-            sources = unresolved_jumps.to_vec();
-            if sources.is_empty() {
+            if visited.len() > 4096 || pos == 0 {
                 return None;
             }
-        }
-        for p in sources {
-            let mut k = p;
-            loop {
-                match insts[k].register_definition(r) {
-                    Some(Some(c)) if result.is_none_or(|x| x == c) => {
+            let mut sources: Vec<usize> = self.branch_sources(pos).collect();
+            if falls_into_next(ctx, &insts[pos - 1]) {
+                sources.push(pos - 1);
+            }
+            if sources.is_empty() && (insts[pos].is_nop() || insts[pos].is_fill_trap()) {
+                // Alignment padding after a jump or a return: nothing runs it. The code after
+                // it falls out of it only in appearance, so no value comes in this way.
+                // (Compilers put a label after the padding, never before it.)
+                continue;
+            }
+            if sources.is_empty() {
+                // Entered by no direct branch: a target of this function's indirect jumps
+                // (labels cannot be jumped to from other functions), so the value is theirs.
+                if let Some(found) = entered_by_table.as_deref_mut() {
+                    found.push(pos);
+                }
+                sources = self.unresolved_jumps.to_vec();
+                if sources.is_empty() {
+                    return None;
+                }
+            }
+            for p in sources {
+                let mut k = p;
+                loop {
+                    let value = match insts[k].register_definition(r) {
+                        RegisterDefinition::Unchanged => None,
+                        RegisterDefinition::Constant(c) => Some(c),
+                        // What reaches the source register at this instruction, on every
+                        // path into it: an `adrp` on one path and something else on another
+                        // is no address.
+                        RegisterDefinition::Offset { from, add } if chain < MAX_OFFSET_CHAIN => {
+                            let found = entered_by_table.as_deref_mut();
+                            Some(self.constant(k, from, found, chain + 1)?.wrapping_add(add))
+                        }
+                        RegisterDefinition::Offset { .. } | RegisterDefinition::Other => {
+                            return None;
+                        }
+                    };
+                    if let Some(c) = value {
+                        if result.is_some_and(|x| x != c) {
+                            return None;
+                        }
                         result = Some(c);
                         break;
                     }
-                    Some(_) => return None,
-                    None => {}
+                    if k == 0 {
+                        return None;
+                    }
+                    if self.branch_sources(k).next().is_some()
+                        || !falls_into_next(ctx, &insts[k - 1])
+                    {
+                        work.push(k);
+                        break;
+                    }
+                    k -= 1;
                 }
-                if k == 0 {
-                    return None;
-                }
-                if branch_sources(k).next().is_some() || !falls_into_next(ctx, &insts[k - 1]) {
-                    work.push(k);
-                    break;
-                }
-                k -= 1;
             }
         }
+        result
     }
-    result
 }
 
 /// When the dispatch block (the window `start..=jump`) is entered by branches, and perhaps by
@@ -648,8 +707,11 @@ fn reaching_constant(
 /// block alone shows: a table without a bound, or nothing known (python3.11's interpreter
 /// loads the opcode's handler in each of its cases and jumps to one shared `jmp *%rax`).
 /// A block whose address is stored in data (a computed goto's label) has paths in that no
-/// branch shows: none is assumed. Returns the dispatch and the block's start, for the caller
-/// to check once it knows every table and every way in from sibling fragments.
+/// branch shows: none is assumed. `known` holds at the dispatch block's start on every path
+/// into it (function-wide constants, reaching definitions), so it holds on each path's
+/// start for what the path itself does not define. Returns the dispatch and the block's
+/// start, for the caller to check once it knows every table and every way in from sibling
+/// fragments.
 fn dispatch_from_predecessors(
     ctx: &Context,
     insts: &[Inst],
@@ -657,6 +719,7 @@ fn dispatch_from_predecessors(
     jump: usize,
     unbounded: IndirectJump,
     cut_by_length: bool,
+    known: &[(rivet_arch::RegisterId, u64)],
 ) -> Option<(IndirectJump, Vaddr)> {
     if cut_by_length {
         return None;
@@ -737,7 +800,7 @@ fn dispatch_from_predecessors(
         } else {
             &[insts[p].addr()]
         };
-        let found = ctx.isa.analyze_indirect_jump(&path, taken, &[]);
+        let found = ctx.isa.analyze_indirect_jump(&path, taken, known);
         let (table, entries, bits) = shape(&found)?;
         if *own_table.get_or_insert(table) != table {
             return None;
