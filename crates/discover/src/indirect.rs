@@ -280,12 +280,17 @@ impl IndirectJumps {
                 if !own.is_empty() {
                     let assumed = ctx.isa.analyze_indirect_jump(window, &[], &own);
                     // A range check or a narrow index (`and $3`) bounds the table.
-                    if matches!(
-                        assumed,
-                        IndirectJump::AbsoluteTable { bound, index_bits, .. }
-                            | IndirectJump::RelativeTable { bound, index_bits, .. }
-                            if bound.is_some() || index_bits <= MAX_INDEX_BITS
-                    ) {
+                    let bounded = match assumed {
+                        IndirectJump::AbsoluteTable {
+                            bound, index_bits, ..
+                        }
+                        | IndirectJump::RelativeTable {
+                            bound, index_bits, ..
+                        } => bound.is_some() || index_bits <= MAX_INDEX_BITS,
+                        IndirectJump::ScaledTable { bound, .. } => bound.is_some(),
+                        _ => false,
+                    };
+                    if bounded {
                         form = assumed;
                         entered_by_table.sort_unstable();
                         entered_by_table.dedup();
@@ -306,7 +311,7 @@ impl IndirectJumps {
             // cut by its length: the paths into it are not known.
             let cut_by_length = j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j];
             if let Some((bounded, head)) =
-                dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length, &known)
+                dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length, &known, merge)
             {
                 form = bounded;
                 via_paths = Some(head);
@@ -720,6 +725,7 @@ fn dispatch_from_predecessors(
     unbounded: IndirectJump,
     cut_by_length: bool,
     known: &[(rivet_arch::RegisterId, u64)],
+    merge: &[bool],
 ) -> Option<(IndirectJump, Vaddr)> {
     if cut_by_length {
         return None;
@@ -787,8 +793,10 @@ fn dispatch_from_predecessors(
     let mut all_checked = true;
     let mut widest_bits = 0;
     for p in preds {
+        // Back to where other paths merge in, as for the dispatch's own window: a value
+        // from before a loop head may be another on the loop's back edge.
         let mut k = p;
-        while k > 0 && p - k < 48 && falls_into_next(ctx, &insts[k - 1]) {
+        while k > 0 && p - k < 48 && falls_into_next(ctx, &insts[k - 1]) && !merge[k] {
             k -= 1;
         }
         let mut path: Vec<Inst> = insts[k..=p].to_vec();
