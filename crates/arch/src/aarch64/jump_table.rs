@@ -195,7 +195,9 @@ pub(crate) fn writes_rd(inst: &Inst) -> bool {
     }
     let is_compare = (w & 0x1f) == 0x1f && (w >> 29) & 1 == 1; // flags set, rd = zr
     let is_hint = w & 0xffff_f01f == 0xd503_201f;
-    !(is_compare || is_hint)
+    // svc and the others: bits 0-4 are part of the immediate (x0 is `also_writes`').
+    let is_exception = w & 0xff00_0000 == 0xd400_0000;
+    !(is_compare || is_hint || is_exception)
 }
 
 /// Whether a load or store (bit 27 set, bit 25 clear) writes its `Rt` (bits 0-4). A store
@@ -335,17 +337,15 @@ pub fn register_write(inst: &Inst, reg: u8) -> RegisterWrite {
     }
 }
 
-/// The general registers (0-30) whose value on entry to `window` its instructions may read:
-/// every register field (bits 0-4, 5-9, 10-14 and 16-20) of an instruction counts as read
-/// until an earlier instruction of the window writes that register. An over-approximation
-/// (a field may hold an immediate or a vector register), which only costs the caller a
-/// question it did not need to ask.
+/// The general registers (0-30) whose value on entry to `window` its instructions may read,
+/// before the window writes them. More than it reads, never fewer: the operand fields an
+/// instruction's class may read a register from count ([`read_fields`]).
 pub fn window_live_in(window: &[Inst]) -> Vec<u8> {
     let mut written = 0u32;
     let mut live = Vec::new();
     for inst in window {
         let w = inst.word;
-        for field in [0, 5, 10, 16] {
+        for &field in read_fields(w) {
             let r = ((w >> field) & 0x1f) as u8;
             if r <= 30 && written & (1 << r) == 0 && !live.contains(&r) {
                 live.push(r);
@@ -358,6 +358,42 @@ pub fn window_live_in(window: &[Inst]) -> Vec<u8> {
         }
     }
     live
+}
+
+/// The lowest bits of the register fields an instruction of `word`'s class may read (Arm
+/// ARM, "Top-level encodings"). Precise for the classes compiled code dispatches with, all
+/// four fields (bits 0-4, 5-9, 10-14, 16-20) for the others.
+fn read_fields(word: u32) -> &'static [u32] {
+    const ALL: &[u32] = &[0, 5, 10, 16];
+    match (word >> 25) & 0xf {
+        // Data processing, immediate.
+        0b1000 | 0b1001 => match (word >> 23) & 7 {
+            0b000 | 0b001 => &[],                      // adr, adrp
+            0b101 if (word >> 29) & 3 == 3 => &[0],    // movk keeps the rest of rd
+            0b101 => &[],                              // movz, movn
+            0b110 if (word >> 29) & 3 == 1 => &[0, 5], // bfm keeps bits of rd
+            0b111 => &[5, 16],                         // extr
+            _ => &[5],                                 // add/sub, logical, sbfm, ubfm
+        },
+        // Branches, exception generation, system instructions.
+        0b1010 | 0b1011 => {
+            if word & 0x7c00_0000 == 0x1400_0000 {
+                &[] // b, bl
+            } else if word & 0xfe00_0000 == 0x5400_0000 {
+                &[] // b.cond, bc.cond
+            } else if word & 0xfe00_0000 == 0xd600_0000 {
+                &[0, 5] // br, blr, ret and their authenticating forms (modifier in bits 0-4)
+            } else if word & 0x7c00_0000 == 0x3400_0000 {
+                &[0] // cbz, cbnz, tbz, tbnz
+            } else {
+                ALL
+            }
+        }
+        // Data processing, register: three-source forms read bits 10-14 too.
+        0b0101 | 0b1101 if (word >> 24) & 0x1f == 0b11011 => &[5, 10, 16],
+        0b0101 | 0b1101 => &[5, 16],
+        _ => ALL,
+    }
 }
 
 /// What an indirect `br` was found to jump through.
