@@ -43,6 +43,8 @@ struct CodeFacts {
     /// Direct branches plus the entries of the tables resolved so far, as (target, source);
     /// dropped whenever a round resolves more tables.
     branch_preds: Option<Vec<(usize, usize)>>,
+    /// Instructions entered from outside the function's own branches and jumps, sorted.
+    entered_from_outside: Vec<usize>,
 }
 
 /// The order in which a function's indirect jumps are analysed. Pass 0 takes every jump with
@@ -113,7 +115,14 @@ pub(crate) struct IndirectJumps {
 
 impl IndirectJumps {
     /// Analyses every indirect jump of `f` (see [`Worklist`] for the order).
-    pub(crate) fn resolve(b: &mut Builder, f: &Function, frame: &mut FrameCheck) -> IndirectJumps {
+    /// `entered_from_outside` lists (sorted) the instructions entered otherwise than by a
+    /// branch or jump of `f`: secondary entries, landing pads, targets of sibling fragments.
+    pub(crate) fn resolve(
+        b: &mut Builder,
+        f: &Function,
+        frame: &mut FrameCheck,
+        entered_from_outside: Vec<usize>,
+    ) -> IndirectJumps {
         let insts = &f.insts;
         let mut jumps = IndirectJumps {
             resolved: Vec::new(),
@@ -140,6 +149,7 @@ impl IndirectJumps {
             merge_points: None,
             constants: None,
             branch_preds: None,
+            entered_from_outside,
         };
         while let Some((i, reach)) = worklist.next(jumps.resolved.len(), &mut facts) {
             match jumps.analyze(b.ctx, f, i, reach, &mut facts) {
@@ -251,12 +261,16 @@ impl IndirectJumps {
                 })
                 .collect();
             let live_in = ctx.isa.window_live_in(window);
+            let mut walk = ReachingWalk {
+                ctx,
+                insts,
+                preds,
+                unresolved_jumps: &unresolved,
+                entered_from_outside: &facts.entered_from_outside,
+            };
             let hints: Vec<_> = live_in
                 .iter()
-                .filter_map(|&r| {
-                    reaching_constant(ctx, insts, preds, &unresolved, block_start, r, None)
-                        .map(|c| (r, c))
-                })
+                .filter_map(|&r| walk.constant(block_start, r, None, 0).map(|c| (r, c)))
                 .collect();
             if !hints.is_empty() {
                 form = ctx.isa.analyze_indirect_jump(window, &[], &hints);
@@ -269,12 +283,13 @@ impl IndirectJumps {
                 // and each walk runs into the other loop's values. Assumed instead to be this
                 // jump's own targets, which its table, once read, must then show they are.
                 let mut entered_by_table = Vec::new();
+                let only_this_jump = [i];
+                walk.unresolved_jumps = &only_this_jump;
                 let own: Vec<_> = live_in
                     .iter()
                     .filter_map(|&r| {
                         let found = Some(&mut entered_by_table);
-                        reaching_constant(ctx, insts, preds, &[i], block_start, r, found)
-                            .map(|c| (r, c))
+                        walk.constant(block_start, r, found, 0).map(|c| (r, c))
                     })
                     .collect();
                 if !own.is_empty() {
@@ -578,41 +593,24 @@ fn branch_predecessors(insts: &[Inst]) -> Vec<(usize, usize)> {
     out
 }
 
-/// The constant register `r` holds on entry to instruction `start` when every path into it
-/// (through fall-throughs and direct branches) last defines `r` with that same constant.
-/// `None` when some path reaches the function entry, an instruction entered only in ways not
-/// seen here (table targets), or a non-constant definition.
-fn reaching_constant(
-    ctx: &Context,
-    insts: &[Inst],
-    preds: &[(usize, usize)],
-    unresolved_jumps: &[usize],
-    start: usize,
-    r: rivet_arch::RegisterId,
-    entered_by_table: Option<&mut Vec<usize>>,
-) -> Option<u64> {
-    let walk = ReachingWalk {
-        ctx,
-        insts,
-        preds,
-        unresolved_jumps,
-    };
-    walk.constant(start, r, entered_by_table, 0)
-}
-
 /// How many definitions of the form "another register plus a constant" (AArch64's `add` after
 /// an `adrp`, a copy) one value may go through: an address takes one or two; a longer chain
 /// is a computation, and a chain that loops (`add x0, x0, #8` in a loop) is cut here.
 const MAX_OFFSET_CHAIN: u8 = 4;
 
-/// The function and the ways between its instructions that [`reaching_constant`] walks.
+/// A function and the ways between its instructions, walked backwards for the definitions
+/// that reach an instruction ([`ReachingWalk::constant`]).
 struct ReachingWalk<'w, 'a> {
     ctx: &'w Context<'a>,
     insts: &'w [Inst],
     /// (target, source) instruction indices of the branches and known table entries, sorted.
     preds: &'w [(usize, usize)],
-    /// Where the blocks entered by no known way come from.
+    /// Where the blocks entered by no known way come from: the jumps not yet understood.
     unresolved_jumps: &'w [usize],
+    /// Instructions entered from outside (see [`IndirectJumps::resolve`]), sorted: what a
+    /// register holds there is not known here (the unwinder restores a landing pad's
+    /// registers as they were at the call that threw).
+    entered_from_outside: &'w [usize],
 }
 
 impl ReachingWalk<'_, '_> {
@@ -622,8 +620,13 @@ impl ReachingWalk<'_, '_> {
         self.preds[lo..hi].iter().map(|p| p.1)
     }
 
-    /// The constant `r` holds on entry to `start`; `chain` counts the offset definitions
-    /// this question is part of (see [`MAX_OFFSET_CHAIN`]).
+    /// The constant register `r` holds on entry to instruction `start` when every path into
+    /// it (through fall-throughs, direct branches and the entries of the tables found so far)
+    /// last defines `r` with that same constant. `None` when some path reaches the function
+    /// entry or another way in from outside, a non-constant definition, or, for a block no
+    /// known branch enters, an unresolved jump that brings another value (such blocks are
+    /// taken to be entered by those jumps, and noted in `entered_by_table`). `chain` counts
+    /// the offset definitions this question is part of (see [`MAX_OFFSET_CHAIN`]).
     fn constant(
         &self,
         start: usize,
@@ -639,7 +642,10 @@ impl ReachingWalk<'_, '_> {
             if !visited.insert(pos) {
                 continue;
             }
-            if visited.len() > 4096 || pos == 0 {
+            if visited.len() > 4096
+                || pos == 0
+                || self.entered_from_outside.binary_search(&pos).is_ok()
+            {
                 return None;
             }
             let mut sources: Vec<usize> = self.branch_sources(pos).collect();
@@ -692,6 +698,7 @@ impl ReachingWalk<'_, '_> {
                     }
                     if self.branch_sources(k).next().is_some()
                         || !falls_into_next(ctx, &insts[k - 1])
+                        || self.entered_from_outside.binary_search(&k).is_ok()
                     {
                         work.push(k);
                         break;
