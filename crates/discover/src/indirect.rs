@@ -322,11 +322,12 @@ impl IndirectJumps {
                 | IndirectJump::RelativeTable { bound: None, .. }
                 | IndirectJump::ScaledTable { bound: None, .. }
         ) {
-            // A window that starts where the code before falls in, at no merge point, was
-            // cut by its length: the paths into it are not known.
-            let cut_by_length = j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j];
-            if let Some((bounded, head)) =
-                dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length, &known, merge)
+            let paths = DispatchPaths {
+                cut_by_length: j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j],
+                merge,
+                known: &known,
+            };
+            if let Some((bounded, head)) = dispatch_from_predecessors(ctx, insts, j, i, form, paths)
             {
                 form = bounded;
                 via_paths = Some(head);
@@ -711,6 +712,18 @@ impl ReachingWalk<'_, '_> {
     }
 }
 
+/// What [`dispatch_from_predecessors`] is told about the paths into a dispatch block.
+struct DispatchPaths<'p> {
+    /// The dispatch's own window starts where the code before falls in, at no merge point:
+    /// it was cut by its length, and the paths into it are not known.
+    cut_by_length: bool,
+    /// Per instruction, whether other paths merge in there (a branch target, a stored
+    /// label): a predecessor's window stops there.
+    merge: &'p [bool],
+    /// Values that hold at the dispatch block's start on every path into it.
+    known: &'p [(rivet_arch::RegisterId, u64)],
+}
+
 /// When the dispatch block (the window `start..=jump`) is entered by branches, and perhaps by
 /// the instruction before falling in, looks at every path into it: each predecessor's
 /// straight-line window followed by the dispatch window must read the same table. With a range check on every path the result is the largest bound (an index valid
@@ -730,10 +743,13 @@ fn dispatch_from_predecessors(
     start: usize,
     jump: usize,
     unbounded: IndirectJump,
-    cut_by_length: bool,
-    known: &[(rivet_arch::RegisterId, u64)],
-    merge: &[bool],
+    paths: DispatchPaths,
 ) -> Option<(IndirectJump, Vaddr)> {
+    let DispatchPaths {
+        cut_by_length,
+        merge,
+        known,
+    } = paths;
     if cut_by_length {
         return None;
     }

@@ -377,10 +377,8 @@ fn read_fields(word: u32) -> &'static [u32] {
         },
         // Branches, exception generation, system instructions.
         0b1010 | 0b1011 => {
-            if word & 0x7c00_0000 == 0x1400_0000 {
-                &[] // b, bl
-            } else if word & 0xfe00_0000 == 0x5400_0000 {
-                &[] // b.cond, bc.cond
+            if word & 0x7c00_0000 == 0x1400_0000 || word & 0xfe00_0000 == 0x5400_0000 {
+                &[] // b, bl, b.cond, bc.cond
             } else if word & 0xfe00_0000 == 0xd600_0000 {
                 &[0, 5] // br, blr, ret and their authenticating forms (modifier in bits 0-4)
             } else if word & 0x7c00_0000 == 0x3400_0000 {
