@@ -100,7 +100,17 @@ enum JumpAnalysis {
         /// Set when the form came from the branches into the jump's block: that block's
         /// start, whose other ways in must be checked once all jumps are resolved.
         via_paths: Option<Vaddr>,
+        /// Set when the form came from the definitions reaching the jump's block: the block
+        /// and the values found, checked again once all jumps are resolved.
+        via_reaching: Option<ReachingValues>,
     },
+}
+
+/// Values found to reach the start of a dispatch block (an instruction index) on the paths
+/// known when its jump was analysed.
+struct ReachingValues {
+    block_start: usize,
+    values: Vec<(rivet_arch::RegisterId, u64)>,
 }
 
 /// The indirect jumps of a function and what they were found to be.
@@ -151,6 +161,7 @@ impl IndirectJumps {
             branch_preds: None,
             entered_from_outside,
         };
+        let mut reaching_checks: Vec<(usize, ReachingValues)> = Vec::new();
         while let Some((i, reach)) = worklist.next(jumps.resolved.len(), &mut facts) {
             match jumps.analyze(b.ctx, f, i, reach, &mut facts) {
                 JumpAnalysis::NeedsPaths => worklist.second_pass.push((i, true)),
@@ -158,12 +169,16 @@ impl IndirectJumps {
                     form,
                     assumed_targets,
                     via_paths,
+                    via_reaching,
                 } => {
                     if let Some(head) = via_paths {
                         jumps.via_paths.push((i, head));
                     }
                     match Self::classify(b, f, frame, i, reach, form, &assumed_targets) {
-                        Outcome::Resolved(kind) => jumps.resolved.push((i, kind)),
+                        Outcome::Resolved(kind) => {
+                            jumps.resolved.push((i, kind));
+                            reaching_checks.extend(via_reaching.map(|v| (i, v)));
+                        }
                         Outcome::Waiting => worklist.waiting.push(i),
                         Outcome::Unknown => jumps.unknown.push(i),
                         Outcome::Failed => {}
@@ -172,7 +187,68 @@ impl IndirectJumps {
             }
         }
         jumps.unknown.extend(worklist.waiting);
+        jumps.check_reaching_values(b, f, &facts, &reaching_checks);
         jumps
+    }
+
+    /// The walks that found a dispatch's values knew only the tables resolved by then, and
+    /// took a block no known branch enters for one that only the unresolved jumps enter.
+    /// With every table known, each value must still be what reaches its block: over the
+    /// branches and every table's entries, with what is left unresolved (tail calls and
+    /// computed gotos) taken to enter the blocks no branch enters and every stored label.
+    fn check_reaching_values(
+        &self,
+        b: &mut Builder,
+        f: &Function,
+        facts: &CodeFacts,
+        checks: &[(usize, ReachingValues)],
+    ) {
+        if checks.is_empty() {
+            return;
+        }
+        let insts = &f.insts;
+        let mut preds = facts.direct_preds.clone();
+        for (jump, kind) in &self.resolved {
+            if let IndirectKind::Table(t) = kind {
+                preds.extend(
+                    t.entries
+                        .iter()
+                        .filter_map(|e| inst_index(insts, *e))
+                        .map(|target| (target, *jump)),
+                );
+            }
+        }
+        preds.sort_unstable();
+        preds.dedup();
+        let anchors = self.table_anchors();
+        let mut labels: Vec<usize> = b
+            .ctx
+            .refs_into(f.range)
+            .iter()
+            .filter(|r| !anchors.contains(&r.target))
+            .filter_map(|r| inst_index(insts, r.target))
+            .collect();
+        labels.sort_unstable();
+        labels.dedup();
+        let walk = ReachingWalk {
+            ctx: b.ctx,
+            insts,
+            preds: &preds,
+            unresolved_jumps: &self.unknown,
+            entered_from_outside: &facts.entered_from_outside,
+            labels: &labels,
+        };
+        for (jump, found) in checks {
+            let holds = found
+                .values
+                .iter()
+                .all(|&(r, c)| walk.constant(found.block_start, r, None, 0) == Some(c));
+            if !holds {
+                b.fail(SkipReason::UnresolvedIndirectJump {
+                    at: insts[*jump].addr(),
+                });
+            }
+        }
     }
     /// Analyses the indirect jump at `i`: its straight-line window first (with the constants
     /// hoisted out of loops), then, when `reach` says so, the paths into its block.
@@ -215,6 +291,7 @@ impl IndirectJumps {
         // What is known to hold at the dispatch block's start, for the paths into it below
         // (a range check in a predecessor, a base the dispatch reads from before the loop).
         let mut known: Vec<(rivet_arch::RegisterId, u64)> = Vec::new();
+        let mut via_reaching = None;
         if form == IndirectJump::Unknown {
             let constants = facts
                 .constants
@@ -267,6 +344,7 @@ impl IndirectJumps {
                 preds,
                 unresolved_jumps: &unresolved,
                 entered_from_outside: &facts.entered_from_outside,
+                labels: &[],
             };
             let hints: Vec<_> = live_in
                 .iter()
@@ -276,7 +354,11 @@ impl IndirectJumps {
                 form = ctx.isa.analyze_indirect_jump(window, &[], &hints);
                 // First: what the paths show at this block wins over the function-wide view
                 // (both hold; the ISA's analysis takes the first it finds).
-                known.splice(0..0, hints);
+                known.splice(0..0, hints.iter().copied());
+                via_reaching = Some(ReachingValues {
+                    block_start,
+                    values: hints,
+                });
             } else if unresolved.len() > 1 {
                 // Two loops, each with its table base in a register the other reuses, wait on
                 // each other: the blocks only a table enters are taken for both jumps' targets,
@@ -307,6 +389,10 @@ impl IndirectJumps {
                     };
                     if bounded {
                         form = assumed;
+                        via_reaching = Some(ReachingValues {
+                            block_start,
+                            values: own,
+                        });
                         entered_by_table.sort_unstable();
                         entered_by_table.dedup();
                         assumed_targets = Some(entered_by_table);
@@ -337,6 +423,7 @@ impl IndirectJumps {
             form,
             assumed_targets,
             via_paths,
+            via_reaching,
         }
     }
 
@@ -612,6 +699,9 @@ struct ReachingWalk<'w, 'a> {
     /// register holds there is not known here (the unwinder restores a landing pad's
     /// registers as they were at the call that threw).
     entered_from_outside: &'w [usize],
+    /// Stored labels (sorted), which the unresolved jumps may enter besides the ways the
+    /// branches show.
+    labels: &'w [usize],
 }
 
 impl ReachingWalk<'_, '_> {
@@ -669,6 +759,8 @@ impl ReachingWalk<'_, '_> {
                 if sources.is_empty() {
                     return None;
                 }
+            } else if self.labels.binary_search(&pos).is_ok() {
+                sources.extend_from_slice(self.unresolved_jumps);
             }
             for p in sources {
                 let mut k = p;
@@ -700,6 +792,7 @@ impl ReachingWalk<'_, '_> {
                     if self.branch_sources(k).next().is_some()
                         || !falls_into_next(ctx, &insts[k - 1])
                         || self.entered_from_outside.binary_search(&k).is_ok()
+                        || self.labels.binary_search(&k).is_ok()
                     {
                         work.push(k);
                         break;
