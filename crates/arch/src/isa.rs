@@ -473,6 +473,20 @@ impl Isa {
         }
     }
 
+    /// Whether discovery analyses the paths into a dispatch block with the values known at
+    /// the block's start (the function's constants, the definitions reaching the block).
+    /// AArch64 needs them: gcc keeps a switch's base in a callee-saved register and puts the
+    /// range check in the dispatch block's only predecessor (Lua's `str_format`). x86-64 keeps
+    /// the analysis its outputs were measured with: with those values some of its tables now
+    /// bound by their relocations would gain a range check (clang's Lua, `loadFunction`), a
+    /// different model and different output bytes, which is a change to make on its own.
+    pub fn predecessor_paths_use_known_values(self) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => true,
+        }
+    }
+
     /// Registers whose every definition in `insts` (a whole function) loads the same constant
     /// address, with that address (jump table bases hoisted out of a loop).
     pub fn register_constants(self, insts: &[Inst]) -> Vec<(RegisterId, u64)> {

@@ -411,7 +411,11 @@ impl IndirectJumps {
             let paths = DispatchPaths {
                 cut_by_length: j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j],
                 merge,
-                known: &known,
+                known: if ctx.isa.predecessor_paths_use_known_values() {
+                    &known
+                } else {
+                    &[]
+                },
             };
             if let Some((bounded, head)) = dispatch_from_predecessors(ctx, insts, j, i, form, paths)
             {
