@@ -5,8 +5,12 @@
 //! The ISA's analysis (`Isa::analyze_indirect_jump`) reads a straight-line window ending at
 //! the jump; this module chooses the windows: the one the jump ends, then the paths into the
 //! jump's block when that says nothing (a table base hoisted out of a loop, a dispatch shared
-//! by several blocks). The jumps of one function depend on each other (a table's targets are
-//! ways into other blocks), so they are analysed in rounds, [`Worklist`]'s order.
+//! by several blocks), with the values the definitions reaching the block agree on
+//! ([`ReachingWalk`]: every path must bring the same constant; AArch64's `adrp`+`add` is one
+//! definition through `RegisterDefinition::Offset`). The jumps of one function depend on each
+//! other (a table's targets are ways into other blocks), so they are analysed in rounds,
+//! [`Worklist`]'s order, and what the reaching definitions gave is checked again once every
+//! table is known.
 
 use rivet_arch::{Flow, IndirectJump, Inst, Isa, RegisterDefinition};
 use rivet_elf::eh_frame::{Cfa, CfiRow};
