@@ -4,6 +4,25 @@
 
 use rivet_elf::Vaddr;
 
+use crate::RegisterId;
+
+/// How one instruction sets a register, for the reaching-definitions walks discovery runs
+/// over a function's paths (`Inst::register_definition`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterDefinition {
+    /// The register keeps its value.
+    Unchanged,
+    /// Set to this constant address (x86-64: `lea` of a RIP-relative address, `mov` of an
+    /// immediate; AArch64: `adr`, and `adrp`, whose page is exactly what it writes).
+    Constant(u64),
+    /// Set to register `from`, as it was before the instruction, plus `add` (AArch64: the
+    /// `add xd, xn, #lo12` that completes an `adrp`, `mov xd, xn`): the walk asks what
+    /// reaches `from` there, so an address built in two instructions is one definition.
+    Offset { from: RegisterId, add: u64 },
+    /// Set to anything else.
+    Other,
+}
+
 /// The number of entries a table dispatch can index, proven by a range check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexBound {

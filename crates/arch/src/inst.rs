@@ -13,6 +13,7 @@ use std::fmt;
 use rivet_elf::Vaddr;
 
 use crate::aarch64::inst::A64Inst;
+use crate::indirect::RegisterDefinition;
 use crate::isa::Isa;
 use crate::x86_64::inst::X86Inst;
 use crate::x86_64::jump_table::RegisterId;
@@ -333,13 +334,32 @@ impl Inst {
         }
     }
 
-    /// How this instruction defines register `r`: `None` if it does not write it,
-    /// `Some(Some(c))` if it loads the constant address `c`, `Some(None)` otherwise.
-    pub fn register_definition(&self, r: RegisterId) -> Option<Option<u64>> {
+    /// How this instruction defines register `r` (an id from [`Isa::window_live_in`]).
+    pub fn register_definition(&self, r: RegisterId) -> RegisterDefinition {
         match &self.repr {
-            Repr::X86_64(i) => i.register_definition(r),
-            // Asked only by the x86-64 jump-table analysis.
-            Repr::Aarch64(_) => None,
+            Repr::X86_64(i) => match i.register_definition(r) {
+                None => RegisterDefinition::Unchanged,
+                Some(Some(c)) => RegisterDefinition::Constant(c),
+                Some(None) => RegisterDefinition::Other,
+            },
+            Repr::Aarch64(i) => {
+                // Ids at 0x8000 and above name stack slots (`Isa::register_constants`),
+                // which no walk asks about: nothing is claimed for them.
+                let (Some(inst), Ok(reg)) = (i.decoded(), u8::try_from(r.raw())) else {
+                    return RegisterDefinition::Other;
+                };
+                match crate::aarch64::register_write(&inst, reg) {
+                    crate::aarch64::RegisterWrite::Untouched => RegisterDefinition::Unchanged,
+                    crate::aarch64::RegisterWrite::Constant(c) => RegisterDefinition::Constant(c),
+                    crate::aarch64::RegisterWrite::Offset { from, add } => {
+                        RegisterDefinition::Offset {
+                            from: RegisterId::from_raw(u16::from(from)),
+                            add,
+                        }
+                    }
+                    crate::aarch64::RegisterWrite::Other => RegisterDefinition::Other,
+                }
+            }
         }
     }
 }

@@ -626,6 +626,20 @@ impl Isa {
         }
     }
 
+    /// Whether discovery analyses the paths into a dispatch block with the values known at
+    /// the block's start (the function's constants, the definitions reaching the block).
+    /// AArch64 needs them: gcc keeps a switch's base in a callee-saved register and puts the
+    /// range check in the dispatch block's only predecessor (Lua's `str_format`). x86-64 keeps
+    /// the analysis its outputs were measured with: with those values some of its tables now
+    /// bound by their relocations would gain a range check (clang's Lua, `loadFunction`), a
+    /// different model and different output bytes, which is a change to make on its own.
+    pub fn predecessor_paths_use_known_values(self) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => true,
+        }
+    }
+
     /// Registers whose every definition in `insts` (a whole function) loads the same constant
     /// address, with that address (jump table bases hoisted out of a loop).
     pub fn register_constants(self, insts: &[Inst]) -> Vec<(RegisterId, u64)> {
@@ -646,11 +660,24 @@ impl Isa {
         }
     }
 
-    /// General-purpose registers whose value at the start of `window` the window reads.
+    /// General-purpose registers whose value at the start of `window` the window reads (on
+    /// AArch64, every register an operand field of it names before it writes it: more than it
+    /// reads, never fewer).
     pub fn window_live_in(self, window: &[Inst]) -> Vec<RegisterId> {
         match self {
             Isa::X86_64 => x86_64::jump_table::window_live_in(window),
-            Isa::Aarch64 => Vec::new(),
+            // Registers only: a value kept in a stack slot is not followed along paths.
+            Isa::Aarch64 => window
+                .iter()
+                .map(|i| i.aarch64().decoded())
+                .collect::<Option<Vec<_>>>()
+                .map(|d| {
+                    aarch64::window_live_in(&d)
+                        .into_iter()
+                        .map(|r| RegisterId::from_raw(u16::from(r)))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 

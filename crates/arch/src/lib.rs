@@ -63,7 +63,7 @@ mod isa;
 mod x86_64;
 
 pub use branch::{Branch, BranchEncoder, BranchForm, EncodeError};
-pub use indirect::{IndexBound, IndirectJump};
+pub use indirect::{IndexBound, IndirectJump, RegisterDefinition};
 pub use inst::{Flow, Inst};
 pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};
 pub use x86_64::jump_table::RegisterId;

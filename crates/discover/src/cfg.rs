@@ -306,7 +306,12 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         ctx,
         rows: Vec::new(),
     };
-    let mut jumps = IndirectJumps::resolve(&mut b, f, &mut frame);
+    let mut jumps = IndirectJumps::resolve(
+        &mut b,
+        f,
+        &mut frame,
+        entered_from_outside(f, decoded, incoming),
+    );
     jumps.reject_paths_entered_otherwise(&mut b, f, incoming);
     let labels = Labels::find(
         &mut b,
@@ -327,6 +332,28 @@ pub fn build(ctx: &Context, f: &mut Function, decoded: &Decoded, incoming: &[Inc
         Some(r) => Status::Skipped(r),
         None => Status::Simple,
     };
+}
+
+/// The instructions of `f` (indices, sorted) that something other than its own branches and
+/// jumps enters: secondary entries, what sibling fragments jump to, landing pads (of its own
+/// call sites and of its fragments'). The entry itself is instruction 0.
+fn entered_from_outside(f: &Function, decoded: &Decoded, incoming: &[Incoming]) -> Vec<usize> {
+    let own_landing_pads = decoded.call_sites.iter().filter_map(|&(_, lp)| lp);
+    let from_fragments = incoming.iter().map(|inc| {
+        let (Incoming::Fragment(a) | Incoming::LandingPad(a)) = *inc;
+        a
+    });
+    let mut at: Vec<usize> = f
+        .secondary_entries
+        .iter()
+        .copied()
+        .chain(own_landing_pads)
+        .chain(from_fragments)
+        .filter_map(|a| inst_index(&f.insts, a))
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    at
 }
 
 /// Per instruction: whether a block starts there, and what kind of block it starts.

@@ -5,10 +5,14 @@
 //! The ISA's analysis (`Isa::analyze_indirect_jump`) reads a straight-line window ending at
 //! the jump; this module chooses the windows: the one the jump ends, then the paths into the
 //! jump's block when that says nothing (a table base hoisted out of a loop, a dispatch shared
-//! by several blocks). The jumps of one function depend on each other (a table's targets are
-//! ways into other blocks), so they are analysed in rounds, [`Worklist`]'s order.
+//! by several blocks), with the values the definitions reaching the block agree on
+//! ([`ReachingWalk`]: every path must bring the same constant; AArch64's `adrp`+`add` is one
+//! definition through `RegisterDefinition::Offset`). The jumps of one function depend on each
+//! other (a table's targets are ways into other blocks), so they are analysed in rounds,
+//! [`Worklist`]'s order, and what the reaching definitions gave is checked again once every
+//! table is known.
 
-use rivet_arch::{Flow, IndirectJump, Inst, Isa};
+use rivet_arch::{Flow, IndirectJump, Inst, Isa, RegisterDefinition};
 use rivet_elf::eh_frame::{Cfa, CfiRow};
 use rivet_elf::{Vaddr, VaddrRange};
 use rivet_ir::*;
@@ -43,6 +47,8 @@ struct CodeFacts {
     /// Direct branches plus the entries of the tables resolved so far, as (target, source);
     /// dropped whenever a round resolves more tables.
     branch_preds: Option<Vec<(usize, usize)>>,
+    /// Instructions entered from outside the function's own branches and jumps, sorted.
+    entered_from_outside: Vec<usize>,
 }
 
 /// The order in which a function's indirect jumps are analysed. Pass 0 takes every jump with
@@ -98,7 +104,17 @@ enum JumpAnalysis {
         /// Set when the form came from the branches into the jump's block: that block's
         /// start, whose other ways in must be checked once all jumps are resolved.
         via_paths: Option<Vaddr>,
+        /// Set when the form came from the definitions reaching the jump's block: the block
+        /// and the values found, checked again once all jumps are resolved.
+        via_reaching: Option<ReachingValues>,
     },
+}
+
+/// Values found to reach the start of a dispatch block (an instruction index) on the paths
+/// known when its jump was analysed.
+struct ReachingValues {
+    block_start: usize,
+    values: Vec<(rivet_arch::RegisterId, u64)>,
 }
 
 /// The indirect jumps of a function and what they were found to be.
@@ -113,7 +129,14 @@ pub(crate) struct IndirectJumps {
 
 impl IndirectJumps {
     /// Analyses every indirect jump of `f` (see [`Worklist`] for the order).
-    pub(crate) fn resolve(b: &mut Builder, f: &Function, frame: &mut FrameCheck) -> IndirectJumps {
+    /// `entered_from_outside` lists (sorted) the instructions entered otherwise than by a
+    /// branch or jump of `f`: secondary entries, landing pads, targets of sibling fragments.
+    pub(crate) fn resolve(
+        b: &mut Builder,
+        f: &Function,
+        frame: &mut FrameCheck,
+        entered_from_outside: Vec<usize>,
+    ) -> IndirectJumps {
         let insts = &f.insts;
         let mut jumps = IndirectJumps {
             resolved: Vec::new(),
@@ -140,7 +163,9 @@ impl IndirectJumps {
             merge_points: None,
             constants: None,
             branch_preds: None,
+            entered_from_outside,
         };
+        let mut reaching_checks: Vec<(usize, ReachingValues)> = Vec::new();
         while let Some((i, reach)) = worklist.next(jumps.resolved.len(), &mut facts) {
             match jumps.analyze(b.ctx, f, i, reach, &mut facts) {
                 JumpAnalysis::NeedsPaths => worklist.second_pass.push((i, true)),
@@ -148,12 +173,16 @@ impl IndirectJumps {
                     form,
                     assumed_targets,
                     via_paths,
+                    via_reaching,
                 } => {
                     if let Some(head) = via_paths {
                         jumps.via_paths.push((i, head));
                     }
                     match Self::classify(b, f, frame, i, reach, form, &assumed_targets) {
-                        Outcome::Resolved(kind) => jumps.resolved.push((i, kind)),
+                        Outcome::Resolved(kind) => {
+                            jumps.resolved.push((i, kind));
+                            reaching_checks.extend(via_reaching.map(|v| (i, v)));
+                        }
                         Outcome::Waiting => worklist.waiting.push(i),
                         Outcome::Unknown => jumps.unknown.push(i),
                         Outcome::Failed => {}
@@ -162,7 +191,68 @@ impl IndirectJumps {
             }
         }
         jumps.unknown.extend(worklist.waiting);
+        jumps.check_reaching_values(b, f, &facts, &reaching_checks);
         jumps
+    }
+
+    /// The walks that found a dispatch's values knew only the tables resolved by then, and
+    /// took a block no known branch enters for one that only the unresolved jumps enter.
+    /// With every table known, each value must still be what reaches its block: over the
+    /// branches and every table's entries, with what is left unresolved (tail calls and
+    /// computed gotos) taken to enter the blocks no branch enters and every stored label.
+    fn check_reaching_values(
+        &self,
+        b: &mut Builder,
+        f: &Function,
+        facts: &CodeFacts,
+        checks: &[(usize, ReachingValues)],
+    ) {
+        if checks.is_empty() {
+            return;
+        }
+        let insts = &f.insts;
+        let mut preds = facts.direct_preds.clone();
+        for (jump, kind) in &self.resolved {
+            if let IndirectKind::Table(t) = kind {
+                preds.extend(
+                    t.entries
+                        .iter()
+                        .filter_map(|e| inst_index(insts, *e))
+                        .map(|target| (target, *jump)),
+                );
+            }
+        }
+        preds.sort_unstable();
+        preds.dedup();
+        let anchors = self.table_anchors();
+        let mut labels: Vec<usize> = b
+            .ctx
+            .refs_into(f.range)
+            .iter()
+            .filter(|r| !anchors.contains(&r.target))
+            .filter_map(|r| inst_index(insts, r.target))
+            .collect();
+        labels.sort_unstable();
+        labels.dedup();
+        let walk = ReachingWalk {
+            ctx: b.ctx,
+            insts,
+            preds: &preds,
+            unresolved_jumps: &self.unknown,
+            entered_from_outside: &facts.entered_from_outside,
+            labels: &labels,
+        };
+        for (jump, found) in checks {
+            let holds = found
+                .values
+                .iter()
+                .all(|&(r, c)| walk.constant(found.block_start, r, None, 0) == Some(c));
+            if !holds {
+                b.fail(SkipReason::UnresolvedIndirectJump {
+                    at: insts[*jump].addr(),
+                });
+            }
+        }
     }
     /// Analyses the indirect jump at `i`: its straight-line window first (with the constants
     /// hoisted out of loops), then, when `reach` says so, the paths into its block.
@@ -202,12 +292,17 @@ impl IndirectJumps {
             j -= 1;
         }
         let mut form = ctx.isa.analyze_indirect_jump(&insts[j..=i], &[], &[]);
+        // What is known to hold at the dispatch block's start, for the paths into it below
+        // (a range check in a predecessor, a base the dispatch reads from before the loop).
+        let mut known: Vec<(rivet_arch::RegisterId, u64)> = Vec::new();
+        let mut via_reaching = None;
         if form == IndirectJump::Unknown {
             let constants = facts
                 .constants
                 .get_or_insert_with(|| ctx.isa.register_constants(insts));
             if !constants.is_empty() {
                 form = ctx.isa.analyze_indirect_jump(&insts[j..=i], &[], constants);
+                known.clone_from(constants);
             }
         }
         if form == IndirectJump::Unknown && !reach {
@@ -247,39 +342,61 @@ impl IndirectJumps {
                 })
                 .collect();
             let live_in = ctx.isa.window_live_in(window);
+            let mut walk = ReachingWalk {
+                ctx,
+                insts,
+                preds,
+                unresolved_jumps: &unresolved,
+                entered_from_outside: &facts.entered_from_outside,
+                labels: &[],
+            };
             let hints: Vec<_> = live_in
                 .iter()
-                .filter_map(|&r| {
-                    reaching_constant(ctx, insts, preds, &unresolved, block_start, r, None)
-                        .map(|c| (r, c))
-                })
+                .filter_map(|&r| walk.constant(block_start, r, None, 0).map(|c| (r, c)))
                 .collect();
             if !hints.is_empty() {
                 form = ctx.isa.analyze_indirect_jump(window, &[], &hints);
+                // First: what the paths show at this block wins over the function-wide view
+                // (both hold; the ISA's analysis takes the first it finds).
+                known.splice(0..0, hints.iter().copied());
+                via_reaching = Some(ReachingValues {
+                    block_start,
+                    values: hints,
+                });
             } else if unresolved.len() > 1 {
                 // Two loops, each with its table base in a register the other reuses, wait on
                 // each other: the blocks only a table enters are taken for both jumps' targets,
                 // and each walk runs into the other loop's values. Assumed instead to be this
                 // jump's own targets, which its table, once read, must then show they are.
                 let mut entered_by_table = Vec::new();
+                let only_this_jump = [i];
+                walk.unresolved_jumps = &only_this_jump;
                 let own: Vec<_> = live_in
                     .iter()
                     .filter_map(|&r| {
                         let found = Some(&mut entered_by_table);
-                        reaching_constant(ctx, insts, preds, &[i], block_start, r, found)
-                            .map(|c| (r, c))
+                        walk.constant(block_start, r, found, 0).map(|c| (r, c))
                     })
                     .collect();
                 if !own.is_empty() {
                     let assumed = ctx.isa.analyze_indirect_jump(window, &[], &own);
                     // A range check or a narrow index (`and $3`) bounds the table.
-                    if matches!(
-                        assumed,
-                        IndirectJump::AbsoluteTable { bound, index_bits, .. }
-                            | IndirectJump::RelativeTable { bound, index_bits, .. }
-                            if bound.is_some() || index_bits <= MAX_INDEX_BITS
-                    ) {
+                    let bounded = match assumed {
+                        IndirectJump::AbsoluteTable {
+                            bound, index_bits, ..
+                        }
+                        | IndirectJump::RelativeTable {
+                            bound, index_bits, ..
+                        } => bound.is_some() || index_bits <= MAX_INDEX_BITS,
+                        IndirectJump::ScaledTable { bound, .. } => bound.is_some(),
+                        _ => false,
+                    };
+                    if bounded {
                         form = assumed;
+                        via_reaching = Some(ReachingValues {
+                            block_start,
+                            values: own,
+                        });
                         entered_by_table.sort_unstable();
                         entered_by_table.dedup();
                         assumed_targets = Some(entered_by_table);
@@ -295,11 +412,16 @@ impl IndirectJumps {
                 | IndirectJump::RelativeTable { bound: None, .. }
                 | IndirectJump::ScaledTable { bound: None, .. }
         ) {
-            // A window that starts where the code before falls in, at no merge point, was
-            // cut by its length: the paths into it are not known.
-            let cut_by_length = j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j];
-            if let Some((bounded, head)) =
-                dispatch_from_predecessors(ctx, insts, j, i, form, cut_by_length)
+            let paths = DispatchPaths {
+                cut_by_length: j > 0 && falls_into_next(ctx, &insts[j - 1]) && !merge[j],
+                merge,
+                known: if ctx.isa.predecessor_paths_use_known_values() {
+                    &known
+                } else {
+                    &[]
+                },
+            };
+            if let Some((bounded, head)) = dispatch_from_predecessors(ctx, insts, j, i, form, paths)
             {
                 form = bounded;
                 via_paths = Some(head);
@@ -309,6 +431,7 @@ impl IndirectJumps {
             form,
             assumed_targets,
             via_paths,
+            via_reaching,
         }
     }
 
@@ -566,78 +689,140 @@ fn branch_predecessors(insts: &[Inst]) -> Vec<(usize, usize)> {
     out
 }
 
-/// The constant register `r` holds on entry to instruction `start` when every path into it
-/// (through fall-throughs and direct branches) last defines `r` with that same constant.
-/// `None` when some path reaches the function entry, an instruction entered only in ways not
-/// seen here (table targets), or a non-constant definition.
-fn reaching_constant(
-    ctx: &Context,
-    insts: &[Inst],
-    preds: &[(usize, usize)],
-    unresolved_jumps: &[usize],
-    start: usize,
-    r: rivet_arch::RegisterId,
-    mut entered_by_table: Option<&mut Vec<usize>>,
-) -> Option<u64> {
-    let branch_sources = |pos: usize| {
-        let lo = preds.partition_point(|p| p.0 < pos);
-        let hi = preds.partition_point(|p| p.0 <= pos);
-        preds[lo..hi].iter().map(|p| p.1)
-    };
-    let mut result = None;
-    let mut visited = std::collections::HashSet::new();
-    let mut work = vec![start];
-    while let Some(pos) = work.pop() {
-        if !visited.insert(pos) {
-            continue;
-        }
-        if visited.len() > 4096 || pos == 0 {
-            return None;
-        }
-        let mut sources: Vec<usize> = branch_sources(pos).collect();
-        if falls_into_next(ctx, &insts[pos - 1]) {
-            sources.push(pos - 1);
-        }
-        if sources.is_empty() && (insts[pos].is_nop() || insts[pos].is_fill_trap()) {
-            // Alignment padding after a jump or a return: nothing runs it. The code after it
-            // falls out of it only in appearance, so no value comes in this way. (Compilers
-            // put a label after the padding, never before it.)
-            continue;
-        }
-        if sources.is_empty() {
-            // Entered by no direct branch: a target of this function's indirect jumps (labels
-            // cannot be jumped to from other functions), so the value is theirs.
-            if let Some(found) = entered_by_table.as_deref_mut() {
-                found.push(pos);
+/// How many definitions of the form "another register plus a constant" (AArch64's `add` after
+/// an `adrp`, a copy) one value may go through: an address takes one or two; a longer chain
+/// is a computation, and a chain that loops (`add x0, x0, #8` in a loop) is cut here.
+const MAX_OFFSET_CHAIN: u8 = 4;
+
+/// A function and the ways between its instructions, walked backwards for the definitions
+/// that reach an instruction ([`ReachingWalk::constant`]).
+struct ReachingWalk<'w, 'a> {
+    ctx: &'w Context<'a>,
+    insts: &'w [Inst],
+    /// (target, source) instruction indices of the branches and known table entries, sorted.
+    preds: &'w [(usize, usize)],
+    /// Where the blocks entered by no known way come from: the jumps not yet understood.
+    unresolved_jumps: &'w [usize],
+    /// Instructions entered from outside (see [`IndirectJumps::resolve`]), sorted: what a
+    /// register holds there is not known here (the unwinder restores a landing pad's
+    /// registers as they were at the call that threw).
+    entered_from_outside: &'w [usize],
+    /// Stored labels (sorted), which the unresolved jumps may enter besides the ways the
+    /// branches show.
+    labels: &'w [usize],
+}
+
+impl ReachingWalk<'_, '_> {
+    fn branch_sources(&self, pos: usize) -> impl Iterator<Item = usize> + '_ {
+        let lo = self.preds.partition_point(|p| p.0 < pos);
+        let hi = self.preds.partition_point(|p| p.0 <= pos);
+        self.preds[lo..hi].iter().map(|p| p.1)
+    }
+
+    /// The constant register `r` holds on entry to instruction `start` when every path into
+    /// it (through fall-throughs, direct branches and the entries of the tables found so far)
+    /// last defines `r` with that same constant. `None` when some path reaches the function
+    /// entry or another way in from outside, a non-constant definition, or, for a block no
+    /// known branch enters, an unresolved jump that brings another value (such blocks are
+    /// taken to be entered by those jumps, and noted in `entered_by_table`). `chain` counts
+    /// the offset definitions this question is part of (see [`MAX_OFFSET_CHAIN`]).
+    fn constant(
+        &self,
+        start: usize,
+        r: rivet_arch::RegisterId,
+        mut entered_by_table: Option<&mut Vec<usize>>,
+        chain: u8,
+    ) -> Option<u64> {
+        let (ctx, insts) = (self.ctx, self.insts);
+        let mut result = None;
+        let mut visited = std::collections::HashSet::new();
+        let mut work = vec![start];
+        while let Some(pos) = work.pop() {
+            if !visited.insert(pos) {
+                continue;
             }
-            sources = unresolved_jumps.to_vec();
-            if sources.is_empty() {
+            if visited.len() > 4096
+                || pos == 0
+                || self.entered_from_outside.binary_search(&pos).is_ok()
+            {
                 return None;
             }
-        }
-        for p in sources {
-            let mut k = p;
-            loop {
-                match insts[k].register_definition(r) {
-                    Some(Some(c)) if result.is_none_or(|x| x == c) => {
+            let mut sources: Vec<usize> = self.branch_sources(pos).collect();
+            if falls_into_next(ctx, &insts[pos - 1]) {
+                sources.push(pos - 1);
+            }
+            if sources.is_empty() && (insts[pos].is_nop() || insts[pos].is_fill_trap()) {
+                // Alignment padding after a jump or a return: nothing runs it. The code after
+                // it falls out of it only in appearance, so no value comes in this way.
+                // (Compilers put a label after the padding, never before it.)
+                continue;
+            }
+            if sources.is_empty() {
+                // Entered by no direct branch: a target of this function's indirect jumps
+                // (labels cannot be jumped to from other functions), so the value is theirs.
+                if let Some(found) = entered_by_table.as_deref_mut() {
+                    found.push(pos);
+                }
+                sources = self.unresolved_jumps.to_vec();
+                if sources.is_empty() {
+                    return None;
+                }
+            } else if self.labels.binary_search(&pos).is_ok() {
+                sources.extend_from_slice(self.unresolved_jumps);
+            }
+            for p in sources {
+                let mut k = p;
+                loop {
+                    let value = match insts[k].register_definition(r) {
+                        RegisterDefinition::Unchanged => None,
+                        RegisterDefinition::Constant(c) => Some(c),
+                        // What reaches the source register at this instruction, on every
+                        // path into it: an `adrp` on one path and something else on another
+                        // is no address.
+                        RegisterDefinition::Offset { from, add } if chain < MAX_OFFSET_CHAIN => {
+                            let found = entered_by_table.as_deref_mut();
+                            Some(self.constant(k, from, found, chain + 1)?.wrapping_add(add))
+                        }
+                        RegisterDefinition::Offset { .. } | RegisterDefinition::Other => {
+                            return None;
+                        }
+                    };
+                    if let Some(c) = value {
+                        if result.is_some_and(|x| x != c) {
+                            return None;
+                        }
                         result = Some(c);
                         break;
                     }
-                    Some(_) => return None,
-                    None => {}
+                    if k == 0 {
+                        return None;
+                    }
+                    if self.branch_sources(k).next().is_some()
+                        || !falls_into_next(ctx, &insts[k - 1])
+                        || self.entered_from_outside.binary_search(&k).is_ok()
+                        || self.labels.binary_search(&k).is_ok()
+                    {
+                        work.push(k);
+                        break;
+                    }
+                    k -= 1;
                 }
-                if k == 0 {
-                    return None;
-                }
-                if branch_sources(k).next().is_some() || !falls_into_next(ctx, &insts[k - 1]) {
-                    work.push(k);
-                    break;
-                }
-                k -= 1;
             }
         }
+        result
     }
-    result
+}
+
+/// What [`dispatch_from_predecessors`] is told about the paths into a dispatch block.
+struct DispatchPaths<'p> {
+    /// The dispatch's own window starts where the code before falls in, at no merge point:
+    /// it was cut by its length, and the paths into it are not known.
+    cut_by_length: bool,
+    /// Per instruction, whether other paths merge in there (a branch target, a stored
+    /// label): a predecessor's window stops there.
+    merge: &'p [bool],
+    /// Values that hold at the dispatch block's start on every path into it.
+    known: &'p [(rivet_arch::RegisterId, u64)],
 }
 
 /// When the dispatch block (the window `start..=jump`) is entered by branches, and perhaps by
@@ -648,16 +833,24 @@ fn reaching_constant(
 /// block alone shows: a table without a bound, or nothing known (python3.11's interpreter
 /// loads the opcode's handler in each of its cases and jumps to one shared `jmp *%rax`).
 /// A block whose address is stored in data (a computed goto's label) has paths in that no
-/// branch shows: none is assumed. Returns the dispatch and the block's start, for the caller
-/// to check once it knows every table and every way in from sibling fragments.
+/// branch shows: none is assumed. `known` holds at the dispatch block's start on every path
+/// into it (function-wide constants, reaching definitions), so it holds on each path's
+/// start for what the path itself does not define. Returns the dispatch and the block's
+/// start, for the caller to check once it knows every table and every way in from sibling
+/// fragments.
 fn dispatch_from_predecessors(
     ctx: &Context,
     insts: &[Inst],
     start: usize,
     jump: usize,
     unbounded: IndirectJump,
-    cut_by_length: bool,
+    paths: DispatchPaths,
 ) -> Option<(IndirectJump, Vaddr)> {
+    let DispatchPaths {
+        cut_by_length,
+        merge,
+        known,
+    } = paths;
     if cut_by_length {
         return None;
     }
@@ -724,8 +917,10 @@ fn dispatch_from_predecessors(
     let mut all_checked = true;
     let mut widest_bits = 0;
     for p in preds {
+        // Back to where other paths merge in, as for the dispatch's own window: a value
+        // from before a loop head may be another on the loop's back edge.
         let mut k = p;
-        while k > 0 && p - k < 48 && falls_into_next(ctx, &insts[k - 1]) {
+        while k > 0 && p - k < 48 && falls_into_next(ctx, &insts[k - 1]) && !merge[k] {
             k -= 1;
         }
         let mut path: Vec<Inst> = insts[k..=p].to_vec();
@@ -737,7 +932,7 @@ fn dispatch_from_predecessors(
         } else {
             &[insts[p].addr()]
         };
-        let found = ctx.isa.analyze_indirect_jump(&path, taken, &[]);
+        let found = ctx.isa.analyze_indirect_jump(&path, taken, known);
         let (table, entries, bits) = shape(&found)?;
         if *own_table.get_or_insert(table) != table {
             return None;

@@ -59,7 +59,7 @@ fn check_with(name: &str, pie: bool, relocs: bool, expected_exit: i32) {
 /// rewrite tests): cross-assembled into a static executable (no C library) and run under
 /// qemu-aarch64, both installed by `scripts/build-corpus-aarch64.sh` (which the test command
 /// runs first).
-fn check_aarch64(name: &str, expected_exit: i32) {
+fn check_aarch64(name: &str, expected_exit: i32) -> PathBuf {
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("golden");
     std::fs::create_dir_all(&out_dir).unwrap();
     let bin = out_dir.join(name);
@@ -86,6 +86,7 @@ fn check_aarch64(name: &str, expected_exit: i32) {
         .expect("qemu-aarch64 is required (apt-get install qemu-user)");
     assert_eq!(status.code(), Some(expected_exit), "{name} exit code");
     compare_dump(name, &bin, false, true);
+    bin
 }
 
 fn compare_dump(name: &str, bin: &Path, pie: bool, relocs: bool) {
@@ -148,6 +149,45 @@ fn flow_pie() {
 #[test]
 fn aarch64() {
     check_aarch64("rewrite_guarded", 52);
+}
+
+/// Switch tables whose base register is defined away from the dispatch
+/// (`tests/aarch64/switch_bases.S`): found by reaching definitions where every path into
+/// the dispatch brings the same table (an `adrp`+`add` pair counting as one definition), and
+/// the function skipped where the paths disagree, where a path enters between the `adrp`
+/// and its `add`, and where a loop's back edge brings another table than the straight line
+/// before the loop shows.
+#[test]
+fn aarch64_switch_bases() {
+    let bin = check_aarch64("switch_bases", 228);
+    let bytes = std::fs::read(&bin).unwrap();
+    let elf = ElfFile::parse(&bytes).unwrap();
+    let program = discover(&elf, &DiscoverOptions { with_cfi: true }).unwrap();
+    let function = |name: &str| {
+        program
+            .functions
+            .iter()
+            .find(|f| f.name() == name)
+            .unwrap_or_else(|| panic!("{name} not found"))
+    };
+    // (function, the cases its table reaches)
+    for (name, cases) in [("kept_base", 4), ("rematerialised", 4), ("check_before", 3)] {
+        let f = function(name);
+        assert!(f.is_simple(), "{name}: {:?}", f.skip_reason());
+        assert_eq!(f.jump_tables.len(), 1, "{name}");
+        let table = &f.jump_tables[0];
+        assert_eq!(table.entries.len(), cases, "{name}");
+        let distinct: std::collections::BTreeSet<_> = table.entries.iter().collect();
+        assert_eq!(distinct.len(), cases, "{name}: every case its own block");
+    }
+    for name in ["disagree", "split_pair", "changed_on_back_edge"] {
+        let f = function(name);
+        assert_eq!(
+            f.skip_reason().map(|r| r.kind()),
+            Some("unresolved-indirect-jump"),
+            "{name}"
+        );
+    }
 }
 
 #[test]

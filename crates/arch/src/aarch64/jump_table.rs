@@ -189,15 +189,57 @@ pub(crate) fn writes_rd(inst: &Inst) -> bool {
     if !matches!(inst.control, Control::Next) {
         return false;
     }
+    // Loads and stores: bit 27 set, bit 25 clear.
+    if w & 0x0a00_0000 == 0x0800_0000 {
+        return load_store_writes_rt(w);
+    }
     let is_compare = (w & 0x1f) == 0x1f && (w >> 29) & 1 == 1; // flags set, rd = zr
     let is_hint = w & 0xffff_f01f == 0xd503_201f;
-    let is_store = w & 0x0a00_0000 == 0x0800_0000 && (w >> 22) & 1 == 0;
-    !(is_compare || is_hint || is_store)
+    // svc and the others: bits 0-4 are part of the immediate (x0 is `also_writes`').
+    let is_exception = w & 0xff00_0000 == 0xd400_0000;
+    !(is_compare || is_hint || is_exception)
+}
+
+/// Whether a load or store (bit 27 set, bit 25 clear) writes its `Rt` (bits 0-4). A store
+/// does not; a load does, whatever its `opc` says about sign extension (`ldrsw` has the
+/// same bit 22 as a store); so do the atomic read-modify-writes (`ldadd`, `swp`, ... with
+/// or without their release bit) and the authenticating loads (`ldraa`). Forms not known
+/// to be stores count as writes.
+fn load_store_writes_rt(w: u32) -> bool {
+    let opc = (w >> 22) & 3;
+    let simd = (w >> 26) & 1 == 1;
+    match (w >> 28) & 3 {
+        // Single registers: immediate, register offset, unscaled, atomics, `ldraa`.
+        3 => {
+            let size = w >> 30;
+            let atomic = !simd && w & 0x0320_0c00 == 0x0020_0000;
+            let authenticating = w & 0xff20_0400 == 0xf820_0400;
+            if atomic || authenticating {
+                true
+            } else if simd {
+                opc & 1 == 1 // `str q` has opc 10
+            } else {
+                opc != 0 && !(size == 3 && opc == 2) // `prfm` has size 11, opc 10
+            }
+        }
+        // Pairs: L is bit 22.
+        2 => (w >> 22) & 1 == 1,
+        // Literal loads (`prfm` literal: opc 11 in bits 31-30); the rest of this space
+        // (memory copy and set, `ldapur`/`stlur`, tags) counts as writing.
+        1 if w & 0x3b00_0000 == 0x1800_0000 => w >> 30 != 3,
+        1 => true,
+        // Exclusive and ordered accesses, SIMD structures: L is bit 22.
+        _ => (w >> 22) & 1 == 1,
+    }
 }
 
 /// Registers an instruction writes besides its `rd`: a call's caller-saved registers
-/// (x0-x18 and the link register x30), the base of a pre- or post-indexed load or store,
-/// the second register of a load pair.
+/// (x0-x18 and the link register x30), the base of a pre- or post-indexed load or store
+/// (single register, pair, SIMD structure, `ldraa!`), the second register of a load pair,
+/// the status or old value an exclusive store or a compare-and-swap returns (`Rs`, and
+/// `Rs+1`, `Rt+1`, `Rt2` for the pair forms), what a memory copy or set advances (its three
+/// registers), x0 after a system call, and the registers a PAC hint signs or authenticates
+/// in place (x17 for the `1716` forms, x30 for the others).
 pub(crate) fn also_writes(inst: &Inst, reg: u8) -> bool {
     let w = inst.word;
     if matches!(
@@ -206,15 +248,150 @@ pub(crate) fn also_writes(inst: &Inst, reg: u8) -> bool {
     ) {
         return reg <= 18 || reg == 30;
     }
+    let rt = (w & 0x1f) as u8;
     let rn = ((w >> 5) & 0x1f) as u8;
     let rt2 = ((w >> 10) & 0x1f) as u8;
+    let rs = ((w >> 16) & 0x1f) as u8;
     // Load/store register, immediate pre- or post-indexed (bits 11-10: 01 post, 11 pre).
     let single_writeback = w & 0x3b20_0000 == 0x3800_0000 && (w >> 10) & 1 == 1;
     // Load/store pair, pre- or post-indexed (bits 24-23: 01 post, 11 pre).
     let is_pair = w & 0x3a00_0000 == 0x2800_0000;
     let pair_writeback = is_pair && (w >> 23) & 1 == 1;
     let pair_load = is_pair && (w >> 22) & 1 == 1;
-    ((single_writeback || pair_writeback) && rn == reg) || (pair_load && rt2 == reg)
+    // `ldraa`/`ldrab` with writeback (bit 11).
+    let authenticating_writeback = w & 0xff20_0c00 == 0xf820_0c00;
+    // SIMD load/store of multiple or single structures, post-indexed.
+    let structure_writeback = w & 0xbf80_0000 == 0x0c80_0000 || w & 0xbf80_0000 == 0x0d80_0000;
+    if (single_writeback || pair_writeback || authenticating_writeback || structure_writeback)
+        && rn == reg
+    {
+        return true;
+    }
+    if pair_load && rt2 == reg {
+        return true;
+    }
+    if reg == 31 {
+        return false; // below, 31 names the zero register, which nothing writes
+    }
+    // Load/store exclusive, ordered, compare-and-swap (bits 29-24 = 001000); bit 21 marks
+    // the pair forms.
+    if w & 0x3f00_0000 == 0x0800_0000 {
+        let pair = (w >> 21) & 1 == 1;
+        return reg == rs
+            || (pair && (reg == rs.wrapping_add(1) || reg == rt.wrapping_add(1) || reg == rt2));
+    }
+    // Memory copy and set (FEAT_MOPS): destination, source or value, and size registers.
+    if w & 0x3b20_0c00 == 0x1900_0400 {
+        return reg == rt || reg == rn || reg == rs;
+    }
+    // svc, hvc, smc: the result comes back in x0.
+    if w & 0xff00_0000 == 0xd400_0000 {
+        return reg == 0;
+    }
+    // Hints 7 (xpaclri), 8-15 (the `1716` forms) and 24-31 (the `z` and `sp` forms).
+    if w & 0xffff_f01f == 0xd503_201f {
+        let hint = (w >> 5) & 0x7f;
+        return match hint {
+            7..=15 => reg == 17 || reg == 30,
+            24..=31 => reg == 30,
+            _ => false,
+        };
+    }
+    false
+}
+
+/// How one instruction changes a general register: what a reaching-definitions walk over a
+/// function's paths needs to see an `adrp` and the `add` that completes it as one
+/// definition (the `add` adds to whatever reaches it in its source register, so a path
+/// that enters between the two is seen for what it is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterWrite {
+    /// The register keeps its value.
+    Untouched,
+    /// Set to this address: `adr`, or `adrp` (the page is exactly what it writes).
+    Constant(u64),
+    /// Set to register `from` (as it was before the instruction) plus `add`: a 64-bit
+    /// `add xd, xn, #imm` (`adrp`'s low 12 bits) or `mov xd, xn`.
+    Offset { from: u8, add: u64 },
+    /// Set to anything else, or possibly written (every form not modelled above).
+    Other,
+}
+
+/// What `inst` does to general register `reg` (0-30).
+pub fn register_write(inst: &Inst, reg: u8) -> RegisterWrite {
+    if reg > 30 || also_writes(inst, reg) {
+        return RegisterWrite::Other;
+    }
+    let Some((rd, def)) = definition(inst) else {
+        return RegisterWrite::Untouched;
+    };
+    if rd != reg {
+        return RegisterWrite::Untouched;
+    }
+    let wide = inst.word >> 31 == 1; // sf: a 32-bit result would not be the address
+    match def {
+        Def::Address { addr, .. } => RegisterWrite::Constant(addr),
+        Def::AddImm { rn, imm } if wide && rn != 31 => RegisterWrite::Offset { from: rn, add: imm },
+        Def::Copy { rm } if wide && rm != 31 => RegisterWrite::Offset { from: rm, add: 0 },
+        _ => RegisterWrite::Other,
+    }
+}
+
+/// The general registers (0-30) whose value on entry to `window` its instructions may read,
+/// before the window writes them. More than it reads, never fewer: the operand fields an
+/// instruction's class may read a register from count ([`read_fields`]).
+pub fn window_live_in(window: &[Inst]) -> Vec<u8> {
+    let mut written = 0u32;
+    let mut live = Vec::new();
+    for inst in window {
+        let w = inst.word;
+        for &field in read_fields(w) {
+            let r = ((w >> field) & 0x1f) as u8;
+            if r <= 30 && written & (1 << r) == 0 && !live.contains(&r) {
+                live.push(r);
+            }
+        }
+        for r in 0..=30u8 {
+            if register_write(inst, r) != RegisterWrite::Untouched {
+                written |= 1 << r;
+            }
+        }
+    }
+    live
+}
+
+/// The lowest bits of the register fields an instruction of `word`'s class may read (Arm
+/// ARM, "Top-level encodings"). Precise for the classes compiled code dispatches with, all
+/// four fields (bits 0-4, 5-9, 10-14, 16-20) for the others.
+fn read_fields(word: u32) -> &'static [u32] {
+    const ALL: &[u32] = &[0, 5, 10, 16];
+    match (word >> 25) & 0xf {
+        // Data processing, immediate.
+        0b1000 | 0b1001 => match (word >> 23) & 7 {
+            0b000 | 0b001 => &[],                      // adr, adrp
+            0b101 if (word >> 29) & 3 == 3 => &[0],    // movk keeps the rest of rd
+            0b101 => &[],                              // movz, movn
+            0b110 if (word >> 29) & 3 == 1 => &[0, 5], // bfm keeps bits of rd
+            0b111 => &[5, 16],                         // extr
+            _ => &[5],                                 // add/sub, logical, sbfm, ubfm
+        },
+        // Branches, exception generation, system instructions.
+        0b1010 | 0b1011 => {
+            if word & 0x7c00_0000 == 0x1400_0000 || word & 0xfe00_0000 == 0x5400_0000 {
+                &[] // b, bl, b.cond, bc.cond
+            } else if word & 0xfe00_0000 == 0xd600_0000 {
+                &[0, 5] // br, blr, ret and their authenticating forms (modifier in bits 0-4)
+            } else if word & 0x7c00_0000 == 0x3400_0000 {
+                &[0] // cbz, cbnz, tbz, tbnz
+            } else {
+                ALL
+            }
+        }
+        // Data processing, register: three-source forms read bits 10-14 too.
+        0b0101 | 0b1101 if (word >> 24) & 0x1f == 0b11011 => &[5, 10, 16],
+        0b0101 | 0b1101 => &[5, 16],
+        _ => ALL,
+    }
 }
 
 /// What an indirect `br` was found to jump through.

@@ -26,8 +26,8 @@ pub use encode::{
     lands_veneer, reach_of, retarget, set_low12, veneer,
 };
 pub use jump_table::{
-    Bound, Hoisted, IndirectBranch, analyze_indirect_branch, analyze_indirect_branch_with,
-    hoisted_constants,
+    Bound, Hoisted, IndirectBranch, RegisterWrite, analyze_indirect_branch,
+    analyze_indirect_branch_with, hoisted_constants, register_write, window_live_in,
 };
 
 /// `EM_AARCH64`.
