@@ -88,7 +88,7 @@ mod tests {
         for isa in [Isa::X86_64, Isa::Aarch64] {
             let m = isa.default_fetch_model();
             let lines = m.icache.size / m.icache.line;
-            assert_eq!(lines % m.icache.ways, 0, "{}", isa.name());
+            assert!(lines.is_multiple_of(m.icache.ways), "{}", isa.name());
             assert!((lines / m.icache.ways).is_power_of_two(), "{}", isa.name());
             assert!(m.itlb.page.is_power_of_two() && m.itlb.entries > 0);
         }

@@ -199,7 +199,7 @@ fn geometry_of(model: &FetchModel) -> Result<Geometry, UserError> {
     if !line.is_power_of_two() || line < 4 {
         return Err(bad("the line size must be a power of two of at least 4"));
     }
-    if ways == 0 || size == 0 || size % (ways * line) != 0 {
+    if ways == 0 || size == 0 || !size.is_multiple_of(ways * line) {
         return Err(bad("the size must be a whole number of sets of WAYS lines"));
     }
     let sets = size / (ways * line);
@@ -237,7 +237,7 @@ fn shifts(args: &SimulateArgs, model: &FetchModel) -> Result<Vec<u64>, UserError
         Some(step) => step,
         None => (way_size / k / line).max(1) * line,
     };
-    if step % line != 0 {
+    if !step.is_multiple_of(line) {
         return Err(UserError::new(format!(
             "--placement-step {step} is not a multiple of the {line}-byte line"
         ))
@@ -497,7 +497,7 @@ fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

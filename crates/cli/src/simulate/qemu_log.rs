@@ -183,7 +183,7 @@ fn instruction_line(line: &[u8]) -> Option<(u64, u64, bool)> {
     let units = &body[..units_end];
     let mut digits = 0u64;
     for unit in units.split(|&b| b == b' ').filter(|u| !u.is_empty()) {
-        if !unit.iter().all(u8::is_ascii_hexdigit) || unit.len() % 2 != 0 {
+        if !unit.iter().all(u8::is_ascii_hexdigit) || !unit.len().is_multiple_of(2) {
             return None;
         }
         digits += unit.len() as u64;

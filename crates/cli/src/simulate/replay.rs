@@ -268,6 +268,27 @@ mod tests {
     }
 
     #[test]
+    fn the_itlb_sees_every_page_a_block_spans() {
+        // 256-byte pages: a block from 0x1f0 to 0x210 fetches from pages 1 and 2.
+        let mut r = Replay::new(SMALL, &[0, 0x20], vec![(0, 0x1000)]);
+        let across = block(0x1f0, 0x20);
+        r.execute(&across, true);
+        r.execute(&across, false);
+        let c = r.counts();
+        assert_eq!(c.placements[0].itlb_misses, 2);
+        // Shifted by 0x20 it lies in page 2 alone.
+        assert_eq!(c.placements[1].itlb_misses, 1);
+        assert_eq!(c.pages_touched, 2);
+        // Two entries: a third page evicts the least recently used (page 1), which then
+        // misses again, while page 2 (used after page 1) still hits.
+        let far = block(0x300, 4);
+        r.execute(&far, true);
+        r.execute(&block(0x200, 4), true);
+        r.execute(&block(0x100, 4), true);
+        assert_eq!(r.counts().placements[0].itlb_misses, 4);
+    }
+
+    #[test]
     fn an_instruction_across_two_lines_misses_once() {
         // Cachegrind counts an instruction's access once, however many lines it spans.
         let spanning = Block {
