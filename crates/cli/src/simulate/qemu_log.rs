@@ -21,6 +21,10 @@
 
 use std::io::{self, BufRead};
 
+/// The most bytes a listing may span: qemu's blocks stay within two guest pages, and a
+/// bogus listing spanning more would make the replay walk its lines for ever.
+const MAX_BLOCK_BYTES: u64 = 1 << 20;
+
 /// A translated block: where its code is and how many instructions it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Block {
@@ -145,10 +149,14 @@ impl<R: BufRead> LogReader<R> {
         }
     }
 
-    /// Ends the current listing; the block, if it listed any instruction.
+    /// Ends the current listing; the block, if it listed any instruction and its bytes are
+    /// a block's (qemu's span at most two pages; a listing that claims more is not qemu's).
     fn close_listing(&mut self) -> Option<Block> {
         let listing = self.listing.take()?;
         let start = listing.start?;
+        if listing.end <= start || listing.end - start > MAX_BLOCK_BYTES {
+            return None;
+        }
         Some(Block {
             start,
             end: listing.end,
@@ -192,6 +200,8 @@ fn instruction_line(line: &[u8]) -> Option<(u64, u64, bool)> {
         return None;
     }
     let has_mnemonic = !trim_start(&body[units_end..]).is_empty();
+    // Code that would end past the top of the address space is not code.
+    addr.checked_add(digits / 2)?;
     Some((addr, digits / 2, has_mnemonic))
 }
 
@@ -318,6 +328,20 @@ Please report this to qemu-devel@nongnu.org
                 Event::Unlisted,
             ]
         );
+    }
+
+    #[test]
+    fn refuses_listings_no_block_could_have() {
+        let log = "\
+IN: f
+0x00401000:  d503201f  nop      
+0x90401000:  d503201f  nop      
+
+IN: g
+0xfffffffffffffffe:  d503201f  nop      
+
+";
+        assert_eq!(events(log), vec![]);
     }
 
     #[test]

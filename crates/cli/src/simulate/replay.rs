@@ -132,8 +132,10 @@ impl Replay {
             self.taken_branches += 1;
         }
         self.previous_end = Some(block.end);
-        let last = block.end.max(block.start + 1) - 1;
-        let straddles = (block.start >> g.line_bits) != ((block.first_end - 1) >> g.line_bits);
+        // The reader hands over only blocks with start < end.
+        let last = block.end - 1;
+        let first_last = block.first_end.clamp(block.start + 1, block.end) - 1;
+        let straddles = (block.start >> g.line_bits) != (first_last >> g.line_bits);
         let first_line = block.start >> g.line_bits;
         let last_line = last >> g.line_bits;
         if first_time {
@@ -148,7 +150,11 @@ impl Replay {
             .any(|&(start, end)| (start..end).contains(&block.start));
         for p in &mut self.placements {
             let shift = if moves { p.shift } else { 0 };
-            let (start, last) = (block.start + shift, last + shift);
+            let (start, last) = (block.start.wrapping_add(shift), last.wrapping_add(shift));
+            // A block shifted past the top of the address space: no such placement exists.
+            if last < start {
+                continue;
+            }
             p.icache_misses += fetch(start >> g.line_bits, last >> g.line_bits, straddles, |l| {
                 p.icache.access(l)
             });
