@@ -24,8 +24,9 @@ mod replay;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read as _};
+use std::io::{BufReader, Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -146,8 +147,11 @@ pub fn run(args: &SimulateArgs) -> Result<(), UserError> {
     let trace = traced_run(args, &runner, |reader| {
         replay_log(reader, geometry, &shifts, &ranges, code_start)
     })?;
-    report(args, isa, &model, &trace);
-    Ok(())
+    let text = report(args, isa, &model, &trace);
+    std::io::stdout().write_all(text.as_bytes()).map_err(|e| {
+        UserError::new(format!("cannot write the report: {e}"))
+            .hint("check where standard output goes")
+    })
 }
 
 /// What a traced run gave.
@@ -505,7 +509,8 @@ fn grouped(n: u64) -> String {
     out
 }
 
-fn report(args: &SimulateArgs, isa: Isa, model: &FetchModel, trace: &Trace) {
+/// The report, as text or JSON.
+fn report(args: &SimulateArgs, isa: Isa, model: &FetchModel, trace: &Trace) -> String {
     let c = &trace.counts;
     let icache: Vec<u64> = c.placements.iter().map(|p| p.icache_misses).collect();
     let itlb: Vec<u64> = c.placements.iter().map(|p| p.itlb_misses).collect();
@@ -545,58 +550,71 @@ fn report(args: &SimulateArgs, isa: Isa, model: &FetchModel, trace: &Trace) {
             "unlisted_block_runs": trace.unlisted_runs,
             "short_listings": trace.short_listings,
         });
-        println!("{json:#}");
-        return;
+        return format!("{json:#}\n");
     }
-    println!(
+    // Writing to a String cannot fail: the results of writeln! below are ignored.
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "rivet simulate: {} ({}), {} placements {} bytes apart",
         args.binary.display(),
         isa.name(),
         c.placements.len(),
         step
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  model: {}: L1I {} KiB {ways}-way, {line}-byte lines, LRU; iTLB {} entries of {} KiB pages, LRU",
         model.core,
         size / 1024,
         model.itlb.entries,
         model.itlb.page / 1024
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  instructions                  {:>15}",
         grouped(c.instructions)
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  taken branches                {:>15}",
         grouped(c.taken_branches)
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  I1 misses, fully associative  {:>15}",
         grouped(c.fully_associative_misses)
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  I1 misses, {ways}-way            {:>15} median, {}..{} (mean {})",
         grouped(i_median),
         grouped(i_min),
         grouped(i_max),
         grouped(i_mean)
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  iTLB misses                   {:>15} median, {}..{} (mean {})",
         grouped(t_median),
         grouped(t_min),
         grouped(t_max),
         grouped(t_mean)
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  code run: {} lines ({} KiB), {} pages",
         grouped(c.lines_touched),
         c.lines_touched * line / 1024,
         grouped(c.pages_touched)
     );
-    println!("  per placement (shift in bytes: I1 misses, iTLB misses):");
+    let _ = writeln!(
+        out,
+        "  per placement (shift in bytes: I1 misses, iTLB misses):"
+    );
     for p in &c.placements {
-        println!(
+        let _ = writeln!(
+            out,
             "    {:>6}: {:>12} {:>10}",
             p.shift,
             grouped(p.icache_misses),
@@ -604,11 +622,13 @@ fn report(args: &SimulateArgs, isa: Isa, model: &FetchModel, trace: &Trace) {
         );
     }
     if trace.unlisted_runs > 0 || trace.short_listings > 0 {
-        println!(
+        let _ = writeln!(
+            out,
             "  warning: {} block runs had no listing and {} listings were cut short by qemu's disassembler: the counts miss those instructions",
             trace.unlisted_runs, trace.short_listings
         );
     }
+    out
 }
 
 #[cfg(test)]
