@@ -275,23 +275,28 @@ fn agrees_with_cachegrind_on_a_dynamically_linked_program() {
 
 /// The AArch64 counterpart of [`set_thrasher`] for the Neoverse N1's 64 KiB 4-way cache
 /// (256 sets): `functions` one-line functions 16 KiB apart, all in one set, called in a loop.
-fn aarch64_set_thrasher(functions: usize, iterations: u32) -> String {
+/// The first `in_section` functions go to a section of their own, `moved`.
+fn aarch64_set_thrasher(functions: usize, iterations: u32, in_section: usize) -> String {
     let mut s = format!(".globl _start\n.text\n_start:\n  mov w19, #{iterations}\n1:\n");
     for i in 0..functions {
         s += &format!("  bl f{i}\n");
     }
     s += "  subs w19, w19, #1\n  b.ne 1b\n  mov x8, #93\n  mov x0, #0\n  svc #0\n";
     for i in 0..functions {
+        if i == 0 && in_section > 0 {
+            s += ".section moved, \"ax\"\n";
+        } else if i == in_section {
+            s += ".text\n";
+        }
         s += &format!(".p2align 14\nf{i}:\n  add x0, x0, #1\n  ret\n");
     }
     s
 }
 
-#[test]
-fn placements_of_an_aarch64_pie_move_its_code_where_qemu_loaded_it() {
-    let dir = scratch("simulate_cli", "aarch64_pie");
+/// Assembles `source` into a static AArch64 PIE with no library.
+fn aarch64_freestanding_pie(dir: &Path, source: &str) -> PathBuf {
     let src = dir.join("thrash.S");
-    std::fs::write(&src, aarch64_set_thrasher(6, 5_000)).unwrap();
+    std::fs::write(&src, source).unwrap();
     let program = dir.join("thrash");
     let status = Command::new("aarch64-linux-gnu-gcc")
         .args(["-nostdlib", "-static-pie"])
@@ -301,6 +306,36 @@ fn placements_of_an_aarch64_pie_move_its_code_where_qemu_loaded_it() {
         .status()
         .expect("aarch64-linux-gnu-gcc is required (gcc-aarch64-linux-gnu)");
     assert!(status.success());
+    program
+}
+
+#[test]
+fn placements_can_move_named_sections() {
+    let dir = scratch("simulate_cli", "aarch64_section");
+    // f0..f2 in their own section, still 16 KiB-aligned: the same seven lines in one set.
+    let program = aarch64_freestanding_pie(&dir, &aarch64_set_thrasher(6, 5_000, 3));
+    let v = simulate(&[
+        s(&program),
+        "--placements",
+        "2",
+        "--placement-step",
+        "64",
+        "--shift-section",
+        "moved",
+    ]);
+    let at = |k: usize| v["placements"][k]["icache_misses"].as_u64().unwrap();
+    assert_eq!(at(0), 5_000 * 6 + 1, "{v}");
+    assert!(at(1) < 20, "{v}");
+    assert_one_error_line(
+        &rivet(&["simulate", s(&program), "--shift-section", ".text.hot"]),
+        "has no section .text.hot",
+    );
+}
+
+#[test]
+fn placements_of_an_aarch64_pie_move_its_code_where_qemu_loaded_it() {
+    let dir = scratch("simulate_cli", "aarch64_pie");
+    let program = aarch64_freestanding_pie(&dir, &aarch64_set_thrasher(6, 5_000, 0));
     // _start's loop is at 0x4000 and f0..f5 at 0x8000, 0xc000, ... (link-time), all in one
     // set; qemu loads the PIE at 0x5500000000. The loop's line, used between every two
     // calls, stays in the set, and the six functions cycle through its three other ways,

@@ -90,9 +90,14 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "BYTES")]
     pub placement_step: Option<u64>,
     /// The program's code that placements move, as START..END link-time addresses in hex
-    /// (e.g. its hot text); repeatable [default: all its executable segments].
+    /// (e.g. its hot text); repeatable [default: all its executable segments, unless
+    /// --shift-section is given].
     #[arg(long, value_name = "START..END")]
     pub shift_range: Vec<String>,
+    /// The program's sections whose code placements move, by name (e.g. `.text`, where both
+    /// Rivet and BOLT put the code they move); repeatable, and adds to --shift-range.
+    #[arg(long, value_name = "NAME")]
+    pub shift_section: Vec<String>,
     /// Have qemu translate one instruction per block (its -singlestep): much slower, the
     /// same counts; a check of the block listings.
     #[arg(long)]
@@ -254,7 +259,7 @@ fn shifts(args: &SimulateArgs, model: &FetchModel) -> Result<Vec<u64>, UserError
 
 /// The link-time address ranges placements move.
 fn shift_ranges(args: &SimulateArgs, elf: &ElfFile<'_>) -> Result<Vec<(u64, u64)>, UserError> {
-    if args.shift_range.is_empty() {
+    if args.shift_range.is_empty() && args.shift_section.is_empty() {
         return Ok(elf
             .segments()
             .iter()
@@ -262,7 +267,24 @@ fn shift_ranges(args: &SimulateArgs, elf: &ElfFile<'_>) -> Result<Vec<(u64, u64)
             .map(|s| (s.vaddr.0, s.vaddr.0 + s.memsz))
             .collect());
     }
-    args.shift_range
+    let mut ranges = Vec::new();
+    for name in &args.shift_section {
+        let section = elf.section_by_name(name).ok_or_else(|| {
+            let names: Vec<String> = elf
+                .sections()
+                .iter()
+                .filter(|s| s.is_exec())
+                .map(|s| s.name.to_string())
+                .collect();
+            UserError::new(format!("{} has no section {name}", args.binary.display()))
+                .hint(format!("its code sections: {}", names.join(", ")))
+        })?;
+        if section.size > 0 {
+            ranges.push((section.addr.0, section.addr.0 + section.size));
+        }
+    }
+    let given: Vec<(u64, u64)> = args
+        .shift_range
         .iter()
         .map(|spec| {
             let parse = |s: &str| u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok();
@@ -272,7 +294,9 @@ fn shift_ranges(args: &SimulateArgs, elf: &ElfFile<'_>) -> Result<Vec<(u64, u64)
                     .hint("write START..END in hex, e.g. 0x401000..0x40a000 (`readelf -S` shows the sections)")),
             }
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    ranges.extend(given);
+    Ok(ranges)
 }
 
 /// Plays the log through the model.
