@@ -429,7 +429,7 @@ fn traced_run(
     let mut command = Command::new(&runner[0]);
     command.args(&runner[1..]);
     if args.one_insn_per_tb {
-        // qemu 7.2's spelling; 8.1 renamed it -one-insn-per-tb and kept this one.
+        // qemu 7.2's spelling (later versions call it -one-insn-per-tb).
         command.arg("-singlestep");
     }
     command
