@@ -57,12 +57,14 @@
 
 pub mod aarch64;
 mod branch;
+mod front_end;
 mod indirect;
 mod inst;
 mod isa;
 mod x86_64;
 
 pub use branch::{Branch, BranchEncoder, BranchForm, EncodeError};
+pub use front_end::{CacheGeometry, FetchModel, TlbGeometry};
 pub use indirect::{IndexBound, IndirectJump, RegisterDefinition};
 pub use inst::{Flow, Inst};
 pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};

@@ -30,6 +30,7 @@ mod optimize;
 mod report;
 mod reset_counts;
 mod rewrite;
+mod simulate;
 mod verify;
 
 use std::process::ExitCode;
@@ -99,6 +100,12 @@ enum Command {
     ///
     /// Example: rivet reset-counts app.inst.counts -o warmup.counts
     ResetCounts(reset_counts::ResetCountsArgs),
+    /// Count what one run fetches, deterministically: executed instructions, taken branches,
+    /// L1 instruction cache misses over several placements and fully associative, iTLB
+    /// misses; the program runs under qemu-user (any x86-64 or AArch64 program).
+    ///
+    /// Example: rivet simulate ./lua.aarch64 -- bench.lua
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -123,6 +130,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify::run(&args),
         Command::Auto(args) => auto::run(&args),
         Command::ResetCounts(args) => reset_counts::run(&args),
+        Command::Simulate(args) => simulate::run(&args),
         Command::Bench(args) => match bench::run(&args) {
             Ok(code) => return code,
             Err(e) => Err(e),
