@@ -157,7 +157,9 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
             Some(_) => {
                 return Err(syntax(
                     line,
-                    format!("origin {word} needs version 3 of the format, this is version {version}"),
+                    format!(
+                        "origin {word} needs version 3 of the format, this is version {version}"
+                    ),
                 ));
             }
             None => {

@@ -603,7 +603,8 @@ impl Aggregator {
         let end = sample.flags.trace_end || to == 0;
         if !begin
             && let Some(start) = self.trace_runs.get(&thread).copied()
-            && let (Some(start), Some(end)) = (self.translate(pid, start), self.translate(pid, from))
+            && let (Some(start), Some(end)) =
+                (self.translate(pid, start), self.translate(pid, from))
             && start <= end
         {
             *self.result.traces.entry((start, end)).or_default() += 1;
@@ -911,7 +912,10 @@ mod tests {
         assert_eq!(r.source(), Ok(PerfSource::Spe));
         assert_eq!(
             r.branches,
-            BTreeMap::from([((0x401140, 0x401130), (1, 0)), ((0x401160, 0x401150), (1, 1))])
+            BTreeMap::from([
+                ((0x401140, 0x401130), (1, 0)),
+                ((0x401160, 0x401150), (1, 1))
+            ])
         );
         assert_eq!(r.not_taken, BTreeMap::from([(0x401140, 2)]));
         assert_eq!(r.traces, BTreeMap::from([((0x401120, 0x401140), 1)]));
@@ -934,7 +938,10 @@ mod tests {
         lines.iter().for_each(|l| a.feed(l));
         assert_eq!(
             a.result.source(),
-            Err(MixedSources(vec![PerfSource::BranchStacks, PerfSource::Trace]))
+            Err(MixedSources(vec![
+                PerfSource::BranchStacks,
+                PerfSource::Trace
+            ]))
         );
         let mut a = aggregator().with_source(PerfSource::Trace);
         a.feed("  9 PERF_RECORD_MMAP2 9/9: [0x400000(0x10000) @ 0 fe:00 1 2]: r-xp /bin/prog");
