@@ -71,7 +71,8 @@ pub struct BranchRecord {
     pub to: u64,
     pub mispredicted: bool,
     /// The branch was not taken (the `N` of `PN`/`MN`, which perf prints for SPE's branch
-    /// stacks since 6.15: Linux `tools/perf/builtin-script.c`, `bstack_event_str`). Such a
+    /// stacks since Leo Yan's 2025 series "perf script: Refactor branch flags for Arm SPE": Linux
+    /// `tools/perf/builtin-script.c`, `bstack_event_str`). Such a
     /// record is a conditional branch that fell through, not a jump to `to`.
     pub not_taken: bool,
 }
@@ -104,7 +105,7 @@ impl PerfSource {
 }
 
 /// The events perf synthesizes from Arm SPE records (Linux `tools/perf/util/arm-spe.c`,
-/// `arm_spe_synth_events`): `branch` (every sampled branch; `branch-miss` before Linux 6.15,
+/// `arm_spe_synth_events`): `branch` (every sampled branch; `branch-miss` before the 2025 series,
 /// mispredicted ones only), the memory events, and `instructions`, which is left out here
 /// because ETM and the PMU synthesize events of that name too.
 const SPE_EVENTS: &[&str] = &[
@@ -299,10 +300,11 @@ fn parse_sample(line: &str) -> Option<Line> {
     if arrow {
         sample.addr = Some(after_arrow?);
     } else if let [addr, ip] = numbers[..]
-        && SPE_EVENTS.contains(&sample.event_name())
+        && (SPE_EVENTS.contains(&sample.event_name()) || sample.event_name() == "instructions")
     {
-        // Only SPE's samples are read with an address before the IP: elsewhere a second
-        // number is a symbol that looks like one (`add`, `beef`).
+        // Only SPE's samples (its `instructions` too; ETM's and PT's carry no address) are
+        // read with an address before the IP: elsewhere a second number is a symbol that
+        // looks like one (`add`, `beef`).
         sample.ip = ip;
         sample.addr = Some(addr);
     }
@@ -627,8 +629,8 @@ impl Aggregator {
         }
     }
 
-    /// An SPE sample: a branch (event `branch`, or `branch-miss` before Linux 6.15) with its
-    /// target in `addr`, and since Linux 6.15 (`--itrace=...l`) a branch stack of the branch
+    /// An SPE sample: a branch (event `branch`, or `branch-miss` in older perf) with its
+    /// target in `addr`, and in recent perf (`--itrace=...l`) a branch stack of the branch
     /// itself and the previous branch's target (source 0; `arm_spe__prep_branch_stack`), which
     /// bounds a straight run ending at this branch. Other SPE samples are plain samples.
     fn spe_sample(&mut self, sample: &Sample) {
