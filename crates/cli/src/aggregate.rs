@@ -80,7 +80,7 @@ pub struct AggregateArgs {
     pub perf_source: PerfSourceArg,
     /// Decode the hardware trace in perf.data (CoreSight ETM, Arm SPE, Intel PT) with these
     /// `perf script --itrace` options, e.g. `b` (every branch) or `i1il64` (branch stacks).
-    #[arg(long, value_name = "OPTIONS")]
+    #[arg(long, value_name = "OPTIONS", conflicts_with = "perf_script")]
     pub itrace: Option<String>,
     /// Accept a recording of another build of the binary (build-ids differ).
     #[arg(long)]

@@ -102,7 +102,7 @@ fn is_return(program: &Program, addr: u64) -> bool {
 
 /// The fall-through edge (branch, next block) of the conditional branch at `addr`, as
 /// offsets in its function, when it ends a block of a simple function.
-fn not_taken_edge<'p>(program: &'p Program, addr: u64) -> Option<(&'p Function, u64, u64)> {
+fn not_taken_edge(program: &Program, addr: u64) -> Option<(&Function, u64, u64)> {
     let f = program
         .function_containing(rivet_elf::Vaddr(addr))
         .filter(|f| f.is_simple())?;
