@@ -507,7 +507,9 @@ fn spe_samples_give_sampled_branches_and_fall_throughs() {
             continue;
         };
         branch_samples += 1;
-        let taken = next != p.code.end(pc);
+        // Only a conditional branch can fall through; any other branch to the next
+        // instruction (a switch's first case right after its `br`) was taken.
+        let taken = !matches!(flow, Some(Flow::CondJump { .. })) || next != p.code.end(pc);
         let flags = format!(
             "{}{}",
             flag_word(&p.code, pc),
@@ -532,21 +534,9 @@ fn spe_samples_give_sampled_branches_and_fall_throughs() {
     assert_eq!(profile.mode, Mode::Branches);
     assert_eq!(summary["source"], "spe");
     assert_eq!(summary["spe_branches_without_outcome"], 0);
-    let got = records(&profile, &p.places);
-    // Not-taken branches of blocks Rivet ends elsewhere are dropped (and counted).
-    let dropped = summary["not_taken_dropped"].as_u64().unwrap();
-    let mut missing = 0;
-    for (key, count) in &expected {
-        match got.get(key) {
-            Some(c) => assert_eq!(c, count, "{key:x?}"),
-            None => missing += count,
-        }
-    }
-    assert_eq!(missing, dropped, "{summary}");
-    assert_eq!(
-        got.values().sum::<u64>(),
-        expected.values().sum::<u64>() - dropped
-    );
+    assert_eq!(summary["not_taken_dropped"], 0, "{summary}");
+    assert!(summary["not_taken"].as_u64().unwrap() > 10, "{summary}");
+    assert_eq!(records(&profile, &p.places), expected);
 }
 
 #[test]
