@@ -270,10 +270,16 @@ struct Program {
     binary: PathBuf,
     lib_dir: PathBuf,
     code: Code,
-    pcs: Arc<Vec<u64>>,
+    pcs: Run,
     places: Places,
     dir: PathBuf,
 }
+
+/// The address of every instruction one run executed, in order.
+type Run = Arc<Vec<u64>>;
+
+/// Counts by (from, to): branches, or fall-throughs from an instruction to the next.
+type EdgeCounts = BTreeMap<(u64, u64), u64>;
 
 /// A corpus program and its run, with a scratch directory of `test`'s own.
 fn program(name: &'static str, test: &str) -> (Program, Vec<Entry>) {
@@ -287,7 +293,7 @@ fn program(name: &'static str, test: &str) -> (Program, Vec<Entry>) {
     let dir = scratch("aggregate_arm", &format!("{test}-{name}"));
     let code = Code::of(&binary);
     // One emulated run per program, shared by the tests that read it (each takes a minute).
-    static RUNS: Mutex<BTreeMap<&str, Arc<OnceLock<Arc<Vec<u64>>>>>> = Mutex::new(BTreeMap::new());
+    static RUNS: Mutex<BTreeMap<&str, Arc<OnceLock<Run>>>> = Mutex::new(BTreeMap::new());
     let run = RUNS.lock().unwrap().entry(name).or_default().clone();
     let pcs = run
         .get_or_init(|| Arc::new(executed(&binary, &lib_dir, &dir)))
@@ -319,7 +325,7 @@ fn same_function(places: &Places, a: u64, b: u64) -> bool {
 /// The ETM trace of the run and what the profile must hold: every taken branch between
 /// places of the binary (returns are left out: they say nothing about layout), and every
 /// fall-through at a block's end as often as the run fell through there.
-fn etm_text(p: &Program) -> (String, BTreeMap<(u64, u64), u64>, BTreeMap<u64, u64>) {
+fn etm_text(p: &Program) -> (String, EdgeCounts, BTreeMap<u64, u64>) {
     let branches = taken_branches(&p.code, &p.pcs);
     let mut text = mmap_line(&p.binary);
     writeln!(
