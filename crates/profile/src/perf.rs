@@ -124,15 +124,13 @@ const SPE_EVENTS: &[&str] = &[
 /// SPE's branch events (see [`SPE_EVENTS`]).
 const SPE_BRANCH_EVENTS: &[&str] = &["branch", "branch-miss"];
 
-/// The words of perf's `flags` field (`-F +flags`: Linux
-/// `tools/perf/util/trace-event-scripting.c`, `sample_flags`), each optionally followed by
-/// `/miss/`, `/not_taken/` or `/miss,not_taken/` (branch events) and by `(x)`, `(D)`, `(t)`
-/// (transaction and interrupt states), which are separate words.
-const FLAG_WORDS: &[&str] = &[
-    "call", "return", "jcc", "jmp", "int", "iret", "syscall", "sysret", "async", "hw", "tx",
-    "abrt", "tr", "strt", "end", "vmentry", "vmexit",
-];
-
+/// perf's `flags` field (`-F +flags`) comes between the event and the numbers: names of
+/// branch kinds in lower-case words (`jcc`, `tr strt`, `hw int`...: Linux
+/// `tools/perf/util/trace-event-scripting.c`, `sample_flags`), the last one optionally
+/// followed by `/miss/`, `/not_taken/` or `/miss,not_taken/` (branch events), then `(x)`,
+/// `(D)`, `(t)` for transaction and interrupt states. Any lower-case word there that is no
+/// hex number is taken for one: only `tr strt` and `tr end` (and the events) change how a
+/// sample is read, so the kinds need not be listed.
 /// What a sample line's `flags` field says about its branch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SampleFlags {
@@ -318,7 +316,7 @@ fn flag_word(w: &str, flags: &mut SampleFlags) -> bool {
         return true;
     }
     let (name, events) = w.split_once('/').unwrap_or((w, ""));
-    if !FLAG_WORDS.contains(&name) {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase()) || hex(name).is_some() {
         return false;
     }
     flags.present = true;
