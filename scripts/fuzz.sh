@@ -10,6 +10,9 @@
 #   native   reads Rivet's own profile format (and goes through read_any); the same round trip,
 #            plus merging it with itself and with a weight (`rivet merge`'s Merger), and its
 #            input read as a merge weight
+#   perf_sources  reads Arm's profiling sources in perf script text (BRBE stacks, ETM trace
+#            branches, SPE samples) as `rivet aggregate` does, its first byte picking the source
+#            (told from the text or named); seeds in fuzz/seeds-perf_sources
 #   writers  parses its input as an ELF file and, when discovery accepts it, rewrites it with a
 #            layout picked from the input's length and verifies the output as --verify does (a
 #            verification failure panics); seeds in fuzz/seeds, like inspect
@@ -41,8 +44,8 @@ target=${2:-inspect}
 case $target in
     inspect) seeds=$fuzz/seeds ;;
     writers) seeds=$fuzz/seeds dict=inspect ;;
-    fdata | yaml | native | perf | counters) seeds=$fuzz/seeds-$target ;;
-    *) echo "fuzz.sh: unknown target '$target' (inspect, writers, fdata, yaml, native, perf or counters)" >&2; exit 2 ;;
+    fdata | yaml | native | perf | perf_sources | counters) seeds=$fuzz/seeds-$target ;;
+    *) echo "fuzz.sh: unknown target '$target' (inspect, writers, fdata, yaml, native, perf, perf_sources or counters)" >&2; exit 2 ;;
 esac
 
 command -v cargo-fuzz >/dev/null ||

@@ -5,6 +5,12 @@
 //! produced elsewhere). Samples are mapped to the binary through the recorded mmap events, so
 //! PIE executables and shared libraries work; recordings of another build of the binary are
 //! refused (by build-id) unless forced.
+//!
+//! The source of the samples (branch stacks of LBR or BRBE, a decoded CoreSight ETM or Intel
+//! PT trace, Arm SPE, plain samples) is told from the text (`rivet_profile::perf::classify`);
+//! `--perf-source` names it when a text holds several. Hardware traces (ETM, SPE) are in
+//! perf.data as AUX data that `perf script` decodes only when told what to make of it, so
+//! `--itrace` is passed on to it, as perf2bolt does.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,12 +18,44 @@ use std::process::{Command, Stdio};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
-use rivet_profile::perf::{Aggregator, Segment};
+use rivet_profile::perf::{Aggregator, PerfSource, Segment};
 use rivet_profile::{fdata, native};
 
 use crate::error::{UserError, elf_error};
 use crate::files::{PendingOutput, map_input};
-use crate::profile_use::{FormatArg, hex};
+use crate::profile_use::{FormatArg, hex, recorded_architecture};
+
+/// Which source of samples to read (`--perf-source`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerfSourceArg {
+    /// Tell from the text; a text holding two sources of branches is refused.
+    Auto,
+    /// Branch stacks (`brstack`): x86 LBR, Arm BRBE, a trace's `--itrace=...l` stacks.
+    BranchStacks,
+    /// Branch samples of a decoded trace (`--itrace=...b`: CoreSight ETM, Intel PT).
+    Trace,
+    /// Arm SPE samples (`arm_spe` events).
+    Spe,
+    /// Plain IP samples, whatever branch information the text holds.
+    Samples,
+}
+
+impl PerfSourceArg {
+    fn source(self) -> Option<PerfSource> {
+        match self {
+            PerfSourceArg::Auto => None,
+            PerfSourceArg::BranchStacks => Some(PerfSource::BranchStacks),
+            PerfSourceArg::Trace => Some(PerfSource::Trace),
+            PerfSourceArg::Spe => Some(PerfSource::Spe),
+            PerfSourceArg::Samples => Some(PerfSource::Samples),
+        }
+    }
+}
+
+/// The `perf script` fields read from a trace decoded with `--itrace` (the branch stack when
+/// perf has one: `l` synthesizes it), in the order perf prints them.
+const TRACE_FIELDS: &str = "pid,tid,event,flags,ip,addr,brstack";
+const TRACE_FIELDS_WITHOUT_STACKS: &str = "pid,tid,event,flags,ip,addr";
 
 #[derive(clap::Args, Debug)]
 pub struct AggregateArgs {
@@ -34,8 +72,16 @@ pub struct AggregateArgs {
     pub format: Option<FormatArg>,
     /// The input is `perf script` text (with --show-mmap-events, fields pid,event,ip and
     /// optionally brstack; with --show-task-events too if the program forks), not perf.data.
+    /// For traces and SPE: fields pid,tid,event,flags,ip,addr[,brstack] (see the guide).
     #[arg(long)]
     pub perf_script: bool,
+    /// The source of the samples, when the text holds several (default: told from the text).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub perf_source: PerfSourceArg,
+    /// Decode the hardware trace in perf.data (CoreSight ETM, Arm SPE, Intel PT) with these
+    /// `perf script --itrace` options, e.g. `b` (every branch) or `i1il64` (branch stacks).
+    #[arg(long, value_name = "OPTIONS", conflicts_with = "perf_script")]
+    pub itrace: Option<String>,
     /// Accept a recording of another build of the binary (build-ids differ).
     #[arg(long)]
     pub force: bool,
@@ -112,21 +158,26 @@ fn feed_perf_script(path: &Path, aggregator: &mut Aggregator) -> Result<(), User
 fn feed_perf_data(
     perf_data: &Path,
     fields: &str,
+    itrace: Option<&str>,
     aggregator: &mut Aggregator,
 ) -> Result<bool, UserError> {
     // `--force` skips perf's check that the file belongs to the user reading it: a server
     // recorded as its own user (PostgreSQL runs as `postgres`) leaves a perf.data that root's
     // `perf script` otherwise refuses, and the user named this file to be read.
-    let mut child = Command::new("perf")
-        .args([
-            "script",
-            "--force",
-            "--show-mmap-events",
-            "--show-task-events",
-            "-F",
-            fields,
-            "-i",
-        ])
+    let mut command = Command::new("perf");
+    command.args([
+        "script",
+        "--force",
+        "--show-mmap-events",
+        "--show-task-events",
+        "-F",
+        fields,
+    ]);
+    if let Some(options) = itrace {
+        command.arg(format!("--itrace={options}"));
+    }
+    let mut child = command
+        .arg("-i")
         .arg(perf_data)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -202,13 +253,49 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
             filesz: s.filesz,
         })
         .collect();
-    let mut aggregator = Aggregator::new(segments.clone(), paths.clone());
+    let new_aggregator = || {
+        let aggregator = Aggregator::new(segments.clone(), paths.clone());
+        match args.perf_source.source() {
+            Some(source) => aggregator.with_source(source),
+            None => aggregator,
+        }
+    };
+    let mut aggregator = new_aggregator();
+    let itrace = args.itrace.as_deref();
+    let (fields, fields_without_stacks) = match itrace {
+        Some(_) => (TRACE_FIELDS, TRACE_FIELDS_WITHOUT_STACKS),
+        None => ("pid,event,ip,brstack", "pid,event,ip"),
+    };
     if args.perf_script {
         feed_perf_script(&args.perf_data, &mut aggregator)?;
-    } else if !feed_perf_data(&args.perf_data, "pid,event,ip,brstack", &mut aggregator)? {
-        aggregator = Aggregator::new(segments, paths);
-        feed_perf_data(&args.perf_data, "pid,event,ip", &mut aggregator)?;
+    } else if !feed_perf_data(&args.perf_data, fields, itrace, &mut aggregator)? {
+        aggregator = new_aggregator();
+        feed_perf_data(
+            &args.perf_data,
+            fields_without_stacks,
+            itrace,
+            &mut aggregator,
+        )?;
     }
+    if aggregator.records == 0 {
+        return Err(UserError::new(format!(
+            "{} holds no perf samples or mmap events: it is not `perf script` output",
+            args.perf_data.display()
+        ))
+        .hint("make it with `perf script --show-mmap-events --show-task-events -F pid,tid,event,flags,ip,addr,brstack` (add --itrace=... for an ETM or SPE recording), or give perf.data without --perf-script"));
+    }
+    let source = aggregator.result.source().map_err(|mixed| {
+        let names: Vec<&str> = mixed.0.iter().map(|s| s.name()).collect();
+        UserError::new(format!(
+            "{} mixes samples of {}: Rivet makes a profile from one source",
+            args.perf_data.display(),
+            names.join(" and ")
+        ))
+        .hint(format!(
+            "name the one to read with --perf-source {}",
+            names[0]
+        ))
+    })?;
     if aggregator.mappings == 0 {
         return Err(UserError::new(format!(
             "{} holds no mapping of {} ({} samples of other programs)",
@@ -216,7 +303,11 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
             args.binary.display(),
             aggregator.result.total_samples
         ))
-        .hint("record the binary you aggregate for (same file, or same build-id)"));
+        .hint(if aggregator.result.total_samples == 0 && args.itrace.is_none() && !args.perf_script {
+            "record the binary you aggregate for; for an ETM or SPE recording pass --itrace (e.g. --itrace=b)"
+        } else {
+            "record the binary you aggregate for (same file, or same build-id)"
+        }));
     }
     let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
@@ -230,9 +321,11 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
         &program,
         &names,
         &aggregator.result,
+        source,
         (!build_id.is_empty()).then_some(build_id),
         binary_name,
     );
+    profile.architecture = recorded_architecture(&elf);
     // So that the next build of the program can use the profile (fdata has no room for them).
     rivet_passes::stale::add_hashes(&program, &names, &mut profile);
     let text = match format {
@@ -242,16 +335,20 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
     .map_err(|e| UserError::new(format!("cannot write the profile: {e}")))?;
     let (pending, file) = PendingOutput::create(&args.output)?;
     pending.finish(file, text.as_bytes(), 0o644)?;
-    let kind = if aggregator.result.has_branch_stacks {
-        "branch stacks"
-    } else {
-        "samples without branch stacks"
+    let result = &aggregator.result;
+    let branch_profile = rivet_passes::aggregate::is_branch_profile(result, source);
+    let kind = match source {
+        PerfSource::Trace => "trace branches, every one counted",
+        PerfSource::Spe if branch_profile => "SPE branch samples",
+        PerfSource::Spe => "SPE samples without branches",
+        _ if branch_profile => "branch stacks",
+        _ => "samples without branch stacks",
     };
     if args.json {
         let json = serde_json::json!({
             "output": args.output.display().to_string(),
-            "branch_stacks": aggregator.result.has_branch_stacks,
-            "events": aggregator.result.events,
+            "branch_stacks": result.has_branch_stacks,
+            "events": result.events,
             "total_samples": report.total_samples,
             "samples_in_binary": report.samples_in_binary,
             "outside_functions": report.outside_functions,
@@ -260,6 +357,11 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
             "traces": report.traces,
             "traces_dropped": report.traces_dropped,
             "fall_throughs": report.fall_throughs,
+            "source": source.name(),
+            "not_taken": report.not_taken,
+            "not_taken_dropped": report.not_taken_dropped,
+            "spe_branches_without_outcome": result.spe_branches_without_outcome,
+            "samples_of_other_sources": result.samples_of_other_sources,
         });
         println!("{json}");
     } else {
@@ -270,10 +372,29 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
             report.total_samples,
             args.binary.display()
         );
-        if aggregator.result.has_branch_stacks {
+        if branch_profile {
             println!(
                 "  {} branches, {} fall-throughs from {} traces ({} traces the CFG cannot explain, dropped)",
                 report.branches, report.fall_throughs, report.traces, report.traces_dropped
+            );
+        }
+        if report.not_taken + report.not_taken_dropped > 0 {
+            println!(
+                "  {} fall-throughs from branches seen not taken ({} not at a conditional branch of a block, dropped)",
+                report.not_taken, report.not_taken_dropped
+            );
+        }
+        if result.spe_branches_without_outcome > 0 {
+            println!(
+                "  {} SPE branch samples do not say whether they were taken (no flags field or branch stack): read as taken",
+                result.spe_branches_without_outcome
+            );
+        }
+        if result.samples_of_other_sources > 0 {
+            println!(
+                "  {} samples of sources other than {} left out",
+                result.samples_of_other_sources,
+                source.name()
             );
         }
         if report.outside_functions > 0 {

@@ -8,8 +8,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use rivet_arch::Isa;
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
-use rivet_profile::FunctionHash;
+use rivet_profile::{Architecture, FunctionHash};
 
 use rivet_elf::ElfFile;
 use rivet_ir::Program;
@@ -107,6 +108,21 @@ pub struct Loaded {
     pub stale: Option<Option<String>>,
 }
 
+/// The instruction set of `elf`'s code, as profiles name it.
+pub fn architecture(elf: &ElfFile<'_>) -> Architecture {
+    match Isa::of(elf) {
+        Isa::X86_64 => Architecture::X86_64,
+        Isa::Aarch64 => Architecture::Aarch64,
+    }
+}
+
+/// The architecture a profile of `elf` records: AArch64 code is marked, x86-64 code is left
+/// unmarked, as every profile of it was before Rivet knew another instruction set, so that
+/// its profiles stay the bytes they were (see `rivet_profile::Architecture`).
+pub fn recorded_architecture(elf: &ElfFile<'_>) -> Option<Architecture> {
+    Some(architecture(elf)).filter(|a| *a != Architecture::X86_64)
+}
+
 /// Reads the profile at `path` for `binary`. A profile of another build (by build-id) is
 /// matched to this one by its code hashes (`rivet_passes::stale`); one without hashes is
 /// refused. `force` uses any profile as it is, by name and offset.
@@ -140,6 +156,18 @@ pub fn load_profile(
             });
         }
     };
+    if let Some(theirs) = profile.architecture
+        && theirs != architecture(elf)
+    {
+        // Offsets into code of another instruction set cannot fit, not even with --force.
+        return Err(UserError::new(format!(
+            "{} profiles {} code and {} is not",
+            path.display(),
+            theirs.keyword(),
+            binary.display()
+        ))
+        .hint("profile the binary you optimize"));
+    }
     let same_build =
         matches!((&profile.build_id, &ours), (Some(theirs), Some(ours)) if theirs == ours);
     let other_build =

@@ -10,10 +10,17 @@
 //! Without branch stacks, the profile keeps the sample counts per address (fdata's `no_lbr`);
 //! turning them into edge counts needs the CFG and is done when the profile is attached
 //! (`attach`), as BOLT does.
+//!
+//! A decoded trace (CoreSight ETM, Intel PT) gives the same branches and traces, every one of
+//! them rather than a sample, and the profile says so (origin `trace`). SPE's sampled branches
+//! become branch records too, a branch seen not taken the fall-through edge after it, and the
+//! run from the previous branch's target (when perf printed it) a trace; an SPE recording
+//! without branch samples is a sample profile like a timer's. The source is decided before
+//! (`Aggregated::source`); this module only follows it.
 
 use rivet_arch::Flow;
 use rivet_ir::{Function, Program, Terminator};
-use rivet_profile::perf::Aggregated;
+use rivet_profile::perf::{Aggregated, PerfSource};
 use rivet_profile::{Location, Mode, Profile, model::Origin};
 
 /// What aggregation kept and dropped.
@@ -28,6 +35,10 @@ pub struct AggregateReport {
     pub traces: u64,
     pub traces_dropped: u64,
     pub fall_throughs: u64,
+    /// Fall-through edges from branches seen not taken (SPE).
+    pub not_taken: u64,
+    /// Not-taken branches that are no conditional branch ending a block of a simple function.
+    pub not_taken_dropped: u64,
 }
 
 /// Where an address is, by profile name.
@@ -89,11 +100,39 @@ fn is_return(program: &Program, addr: u64) -> bool {
         .is_some_and(|i| i.flow() == Flow::Return)
 }
 
-/// The profile of `program` from `agg`, with `names` the profile names of its functions.
+/// The fall-through edge (branch, next block) of the conditional branch at `addr`, as
+/// offsets in its function, when it ends a block of a simple function.
+fn not_taken_edge(program: &Program, addr: u64) -> Option<(&Function, u64, u64)> {
+    let f = program
+        .function_containing(rivet_elf::Vaddr(addr))
+        .filter(|f| f.is_simple())?;
+    let b = block_holding(f, addr)?;
+    let tail = f.block_insts(&f.blocks[b]).last()?;
+    if tail.addr().get() != addr || !matches!(tail.flow(), Flow::CondJump { .. }) {
+        return None;
+    }
+    f.block_at(tail.end())?;
+    let base = f.range.start.get();
+    Some((f, addr - base, tail.end().get() - base))
+}
+
+/// True when the profile of `source` holds branches rather than samples.
+pub fn is_branch_profile(agg: &Aggregated, source: PerfSource) -> bool {
+    match source {
+        PerfSource::BranchStacks => agg.has_branch_stacks,
+        PerfSource::Trace => true,
+        PerfSource::Spe => agg.spe_branches > 0,
+        PerfSource::Samples => false,
+    }
+}
+
+/// The profile of `program` from `agg` read as `source`, with `names` the profile names of
+/// its functions.
 pub fn to_profile(
     program: &Program,
     names: &[String],
     agg: &Aggregated,
+    source: PerfSource,
     build_id: Option<String>,
     binary_name: Option<String>,
 ) -> (Profile, AggregateReport) {
@@ -102,20 +141,23 @@ pub fn to_profile(
         samples_in_binary: agg.samples.values().sum(),
         ..AggregateReport::default()
     };
-    let mut profile = if agg.has_branch_stacks {
-        let mut p = Profile::new(Mode::Branches);
-        p.origin = Origin::Lbr;
-        p
+    let branch_profile = is_branch_profile(agg, source);
+    let mut profile = if branch_profile {
+        Profile::new(Mode::Branches)
     } else {
-        let mut p = Profile::new(Mode::Samples {
+        Profile::new(Mode::Samples {
             events: agg.events.clone(),
-        });
-        p.origin = Origin::Samples;
-        p
+        })
+    };
+    profile.origin = match source {
+        PerfSource::BranchStacks if branch_profile => Origin::Lbr,
+        PerfSource::Trace => Origin::Trace,
+        PerfSource::Spe => Origin::Spe,
+        PerfSource::BranchStacks | PerfSource::Samples => Origin::Samples,
     };
     profile.build_id = build_id;
     profile.binary_name = binary_name;
-    if !agg.has_branch_stacks {
+    if !branch_profile {
         for (&addr, &count) in &agg.samples {
             match locate(program, names, addr) {
                 Some(at) => profile.add_sample(at, count),
@@ -148,6 +190,20 @@ pub fn to_profile(
                 0,
             );
         }
+    }
+    for (&addr, &count) in &agg.not_taken {
+        let Some((f, from, to)) = not_taken_edge(program, addr) else {
+            report.not_taken_dropped += count;
+            continue;
+        };
+        report.not_taken += count;
+        let name = &names[f.id.0 as usize];
+        profile.add_branch(
+            Location::symbol(name.clone(), from),
+            Location::symbol(name.clone(), to),
+            count,
+            0,
+        );
     }
     for (&(start, end), &count) in &agg.traces {
         report.traces += count;

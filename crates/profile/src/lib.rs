@@ -16,4 +16,6 @@ pub mod native;
 pub mod perf;
 pub mod yaml;
 
-pub use model::{BlockHash, BranchCount, FunctionHash, LocKind, Location, Mode, Profile};
+pub use model::{
+    Architecture, BlockHash, BranchCount, FunctionHash, LocKind, Location, Mode, Profile,
+};

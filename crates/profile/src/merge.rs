@@ -35,7 +35,9 @@ use std::io::Write;
 use std::str::FromStr;
 
 use crate::fdata;
-use crate::model::{BranchCount, FunctionHash, LocKind, Location, Mode, Origin, Profile};
+use crate::model::{
+    Architecture, BranchCount, FunctionHash, LocKind, Location, Mode, Origin, Profile,
+};
 use crate::native::{self, NativeError};
 use crate::yaml::{YamlBlock, YamlFunction, YamlHeader, YamlProfile};
 
@@ -62,6 +64,13 @@ pub enum MergeError {
         found: String,
     },
     BoltedCollection {
+        first: usize,
+        expected: &'static str,
+        input: usize,
+        found: &'static str,
+    },
+    /// Two inputs record different instruction sets.
+    Architecture {
         first: usize,
         expected: &'static str,
         input: usize,
@@ -133,6 +142,16 @@ impl MergeError {
                 found,
             } => format!(
                 "{} {found} collected on a BOLTed binary (boltedcollection) but {} {expected}: they cannot be mixed",
+                name(*input),
+                name(*first)
+            ),
+            MergeError::Architecture {
+                first,
+                expected,
+                input,
+                found,
+            } => format!(
+                "{} profiles {found} code but {} profiles {expected} code: they profile different binaries",
                 name(*input),
                 name(*first)
             ),
@@ -379,6 +398,8 @@ struct Header {
     build_id_from: usize,
     binary_name: Option<String>,
     origin: Origin,
+    architecture: Option<Architecture>,
+    architecture_from: usize,
     bolted_collection: bool,
 }
 
@@ -481,6 +502,7 @@ impl Merger {
         profile.build_id = header.build_id;
         profile.binary_name = header.binary_name;
         profile.origin = header.origin;
+        profile.architecture = header.architecture;
         profile.bolted_collection = header.bolted_collection;
         profile.hashes = self.hashes;
         // `into_iter` frees the compact sum as the profile grows.
@@ -506,6 +528,7 @@ impl Merger {
         head.build_id = header.build_id;
         head.binary_name = header.binary_name;
         head.origin = header.origin;
+        head.architecture = header.architecture;
         head.bolted_collection = header.bolted_collection;
         head.hashes = self.hashes;
         match head.mode {
@@ -602,6 +625,8 @@ impl Merger {
                 build_id_from: input,
                 binary_name: p.binary_name.take(),
                 origin: p.origin,
+                architecture: p.architecture,
+                architecture_from: input,
                 bolted_collection: p.bolted_collection,
             });
             return Ok(());
@@ -639,6 +664,17 @@ impl Merger {
                 found: words(p.bolted_collection),
             });
         }
+        // A profile that records no architecture (fdata, YAML, x86-64) goes with any.
+        if let (Some(mine), Some(theirs)) = (merged.architecture, p.architecture)
+            && mine != theirs
+        {
+            return Err(MergeError::Architecture {
+                first: merged.architecture_from,
+                expected: mine.keyword(),
+                input,
+                found: theirs.keyword(),
+            });
+        }
         match (&merged.build_id, &p.build_id) {
             (Some(mine), Some(theirs)) if mine != theirs => {
                 return Err(MergeError::BuildId {
@@ -653,6 +689,10 @@ impl Merger {
                 merged.build_id_from = input;
             }
             _ => {}
+        }
+        if merged.architecture.is_none() && p.architecture.is_some() {
+            merged.architecture = p.architecture;
+            merged.architecture_from = input;
         }
         if take_events {
             merged.mode = std::mem::replace(&mut p.mode, Mode::Branches);

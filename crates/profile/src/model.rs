@@ -71,6 +71,39 @@ pub enum Origin {
     Lbr,
     /// perf IP samples.
     Samples,
+    /// A hardware instruction trace decoded by perf (CoreSight ETM, Intel PT: `--itrace=b`):
+    /// every taken branch of the traced stretches, so the counts are exact, not sampled.
+    Trace,
+    /// Arm SPE: operations sampled at a fixed interval, branches with their targets.
+    Spe,
+}
+
+/// The instruction set a profile's code addresses belong to, when the profile records it.
+///
+/// Every profile written before Rivet handled AArch64 was of x86-64 code and carries no
+/// architecture; such a profile stays valid as it is, so only the other architectures are
+/// recorded (native format version 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Architecture {
+    X86_64,
+    Aarch64,
+}
+
+impl Architecture {
+    /// The word the native format writes.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Architecture::X86_64 => "x86-64",
+            Architecture::Aarch64 => "aarch64",
+        }
+    }
+
+    /// The architecture a native-format word names.
+    pub fn from_keyword(word: &str) -> Option<Architecture> {
+        [Architecture::X86_64, Architecture::Aarch64]
+            .into_iter()
+            .find(|a| a.keyword() == word)
+    }
 }
 
 /// What a profile remembers of one function's code in the build it was taken on, so that it
@@ -112,6 +145,9 @@ pub struct Profile {
     pub binary_name: Option<String>,
     pub mode: Mode,
     pub origin: Origin,
+    /// The instruction set of the profiled code; `None` when the format does not say (fdata,
+    /// YAML, and native profiles of x86-64 code, which predate the field).
+    pub architecture: Option<Architecture>,
     /// fdata `boltedcollection`: locations refer to the pre-BOLT binary through BAT.
     pub bolted_collection: bool,
     /// Branch and edge counts (mode `Branches`): (from, to) -> counts. A fall-through edge is
@@ -136,6 +172,7 @@ impl Profile {
             binary_name: None,
             mode,
             origin: Origin::Unknown,
+            architecture: None,
             bolted_collection: false,
             branches: BTreeMap::new(),
             samples: BTreeMap::new(),
@@ -208,6 +245,8 @@ impl Origin {
             Origin::Instrumentation => "instrumentation",
             Origin::Lbr => "lbr",
             Origin::Samples => "samples",
+            Origin::Trace => "trace",
+            Origin::Spe => "spe",
         }
     }
 
@@ -218,6 +257,8 @@ impl Origin {
             Origin::Instrumentation,
             Origin::Lbr,
             Origin::Samples,
+            Origin::Trace,
+            Origin::Spe,
         ]
         .into_iter()
         .find(|o| o.keyword() == word)

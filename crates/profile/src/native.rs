@@ -8,11 +8,13 @@
 //! (or a careful person edited) or it is refused, and a file cut short is noticed.
 //!
 //! ```text
-//! file     := "rivet-profile 2" NL                    (version 1: the same without hashes)
+//! file     := "rivet-profile" SP version NL           2 or 3 (1: version 2 without hashes)
 //!             [ "binary" SP name NL ]               the profiled file's name, escaped as in fdata
 //!             [ "build-id" SP hex NL ]              GNU build-id: lower-case hex, even length
+//!             [ "arch" SP ( "x86-64" | "aarch64" ) NL ]      version 3: the instruction set
 //!             "mode" SP ( "branches" | "samples" { SP event } ) NL
-//!             "origin" SP ( "unknown" | "instrumentation" | "lbr" | "samples" ) NL
+//!             "origin" SP ( "unknown" | "instrumentation" | "lbr" | "samples"
+//!                         | "trace" | "spe" ) NL      trace and spe: version 3
 //!             [ "bolted-collection" NL ]            locations refer to the pre-BOLT binary
 //!             { hashes }                            by name, each name once
 //!             "records" NL
@@ -34,9 +36,14 @@
 //! Header lines come in the order shown, each at most once. Records are written sorted
 //! (branches or samples, then memory, each in `BTreeMap` order) and may be read in any order,
 //! but a record may not appear twice: summing is what `merge` is for. A later, incompatible
-//! format gets a new version number on the first line; this reader reads versions 1 and 2
-//! and refuses others, and writes version 2. Version 2 added the hashes: what stale matching
+//! format gets a new version number on the first line; this reader reads versions 1 to 3
+//! and refuses others. Version 2 added the hashes: what stale matching
 //! (`rivet_passes::stale`) needs to carry a profile over to the next build of the program.
+//! Version 3 added the `arch` line and the origins `trace` and `spe` (Arm's profiling
+//! sources). A profile is written in the lowest version that can say it: version 2 unless it
+//! names an architecture or one of the new origins, so that profiles of x86-64 programs
+//! (which Rivet leaves without an `arch` line, as every profile was before AArch64) stay the
+//! bytes they were and readable by the Rivets that read them before.
 
 use std::collections::btree_map::Entry;
 use std::fmt::Write as _;
@@ -44,12 +51,14 @@ use std::fmt::Write as _;
 use thiserror::Error;
 
 use crate::fdata::{self, Dialect, FdataError, Record, shown};
-use crate::model::{BlockHash, FunctionHash, Mode, Origin, Profile};
+use crate::model::{Architecture, BlockHash, FunctionHash, Mode, Origin, Profile};
 use crate::yaml::{self, YamlError, YamlProfile};
 
 /// The first line's words and the version this module reads and writes.
 const MAGIC: &str = "rivet-profile";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
+/// The version written for a profile that needs nothing version 3 added.
+const VERSION_WITHOUT_ARCH: u32 = 2;
 /// The oldest version this module still reads (the same without hashes).
 const OLDEST_VERSION: u32 = 1;
 
@@ -107,6 +116,20 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
         profile.build_id = Some(id.to_owned());
         (line, text_line) = lines.next_line()?;
     }
+    if version >= 3
+        && let Some(word) = text_line.strip_prefix("arch ")
+    {
+        profile.architecture = Some(Architecture::from_keyword(word).ok_or_else(|| {
+            syntax(
+                line,
+                format!(
+                    "expected an architecture (x86-64 or aarch64), found {}",
+                    shown(word)
+                ),
+            )
+        })?);
+        (line, text_line) = lines.next_line()?;
+    }
     profile.mode = match text_line.strip_prefix("mode ") {
         Some("branches") => Mode::Branches,
         Some(rest) if rest == "samples" || rest.starts_with("samples ") => {
@@ -129,15 +152,26 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
     };
     (line, text_line) = lines.next_line()?;
     profile.origin = match text_line.strip_prefix("origin ") {
-        Some(word) => Origin::from_keyword(word).ok_or_else(|| {
-            syntax(
-                line,
-                format!(
-                    "expected an origin (unknown, instrumentation, lbr or samples), found {}",
-                    shown(word)
-                ),
-            )
-        })?,
+        Some(word) => match Origin::from_keyword(word) {
+            Some(origin) if version >= 3 || !origin_needs_version_3(origin) => origin,
+            Some(_) => {
+                return Err(syntax(
+                    line,
+                    format!(
+                        "origin {word} needs version 3 of the format, this is version {version}"
+                    ),
+                ));
+            }
+            None => {
+                return Err(syntax(
+                    line,
+                    format!(
+                        "expected an origin (unknown, instrumentation, lbr, samples, trace or spe), found {}",
+                        shown(word)
+                    ),
+                ));
+            }
+        },
         None => return Err(expected_header(line, text_line, "origin")),
     };
     (line, text_line) = lines.next_line()?;
@@ -222,7 +256,12 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
 /// Writes a profile in Rivet's native format.
 pub fn write(profile: &Profile) -> Result<String, NativeError> {
     let unrepresentable = NativeError::Unrepresentable;
-    let mut out = format!("{MAGIC} {VERSION}\n");
+    let version = if profile.architecture.is_some() || origin_needs_version_3(profile.origin) {
+        VERSION
+    } else {
+        VERSION_WITHOUT_ARCH
+    };
+    let mut out = format!("{MAGIC} {version}\n");
     if let Some(name) = &profile.binary_name {
         let name =
             fdata::escape_name(name).map_err(|m| unrepresentable(format!("binary name: {m}")))?;
@@ -231,6 +270,9 @@ pub fn write(profile: &Profile) -> Result<String, NativeError> {
     if let Some(id) = &profile.build_id {
         check_build_id(id).map_err(unrepresentable)?;
         let _ = writeln!(out, "build-id {id}");
+    }
+    if let Some(architecture) = profile.architecture {
+        let _ = writeln!(out, "arch {}", architecture.keyword());
     }
     match &profile.mode {
         Mode::Branches => out.push_str("mode branches\n"),
@@ -253,6 +295,11 @@ pub fn write(profile: &Profile) -> Result<String, NativeError> {
     fdata::write_records(profile, &mut out).map_err(unrepresentable)?;
     out.push_str("end\n");
     Ok(out)
+}
+
+/// Origins that version 3 of the format added.
+fn origin_needs_version_3(origin: Origin) -> bool {
+    matches!(origin, Origin::Trace | Origin::Spe)
 }
 
 /// The kinds of profile file Rivet knows.
@@ -566,8 +613,8 @@ end
     fn is_strict() {
         let err = |text: &str| parse(text).unwrap_err().to_string();
         assert_eq!(
-            err(&EXAMPLE.replace("rivet-profile 2", "rivet-profile 3")),
-            "line 1: this is version 3 of Rivet's profile format; this Rivet reads versions 1 to 2"
+            err(&EXAMPLE.replace("rivet-profile 2", "rivet-profile 4")),
+            "line 1: this is version 4 of Rivet's profile format; this Rivet reads versions 1 to 3"
         );
         assert_eq!(
             err(&EXAMPLE.replace("end\n", "")),
@@ -607,7 +654,7 @@ end
         );
         assert_eq!(
             err(&EXAMPLE.replace("origin instrumentation", "origin magic")),
-            "line 5: expected an origin (unknown, instrumentation, lbr or samples), found \"magic\""
+            "line 5: expected an origin (unknown, instrumentation, lbr, samples, trace or spe), found \"magic\""
         );
         assert_eq!(
             err(&EXAMPLE.replace("binary my\\ app", "binary my app")),
@@ -627,6 +674,46 @@ end
         assert_eq!(
             err("rivet-profile 2\r\n"),
             "line 1: expected a version number, found \"2\\r\""
+        );
+    }
+
+    #[test]
+    fn the_architecture_and_the_trace_origins_need_version_3() {
+        // An x86-64 profile (no architecture) keeps version 2, byte for byte.
+        assert!(write(&example()).unwrap().starts_with("rivet-profile 2\n"));
+        let mut arm = example();
+        arm.architecture = Some(Architecture::Aarch64);
+        arm.origin = Origin::Trace;
+        let text = write(&arm).unwrap();
+        assert!(
+            text.starts_with(
+                "rivet-profile 3\nbinary my\\ app\nbuild-id f157cb091eaa5062\narch aarch64\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\norigin trace\n"), "{text}");
+        assert_eq!(parse(&text).unwrap(), arm);
+        let mut spe = example();
+        spe.origin = Origin::Spe;
+        let text = write(&spe).unwrap();
+        assert!(text.starts_with("rivet-profile 3\n"), "{text}");
+        assert_eq!(parse(&text).unwrap(), spe);
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        // Version 2 has no arch line and no new origins.
+        assert_eq!(
+            err(&text.replace("rivet-profile 3", "rivet-profile 2")),
+            "line 5: origin spe needs version 3 of the format, this is version 2"
+        );
+        let v2_arch = write(&arm)
+            .unwrap()
+            .replace("rivet-profile 3", "rivet-profile 2");
+        assert_eq!(
+            err(&v2_arch),
+            "line 4: expected the `mode` line, found \"arch aarch64\""
+        );
+        assert_eq!(
+            err(&write(&arm).unwrap().replace("arch aarch64", "arch mips")),
+            "line 4: expected an architecture (x86-64 or aarch64), found \"mips\""
         );
     }
 

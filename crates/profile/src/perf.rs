@@ -24,6 +24,25 @@
 //! A branch stack lists the most recent branch first. Between two consecutive branches the
 //! program ran straight through: from the older branch's target to the newer branch's source,
 //! a *trace*, which the caller turns into fall-through edges of the CFG.
+//!
+//! Four sources of samples are told apart by what their lines look like ([`classify`]):
+//!
+//! ```text
+//!   PID/TID cycles:u: IP 0xFROM/0xTO/P/-/-/CYC/TYPE/SPEC ...   branch stacks: LBR, Arm BRBE,
+//!                                                            a trace's --itrace=...l stacks
+//!   PID/TID branches:u: FLAGS IP => ADDR                     every branch of a decoded trace
+//!                                                            (CoreSight ETM, Intel PT: --itrace=b)
+//!   PID/TID branch: FLAGS ADDR IP [stack]                    Arm SPE: a sampled branch and its
+//!                                                            target (other SPE events: plain)
+//!   PID cpu-clock:u: IP                                      plain samples
+//! ```
+//!
+//! A trace's branches come in the order each thread ran them, so the run from one branch's
+//! target to the thread's next branch is a trace as well, known rather than sampled: a
+//! profile from them counts every branch of the traced stretches. SPE samples single
+//! operations; a branch's target comes in the address field, whether it was taken in the
+//! `flags` field or its one-entry branch stack. One text holds one source; a text that mixes
+//! two is refused unless the caller names the one to read (`Aggregator::with_source`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -51,6 +70,120 @@ pub struct BranchRecord {
     pub from: u64,
     pub to: u64,
     pub mispredicted: bool,
+    /// The branch was not taken (the `N` of `PN`/`MN`, which perf prints for SPE's branch
+    /// stacks since Leo Yan's 2025 series "perf script: Refactor branch flags for Arm SPE": Linux
+    /// `tools/perf/builtin-script.c`, `bstack_event_str`). Such a
+    /// record is a conditional branch that fell through, not a jump to `to`.
+    pub not_taken: bool,
+}
+
+/// Where a sample came from, as far as the text tells (see [`classify`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PerfSource {
+    /// Branch stacks (`brstack`): x86 LBR, Arm BRBE (`perf record -j any,u`), and the last-branch
+    /// stacks perf synthesizes from a trace (`--itrace=...l`). Sampled.
+    BranchStacks,
+    /// Branch samples decoded from a hardware trace (CoreSight ETM, Intel PT: `--itrace=...b`),
+    /// printed `FROM => TO`: every taken branch of the traced stretches, in order.
+    Trace,
+    /// Arm SPE samples (`arm_spe` events): sampled operations, branches with their targets.
+    Spe,
+    /// Plain IP samples (timer or counter overflow), no branch information.
+    Samples,
+}
+
+impl PerfSource {
+    /// The name users give it (`--perf-source`) and messages use.
+    pub fn name(self) -> &'static str {
+        match self {
+            PerfSource::BranchStacks => "branch-stacks",
+            PerfSource::Trace => "trace",
+            PerfSource::Spe => "spe",
+            PerfSource::Samples => "samples",
+        }
+    }
+}
+
+/// The events perf synthesizes from Arm SPE records (Linux `tools/perf/util/arm-spe.c`,
+/// `arm_spe_synth_events`): `branch` (every sampled branch; `branch-miss` before the 2025 series,
+/// mispredicted ones only), the memory events, and `instructions`, which is left out here
+/// because ETM and the PMU synthesize events of that name too.
+const SPE_EVENTS: &[&str] = &[
+    "branch",
+    "branch-miss",
+    "l1d-miss",
+    "l1d-access",
+    "llc-miss",
+    "llc-access",
+    "tlb-miss",
+    "tlb-access",
+    "remote-access",
+    "memory",
+];
+
+/// SPE's branch events (see [`SPE_EVENTS`]).
+const SPE_BRANCH_EVENTS: &[&str] = &["branch", "branch-miss"];
+
+/// perf's `flags` field (`-F +flags`) comes between the event and the numbers: names of
+/// branch kinds in lower-case words (`jcc`, `tr strt`, `hw int`...: Linux
+/// `tools/perf/util/trace-event-scripting.c`, `sample_flags`), the last one optionally
+/// followed by `/miss/`, `/not_taken/` or `/miss,not_taken/` (branch events), then `(x)`,
+/// `(D)`, `(t)` for transaction and interrupt states. Any lower-case word there that is no
+/// hex number is taken for one: only `tr strt` and `tr end` (and the events) change how a
+/// sample is read, so the kinds need not be listed.
+/// What a sample line's `flags` field says about its branch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleFlags {
+    /// The line has a `flags` field.
+    pub present: bool,
+    /// `tr strt`: the trace (re)starts at the target; the source is not a branch.
+    pub trace_begin: bool,
+    /// `tr end`: the trace stops after the source; there is no target.
+    pub trace_end: bool,
+    /// `/miss/`: mispredicted.
+    pub miss: bool,
+    /// `/not_taken/`: a conditional branch that fell through (SPE).
+    pub not_taken: bool,
+}
+
+/// A sample line of `perf script` output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub pid: u32,
+    /// The thread (`PID/TID`, from `-F pid,tid`), when printed.
+    pub tid: Option<u32>,
+    /// The event's name with its modifiers (`cycles:u`).
+    pub event: String,
+    pub ip: u64,
+    /// The sample's address field: a branch's target (`IP => ADDR` for trace branches; for
+    /// SPE, which prints `ADDR IP`, the target of a branch), when printed.
+    pub addr: Option<u64>,
+    /// The branch stack, most recent branch first.
+    pub branches: Vec<BranchRecord>,
+    pub flags: SampleFlags,
+}
+
+impl Sample {
+    /// The event's name without modifiers (`branches` of `branches:u`).
+    pub fn event_name(&self) -> &str {
+        self.event.split(':').next().unwrap_or("")
+    }
+}
+
+/// The source a sample is evidence of: SPE by its event's name, a trace branch by its `=>`
+/// form, a branch stack by its stack; anything else is a plain sample. Reliable as far as
+/// perf's event names are: `instructions` samples come from the PMU, ETM and SPE alike,
+/// which is why they count as plain samples (they are: sampled IPs, whatever made them).
+pub fn classify(sample: &Sample, arrow: bool) -> PerfSource {
+    if SPE_EVENTS.contains(&sample.event_name()) {
+        PerfSource::Spe
+    } else if arrow {
+        PerfSource::Trace
+    } else if !sample.branches.is_empty() {
+        PerfSource::BranchStacks
+    } else {
+        PerfSource::Samples
+    }
 }
 
 /// A line of `perf script` output that matters.
@@ -67,10 +200,9 @@ pub enum Line {
         pid: u32,
     },
     Sample {
-        pid: u32,
-        event: String,
-        ip: u64,
-        branches: Vec<BranchRecord>,
+        sample: Sample,
+        /// The line had the `FROM => TO` form perf prints for trace branches.
+        arrow: bool,
     },
 }
 
@@ -100,11 +232,29 @@ pub fn parse_line(line: &str) -> Option<Line> {
     if line.contains("PERF_RECORD_") {
         return None;
     }
-    // PID [EVENT:] IP [branch ...]
+    parse_sample(line)
+}
+
+/// `PID[/TID] [EVENT:] [FLAGS] NUMBER [NUMBER] [=> NUMBER] [branch ...]`, in the order perf
+/// prints the fields whatever the order of `-F` (Linux `tools/perf/builtin-script.c`,
+/// `process_event`: the address before the IP, except for branch samples of a trace, printed
+/// `IP => ADDR` by `perf_sample__fprintf_bts`); symbols and other fields after the numbers
+/// are skipped.
+fn parse_sample(line: &str) -> Option<Line> {
     let mut words = line.split_whitespace();
-    let pid: u32 = words.next()?.split('/').next()?.parse().ok()?;
+    let mut task = words.next()?.split('/');
+    let pid: u32 = task.next()?.parse().ok()?;
+    let tid = match task.next() {
+        Some(tid) => Some(tid.parse().ok()?),
+        None => None,
+    };
     let mut event = String::new();
-    let mut ip = None;
+    let mut flags = SampleFlags::default();
+    // The leading run of bare hex numbers (before `=>`), and the one after `=>`.
+    let mut numbers: Vec<u64> = Vec::new();
+    let mut numbers_done = false;
+    let mut arrow = false;
+    let mut after_arrow = None;
     let mut branches = Vec::new();
     for w in words {
         if w.contains('/') && w.starts_with("0x") {
@@ -115,20 +265,74 @@ pub fn parse_line(line: &str) -> Option<Line> {
             branches.push(BranchRecord {
                 from,
                 to,
-                mispredicted: flag == "M",
+                mispredicted: flag.starts_with('M'),
+                not_taken: flag.len() == 2 && flag.ends_with('N'),
             });
-        } else if ip.is_none() && w.ends_with(':') {
+        } else if w == "=>" && !numbers.is_empty() && !arrow {
+            arrow = true;
+        } else if arrow {
+            if after_arrow.is_none() {
+                after_arrow = Some(hex(w)?);
+            }
+        } else if numbers.is_empty() && w.ends_with(':') {
             event = w.trim_end_matches(':').to_string();
-        } else if ip.is_none() {
-            ip = Some(hex(w)?);
+        } else if numbers.is_empty() && flag_word(w, &mut flags) {
+        } else if numbers.is_empty() {
+            numbers.push(hex(w)?);
+        } else if !numbers_done {
+            match hex(w) {
+                Some(n) if numbers.len() < 2 => numbers.push(n),
+                _ => numbers_done = true,
+            }
         }
     }
-    Some(Line::Sample {
+    let mut sample = Sample {
         pid,
+        tid,
         event,
-        ip: ip?,
+        ip: *numbers.first()?,
+        addr: None,
         branches,
-    })
+        flags,
+    };
+    if arrow {
+        sample.addr = Some(after_arrow?);
+    } else if let [addr, ip] = numbers[..]
+        && (SPE_EVENTS.contains(&sample.event_name()) || sample.event_name() == "instructions")
+    {
+        // Only SPE's samples (its `instructions` too; ETM's and PT's carry no address) are
+        // read with an address before the IP: elsewhere a second number is a symbol that
+        // looks like one (`add`, `beef`).
+        sample.ip = ip;
+        sample.addr = Some(addr);
+    }
+    Some(Line::Sample { sample, arrow })
+}
+
+/// Reads `w` into `flags` if it is a word of perf's `flags` field.
+fn flag_word(w: &str, flags: &mut SampleFlags) -> bool {
+    if w.starts_with('(') && w.ends_with(')') {
+        flags.present = true;
+        return true;
+    }
+    let (name, events) = w.split_once('/').unwrap_or((w, ""));
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase()) || hex(name).is_some() {
+        return false;
+    }
+    flags.present = true;
+    match name {
+        "strt" => flags.trace_begin = true,
+        "end" => flags.trace_end = true,
+        _ => {}
+    }
+    for event in events.split([',', '/']) {
+        match event {
+            "miss" => flags.miss = true,
+            "not_taken" => flags.not_taken = true,
+            _ => {}
+        }
+    }
+    true
 }
 
 /// `CHILD:TID):(PARENT:TID)`, what follows `PERF_RECORD_FORK(`.
@@ -174,7 +378,7 @@ fn parse_mmap(text: &str) -> Option<Mapping> {
 /// Samples of one binary, in its virtual addresses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Aggregated {
-    /// Any sample carried a branch stack.
+    /// Any sample carried a branch stack (and was read as one).
     pub has_branch_stacks: bool,
     /// Event names seen.
     pub events: Vec<String>,
@@ -187,9 +391,50 @@ pub struct Aggregated {
     /// Straight-line runs inside the binary: (start, end) -> count, `end` being the address of
     /// the branch that ended the run.
     pub traces: BTreeMap<(u64, u64), u64>,
+    /// Conditional branches seen not taken (SPE): address of the branch -> count.
+    pub not_taken: BTreeMap<u64, u64>,
     pub total_samples: u64,
     /// Samples in processes that never mapped the binary, or outside it.
     pub samples_elsewhere: u64,
+    /// Samples by the source they are evidence of ([`classify`]).
+    pub sources: BTreeMap<PerfSource, u64>,
+    /// The source the user named (`--perf-source`), if any.
+    pub forced_source: Option<PerfSource>,
+    /// Samples whose branch information was not read because they are of another source
+    /// than the one named.
+    pub samples_of_other_sources: u64,
+    /// SPE branch samples read as branches (with their targets).
+    pub spe_branches: u64,
+    /// SPE branch samples without a target (no `addr` field): counted as plain samples.
+    pub spe_branches_without_target: u64,
+    /// SPE branch samples with neither `flags` nor a branch stack, which would say whether
+    /// the branch was taken: read as taken.
+    pub spe_branches_without_outcome: u64,
+}
+
+/// Two branch sources in one text, which Rivet does not mix into one profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MixedSources(pub Vec<PerfSource>);
+
+impl Aggregated {
+    /// The source the profile is made from: the one the user named, else the one source of
+    /// branch information the samples hold (plain samples when none does).
+    pub fn source(&self) -> Result<PerfSource, MixedSources> {
+        if let Some(forced) = self.forced_source {
+            return Ok(forced);
+        }
+        let branchy: Vec<PerfSource> = self
+            .sources
+            .keys()
+            .copied()
+            .filter(|s| *s != PerfSource::Samples)
+            .collect();
+        match branchy[..] {
+            [] => Ok(PerfSource::Samples),
+            [one] => Ok(one),
+            _ => Err(MixedSources(branchy)),
+        }
+    }
 }
 
 /// Turns `perf script` lines into `Aggregated` for one binary.
@@ -199,9 +444,15 @@ pub struct Aggregator {
     paths: Vec<String>,
     /// Per process: (start, end, base) where vaddr = addr - start + base... as file offsets.
     maps: HashMap<u32, Vec<(u64, u64, u64)>>,
+    /// Per thread of a trace: the run-time target of its last branch, where the straight run
+    /// that the thread's next branch ends began.
+    trace_runs: HashMap<(u32, u32), u64>,
     pub result: Aggregated,
     /// Mappings of the binary seen.
     pub mappings: u64,
+    /// Lines that were a mapping, task or sample record (what tells perf script text from
+    /// anything else).
+    pub records: u64,
 }
 
 impl Aggregator {
@@ -211,9 +462,17 @@ impl Aggregator {
             segments,
             paths,
             maps: HashMap::new(),
+            trace_runs: HashMap::new(),
             result: Aggregated::default(),
             mappings: 0,
+            records: 0,
         }
+    }
+
+    /// Reads only the branch information of `source` (see [`Aggregated::source`]).
+    pub fn with_source(mut self, source: PerfSource) -> Aggregator {
+        self.result.forced_source = Some(source);
+        self
     }
 
     fn file_offset_to_vaddr(&self, offset: u64) -> Option<u64> {
@@ -235,7 +494,11 @@ impl Aggregator {
     }
 
     pub fn feed(&mut self, line: &str) {
-        match parse_line(line) {
+        let parsed = parse_line(line);
+        if parsed.is_some() {
+            self.records += 1;
+        }
+        match parsed {
             Some(Line::Mmap(m)) => {
                 let ours = self.paths.contains(&m.path);
                 let maps = self.maps.entry(m.pid).or_default();
@@ -255,29 +518,46 @@ impl Aggregator {
             }
             Some(Line::Exec { pid }) => {
                 self.maps.remove(&pid);
+                self.trace_runs.retain(|(p, _), _| *p != pid);
             }
-            Some(Line::Sample {
-                pid,
-                event,
-                ip,
-                branches,
-            }) => self.sample(pid, event, ip, &branches),
+            Some(Line::Sample { sample, arrow }) => self.sample(sample, arrow),
             None => {}
         }
     }
 
-    fn sample(&mut self, pid: u32, event: String, ip: u64, branches: &[BranchRecord]) {
+    fn sample(&mut self, sample: Sample, arrow: bool) {
+        let class = classify(&sample, arrow);
         let r = &mut self.result;
         r.total_samples += 1;
-        if !event.is_empty() && !r.events.contains(&event) {
-            r.events.push(event);
+        *r.sources.entry(class).or_default() += 1;
+        if !sample.event.is_empty() && !r.events.contains(&sample.event) {
+            r.events.push(sample.event.clone());
         }
-        if !branches.is_empty() {
-            r.has_branch_stacks = true;
-        }
-        match self.translate(pid, ip) {
+        match self.translate(sample.pid, sample.ip) {
             Some(v) => *self.result.samples.entry(v).or_default() += 1,
             None => self.result.samples_elsewhere += 1,
+        }
+        let read_as = match self.result.forced_source {
+            // Plain samples named: every sample is one, branch stacks or not.
+            Some(PerfSource::Samples) => return,
+            Some(forced) if forced != class && class != PerfSource::Samples => {
+                self.result.samples_of_other_sources += 1;
+                return;
+            }
+            _ => class,
+        };
+        match read_as {
+            PerfSource::BranchStacks => self.branch_stack(sample.pid, &sample.branches),
+            PerfSource::Trace => self.trace_branch(&sample),
+            PerfSource::Spe => self.spe_sample(&sample),
+            PerfSource::Samples => {}
+        }
+    }
+
+    /// A sampled branch stack (LBR, BRBE, a trace's synthesized last branches).
+    fn branch_stack(&mut self, pid: u32, branches: &[BranchRecord]) {
+        if !branches.is_empty() {
+            self.result.has_branch_stacks = true;
         }
         let translated: Vec<(Option<u64>, Option<u64>, bool)> = branches
             .iter()
@@ -309,6 +589,87 @@ impl Aggregator {
             }
         }
     }
+
+    /// One branch of a decoded trace: `ip` the branch, `addr` its target. A thread's
+    /// branches come in the order it ran them, so the run between the previous target and
+    /// this branch is a straight run too: the trace says it, rather than a sample implying
+    /// it (CoreSight's `tr strt` has source 0, `tr end` target 0: Linux
+    /// `tools/perf/util/cs-etm.c`, `cs_etm__synth_branch_sample`).
+    fn trace_branch(&mut self, sample: &Sample) {
+        let pid = sample.pid;
+        let thread = (pid, sample.tid.unwrap_or(pid));
+        let (from, to) = (sample.ip, sample.addr.unwrap_or(0));
+        let begin = sample.flags.trace_begin || from == 0;
+        let end = sample.flags.trace_end || to == 0;
+        if !begin
+            && let Some(start) = self.trace_runs.get(&thread).copied()
+            && let (Some(start), Some(end)) =
+                (self.translate(pid, start), self.translate(pid, from))
+            && start <= end
+        {
+            *self.result.traces.entry((start, end)).or_default() += 1;
+        }
+        if !begin && !end {
+            match (self.translate(pid, from), self.translate(pid, to)) {
+                (Some(from), Some(to)) => {
+                    let c = self.result.branches.entry((from, to)).or_default();
+                    c.0 += 1;
+                    c.1 += u64::from(sample.flags.miss);
+                }
+                (None, Some(to)) => *self.result.entries.entry(to).or_default() += 1,
+                _ => {}
+            }
+        }
+        if end {
+            self.trace_runs.remove(&thread);
+        } else {
+            self.trace_runs.insert(thread, to);
+        }
+    }
+
+    /// An SPE sample: a branch (event `branch`, or `branch-miss` in older perf) with its
+    /// target in `addr`, and in recent perf (`--itrace=...l`) a branch stack of the branch
+    /// itself and the previous branch's target (source 0; `arm_spe__prep_branch_stack`), which
+    /// bounds a straight run ending at this branch. Other SPE samples are plain samples.
+    fn spe_sample(&mut self, sample: &Sample) {
+        if !SPE_BRANCH_EVENTS.contains(&sample.event_name()) {
+            return;
+        }
+        let pid = sample.pid;
+        let this = sample
+            .branches
+            .iter()
+            .find(|b| b.from == sample.ip && b.from != 0);
+        let previous_target = sample.branches.iter().find(|b| b.from == 0).map(|b| b.to);
+        let target = sample.addr.or(this.map(|b| b.to));
+        let Some(target) = target else {
+            self.result.spe_branches_without_target += 1;
+            return;
+        };
+        self.result.spe_branches += 1;
+        if !sample.flags.present && this.is_none() {
+            self.result.spe_branches_without_outcome += 1;
+        }
+        let not_taken = sample.flags.not_taken || this.is_some_and(|b| b.not_taken);
+        let mispredicted = sample.event_name() == "branch-miss"
+            || sample.flags.miss
+            || this.is_some_and(|b| b.mispredicted);
+        let Some(from) = self.translate(pid, sample.ip) else {
+            return;
+        };
+        if let Some(start) = previous_target.and_then(|t| self.translate(pid, t))
+            && start <= from
+        {
+            *self.result.traces.entry((start, from)).or_default() += 1;
+        }
+        if not_taken {
+            *self.result.not_taken.entry(from).or_default() += 1;
+        } else if let Some(to) = self.translate(pid, target) {
+            let c = self.result.branches.entry((from, to)).or_default();
+            c.0 += 1;
+            c.1 += u64::from(mispredicted);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -334,30 +695,38 @@ mod tests {
         assert_eq!(
             s,
             Some(Line::Sample {
-                pid: 22433,
-                event: "cpu-clock:u".into(),
-                ip: 0x559d550d84a1,
-                branches: vec![]
+                sample: Sample {
+                    pid: 22433,
+                    tid: None,
+                    event: "cpu-clock:u".into(),
+                    ip: 0x559d550d84a1,
+                    addr: None,
+                    branches: vec![],
+                    flags: SampleFlags::default(),
+                },
+                arrow: false,
             })
         );
         let b = parse_line(
             "  77  cycles:u:  401136 0x40113e/0x401130/P/-/-/0  0x401150/0x401139/M/-/-/12 ",
         );
-        let Some(Line::Sample { branches, .. }) = b else {
+        let Some(Line::Sample { sample, .. }) = b else {
             panic!("{b:?}")
         };
         assert_eq!(
-            branches,
+            sample.branches,
             vec![
                 BranchRecord {
                     from: 0x40113e,
                     to: 0x401130,
-                    mispredicted: false
+                    mispredicted: false,
+                    not_taken: false,
                 },
                 BranchRecord {
                     from: 0x401150,
                     to: 0x401139,
-                    mispredicted: true
+                    mispredicted: true,
+                    not_taken: false,
                 },
             ]
         );
@@ -448,5 +817,144 @@ mod tests {
             a.result.traces,
             BTreeMap::from([((0x401130, 0x40113e), 1), ((0x401100, 0x40113e), 1)])
         );
+    }
+
+    fn aggregator() -> Aggregator {
+        let mut a = Aggregator::new(
+            vec![Segment {
+                vaddr: 0x400000,
+                offset: 0,
+                filesz: 0x10000,
+            }],
+            vec!["/bin/prog".into()],
+        );
+        a.feed("  9 PERF_RECORD_MMAP2 9/9: [0x400000(0x10000) @ 0 fe:00 1 2]: r-xp /bin/prog");
+        a
+    }
+
+    #[test]
+    fn brbe_branch_stacks_with_types_read_as_lbr_ones() {
+        // Linux tools/perf/builtin-script.c, print_bstack_flags: FROM/TO/EVENTS/IN_TX/ABORT/
+        // CYCLES/TYPE/SPEC since 6.1 (types `CALL`, `COND`... from util/branch.c); what BRBE
+        // (`perf record -j any,u` on Armv9.2) prints.
+        let mut a = aggregator();
+        a.feed("  9/9 cycles:u: 401136 0x40113e/0x401130/P/-/-/4/COND/- 0x401120/0x401100/M/-/-/17/CALL/- 0x7f00/0x401100/-/-/-/0/RET/-");
+        assert_eq!(a.result.source(), Ok(PerfSource::BranchStacks));
+        assert_eq!(a.result.branches[&(0x40113e, 0x401130)], (1, 0));
+        assert_eq!(a.result.branches[&(0x401120, 0x401100)], (1, 1));
+        assert_eq!(a.result.traces[&(0x401100, 0x40113e)], 1);
+        assert_eq!(a.result.entries[&0x401100], 1);
+    }
+
+    #[test]
+    fn trace_branches_give_every_branch_and_the_runs_between_them() {
+        // `perf script -F pid,tid,event,flags,ip,addr --itrace=b` of a CoreSight ETM trace:
+        // `IP => ADDR` (builtin-script.c, perf_sample__fprintf_bts), flags names from
+        // util/trace-event-scripting.c; `tr strt` from 0 and `tr end` to 0 (util/cs-etm.c).
+        let mut a = aggregator();
+        for line in [
+            "  9/9   branches:u:   tr strt                          0 =>           401100",
+            "  9/9   branches:u:   jcc                         401110 =>           401130",
+            "  9/10  branches:u:   tr strt                          0 =>           401200",
+            "  9/9   branches:u:   call                        401134 =>           7f0010",
+            "  9/10  branches:u:   jmp                         401208 =>           401200",
+            "  9/9   branches:u:   return                      7f0020 =>           401138",
+            "  9/9   branches:u:   jcc/miss/                   401140 =>           401130",
+            "  9/9   branches:u:   tr end                      401136 =>                0",
+            "  9/9   branches:u:   tr strt                          0 =>           401138",
+            "  9/9   branches:u:   jmp                         401140 =>           401130",
+        ] {
+            a.feed(line);
+        }
+        let r = &a.result;
+        assert_eq!(r.source(), Ok(PerfSource::Trace));
+        assert_eq!(
+            r.branches,
+            BTreeMap::from([
+                ((0x401110, 0x401130), (1, 0)),
+                ((0x401140, 0x401130), (2, 1)),
+                ((0x401208, 0x401200), (1, 0)),
+            ])
+        );
+        assert_eq!(r.entries, BTreeMap::from([(0x401138, 1)]));
+        // Thread 10's runs do not mix with thread 9's; the run into the library is no run
+        // of the binary, the run after `tr end` starts over at `tr strt`.
+        assert_eq!(
+            r.traces,
+            BTreeMap::from([
+                ((0x401100, 0x401110), 1),
+                ((0x401130, 0x401134), 1),
+                ((0x401138, 0x401140), 2),
+                ((0x401130, 0x401136), 1),
+                ((0x401200, 0x401208), 1),
+            ])
+        );
+    }
+
+    #[test]
+    fn spe_branches_carry_their_target_and_outcome() {
+        // Linux tools/perf/util/arm-spe.c: `branch` samples (ip = the branch, addr = its
+        // target, printed before the ip by builtin-script.c's process_event), flags `/miss/`
+        // and `/not_taken/`, and with `--itrace=bl` a branch stack of the branch itself and
+        // the previous branch's target (source 0).
+        let mut a = aggregator();
+        for line in [
+            "  9/9  branch:   jcc                    401130           401140",
+            "  9/9  branch:   jcc/miss,not_taken/    401130           401140",
+            "  9/9  branch:   jcc/not_taken/         401130           401140 0x401140/0x401130/PN/-/-/3/COND/- 0x0/0x401120/-/-/-/0/-/-",
+            "  9/9  branch-miss:                     401150           401160",
+            "  9/9  l1d-access:                      7ffd0010         401144",
+            "  9/9  branch:                                           401170",
+        ] {
+            a.feed(line);
+        }
+        let r = &a.result;
+        assert_eq!(r.source(), Ok(PerfSource::Spe));
+        assert_eq!(
+            r.branches,
+            BTreeMap::from([
+                ((0x401140, 0x401130), (1, 0)),
+                ((0x401160, 0x401150), (1, 1))
+            ])
+        );
+        assert_eq!(r.not_taken, BTreeMap::from([(0x401140, 2)]));
+        assert_eq!(r.traces, BTreeMap::from([((0x401120, 0x401140), 1)]));
+        assert_eq!(r.spe_branches, 4);
+        assert_eq!(r.spe_branches_without_target, 1);
+        assert_eq!(r.spe_branches_without_outcome, 1);
+        // Every sample is a PC sample too (the memory access's IP, not its data address).
+        assert_eq!(r.samples[&0x401144], 1);
+        assert_eq!(r.total_samples, 6);
+    }
+
+    #[test]
+    fn mixed_sources_are_refused_unless_one_is_named() {
+        let lines = [
+            "  9/9 cycles:u: 401136 0x40113e/0x401130/P/-/-/4/COND/-",
+            "  9/9   branches:u:   jcc   401110 =>   401130",
+            "  9/9 cpu-clock:u: 401136",
+        ];
+        let mut a = aggregator();
+        lines.iter().for_each(|l| a.feed(l));
+        assert_eq!(
+            a.result.source(),
+            Err(MixedSources(vec![
+                PerfSource::BranchStacks,
+                PerfSource::Trace
+            ]))
+        );
+        let mut a = aggregator().with_source(PerfSource::Trace);
+        a.feed("  9 PERF_RECORD_MMAP2 9/9: [0x400000(0x10000) @ 0 fe:00 1 2]: r-xp /bin/prog");
+        lines.iter().for_each(|l| a.feed(l));
+        assert_eq!(a.result.source(), Ok(PerfSource::Trace));
+        assert_eq!(a.result.branches.len(), 1);
+        assert_eq!(a.result.samples_of_other_sources, 1);
+        assert!(!a.result.has_branch_stacks);
+        // Symbols after the IP that look like numbers stay symbols outside SPE.
+        let Some(Line::Sample { sample, .. }) = parse_line("  9 cycles:u: 401136 add (/bin/prog)")
+        else {
+            panic!()
+        };
+        assert_eq!((sample.ip, sample.addr), (0x401136, None));
     }
 }

@@ -10,7 +10,9 @@ use rivet_profile::yaml::{
     HashFunc, ProfileFlags, YamlBlock, YamlCall, YamlFunction, YamlHeader, YamlProbe, YamlProfile,
     YamlSucc,
 };
-use rivet_profile::{BranchCount, LocKind, Location, Mode, Profile, fdata, native, yaml};
+use rivet_profile::{
+    Architecture, BranchCount, LocKind, Location, Mode, Profile, fdata, native, yaml,
+};
 
 /// Names fdata and the native format can hold: anything without a newline, biased towards
 /// the characters the escaping is about.
@@ -38,7 +40,16 @@ fn origin() -> impl Strategy<Value = Origin> {
         Just(Origin::Instrumentation),
         Just(Origin::Lbr),
         Just(Origin::Samples),
+        Just(Origin::Trace),
+        Just(Origin::Spe),
     ]
+}
+
+fn architecture() -> impl Strategy<Value = Option<Architecture>> {
+    proptest::option::of(prop_oneof![
+        Just(Architecture::X86_64),
+        Just(Architecture::Aarch64)
+    ])
 }
 
 fn profile() -> impl Strategy<Value = Profile> {
@@ -56,18 +67,19 @@ fn profile() -> impl Strategy<Value = Profile> {
         mode,
         build_id,
         binary_name,
-        origin(),
+        (origin(), architecture()),
         any::<bool>(),
         btree_map((location(), location()), branch, 0..12),
         btree_map(location(), count.clone(), 0..12),
         btree_map((location(), location()), count, 0..4),
     )
         .prop_map(
-            |(mode, build_id, binary_name, origin, bolted, branches, samples, memory)| {
+            |(mode, build_id, binary_name, (origin, arch), bolted, branches, samples, memory)| {
                 let mut p = Profile::new(mode);
                 p.build_id = build_id;
                 p.binary_name = binary_name;
                 p.origin = origin;
+                p.architecture = arch;
                 p.bolted_collection = bolted;
                 p.memory = memory;
                 match p.mode {
@@ -206,6 +218,7 @@ proptest! {
         let mut expected = p.clone();
         expected.build_id = None;
         expected.binary_name = None;
+        expected.architecture = None;
         expected.origin = match p.mode {
             Mode::Branches => Origin::Unknown,
             Mode::Samples { .. } => Origin::Samples,
