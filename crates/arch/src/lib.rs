@@ -60,11 +60,13 @@ mod branch;
 mod indirect;
 mod inst;
 mod isa;
+mod probe;
 mod x86_64;
 
 pub use branch::{Branch, BranchEncoder, BranchForm, EncodeError};
 pub use indirect::{IndexBound, IndirectJump};
 pub use inst::{Flow, Inst};
 pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};
+pub use probe::{Atomics, IndirectProbeError, ProbeShape};
 pub use x86_64::jump_table::RegisterId;
-pub use x86_64::probe::{Flags, IndirectProbeError, ProbeShape};
+pub use x86_64::probe::Flags;

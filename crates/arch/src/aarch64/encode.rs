@@ -18,6 +18,9 @@ pub const FILL: u32 = 0x0000_0000;
 pub const BTI_C: u32 = 0xd503_245f;
 pub const BTI_J: u32 = 0xd503_249f;
 pub const BTI_JC: u32 = 0xd503_24df;
+/// `paciasp`, `pacibsp`: sign the return address; also `bti c` landing pads.
+pub const PACIASP: u32 = 0xd503_233f;
+pub const PACIBSP: u32 = 0xd503_237f;
 /// The intra-procedure-call scratch register veneers may clobber (AAPCS64: x16, IP0).
 pub const VENEER_REGISTER: u8 = 16;
 

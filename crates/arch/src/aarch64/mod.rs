@@ -8,12 +8,14 @@
 //! This module also holds the AArch64 facts `crate::Isa` answers with: the ELF machine,
 //! DWARF register numbers, what padding looks like.
 
+pub mod asm;
 pub mod decode;
 pub mod encode;
 pub(crate) mod inst;
 pub mod jump_table;
 pub(crate) mod pairs;
 pub(crate) mod plt;
+pub mod probe;
 pub(crate) mod relocs;
 
 pub use decode::{
@@ -21,8 +23,8 @@ pub use decode::{
     text,
 };
 pub use encode::{
-    BTI_C, BTI_J, BTI_JC, EncodeError, FILL, NOP, Reach, VENEER_REGISTER, b, bl, invert, reach_of,
-    retarget, set_low12, veneer,
+    BTI_C, BTI_J, BTI_JC, EncodeError, FILL, NOP, PACIASP, PACIBSP, Reach, VENEER_REGISTER, b, bl,
+    invert, reach_of, retarget, set_low12, veneer,
 };
 pub use jump_table::{
     Bound, Hoisted, IndirectBranch, analyze_indirect_branch, analyze_indirect_branch_with,
