@@ -570,6 +570,17 @@ impl Isa {
         }
     }
 
+    /// True for a function, by name, whose code picks its atomics at run time, so that the
+    /// LSE instructions in it say nothing of the cores the binary targets: libgcc's AArch64
+    /// outline atomics (`__aarch64_ldadd4_acq_rel` and the like, which gcc calls by default
+    /// since gcc 10) test `__aarch64_have_lse_atomics` and hold both forms.
+    pub fn chooses_atomics_at_run_time(self, name: &str) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => name.starts_with("__aarch64_"),
+        }
+    }
+
     /// True when `inst`, first in a block, is a landing pad that must stay first: where BTI is
     /// enforced, an indirect branch may only land on one (AArch64 `bti`, and `paciasp` /
     /// `pacibsp`, which act as `bti c`), so probes at the block's start go after it. x86-64's

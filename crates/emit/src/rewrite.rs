@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use rivet_arch::{Branch, BranchForm, Isa};
+use rivet_arch::{Branch, BranchForm};
 use rivet_elf::writer::{NewSection, Rewrite, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
@@ -159,6 +159,8 @@ pub struct Instrumentation<'a> {
     pub default_path: &'a str,
     /// One file per process (`.PID` appended to the path).
     pub per_process: bool,
+    /// How the runtime counts atomically (the probes' choice, `rivet_arch::Atomics`).
+    pub atomics: rivet_arch::Atomics,
 }
 
 /// Why the rewrite as a whole failed (per-function problems are not errors: the function
@@ -169,8 +171,6 @@ pub enum RewriteError {
     AlreadyRewritten,
     #[error("function reordering needs relocations: {reason}")]
     NeedsRelocations { reason: String },
-    #[error("{isa} binaries can be rewritten and optimized but not yet instrumented")]
-    UnsupportedIsa { isa: &'static str },
     #[error(transparent)]
     Elf(#[from] rivet_elf::ElfError),
     #[error("encoding {function}: {source}")]
@@ -316,17 +316,6 @@ pub fn check_input(
     }
 }
 
-/// Refuses to instrument an input whose ISA has no probes yet (AArch64:
-/// `Isa::can_instrument`). `rivet instrument` calls this before anything else.
-pub fn check_instrumentable(elf: &ElfFile<'_>) -> Result<(), RewriteError> {
-    let isa = Isa::of(elf);
-    if isa.can_instrument() {
-        Ok(())
-    } else {
-        Err(RewriteError::UnsupportedIsa { isa: isa.name() })
-    }
-}
-
 /// Runs the whole rewrite of `elf` (discovered as `program`): the phases listed at the top of
 /// this module, one function each.
 pub fn rewrite(
@@ -346,9 +335,6 @@ pub fn rewrite(
         &program.info.relocation_mode,
         reorders_functions || instrumentation.is_some(),
     )?;
-    if instrumentation.is_some() {
-        check_instrumentable(elf)?;
-    }
     let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
     let in_place = !relocation_mode;
     let isa = program.info.isa;
@@ -1317,6 +1303,8 @@ fn build_runtime(
         (Some(translate(elf.entry)), None)
     };
     let code = rivet_runtime::generate(&rivet_runtime::RuntimeParams {
+        isa: program.info.isa,
+        atomics: i.atomics,
         at,
         counters,
         counters_size,
