@@ -727,6 +727,54 @@ fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary:
     }
 }
 
+/// True when every scaled switch table of `f` (AArch64) whose anchor `plan` places still
+/// holds, in its entries' width, the distance from the anchor to each target as the plan
+/// lays them out: instrumentation probes or a new order can stretch a byte table's reach
+/// (255 instructions) past what it holds. A target outside the plan's fragment is found
+/// by `keep_scaled_tables_encodable` first; here it does not fit either.
+fn scaled_tables_fit(f: &rivet_ir::Function, plan: &FragmentPlan) -> bool {
+    let tables: Vec<_> = f
+        .jump_tables
+        .iter()
+        .filter_map(|t| match t.kind {
+            rivet_ir::JumpTableKind::Scaled {
+                anchor,
+                signed,
+                shift,
+            } if t.entry_size < 4 => Some((anchor, signed, shift, t.entry_size, &t.entries)),
+            _ => None,
+        })
+        .collect();
+    if tables.is_empty() {
+        return true;
+    }
+    let offsets: std::collections::HashMap<u32, u32> = plan.inst_offsets.iter().copied().collect();
+    let offset_of = |addr: Vaddr| {
+        let k = f.insts.binary_search_by_key(&addr, |i| i.addr()).ok()?;
+        offsets.get(&(k as u32)).map(|&o| i64::from(o))
+    };
+    tables
+        .iter()
+        .all(|&(anchor, signed, shift, size, entries)| {
+            let Some(anchor_at) = offset_of(anchor) else {
+                // The anchor lies in another fragment: that fragment's plan decides.
+                return true;
+            };
+            let bits = 8 * u32::from(size);
+            let (lo, hi) = if signed {
+                (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+            } else {
+                (0, (1i64 << bits) - 1)
+            };
+            entries.iter().all(|&target| {
+                offset_of(target).is_some_and(|t| {
+                    let distance = t - anchor_at;
+                    distance % (1 << shift) == 0 && (lo..=hi).contains(&(distance >> shift))
+                })
+            })
+        })
+}
+
 /// Phase 2: plans every fragment of the layout (in parallel). A function whose fragment
 /// cannot be planned, or does not fit in place, leaves the layout with its whole split
 /// family, and its reason goes to the summary.
@@ -820,6 +868,13 @@ fn plan_fragments(
                 let f = program.function(r.function);
                 if in_place && r.fragment == 0 && plan.size > f.range.len() + f.padding_after {
                     dropped.insert(r.function, "in place: does not fit".into());
+                }
+                if !scaled_tables_fit(f, &plan) {
+                    dropped.insert(
+                        r.function,
+                        "its switch table's byte or halfword entries cannot reach the moved targets"
+                            .into(),
+                    );
                 }
                 plans.insert(r, plan);
             }
