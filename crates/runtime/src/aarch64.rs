@@ -105,7 +105,9 @@ const FRAME: u32 = PATH_BUF + MAX_PATH as u32 + 96;
 /// The frame is made in two steps: `sub` takes 12 bits, or 12 bits shifted by 12.
 const FRAME_HIGH: u32 = FRAME & !0xfff;
 const FRAME_LOW: u32 = FRAME & 0xfff;
-const _: () = assert!(ACTION_BUF + 40 <= PATH_BUF && FRAME % 16 == 0);
+// Every small slot is reached with an `add` immediate or a scaled offset, and the stack
+// pointer stays 16-byte aligned.
+const _: () = assert!(ACTION_BUF + 40 <= PATH_BUF && PATH_BUF < 4096 && FRAME % 16 == 0);
 
 // Registers of `start`, kept across its system calls and helper calls (callee-saved).
 const PATH: u8 = 19;
@@ -951,4 +953,101 @@ pub(crate) fn generate(
         init_stub,
         recorder,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rivet_arch::aarch64::{decode, text};
+
+    fn runtime(
+        atomics: Atomics,
+        per_process: bool,
+        library: bool,
+    ) -> (RuntimeParams<'static>, RuntimeCode) {
+        let params = RuntimeParams {
+            isa: rivet_arch::Isa::Aarch64,
+            atomics,
+            at: Vaddr(0x48_0000),
+            counters: Vaddr(0x46_0000),
+            counters_size: 0x2000,
+            file_prefix: &[0x52; 4096],
+            default_path: "/tmp/rivet-runtime-test.counts",
+            per_process,
+            entry: (!library).then_some(Vaddr(0x40_1000)),
+            init: library.then_some(Vaddr(0x40_2000)),
+        };
+        let code = generate(&params, atomics).unwrap();
+        (params, code)
+    }
+
+    /// The words of the code, up to the data (the default path's bytes).
+    fn code_words(params: &RuntimeParams<'_>, code: &RuntimeCode) -> Vec<(u64, u32)> {
+        let path = params.default_path.as_bytes();
+        let data = code
+            .bytes
+            .windows(path.len())
+            .position(|w| w == path)
+            .expect("the default path is in the data");
+        code.bytes[..data]
+            .chunks_exact(4)
+            .enumerate()
+            .map(|(k, w)| {
+                (
+                    params.at.get() + 4 * k as u64,
+                    u32::from_le_bytes(w.try_into().unwrap()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_word_before_the_data_is_an_instruction() {
+        for atomics in [Atomics::Lse, Atomics::LlSc] {
+            for (per_process, library) in [(false, false), (true, false), (false, true)] {
+                let (params, code) = runtime(atomics, per_process, library);
+                let words = code_words(&params, &code);
+                assert_eq!(words[0].1, FILL, "the first word is a trap");
+                let texts: Vec<String> = words[1..]
+                    .iter()
+                    .map(|&(at, w)| text(&decode(w, at).unwrap_or_else(|e| panic!("{e}"))))
+                    .collect();
+                assert!(!texts.iter().any(|t| t.starts_with("udf")), "{texts:?}");
+                // System calls: AArch64's `svc #0`, never x86-64's bytes.
+                assert!(texts.iter().filter(|t| *t == "svc #0x0").count() >= 20);
+                let lse = texts
+                    .iter()
+                    .any(|t| t.starts_with("ldadd") || t.starts_with("cas"));
+                let exclusive = texts.iter().any(|t| t.starts_with("ldxr"));
+                assert_eq!(lse, atomics == Atomics::Lse, "{atomics:?}");
+                assert_eq!(exclusive, atomics == Atomics::LlSc, "{atomics:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn entries_reached_indirectly_start_with_a_landing_pad() {
+        let (_, exe) = runtime(Atomics::Lse, false, false);
+        let (_, lib) = runtime(Atomics::Lse, false, true);
+        let word_at = |code: &RuntimeCode, at: Vaddr| {
+            let o = (at.get() - 0x48_0000) as usize;
+            u32::from_le_bytes(code.bytes[o..o + 4].try_into().unwrap())
+        };
+        assert_eq!(word_at(&exe, exe.entry_stub.unwrap()), BTI_JC);
+        assert_eq!(word_at(&lib, lib.init_stub.unwrap()), BTI_JC);
+        assert!(exe.init_stub.is_none() && lib.entry_stub.is_none());
+        // The recorder is called with `bl`: no pad, and it saves NZCV before comparing.
+        let (params, code) = runtime(Atomics::LlSc, false, false);
+        let first = (code.recorder.get() - params.at.get()) as usize;
+        let words: Vec<String> = code.bytes[first..first + 20]
+            .chunks_exact(4)
+            .enumerate()
+            .map(|(k, w)| {
+                let at = code.recorder.get() + 4 * k as u64;
+                text(&decode(u32::from_le_bytes(w.try_into().unwrap()), at).unwrap())
+            })
+            .collect();
+        assert_eq!(words[0], "stp x0, x1, [sp, #-48]!");
+        assert_eq!(words[2], "mrs x3, nzcv");
+    }
 }
