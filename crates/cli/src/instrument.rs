@@ -108,6 +108,13 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
     check_input(&elf, &relocation_mode, true).map_err(rewrite_failed)?;
+    if args.atomics.is_some() && rivet_arch::Isa::of(&elf) != rivet_arch::Isa::Aarch64 {
+        return Err(UserError::new(format!(
+            "{}: --atomics applies to AArch64 binaries only",
+            args.binary.display()
+        ))
+        .hint("x86-64 has one atomic increment (lock inc); leave --atomics out"));
+    }
     let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),

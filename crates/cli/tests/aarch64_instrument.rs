@@ -93,11 +93,42 @@ fn calls(p: &Profile, caller: &str, callee: &str) -> u64 {
         .sum()
 }
 
+/// Functions a call to which may return more often than it was made (GCC's
+/// `returns_twice` list): flow through their callers is not conserved, by nature.
+const RETURNS_TWICE: &[&str] = &[
+    "setjmp",
+    "sigsetjmp",
+    "savectx",
+    "vfork",
+    "fork",
+    "getcontext",
+];
+
 /// Every vertex of every function's counting graph but the outside balances: what came in
 /// went out. The solver infers the uncounted edges from the others, clamping what would be
-/// negative, so a counter that missed or doubled increments shows as an imbalance.
+/// negative, so a counter that missed or doubled increments shows as an imbalance. Callers
+/// of a `RETURNS_TWICE` function are left out (`setjmp` returns again at each `longjmp`,
+/// `fork` in both processes).
 fn flow_conserved(file: &CounterFile) -> Result<(), String> {
+    let names: std::collections::HashMap<u64, &str> = file
+        .map
+        .symbols
+        .iter()
+        .map(|(a, n)| (*a, n.split('@').next().unwrap_or(n)))
+        .collect();
+    // As GCC matches them: leading underscores do not count (`_setjmp`, `__sigsetjmp`), nor
+    // glibc's `__libc_` prefix (a static C library names `fork` `__libc_fork`).
+    let returns_twice = |target: u64| {
+        names.get(&target).is_some_and(|n| {
+            let bare = n.trim_start_matches('_');
+            let bare = bare.strip_prefix("libc_").unwrap_or(bare);
+            RETURNS_TWICE.contains(&bare)
+        })
+    };
     for f in &file.map.functions {
+        if f.calls.iter().any(|c| returns_twice(c.target)) {
+            continue;
+        }
         let counts = solve_edges(f, &file.counters);
         let mut balance = vec![0i128; f.vertices.len()];
         for (e, &c) in f.edges.iter().zip(&counts) {
@@ -115,10 +146,10 @@ fn flow_conserved(file: &CounterFile) -> Result<(), String> {
 }
 
 /// Runs `args` on the original and the instrumented build under qemu (`cpu`): same stdout
-/// and exit, nothing on stderr; the profile, whose flow must be conserved unless the run
-/// forks (`fork` returns twice from one call) or, in a static build, where the C library is
-/// instrumented too, ends threads (a thread ends in `start_thread` with an exit system
-/// call, inside a block, so that block's piece takes in flow that never leaves).
+/// and exit, nothing on stderr; the profile, whose flow must be conserved (`flow_conserved`)
+/// unless, in a static build, where the C library is instrumented too, the run forks or ends
+/// threads: the system calls that return twice (`clone` in `_Fork`) or never (a thread's
+/// `exit` in `start_thread`) then sit inside instrumented blocks.
 fn counted(cpu: &str, original: &Path, inst: &Path, args: &[&str]) -> Profile {
     let counts = inst.with_extension(format!("{}.counts", args.join("-")));
     let _ = std::fs::remove_file(&counts);
@@ -142,7 +173,7 @@ fn counted(cpu: &str, original: &Path, inst: &Path, args: &[&str]) -> Profile {
     );
     let file = counter_file(&counts);
     let static_build = inst.to_string_lossy().contains("static");
-    if args[0] != "fork" && !(args[0] == "threads" && static_build) {
+    if !(static_build && matches!(args[0], "threads" | "fork")) {
         flow_conserved(&file).unwrap_or_else(|e| panic!("{what}: {e}"));
     }
     file.to_profile()

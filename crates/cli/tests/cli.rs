@@ -141,6 +141,23 @@ fn wrong_architecture_and_class() {
     assert_one_error_line(&rivet(&["inspect", path.to_str().unwrap()]), "32-bit");
 }
 
+/// `--atomics` chooses between AArch64's two atomic increments; on x86-64 it is refused with
+/// one line, before any work, and leaves no output behind.
+#[test]
+fn atomics_is_refused_for_x86_64() {
+    let out = scratch().join("atomics.out");
+    let args = [
+        "instrument",
+        sample().to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--atomics",
+        "llsc",
+    ];
+    assert_one_error_line(&rivet(&args), "--atomics applies to AArch64 binaries only");
+    assert!(!out.exists(), "{args:?} left an output");
+}
+
 #[test]
 fn object_files_are_refused() {
     let obj = scratch().join("sample.o");
