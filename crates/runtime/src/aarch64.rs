@@ -107,7 +107,7 @@ const FRAME_HIGH: u32 = FRAME & !0xfff;
 const FRAME_LOW: u32 = FRAME & 0xfff;
 // Every small slot is reached with an `add` immediate or a scaled offset, and the stack
 // pointer stays 16-byte aligned.
-const _: () = assert!(ACTION_BUF + 40 <= PATH_BUF && PATH_BUF < 4096 && FRAME % 16 == 0);
+const _: () = assert!(ACTION_BUF + 40 <= PATH_BUF && PATH_BUF < 4096 && FRAME.is_multiple_of(16));
 
 // Registers of `start`, kept across its system calls and helper calls (callee-saved).
 const PATH: u8 = 19;
