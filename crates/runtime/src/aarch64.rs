@@ -9,8 +9,10 @@
 //!   `__libc_start_main`); the stack at entry holds argc, argv..., 0, envp... as on x86-64.
 //! - Every place reached by an indirect branch starts with a BTI landing pad (`bti jc` for
 //!   the two stubs, whichever branch the loader uses; `bti c` for the SIGBUS handler, which
-//!   the kernel enters as a call), so the runtime runs where BTI is enforced. Jumps onward go
-//!   through x16, which a `bti c` pad accepts from `br`.
+//!   the kernel enters as a call), so the runtime runs where BTI is enforced. The stubs go
+//!   on to the program's entry with a direct `b` (the kernel enters an executable with no
+//!   branch, so its entry needs no pad and may have none); chaining to another SIGBUS
+//!   handler goes through x16, which a `bti c` pad accepts from `br`.
 //! - The counter increments and the recorder's slot claim are LSE (`stadd`, `cas`) or LL/SC
 //!   loops, as chosen for the probes ([`rivet_arch::Atomics`]).
 //! - The recorder saves NZCV (`mrs`/`msr`) around its compares; the probes themselves write
@@ -124,6 +126,20 @@ const IP0: u8 = 16;
 const IP1: u8 = 17;
 const LR: u8 = 30;
 
+/// Goes on to `target`, the program's own entry or initializer, with a direct `b`: an
+/// indirect branch would need a landing pad there, and an entry point the kernel jumps to
+/// has none. Beyond a `b`'s +-128 MiB, through x16, which the `bti c` of an initializer
+/// (called indirectly by the loader, so padded where BTI is on) accepts.
+fn jump(a: &mut Asm, target: Vaddr) {
+    match rivet_arch::aarch64::b(a.here(), target.get()) {
+        Ok(word) => a.word(word),
+        Err(_) => {
+            a.adr_address(IP0, target.get());
+            a.br(IP0);
+        }
+    }
+}
+
 fn sys(a: &mut Asm, number: u64) {
     a.mov_imm(8, number);
     a.svc();
@@ -204,8 +220,7 @@ pub(crate) fn generate(
         a.mov(0, 1);
         a.bl(start);
         a.ldp_post(0, LR, SP, 16);
-        a.adr_address(IP0, entry.get());
-        a.br(IP0);
+        jump(&mut a, entry);
         l
     });
     // DT_INIT stub of a shared library: called with (argc, argv, envp); argv is ld.so's
@@ -229,8 +244,7 @@ pub(crate) fn generate(
         a.bl(start);
         a.ldp(2, LR, SP, 16);
         a.ldp_post(0, 1, SP, 32);
-        a.adr_address(IP0, init.get());
-        a.br(IP0);
+        jump(&mut a, init);
         l
     });
 
