@@ -724,3 +724,53 @@ fn aarch64_lua_and_sqlite_instrumented_pass_their_workloads_and_count_consistent
         assert_eq!(profile.build_id.as_deref(), Some(id.as_str()), "{name}");
     }
 }
+
+/// The runtime's SIGBUS handler, as on x86-64: the counter file truncated under the running
+/// program costs the counts from then on, not the program (one line on stderr); a SIGBUS the
+/// runtime did not cause ends the program exactly as it ends the original.
+#[test]
+fn truncation_costs_counts_not_the_program_and_other_sigbus_end_it_as_before() {
+    let dir = scratch("aarch64-instrument", "sigbus");
+    let original = build(&dir, "counts.c", "aarch64-linux-gnu-gcc", &["-O2"], "prog");
+    for atomics in ["lse", "llsc"] {
+        let inst = dir.join(format!("prog.{atomics}"));
+        instrument(&original, &inst, &["--atomics", atomics]);
+        let counts = dir.join(format!("truncated.{atomics}.counts"));
+        let _ = std::fs::remove_file(&counts);
+        let mut child = qemu("max", &inst)
+            .args(["step", "100", "200"])
+            .env("RIVET_PROFILE", &counts)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        std::fs::File::create(&counts).unwrap(); // truncated to nothing
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+        assert!(out.status.success(), "{atomics}: {:?}", out.status);
+        assert_eq!(rest, "sink 300\n", "{atomics}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("the profile file lost pages under the running program"),
+            "{atomics}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{atomics}: {stderr}");
+        // raise(SIGBUS): not the runtime's fault; the same end as the original's.
+        let expected = qemu("max", &original).arg("raise").output().unwrap();
+        let got = qemu("max", &inst)
+            .arg("raise")
+            .env("RIVET_PROFILE", dir.join("raise.counts"))
+            .output()
+            .unwrap();
+        assert_eq!(got.status.code(), expected.status.code(), "{atomics}");
+        assert_eq!(got.stdout, expected.stdout, "{atomics}");
+    }
+}
