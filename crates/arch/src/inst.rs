@@ -328,8 +328,8 @@ impl Inst {
     pub fn flags_live_before(&self, live_after: Flags) -> Flags {
         match &self.repr {
             Repr::X86_64(i) => i.flags_live_before(live_after),
-            // The probes that ask are x86-64 only so far (issue: AArch64 instrumentation);
-            // everything live stays live.
+            // AArch64 probes write no flags (`aarch64::probe`), so their shape never depends
+            // on NZCV liveness: everything live stays live.
             Repr::Aarch64(_) => live_after,
         }
     }

@@ -7,8 +7,6 @@
 //! Operations: decode, analyse an indirect jump, encode a branch, re-place an instruction,
 //! write padding and instrumentation probes. Each method matches on the ISA and forwards to
 //! that ISA's module (`x86_64/`, `aarch64/`); the match is the only place an ISA is chosen.
-//! The probe encoders answer for x86-64 only so far: `Isa::can_instrument` tells
-//! `rivet instrument` to refuse AArch64 before it gets there.
 
 use rivet_elf::relocs::{DynRelocKind, RelocKind, RelocTypes};
 use rivet_elf::{ElfFile, Vaddr};
@@ -17,9 +15,10 @@ use crate::aarch64;
 use crate::branch::{BranchEncoder, EncodeError};
 use crate::indirect::{IndexBound, IndirectJump};
 use crate::inst::Inst;
+use crate::probe::{Atomics, IndirectProbeError, ProbeShape};
 use crate::x86_64;
 use crate::x86_64::jump_table::RegisterId;
-use crate::x86_64::probe::{Flags, IndirectProbeError, ProbeShape};
+use crate::x86_64::probe::Flags;
 
 /// An instruction set Rivet reads and writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,16 +74,6 @@ impl Isa {
         match self {
             Isa::X86_64 => "x86-64",
             Isa::Aarch64 => "AArch64",
-        }
-    }
-
-    /// True when Rivet can instrument code of this ISA. AArch64 is modelled and rewritten
-    /// but its counter probes and runtime do not exist yet: `rivet instrument` refuses it
-    /// with this, before anything is planned.
-    pub fn can_instrument(self) -> bool {
-        match self {
-            Isa::X86_64 => true,
-            Isa::Aarch64 => false,
         }
     }
 
@@ -683,16 +672,19 @@ impl Isa {
 
     // --- Instrumentation ------------------------------------------------------------------
 
-    /// The counter increment needed where the arithmetic flags `live` are live.
-    pub fn probe_shape(self, live: Flags) -> ProbeShape {
-        match self {
-            Isa::X86_64 => ProbeShape::for_live_flags(live),
-            Isa::Aarch64 => unreachable!("{}", AARCH64_EMIT),
+    /// The counter increment needed where the arithmetic flags `live` are live, counting
+    /// with `atomics` (AArch64's choice; x86-64 has one kind of atomic increment). AArch64
+    /// probes write no flag, so liveness never changes their shape.
+    pub fn probe_shape(self, live: Flags, atomics: Atomics) -> ProbeShape {
+        match (self, atomics) {
+            (Isa::X86_64, _) => ProbeShape::for_live_flags(live),
+            (Isa::Aarch64, Atomics::Lse) => ProbeShape::Lse,
+            (Isa::Aarch64, Atomics::LlSc) => ProbeShape::LlSc,
         }
     }
 
     /// Appends the probe placed at `at` that increments the counter at `counter`; `None`
-    /// when the counter is out of reach.
+    /// when the counter is out of reach or `shape` is another ISA's.
     pub fn encode_probe(
         self,
         shape: ProbeShape,
@@ -700,9 +692,15 @@ impl Isa {
         counter: Vaddr,
         out: &mut Vec<u8>,
     ) -> Option<()> {
-        match self {
-            Isa::X86_64 => x86_64::probe::encode_probe(shape, at, counter, out),
-            Isa::Aarch64 => None,
+        match (self, shape) {
+            (Isa::X86_64, _) => x86_64::probe::encode_probe(shape, at, counter, out),
+            (Isa::Aarch64, ProbeShape::Lse) => {
+                aarch64::probe::encode_probe(Atomics::Lse, at, counter, out)
+            }
+            (Isa::Aarch64, ProbeShape::LlSc) => {
+                aarch64::probe::encode_probe(Atomics::LlSc, at, counter, out)
+            }
+            (Isa::Aarch64, ProbeShape::Plain | ProbeShape::SavingFlags) => None,
         }
     }
 
@@ -711,10 +709,7 @@ impl Isa {
     pub fn indirect_probe_size(self, branch: &Inst) -> Result<u8, IndirectProbeError> {
         match self {
             Isa::X86_64 => x86_64::probe::indirect_probe_size(branch),
-            Isa::Aarch64 => Err(IndirectProbeError {
-                at: branch.addr(),
-                reason: "AArch64 instrumentation is not implemented yet",
-            }),
+            Isa::Aarch64 => aarch64::probe::indirect_probe_size(branch),
         }
     }
 
@@ -730,20 +725,58 @@ impl Isa {
     ) -> Result<(), IndirectProbeError> {
         match self {
             Isa::X86_64 => x86_64::probe::encode_indirect_probe(branch, at, table, recorder, out),
+            Isa::Aarch64 => aarch64::probe::encode_indirect_probe(branch, at, table, recorder, out),
+        }
+    }
+
+    /// The atomics the probes of a binary made of `insts` use by default: x86-64 has one
+    /// kind; on AArch64, LSE when the binary's own code uses LSE instructions (it was built
+    /// for Armv8.1 or later, so the cores it runs on have them), else LL/SC, which every
+    /// AArch64 core runs. The caller leaves out code that uses LSE only after checking for
+    /// it at run time (libgcc's outline atomics).
+    pub fn default_atomics<'a>(self, insts: impl IntoIterator<Item = &'a Inst>) -> Atomics {
+        match self {
+            Isa::X86_64 => Atomics::Lse,
             Isa::Aarch64 => {
-                let _ = (at, table, recorder, out);
-                Err(IndirectProbeError {
-                    at: branch.addr(),
-                    reason: "AArch64 instrumentation is not implemented yet",
-                })
+                if insts
+                    .into_iter()
+                    .any(|i| aarch64::probe::uses_lse(i.aarch64().word()))
+                {
+                    Atomics::Lse
+                } else {
+                    Atomics::LlSc
+                }
             }
         }
     }
-}
 
-/// Why AArch64 code never reaches the x86-64 probe encoders above: instrumentation refuses
-/// AArch64 inputs before planning (`Isa::can_instrument`).
-const AARCH64_EMIT: &str = "AArch64 code reached an encoder: rewriting AArch64 is refused earlier";
+    /// True for a function, by name, whose code picks its atomics at run time, so that the
+    /// LSE instructions in it say nothing of the cores the binary targets: libgcc's AArch64
+    /// outline atomics (`__aarch64_ldadd4_acq_rel` and the like, which gcc calls by default
+    /// since gcc 10) test `__aarch64_have_lse_atomics` and hold both forms.
+    pub fn chooses_atomics_at_run_time(self, name: &str) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => name.starts_with("__aarch64_"),
+        }
+    }
+
+    /// True when `inst`, first in a block, is a landing pad that must stay first: where BTI is
+    /// enforced, an indirect branch may only land on one (AArch64 `bti`, and `paciasp` /
+    /// `pacibsp`, which act as `bti c`), so probes at the block's start go after it. x86-64's
+    /// `endbr64` is not asked about: Linux does not enforce IBT in user space, and x86-64
+    /// outputs stay as they were.
+    pub fn keeps_first(self, inst: &Inst) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => inst.aarch64().decoded().is_some_and(|d| {
+                matches!(d.guard, Some(aarch64::Guard::Bti { .. }))
+                    || d.word == aarch64::PACIASP
+                    || d.word == aarch64::PACIBSP
+            }),
+        }
+    }
+}
 
 fn aarch64_unsupported(at: Vaddr) -> EncodeError {
     EncodeError::Unsupported {

@@ -41,19 +41,18 @@
 //! the return address in x30 ([`Isa::dwarf_stack_pointer`], [`Isa::entry_frame`]); BTI
 //! landing pads as a fact the emitter will ask for at indirect branch targets.
 //!
-//! Still shaped by x86-64 behind the interface: [`Flags`] / [`ProbeShape`] (rflags liveness;
-//! NZCV on AArch64, with the AArch64 probes). [`BranchForm`]'s two forms fit AArch64 as
-//! "one instruction" and "inverted branch over a `b`"; veneers for targets beyond a `b`'s
-//! reach are still to come.
+//! Still shaped by x86-64 behind the interface: [`Flags`] (rflags liveness; AArch64 probes
+//! write no flags, so NZCV liveness is never asked for). [`BranchForm`]'s two forms fit
+//! AArch64 as "one instruction" and "inverted branch over a `b`"; targets beyond a `b`'s reach
+//! go through veneers.
 //!
 //! AArch64 is [`Isa::Aarch64`]: module [`aarch64`] decodes through disarm64 (see
 //! `docs/aarch64-decoders.md`), keeps each instruction in 16 bytes (`aarch64::inst`), reads
 //! `R_AARCH64_*` relocations, PLT slots (`adrp`+`ldr`) and switch tables
-//! ([`IndirectJump::ScaledTable`]), and encodes the forms a rewrite changes. Discovery and
-//! the rewrite use all of it ([`BranchEncoder`] writes `b`, short conditional branches and
-//! the inverted-branch-over-`b` far form). Instrumentation does not yet:
-//! [`Isa::can_instrument`] is false for AArch64, the probe encoders are x86-64's, and
-//! `rivet instrument` refuses AArch64 before reaching them.
+//! ([`IndirectJump::ScaledTable`]), encodes the forms a rewrite changes ([`BranchEncoder`]
+//! writes `b`, short conditional branches and the inverted-branch-over-`b` far form), and
+//! writes instrumentation probes ([`ProbeShape::Lse`], [`ProbeShape::LlSc`]) with
+//! `aarch64::asm`, the assembler the AArch64 instrumentation runtime uses too.
 
 pub mod aarch64;
 mod branch;
@@ -61,6 +60,7 @@ mod front_end;
 mod indirect;
 mod inst;
 mod isa;
+mod probe;
 mod x86_64;
 
 pub use branch::{Branch, BranchEncoder, BranchForm, EncodeError};
@@ -68,5 +68,6 @@ pub use front_end::{CacheGeometry, FetchModel, TlbGeometry};
 pub use indirect::{IndexBound, IndirectJump, RegisterDefinition};
 pub use inst::{Flow, Inst};
 pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};
+pub use probe::{Atomics, IndirectProbeError, ProbeShape};
 pub use x86_64::jump_table::RegisterId;
-pub use x86_64::probe::{Flags, IndirectProbeError, ProbeShape};
+pub use x86_64::probe::Flags;

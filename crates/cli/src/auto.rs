@@ -944,6 +944,7 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
         per_process: false,
         skip_funcs: args.skip_funcs.clone(),
         json: false,
+        atomics: None,
     };
     let instrumented_summary = crate::instrument::run_with(&instrument_args, false)?;
 

@@ -80,9 +80,6 @@ pub fn rewrite_error(path: &Path, e: RewriteError) -> UserError {
         RewriteError::NeedsRelocations { .. } => UserError::new(format!("{p}: {e}")).hint(
             "relink with -Wl,--emit-relocs, or use --layout identity or shuffle-blocks, which keep function order",
         ),
-        RewriteError::UnsupportedIsa { .. } => UserError::new(format!("{p}: {e}")).hint(
-            "instrumentation of AArch64 code is not implemented yet; `rivet rewrite` and `rivet optimize` take AArch64 binaries",
-        ),
         RewriteError::Elf(e) => elf_error(path, &e),
         other => UserError::new(format!("{p}: {other}"))
             .hint("please report this with the binary; `rivet inspect` shows what Rivet understood"),

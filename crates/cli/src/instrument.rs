@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
-use rivet_emit::rewrite::{
-    Instrumentation, RewriteError, RewriteOptions, check_input, check_instrumentable, rewrite,
-};
+use rivet_emit::rewrite::{Instrumentation, RewriteError, RewriteOptions, check_input, rewrite};
 use rivet_ir::layout::LayoutStrategy;
 use rivet_ir::probes::{FunctionProbes, ProbeAt};
 use rivet_passes::instrument_program;
@@ -41,6 +39,18 @@ pub struct InstrumentArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// AArch64: how counters are incremented atomically, `lse` (Armv8.1 `stadd`, every
+    /// Neoverse core) or `llsc` (exclusive load/store loops, any Armv8.0 core). Default: `lse`
+    /// when the binary's own code uses LSE instructions, else `llsc`. x86-64 has one way.
+    #[arg(long, value_enum)]
+    pub atomics: Option<AtomicsArg>,
+}
+
+/// `--atomics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AtomicsArg {
+    Lse,
+    Llsc,
 }
 
 /// The default counter file: next to the output, absolute so that it does not depend on the
@@ -97,8 +107,14 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
     let relocation_mode = rivet_discover::relocation_mode(&elf).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
-    check_instrumentable(&elf).map_err(rewrite_failed)?;
     check_input(&elf, &relocation_mode, true).map_err(rewrite_failed)?;
+    if args.atomics.is_some() && rivet_arch::Isa::of(&elf) != rivet_arch::Isa::Aarch64 {
+        return Err(UserError::new(format!(
+            "{}: --atomics applies to AArch64 binaries only",
+            args.binary.display()
+        ))
+        .hint("x86-64 has one atomic increment (lock inc); leave --atomics out"));
+    }
     let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
@@ -112,7 +128,16 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
                 || names[f.0 as usize] == *s
         })
     };
-    let plan = instrument_program(&program, &|f| !skipped(f));
+    let isa = program.info.isa;
+    let (atomics, atomics_chosen_by) = match args.atomics {
+        Some(AtomicsArg::Lse) => (rivet_arch::Atomics::Lse, "--atomics"),
+        Some(AtomicsArg::Llsc) => (rivet_arch::Atomics::LlSc, "--atomics"),
+        None => (
+            rivet_passes::default_atomics(&program),
+            "the binary's own atomics",
+        ),
+    };
+    let plan = instrument_program(&program, atomics, &|f| !skipped(f));
     let probes: Vec<Option<&FunctionProbes>> = plan
         .functions
         .iter()
@@ -135,6 +160,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         file_prefix: &file_prefix,
         default_path: &profile_path,
         per_process: args.per_process,
+        atomics,
     };
     let options = RewriteOptions::strategy(LayoutStrategy::Identity);
     let output =
@@ -155,7 +181,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             .probes
             .probes
             .iter()
-            .filter(|p| p.shape == rivet_arch::ProbeShape::SavingFlags)
+            .filter(|p| p.shape.saves_flags())
             .count();
         edge_blocks += p
             .probes
@@ -166,7 +192,12 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         approximate += usize::from(p.unknown_edges > 0);
     }
     let s = &output.summary;
-    let json = serde_json::json!({
+    // Only AArch64 has a choice of atomics (x86-64 summaries stay as they were).
+    let atomics_name = (isa == rivet_arch::Isa::Aarch64).then_some(match atomics {
+        rivet_arch::Atomics::Lse => "lse",
+        rivet_arch::Atomics::LlSc => "llsc",
+    });
+    let mut json = serde_json::json!({
         "output": args.output.display().to_string(),
         "profile": profile_path,
         "per_process": args.per_process,
@@ -179,6 +210,9 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         "not_instrumented": s.not_rewritten,
         "warnings": s.warnings,
     });
+    if let Some(name) = atomics_name {
+        json["atomics"] = name.into();
+    }
     if print && args.json {
         println!("{json}");
     } else if print {
@@ -191,6 +225,9 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             "  counts go to {profile_path}{} while it runs (RIVET_PROFILE overrides, except in set-user-ID and other privileged runs)",
             if args.per_process { ".PID" } else { "" }
         );
+        if let Some(name) = atomics_name {
+            println!("  atomic increments: {name} (from {atomics_chosen_by})");
+        }
         if approximate > 0 {
             println!(
                 "  {approximate} functions have edges that are neither counted nor inferable: their counts are approximate"

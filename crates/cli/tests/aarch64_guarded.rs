@@ -111,3 +111,41 @@ fn rewritten_guarded_code_runs_with_bti_and_pac_enforced() {
         assert_eq!(feature_note(&out), note, "{layout:?}");
     }
 }
+
+/// Instrumented, with either kind of atomic increment, the guarded program still runs where
+/// BTI and PAC are enforced: the probes at the switch cases' and the called function's
+/// starts go after their `bti` pads (a probe before a pad would be the SIGILL above), the
+/// runtime's entry starts with one, and the exclusive loop is left without probes inside.
+#[test]
+fn instrumented_guarded_code_runs_with_bti_and_pac_enforced() {
+    let dir = scratch("aarch64_guarded", "instrument");
+    let input = build(&dir, "guarded", &[]);
+    for atomics in ["lse", "llsc"] {
+        let out = dir.join(format!("inst-{atomics}"));
+        let counts = dir.join(format!("inst-{atomics}.counts"));
+        let _ = std::fs::remove_file(&counts);
+        let r = Command::new(env!("CARGO_BIN_EXE_rivet"))
+            .arg("instrument")
+            .arg(&input)
+            .arg("-o")
+            .arg(&out)
+            .args(["--atomics", atomics, "--profile"])
+            .arg(&counts)
+            .output()
+            .unwrap();
+        assert!(
+            r.status.success(),
+            "{atomics}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert_eq!(run_enforced(&out), Some(EXPECTED_EXIT), "{atomics}");
+        assert_eq!(feature_note(&out), feature_note(&input), "{atomics}");
+        let file =
+            rivet_profile::counters::CounterFile::parse(&std::fs::read(&counts).unwrap()).unwrap();
+        assert_eq!(file.map.arch, rivet_profile::counters::CounterArch::Aarch64);
+        assert!(
+            file.counters.iter().any(|&c| c > 0),
+            "{atomics}: nothing counted"
+        );
+    }
+}

@@ -52,7 +52,7 @@ fn dependencies_point_one_way() {
                 "rivet-layout",
             ],
         ),
-        ("runtime", &["rivet-elf"]),
+        ("runtime", &["rivet-elf", "rivet-arch"]),
         (
             "emit",
             &["rivet-elf", "rivet-arch", "rivet-ir", "rivet-runtime"],

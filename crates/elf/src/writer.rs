@@ -49,6 +49,10 @@ pub struct NewSegment {
     pub reused_slot: Option<usize>,
     /// Program headers of the input.
     input_headers: u64,
+    /// Where the first PT_LOAD maps file offset 0 (its address minus its offset), when the
+    /// table must stay where loaders that compute its address as load bias + `e_phoff` find
+    /// it (AArch64 outputs, see `findable_place`).
+    findable_delta: Option<u64>,
 }
 
 impl NewSegment {
@@ -71,6 +75,14 @@ impl NewSegment {
         self.vaddr = self.vaddr + size;
         self.reused_slot = None;
         self.phdr_size = (self.input_headers + 2) * PHDR_SIZE;
+        // The table now starts the segment above the counters: move its file offset along,
+        // for the loaders that look for it by offset.
+        if let Some(delta) = self.findable_delta
+            && let Some((vaddr, offset)) = findable_place(self.vaddr.get(), self.offset.0, delta)
+        {
+            self.vaddr = Vaddr(vaddr);
+            self.offset = FileOffset(offset);
+        }
         at
     }
 }
@@ -219,8 +231,13 @@ pub fn new_segment(elf: &ElfFile<'_>) -> Result<NewSegment> {
     // ones the output replaces.
     let offset = (loaded_end(elf) + PAGE - 1) & !(PAGE - 1);
     let reused_slot = redundant_note(elf);
-    let (vaddr, offset) = match reused_slot {
-        None if elf.is_aarch64() => phdr_findable_by_offset(elf, vaddr, offset),
+    let findable_delta = if elf.is_aarch64() {
+        first_load_delta(elf)
+    } else {
+        None
+    };
+    let (vaddr, offset) = match (reused_slot, findable_delta) {
+        (None, Some(delta)) => findable_place(vaddr, offset, delta).unwrap_or((vaddr, offset)),
         _ => (vaddr, offset),
     };
     Ok(NewSegment {
@@ -233,36 +250,38 @@ pub fn new_segment(elf: &ElfFile<'_>) -> Result<NewSegment> {
         },
         reused_slot,
         input_headers: phnum,
+        findable_delta,
     })
 }
 
 /// The largest hole the rule below may leave in the file.
 const MAX_PHDR_HOLE: u64 = 16 << 20;
 
-/// Moves the new segment (`vaddr`, `offset`: the lowest place for each) so that the program
-/// header table at its start lies where the first PT_LOAD's mapping puts file offset
-/// `e_phoff`: loaders that compute the table's address as load bias + `e_phoff` then find
-/// it. Linux did so before 5.18, and qemu-user 7.2 (which runs every AArch64 output on an
-/// x86-64 host) still does. It costs a hole in the file of the size of the gap between the
-/// loaded bytes and the addresses (mostly `.bss`); past `MAX_PHDR_HOLE` the lowest place is
-/// kept, which only such loaders cannot run. x86-64 outputs, which run natively here on
-/// newer kernels, keep the lowest place and their exact bytes so far.
-fn phdr_findable_by_offset(elf: &ElfFile<'_>, vaddr: u64, offset: u64) -> (u64, u64) {
-    let Some(first) = elf
+/// The address minus the file offset of the first PT_LOAD, when page-aligned: where a loader
+/// that computes the program header table's address as load bias + `e_phoff` looks.
+fn first_load_delta(elf: &ElfFile<'_>) -> Option<u64> {
+    let first = elf
         .segments()
         .iter()
         .filter(|s| s.is_load())
-        .min_by_key(|s| s.vaddr)
-    else {
-        return (vaddr, offset);
-    };
+        .min_by_key(|s| s.vaddr)?;
     let delta = first.vaddr.get().wrapping_sub(first.offset.0);
+    (delta % PAGE == 0).then_some(delta)
+}
+
+/// Moves the new segment (`vaddr`, `offset`: the lowest place for each) so that the program
+/// header table at its start lies where the first PT_LOAD's mapping (address minus offset
+/// `delta`) puts file offset `e_phoff`: loaders that compute the table's address as load
+/// bias + `e_phoff` then find it. Linux did so before 5.18, and qemu-user 7.2 (which runs
+/// every AArch64 output on an x86-64 host) still does. It costs a hole in the file of the
+/// size of the gap between the loaded bytes and the addresses (mostly `.bss`, and an
+/// instrumented binary's counters); past `MAX_PHDR_HOLE`, `None`: the lowest place is kept,
+/// which only such loaders cannot run. x86-64 outputs, which run natively here on newer
+/// kernels, keep the lowest place and their exact bytes so far.
+fn findable_place(vaddr: u64, offset: u64, delta: u64) -> Option<(u64, u64)> {
     let wanted_offset = vaddr.wrapping_sub(delta).max(offset);
     let aligned = (wanted_offset + PAGE - 1) & !(PAGE - 1);
-    if aligned - offset > MAX_PHDR_HOLE || delta % PAGE != 0 {
-        return (vaddr, offset);
-    }
-    (aligned.wrapping_add(delta), aligned)
+    (aligned - offset <= MAX_PHDR_HOLE).then(|| (aligned.wrapping_add(delta), aligned))
 }
 
 /// End of the file bytes that must stay where they are: every segment's contents and every

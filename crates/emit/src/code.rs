@@ -506,8 +506,18 @@ pub fn plan_fragment(
         }
         ends_unreached = true;
         items.push(Item::Label(b));
+        let mut first = block.insts.start;
+        // A BTI landing pad stays first: an indirect branch may land only on it.
+        if probes.is_some_and(|p| p.at(ProbeAt::BlockStart(b)).next().is_some())
+            && block.insts.len() > 1
+            && f.insts[first as usize]
+                .isa()
+                .keeps_first(&f.insts[first as usize])
+        {
+            copy(&mut items, first, first + 1);
+            first += 1;
+        }
         probe_items(&mut items, ProbeAt::BlockStart(b), block.start);
-        let first = block.insts.start;
         let insts = f.block_insts(block);
         let (Some(last), Some(exit)) = (insts.last(), f.block_exit(block)) else {
             return Err(EmitError::Unsupported {

@@ -19,7 +19,6 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use rivet_arch::Isa;
 use rivet_elf::writer::{NewSection, Rewrite, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
@@ -159,6 +158,8 @@ pub struct Instrumentation<'a> {
     pub default_path: &'a str,
     /// One file per process (`.PID` appended to the path).
     pub per_process: bool,
+    /// How the runtime counts atomically (the probes' choice, `rivet_arch::Atomics`).
+    pub atomics: rivet_arch::Atomics,
 }
 
 /// Why the rewrite as a whole failed (per-function problems are not errors: the function
@@ -169,8 +170,6 @@ pub enum RewriteError {
     AlreadyRewritten,
     #[error("function reordering needs relocations: {reason}")]
     NeedsRelocations { reason: String },
-    #[error("{isa} binaries can be rewritten and optimized but not yet instrumented")]
-    UnsupportedIsa { isa: &'static str },
     #[error(transparent)]
     Elf(#[from] rivet_elf::ElfError),
     #[error("encoding {function}: {source}")]
@@ -319,17 +318,6 @@ pub fn check_input(
     }
 }
 
-/// Refuses to instrument an input whose ISA has no probes yet (AArch64:
-/// `Isa::can_instrument`). `rivet instrument` calls this before anything else.
-pub fn check_instrumentable(elf: &ElfFile<'_>) -> Result<(), RewriteError> {
-    let isa = Isa::of(elf);
-    if isa.can_instrument() {
-        Ok(())
-    } else {
-        Err(RewriteError::UnsupportedIsa { isa: isa.name() })
-    }
-}
-
 /// Runs the whole rewrite of `elf` (discovered as `program`): the phases listed at the top of
 /// this module, one function each.
 pub fn rewrite(
@@ -349,9 +337,6 @@ pub fn rewrite(
         &program.info.relocation_mode,
         reorders_functions || instrumentation.is_some(),
     )?;
-    if instrumentation.is_some() {
-        check_instrumentable(elf)?;
-    }
     let relocation_mode = program.info.relocation_mode == RelocationMode::Available;
     let in_place = !relocation_mode;
     let isa = program.info.isa;
@@ -773,6 +758,54 @@ fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary:
     }
 }
 
+/// True when every scaled switch table of `f` (AArch64) whose anchor `plan` places still
+/// holds, in its entries' width, the distance from the anchor to each target as the plan
+/// lays them out: instrumentation probes or a new order can stretch a byte table's reach
+/// (255 instructions) past what it holds. A target outside the plan's fragment is found
+/// by `keep_scaled_tables_encodable` first; here it does not fit either.
+fn scaled_tables_fit(f: &rivet_ir::Function, plan: &FragmentPlan) -> bool {
+    let tables: Vec<_> = f
+        .jump_tables
+        .iter()
+        .filter_map(|t| match t.kind {
+            rivet_ir::JumpTableKind::Scaled {
+                anchor,
+                signed,
+                shift,
+            } if t.entry_size < 4 => Some((anchor, signed, shift, t.entry_size, &t.entries)),
+            _ => None,
+        })
+        .collect();
+    if tables.is_empty() {
+        return true;
+    }
+    let offsets: std::collections::HashMap<u32, u32> = plan.inst_offsets.iter().copied().collect();
+    let offset_of = |addr: Vaddr| {
+        let k = f.insts.binary_search_by_key(&addr, |i| i.addr()).ok()?;
+        offsets.get(&(k as u32)).map(|&o| i64::from(o))
+    };
+    tables
+        .iter()
+        .all(|&(anchor, signed, shift, size, entries)| {
+            let Some(anchor_at) = offset_of(anchor) else {
+                // The anchor lies in another fragment: that fragment's plan decides.
+                return true;
+            };
+            let bits = 8 * u32::from(size);
+            let (lo, hi) = if signed {
+                (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+            } else {
+                (0, (1i64 << bits) - 1)
+            };
+            entries.iter().all(|&target| {
+                offset_of(target).is_some_and(|t| {
+                    let distance = t - anchor_at;
+                    distance % (1 << shift) == 0 && (lo..=hi).contains(&(distance >> shift))
+                })
+            })
+        })
+}
+
 /// Phase 2: plans every fragment of the layout (in parallel). A function whose fragment
 /// cannot be planned, or does not fit in place, leaves the layout with its whole split
 /// family, and its reason goes to the summary.
@@ -866,6 +899,13 @@ fn plan_fragments(
                 let f = program.function(r.function);
                 if in_place && r.fragment == 0 && plan.size > f.range.len() + f.padding_after {
                     dropped.insert(r.function, "in place: does not fit".into());
+                }
+                if !scaled_tables_fit(f, &plan) {
+                    dropped.insert(
+                        r.function,
+                        "its switch table's byte or halfword entries cannot reach the moved targets"
+                            .into(),
+                    );
                 }
                 plans.insert(r, plan);
             }
@@ -1454,6 +1494,8 @@ fn build_runtime(
         (Some(translate(elf.entry)), None)
     };
     let code = rivet_runtime::generate(&rivet_runtime::RuntimeParams {
+        isa: program.info.isa,
+        atomics: i.atomics,
         at,
         counters,
         counters_size,

@@ -16,12 +16,18 @@
 //!
 //! A counted edge's increment goes at its target's start when the target has no other way
 //! in, else at its source's end when the source has no other way out, else on a new block on
-//! the edge (conditional branches only). Increments are `lock inc`, which clobbers all
-//! arithmetic flags but CF: flag liveness picks the flag-saving shape where needed.
+//! the edge (conditional branches only). Increments are x86-64 `lock inc`, which clobbers
+//! all arithmetic flags but CF: flag liveness picks the flag-saving shape where needed
+//! (`Isa::probe_shape`; AArch64 probes write no flags, their shape is the atomics chosen).
+//!
+//! No probe goes where an exclusive-monitor sequence (AArch64 `ldxr` .. `stxr`) is open: a
+//! memory access between the load and its store may clear the monitor, so the store would
+//! fail on every retry. Such an edge is left to the spanning tree like one no probe can
+//! count; the probe of an edge leaving the sequence's last block goes after its store.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use rivet_arch::{Flags, Flow, Isa, ProbeShape};
+use rivet_arch::{Atomics, Flags, Flow, Isa, ProbeShape};
 use rivet_elf::Vaddr;
 use rivet_ir::probes::{EdgeTarget, FunctionProbes, Probe, ProbeAt};
 use rivet_ir::{BlockId, CallTarget, EdgeKind as CfgEdge, Function, Terminator};
@@ -132,6 +138,26 @@ fn live_before(f: &Function, lv: &Liveness, block: BlockId, inst: u32) -> Flags 
     live
 }
 
+/// For each instruction of `f` (index into `Function::insts`, in address order), whether an
+/// exclusive-monitor sequence is open just before it, and just after it: from an exclusive
+/// load to the store or `clrex` that ends it, as discovery marks `Block::in_exclusive_sequence`.
+fn exclusive_open(f: &Function) -> (Vec<bool>, Vec<bool>) {
+    let n = f.insts.len();
+    let (mut before, mut after) = (vec![false; n], vec![false; n]);
+    let mut open = false;
+    for (i, inst) in f.insts.iter().enumerate() {
+        before[i] = open;
+        if inst.is_exclusive_load() {
+            open = true;
+        }
+        if inst.is_exclusive_end() {
+            open = false;
+        }
+        after[i] = open;
+    }
+    (before, after)
+}
+
 fn find(parent: &mut [u32], mut v: u32) -> u32 {
     while parent[v as usize] != v {
         parent[v as usize] = parent[parent[v as usize] as usize];
@@ -199,11 +225,25 @@ fn loop_depth(n: usize, edges: &[MapEdge], roots: &[u32]) -> Vec<u32> {
     depth
 }
 
-/// Plans the instrumentation of simple function `f`. Its counters are numbered from
-/// `first_counter`; `fragment_targets` holds every address jumped to from a compiler-split
-/// sibling (`foo` <-> `foo.cold`) of any function.
+/// The atomics the probes of `program` use unless told otherwise (`Isa::default_atomics`),
+/// judged on its code outside the functions that choose their atomics at run time.
+pub fn default_atomics(program: &rivet_ir::Program) -> Atomics {
+    let isa = program.info.isa;
+    isa.default_atomics(
+        program
+            .functions
+            .iter()
+            .filter(|f| !f.names.iter().any(|n| isa.chooses_atomics_at_run_time(n)))
+            .flat_map(|f| f.insts.iter()),
+    )
+}
+
+/// Plans the instrumentation of simple function `f`, whose probes count with `atomics`. Its
+/// counters are numbered from `first_counter`; `fragment_targets` holds every address jumped
+/// to from a compiler-split sibling (`foo` <-> `foo.cold`) of any function.
 pub fn instrument_function(
     isa: Isa,
+    atomics: Atomics,
     f: &Function,
     name: String,
     first_counter: u32,
@@ -402,6 +442,26 @@ pub fn instrument_function(
         out_degree[e.from as usize] += 1;
     }
     let lv = liveness(f);
+    let shape = |live: Flags| isa.probe_shape(live, atomics);
+    let (open_before, open_after) = exclusive_open(f);
+    // Whether a probe may go where `at` says: never inside an open exclusive sequence.
+    let outside_exclusive = |at: ProbeAt| {
+        let b = |block: BlockId| f.block(block);
+        match at {
+            ProbeAt::BlockStart(block) => !open_before[b(block).insts.start as usize],
+            ProbeAt::AfterCall(call) => !open_after[call as usize],
+            ProbeAt::BlockEnd(block) => {
+                let block = b(block);
+                if block.terminator == Terminator::FallThrough {
+                    !open_after[block.insts.end as usize - 1]
+                } else {
+                    !open_before[block.insts.end as usize - 1]
+                }
+            }
+            // After the branch, on the way to its target.
+            ProbeAt::Edge { from, .. } => !open_after[b(from).insts.end as usize - 1],
+        }
+    };
 
     // Where each edge's probe would go, and its shape.
     let placement = |e: &MapEdge| -> Option<(ProbeAt, ProbeShape)> {
@@ -415,7 +475,7 @@ pub fn instrument_function(
             return Some(match after_call {
                 None => (
                     ProbeAt::BlockStart(block),
-                    ProbeShape::for_live_flags(lv.live_in[block.0 as usize]),
+                    shape(lv.live_in[block.0 as usize]),
                 ),
                 Some(call) => {
                     let b = f.block(block);
@@ -424,7 +484,7 @@ pub fn instrument_function(
                     } else {
                         lv.live_out[block.0 as usize]
                     };
-                    (ProbeAt::AfterCall(call), ProbeShape::for_live_flags(live))
+                    (ProbeAt::AfterCall(call), shape(live))
                 }
             });
         }
@@ -441,7 +501,7 @@ pub fn instrument_function(
             } else {
                 live_before(f, &lv, block, b.insts.end - 1)
             };
-            return Some((ProbeAt::BlockEnd(block), ProbeShape::for_live_flags(live)));
+            return Some((ProbeAt::BlockEnd(block), shape(live)));
         }
         if !matches!(
             b.terminator,
@@ -457,7 +517,7 @@ pub fn instrument_function(
                         from: block,
                         to: EdgeTarget::Block(to),
                     },
-                    ProbeShape::for_live_flags(lv.live_in[to.0 as usize]),
+                    shape(lv.live_in[to.0 as usize]),
                 ))
             }
             EdgeKind::TailCall | EdgeKind::ToFragment if e.to_addr != 0 => Some((
@@ -466,15 +526,19 @@ pub fn instrument_function(
                     to: EdgeTarget::Address(Vaddr(e.to_addr)),
                 },
                 if e.kind == EdgeKind::TailCall {
-                    ProbeShape::Plain
+                    shape(Flags::NONE)
                 } else {
-                    ProbeShape::SavingFlags
+                    shape(Flags::ALL)
                 },
             )),
             _ => None,
         }
     };
-    let placements: Vec<Option<(ProbeAt, ProbeShape)>> = g.edges.iter().map(placement).collect();
+    let placements: Vec<Option<(ProbeAt, ProbeShape)>> = g
+        .edges
+        .iter()
+        .map(|e| placement(e).filter(|(at, _)| outside_exclusive(*at)))
+        .collect();
 
     // Spanning tree: uncountable edges first, then the most frequent.
     let roots: Vec<u32> = g
@@ -493,7 +557,7 @@ pub fn instrument_function(
     let cost = |i: usize| match placements[i] {
         None => 0u8,
         Some((ProbeAt::Edge { .. }, _)) => 1,
-        Some((_, ProbeShape::SavingFlags)) => 2,
+        Some((_, s)) if s.saves_flags() => 2,
         Some(_) => 3,
     };
     order.sort_by_key(|&i| {

@@ -31,7 +31,7 @@ use std::collections::HashSet;
 use rivet_ir::{FuncId, Program};
 use rivet_profile::counters::CounterMap;
 
-pub use instrument::{FunctionInstrumentation, instrument_function};
+pub use instrument::{FunctionInstrumentation, default_atomics, instrument_function};
 
 /// The instrumentation of a whole program.
 #[derive(Clone, Debug)]
@@ -60,6 +60,11 @@ impl ProgramInstrumentation {
             .filter_map(|(_, f)| f.as_ref().map(|f| f.map.clone()))
             .collect();
         CounterMap {
+            // Named without a machine constant: the ISA's own enum is the source.
+            arch: match program.info.isa {
+                rivet_arch::Isa::X86_64 => rivet_profile::counters::CounterArch::X86_64,
+                rivet_arch::Isa::Aarch64 => rivet_profile::counters::CounterArch::Aarch64,
+            },
             input_build_id: build_id.to_vec(),
             binary_name: binary_name.to_string(),
             counter_count: self.counters,
@@ -70,9 +75,11 @@ impl ProgramInstrumentation {
     }
 }
 
-/// Plans instrumentation for every function `eligible` accepts (they must be simple).
+/// Plans instrumentation for every function `eligible` accepts (they must be simple), with
+/// probes counting with `atomics`.
 pub fn instrument_program(
     program: &Program,
+    atomics: rivet_arch::Atomics,
     eligible: &dyn Fn(FuncId) -> bool,
 ) -> ProgramInstrumentation {
     let fragment_targets: HashSet<rivet_elf::Vaddr> = program
@@ -92,6 +99,7 @@ pub fn instrument_program(
             }
             let plan = instrument_function(
                 program.info.isa,
+                atomics,
                 f,
                 names[f.id.0 as usize].clone(),
                 counters,

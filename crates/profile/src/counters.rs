@@ -14,11 +14,14 @@
 //! instrumented binary nor a side file:
 //!
 //! ```text
-//! 0   magic "RIVETCNT"      8   version u32      12  reserved u32
+//! 0   magic "RIVETCNT"      8   version u32      12  architecture u32 (`CounterArch`)
 //! 16  counters_offset u64 (page multiple)       24  counter_count u64
 //! 32  map_size u64                              40  map_hash u64 (FNV-1a of the map)
 //! 48  reserved [16]         64  map (map_size bytes), zero padding, then the counters (u64)
 //! ```
+//!
+//! The architecture is that of the instrumented binary: 0 x86-64 (what the field, reserved and
+//! zero before AArch64 was instrumented, always held), 1 AArch64.
 //!
 //! The runtime writes the first `counters_offset` bytes when it creates the file and maps
 //! the counters over the binary's counter segment; a file whose header differs belongs to
@@ -26,7 +29,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Location, Mode, Origin, Profile};
+use crate::model::{Architecture, Location, Mode, Origin, Profile};
 
 pub const MAGIC: &[u8; 8] = b"RIVETCNT";
 pub const VERSION: u32 = 1;
@@ -163,9 +166,44 @@ impl FunctionMap {
     }
 }
 
+/// The instruction set of an instrumented binary, as its counter file records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CounterArch {
+    #[default]
+    X86_64,
+    Aarch64,
+}
+
+impl CounterArch {
+    fn code(self) -> u32 {
+        match self {
+            CounterArch::X86_64 => 0,
+            CounterArch::Aarch64 => 1,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<CounterArch> {
+        match code {
+            0 => Some(CounterArch::X86_64),
+            1 => Some(CounterArch::Aarch64),
+            _ => None,
+        }
+    }
+
+    /// The name users know it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            CounterArch::X86_64 => "x86-64",
+            CounterArch::Aarch64 => "AArch64",
+        }
+    }
+}
+
 /// Everything needed to turn an instrumented run's counters into a profile of the input.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct CounterMap {
+    /// The instrumented binary's instruction set (kept in the file's header, not the map).
+    pub arch: CounterArch,
     /// GNU build-id of the input binary (the one the profile describes).
     pub input_build_id: Vec<u8>,
     pub binary_name: String,
@@ -418,6 +456,7 @@ impl CounterMap {
             return Err(CountersError::Malformed("bytes after the map".into()));
         }
         Ok(CounterMap {
+            arch: CounterArch::default(),
             input_build_id,
             binary_name,
             counter_count,
@@ -435,7 +474,7 @@ impl CounterMap {
         let mut out = Vec::with_capacity(counters_offset as usize);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&self.arch.code().to_le_bytes());
         out.extend_from_slice(&counters_offset.to_le_bytes());
         out.extend_from_slice(&u64::from(self.counter_count).to_le_bytes());
         out.extend_from_slice(&(map.len() as u64).to_le_bytes());
@@ -474,6 +513,9 @@ impl CounterFile {
         if version != VERSION {
             return Err(CountersError::Version(version));
         }
+        let arch = CounterArch::from_code(u32_at(12)).ok_or_else(|| {
+            CountersError::Malformed(format!("unknown architecture {}", u32_at(12)))
+        })?;
         let counters_offset = u64_at(16);
         let counter_count = u64_at(24);
         let map_size = u64_at(32);
@@ -495,7 +537,8 @@ impl CounterFile {
                 "the map does not match its hash".into(),
             ));
         }
-        let map = CounterMap::decode_map(map_bytes)?;
+        let mut map = CounterMap::decode_map(map_bytes)?;
+        map.arch = arch;
         if u64::from(map.counter_count) != counter_count {
             return Err(CountersError::Malformed(
                 "header and map disagree on the number of counters".into(),
@@ -621,6 +664,12 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
     profile.origin = Origin::Instrumentation;
     profile.build_id = (!map.input_build_id.is_empty()).then(|| hex(&map.input_build_id));
     profile.binary_name = (!map.binary_name.is_empty()).then(|| map.binary_name.clone());
+    // Profiles mark AArch64 code and leave x86-64's unmarked (as `rivet aggregate` does), so
+    // that an x86-64 profile reads as it always did.
+    profile.architecture = match map.arch {
+        CounterArch::X86_64 => None,
+        CounterArch::Aarch64 => Some(Architecture::Aarch64),
+    };
     // Location of an address: inside an instrumented function, or at a known symbol.
     let mut starts: Vec<(u64, &str)> = map
         .symbols
@@ -852,6 +901,7 @@ mod tests {
     #[test]
     fn map_and_file_round_trip() {
         let map = CounterMap {
+            arch: CounterArch::X86_64,
             input_build_id: vec![0xab, 0xcd],
             binary_name: "prog".into(),
             counter_count: 3,
@@ -867,6 +917,29 @@ mod tests {
         let parsed = CounterFile::parse(&file).unwrap();
         assert_eq!(parsed.map, map);
         assert_eq!(parsed.counters, vec![7, 3, 3]);
+        // x86-64's header is the one written before architectures were recorded.
+        assert_eq!(file[12..16], [0; 4]);
+        // AArch64 is marked, round-trips, and an unknown architecture is refused.
+        let arm = CounterMap {
+            arch: CounterArch::Aarch64,
+            ..map.clone()
+        };
+        let (mut arm_file, _) = arm.file_prefix();
+        arm_file.extend_from_slice(&file[offset as usize..]);
+        assert_eq!(arm_file[12..16], 1u32.to_le_bytes());
+        let arm_parsed = CounterFile::parse(&arm_file).unwrap();
+        assert_eq!(arm_parsed.map.arch, CounterArch::Aarch64);
+        // The profile says so too; an x86-64 one stays unmarked.
+        assert_eq!(
+            arm_parsed.to_profile().architecture,
+            Some(crate::model::Architecture::Aarch64)
+        );
+        assert_eq!(parsed.to_profile().architecture, None);
+        arm_file[12] = 9;
+        assert!(matches!(
+            CounterFile::parse(&arm_file),
+            Err(CountersError::Malformed(_))
+        ));
         let profile = parsed.to_profile();
         assert_eq!(profile.build_id.as_deref(), Some("abcd"));
         let count =

@@ -40,11 +40,11 @@
 //! it was set with, which the runtime's own handler copies when it takes its place). The replaced disposition lives in a private page after the counters
 //! (`DATA_SIZE`), the only memory besides its stack the runtime writes.
 //!
-//! The runtime is generated as x86-64 machine code with iced's assembler rather than compiled
-//! from a freestanding source: it is a few hundred bytes of straight-line system calls, and
-//! generating it means there is no runtime library to build, ship, or find at run time. It
-//! uses raw Linux system calls only and touches nothing of the program but its own stack and
-//! the SIGBUS disposition.
+//! The runtime is generated as machine code (x86-64 with iced's assembler, AArch64 with
+//! `rivet_arch`'s, module `aarch64`) rather than compiled from a freestanding source: it is a
+//! few hundred bytes of straight-line system calls, and generating it means there is no
+//! runtime library to build, ship, or find at run time. It uses raw Linux system calls only
+//! and touches nothing of the program but its own stack and the SIGBUS disposition.
 //!
 //! The crate also generates the start-up code of `rivet optimize --hugify` (`hugify`), on the
 //! same principle: machine code written into the output, no library.
@@ -53,11 +53,16 @@ use iced_x86::IcedError;
 use iced_x86::code_asm::*;
 use rivet_elf::Vaddr;
 
+mod aarch64;
 pub mod hugify;
 
 /// What the runtime needs to know, all fixed at instrumentation time.
 #[derive(Clone, Debug)]
 pub struct RuntimeParams<'a> {
+    /// The instruction set of the program.
+    pub isa: rivet_arch::Isa,
+    /// How AArch64 code counts atomically (the probes' choice; x86-64 ignores it).
+    pub atomics: rivet_arch::Atomics,
     /// Address the runtime is placed at.
     pub at: Vaddr,
     /// The counter segment: page-aligned address and size (a page multiple). `DATA_SIZE`
@@ -85,7 +90,7 @@ pub struct RuntimeCode {
     /// The new `DT_INIT` (shared libraries).
     pub init_stub: Option<Vaddr>,
     /// The recorder of indirect call targets: called with the target in rax and the site's
-    /// table in r11, it keeps every register and flag.
+    /// table in r11 (AArch64: x16 and x17, with `bl`), it keeps every register and flag.
     pub recorder: Vaddr,
 }
 
@@ -93,6 +98,8 @@ pub struct RuntimeCode {
 pub enum RuntimeError {
     #[error("assembling the instrumentation runtime: {0}")]
     Assemble(#[from] IcedError),
+    #[error("assembling the AArch64 instrumentation runtime: {0}")]
+    AssembleAarch64(#[from] rivet_arch::aarch64::asm::AsmError),
     #[error("the default profile path is empty or too long (at most {MAX_PATH} bytes)")]
     Path,
 }
@@ -210,6 +217,77 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
     if params.default_path.is_empty() || params.default_path.len() > MAX_PATH - 24 {
         return Err(RuntimeError::Path);
     }
+    match params.isa {
+        rivet_arch::Isa::X86_64 => generate_x86_64(params),
+        rivet_arch::Isa::Aarch64 => aarch64::generate(params, params.atomics),
+    }
+}
+
+/// The messages the runtime prints, in the order its data holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Message {
+    Prefix,
+    Open,
+    Write,
+    Map,
+    Other,
+    Long,
+    Errno,
+    Lost,
+    Close,
+    RootDir,
+    Relative,
+    Dir,
+    UnsafeDir,
+    UnsafeFile,
+    NotRegular,
+    Space,
+    Bus,
+}
+
+/// Every message's text (one copy for both runtimes).
+fn messages() -> [(Message, &'static str); 17] {
+    [
+        (Message::Prefix, MSG_PREFIX),
+        (Message::Open, "cannot open the profile "),
+        (Message::Write, "cannot write the profile "),
+        (Message::Map, "cannot map the profile "),
+        (
+            Message::Other,
+            "the profile holds counts of another binary or instrumentation (remove it, or set RIVET_PROFILE): ",
+        ),
+        (
+            Message::Long,
+            "the profile path is too long; this run's counts are not saved\n",
+        ),
+        (Message::Errno, MSG_ERRNO),
+        (Message::Lost, MSG_LOST),
+        (Message::Close, ")"),
+        (Message::RootDir, "/"),
+        (
+            Message::Relative,
+            "a privileged (AT_SECURE) process refuses a relative profile path: ",
+        ),
+        (
+            Message::Dir,
+            "a privileged (AT_SECURE) process cannot open, without following symbolic links, the directory of the profile ",
+        ),
+        (
+            Message::UnsafeDir,
+            "a privileged (AT_SECURE) process refuses a profile in a directory another user owns or may write: ",
+        ),
+        (
+            Message::UnsafeFile,
+            "a privileged (AT_SECURE) process refuses a profile file another user owns or may write, or with other links: ",
+        ),
+        (Message::NotRegular, "the profile is not a regular file: "),
+        (Message::Space, "cannot reserve disk space for the profile "),
+        (Message::Bus, MSG_BUS),
+    ]
+}
+
+/// The x86-64 runtime.
+fn generate_x86_64(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError> {
     let mut a = CodeAssembler::new(64)?;
     let mut base = a.create_label();
     let mut start = a.create_label();
@@ -1044,55 +1122,28 @@ pub fn generate(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeError>
         .unwrap_or(params.default_path);
     cstr(&mut a, &mut default_name, file_name)?;
     cstr(&mut a, &mut env_name, &format!("{ENV_PROFILE}="))?;
-    cstr(&mut a, &mut msg_prefix, MSG_PREFIX)?;
-    cstr(&mut a, &mut msg_open, "cannot open the profile ")?;
-    cstr(&mut a, &mut msg_write, "cannot write the profile ")?;
-    cstr(&mut a, &mut msg_map, "cannot map the profile ")?;
-    cstr(
-        &mut a,
-        &mut msg_other,
-        "the profile holds counts of another binary or instrumentation (remove it, or set RIVET_PROFILE): ",
-    )?;
-    cstr(
-        &mut a,
-        &mut msg_long,
-        "the profile path is too long; this run's counts are not saved\n",
-    )?;
-    cstr(&mut a, &mut msg_errno, MSG_ERRNO)?;
-    cstr(&mut a, &mut msg_lost, MSG_LOST)?;
-    cstr(&mut a, &mut msg_close, ")")?;
-    cstr(&mut a, &mut root_dir, "/")?;
-    cstr(
-        &mut a,
-        &mut msg_relative,
-        "a privileged (AT_SECURE) process refuses a relative profile path: ",
-    )?;
-    cstr(
-        &mut a,
-        &mut msg_dir,
-        "a privileged (AT_SECURE) process cannot open, without following symbolic links, the directory of the profile ",
-    )?;
-    cstr(
-        &mut a,
-        &mut msg_unsafe_dir,
-        "a privileged (AT_SECURE) process refuses a profile in a directory another user owns or may write: ",
-    )?;
-    cstr(
-        &mut a,
-        &mut msg_unsafe_file,
-        "a privileged (AT_SECURE) process refuses a profile file another user owns or may write, or with other links: ",
-    )?;
-    cstr(
-        &mut a,
-        &mut msg_not_regular,
-        "the profile is not a regular file: ",
-    )?;
-    cstr(
-        &mut a,
-        &mut msg_space,
-        "cannot reserve disk space for the profile ",
-    )?;
-    cstr(&mut a, &mut msg_bus, MSG_BUS)?;
+    for (message, text) in messages() {
+        let label = match message {
+            Message::Prefix => &mut msg_prefix,
+            Message::Open => &mut msg_open,
+            Message::Write => &mut msg_write,
+            Message::Map => &mut msg_map,
+            Message::Other => &mut msg_other,
+            Message::Long => &mut msg_long,
+            Message::Errno => &mut msg_errno,
+            Message::Lost => &mut msg_lost,
+            Message::Close => &mut msg_close,
+            Message::RootDir => &mut root_dir,
+            Message::Relative => &mut msg_relative,
+            Message::Dir => &mut msg_dir,
+            Message::UnsafeDir => &mut msg_unsafe_dir,
+            Message::UnsafeFile => &mut msg_unsafe_file,
+            Message::NotRegular => &mut msg_not_regular,
+            Message::Space => &mut msg_space,
+            Message::Bus => &mut msg_bus,
+        };
+        cstr(&mut a, label, text)?;
+    }
     a.set_label(&mut prefix)?;
     a.db(params.file_prefix)?;
 

@@ -18,6 +18,9 @@ pub const FILL: u32 = 0x0000_0000;
 pub const BTI_C: u32 = 0xd503_245f;
 pub const BTI_J: u32 = 0xd503_249f;
 pub const BTI_JC: u32 = 0xd503_24df;
+/// `paciasp`, `pacibsp`: sign the return address; also `bti c` landing pads.
+pub const PACIASP: u32 = 0xd503_233f;
+pub const PACIBSP: u32 = 0xd503_237f;
 /// The intra-procedure-call scratch register veneers may clobber (AAPCS64: x16, IP0).
 pub const VENEER_REGISTER: u8 = 16;
 
@@ -176,11 +179,6 @@ pub fn veneer(at: u64, target: u64) -> Result<[u32; 3], EncodeError> {
     let br = 0xd61f_0000 | (r << 5);
     Ok([adrp, add, br])
 }
-
-/// `paciasp` and `pacibsp`: besides signing, they are landing pads for calls and for jumps
-/// through x16/x17 (the two `pac` forms that are).
-pub const PACIASP: u32 = 0xd503_233f;
-pub const PACIBSP: u32 = 0xd503_237f;
 
 /// True when `word` accepts the `br x16` of a [`veneer`] where BTI is enforced: that jump
 /// sets BTYPE to 0b01, which every `bti` with a `c` or a `j` accepts, and `paciasp` and

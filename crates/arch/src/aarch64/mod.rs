@@ -8,12 +8,14 @@
 //! This module also holds the AArch64 facts `crate::Isa` answers with: the ELF machine,
 //! DWARF register numbers, what padding looks like.
 
+pub mod asm;
 pub mod decode;
 pub mod encode;
 pub(crate) mod inst;
 pub mod jump_table;
 pub(crate) mod pairs;
 pub(crate) mod plt;
+pub mod probe;
 pub(crate) mod relocs;
 
 pub use decode::{

@@ -11,6 +11,7 @@
 use iced_x86::RflagsBits;
 use rivet_elf::Vaddr;
 
+use crate::probe::{IndirectProbeError, ProbeShape};
 use crate::x86_64::inst::X86Inst;
 use crate::{Flow, Inst};
 
@@ -74,30 +75,22 @@ impl X86Inst {
     }
 }
 
-/// The shape of a counter increment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ProbeShape {
-    /// `lock incq disp(%rip)`: flags other than CF are dead here.
-    Plain,
-    /// The increment wrapped in `lea -128(%rsp),%rsp; pushfq` ... `popfq; lea 128(%rsp),%rsp`.
-    SavingFlags,
-}
-
 impl ProbeShape {
-    /// The shape needed where `live` flags are live.
-    pub fn for_live_flags(live: Flags) -> ProbeShape {
+    /// The x86-64 shape needed where `live` flags are live.
+    pub(crate) fn for_live_flags(live: Flags) -> ProbeShape {
         if live.intersects(Flags::WRITTEN_BY_INC) {
             ProbeShape::SavingFlags
         } else {
             ProbeShape::Plain
         }
     }
+}
 
-    pub fn size(self) -> u8 {
-        match self {
-            ProbeShape::Plain => LOCK_INC_LEN,
-            ProbeShape::SavingFlags => 5 + 1 + LOCK_INC_LEN + 1 + 8,
-        }
+/// Bytes of an x86-64 probe of `shape`.
+pub(crate) fn probe_size(shape: ProbeShape) -> u8 {
+    match shape {
+        ProbeShape::SavingFlags => 5 + 1 + LOCK_INC_LEN + 1 + 8,
+        _ => LOCK_INC_LEN,
     }
 }
 
@@ -106,10 +99,11 @@ const LOCK_INC_LEN: u8 = 8;
 
 /// Appends the probe placed at `at` that increments the counter at `counter`. Fails when the
 /// counter is out of RIP-relative reach (more than 2 GiB away), which the caller's layout
-/// rules out.
+/// rules out. The AArch64 shapes are not x86-64 code: `None`.
 pub fn encode_probe(shape: ProbeShape, at: Vaddr, counter: Vaddr, out: &mut Vec<u8>) -> Option<()> {
     let inc_at = match shape {
         ProbeShape::Plain => at,
+        ProbeShape::Lse | ProbeShape::LlSc => return None,
         ProbeShape::SavingFlags => {
             out.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x80]); // lea -0x80(%rsp),%rsp
             out.push(0x9c); // pushfq
@@ -143,7 +137,7 @@ mod tests {
     fn plain_probe_is_one_locked_increment() {
         let mut out = Vec::new();
         encode_probe(ProbeShape::Plain, Vaddr(0x1000), Vaddr(0x5008), &mut out).unwrap();
-        assert_eq!(out.len(), usize::from(ProbeShape::Plain.size()));
+        assert_eq!(out.len(), usize::from(probe_size(ProbeShape::Plain)));
         let text = disasm(&out, 0x1000);
         assert_eq!(text.len(), 1);
         assert!(
@@ -162,7 +156,7 @@ mod tests {
             &mut out,
         )
         .unwrap();
-        assert_eq!(out.len(), usize::from(ProbeShape::SavingFlags.size()));
+        assert_eq!(out.len(), usize::from(probe_size(ProbeShape::SavingFlags)));
         let text = disasm(&out, 0x1000);
         assert_eq!(text.len(), 5, "{text:?}");
         assert!(text[0].contains("lea") && text[0].contains("-0x80(%rsp)"));
@@ -197,14 +191,6 @@ mod tests {
         let mut out = Vec::new();
         assert!(encode_probe(ProbeShape::Plain, Vaddr(0), Vaddr(1 << 40), &mut out).is_none());
     }
-}
-
-/// Why an indirect call's target cannot be captured.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("cannot profile the indirect branch at {at}: {reason}")]
-pub struct IndirectProbeError {
-    pub at: Vaddr,
-    pub reason: &'static str,
 }
 
 /// `mov <the branch's operand>, %rax`, placed at `at`, for a stack pointer lowered by
