@@ -361,6 +361,8 @@ fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
         "str_find starts with bti c"
     );
     bytes[at..at + 4].copy_from_slice(&0xd503_201fu32.to_le_bytes());
+    // A copy first, so the file is executable (qemu-user runs only those).
+    std::fs::copy(&input, &unpadded).unwrap();
     std::fs::write(&unpadded, bytes).unwrap();
     let died = find(&qemu_wrapper(&input, &unpadded, &dir));
     // The wrapper's shell reports qemu's death of the guest's SIGILL as 128 + 4.
