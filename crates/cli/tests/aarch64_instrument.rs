@@ -599,7 +599,7 @@ fn every_corpus_program_counts_consistently_and_optimizes_from_its_counts() {
 /// The AArch64 builds of Lua and SQLite (`scripts/build-real-aarch64.sh`: gcc PIE and not,
 /// clang, clang with PAC and BTI), instrumented, pass their workloads under qemu-aarch64
 /// against the x86-64 builds' results while counting, and their counts are consistent: flow
-/// conserved in every function, and one deterministic run repeated doubles every counter.
+/// conserved in every function, and (Lua) one deterministic run repeated doubles every counter.
 #[test]
 fn aarch64_lua_and_sqlite_instrumented_pass_their_workloads_and_count_consistently() {
     let out = Command::new("bash")
@@ -647,7 +647,7 @@ fn aarch64_lua_and_sqlite_instrumented_pass_their_workloads_and_count_consistent
                 String::from_utf8_lossy(&out.stderr)
             );
         };
-        // One deterministic run, then the same again: every counter doubles.
+        // One run, then the same again: flow conserved both times, and for Lua every counter doubles.
         let deterministic = |what: &str| {
             let run = || {
                 let mut c = Command::new(&wrapper_path);
@@ -680,8 +680,13 @@ fn aarch64_lua_and_sqlite_instrumented_pass_their_workloads_and_count_consistent
             );
             let twice = counter_file(&counts);
             flow_conserved(&twice).unwrap_or_else(|e| panic!("{name} {what}: {e}"));
-            let k = first_undoubled(&once.map, &once.counters, &twice.counters);
-            assert!(k.is_none(), "{name} {what}: counter {k:?} did not double");
+            // SQLite's run is not repeatable to the branch: it seeds its PRNG from the OS and
+            // the clock (the x86-64 build, instrumented, differs between two runs of this
+            // workload too), so only Lua's counts must double.
+            if name.starts_with("lua") {
+                let k = first_undoubled(&once.map, &once.counters, &twice.counters);
+                assert!(k.is_none(), "{name} {what}: counter {k:?} did not double");
+            }
             let counted = once.counters.iter().filter(|&&c| c > 0).count();
             assert!(
                 counted > 500,
