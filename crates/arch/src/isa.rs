@@ -255,20 +255,8 @@ impl Isa {
         match self {
             Isa::X86_64 => None,
             Isa::Aarch64 => {
-                let word = |k: usize| {
-                    Some(u32::from_le_bytes(
-                        bytes.get(4 * k..4 * k + 4)?.try_into().ok()?,
-                    ))
-                };
-                let r = u32::from(aarch64::VENEER_REGISTER);
-                let (adrp, add, br) = (word(0)?, word(1)?, word(2)?);
-                let page = match aarch64::decode(adrp, at.get()).ok()?.pc_relative? {
-                    aarch64::PcRelative::Adrp { reg, page } if u32::from(reg) == r => page,
-                    _ => return None,
-                };
-                let add_ok = add & 0xffc0_03ff == 0x9100_0000 | (r << 5) | r;
-                (add_ok && br == 0xd61f_0000 | (r << 5))
-                    .then(|| Vaddr(page + u64::from((add >> 10) & 0xfff)))
+                let words = [le_word(bytes, 0)?, le_word(bytes, 1)?, le_word(bytes, 2)?];
+                aarch64::veneer_target(words, at.get()).map(Vaddr)
             }
         }
     }
@@ -295,9 +283,7 @@ impl Isa {
     pub fn lands_veneer(self, bytes: &[u8]) -> bool {
         match self {
             Isa::X86_64 => true,
-            Isa::Aarch64 => bytes
-                .get(..4)
-                .is_some_and(|w| aarch64::lands_veneer(u32::from_le_bytes(w.try_into().unwrap()))),
+            Isa::Aarch64 => le_word(bytes, 0).is_some_and(aarch64::lands_veneer),
         }
     }
 
@@ -331,12 +317,8 @@ impl Isa {
         match self {
             Isa::X86_64 => None,
             Isa::Aarch64 => {
-                let word = |k: usize| {
-                    Some(u32::from_le_bytes(
-                        bytes.get(4 * k..4 * k + 4)?.try_into().ok()?,
-                    ))
-                };
-                aarch64::landing_pad_target([word(0)?, word(1)?], at.get()).map(Vaddr)
+                let words = [le_word(bytes, 0)?, le_word(bytes, 1)?];
+                aarch64::landing_pad_target(words, at.get()).map(Vaddr)
             }
         }
     }
@@ -384,12 +366,10 @@ impl Isa {
     pub fn is_forwarding_pad(self, bytes: &[u8]) -> bool {
         match self {
             Isa::X86_64 => false,
-            Isa::Aarch64 => bytes.get(..4).is_some_and(|w| {
-                matches!(
-                    u32::from_le_bytes(w.try_into().unwrap()),
-                    aarch64::BTI_C | aarch64::BTI_J | aarch64::BTI_JC
-                )
-            }),
+            Isa::Aarch64 => matches!(
+                le_word(bytes, 0),
+                Some(aarch64::BTI_C | aarch64::BTI_J | aarch64::BTI_JC)
+            ),
         }
     }
 
@@ -416,12 +396,11 @@ impl Isa {
                 let [adrp, add, br] = insts.get(..3)? else {
                     return None;
                 };
-                let bytes: Vec<u8> = [adrp, add, br]
-                    .iter()
-                    .filter(|i| !i.is_invalid())
-                    .flat_map(|i| i.aarch64().word().to_le_bytes())
-                    .collect();
-                self.veneer_target(&bytes, adrp.addr())
+                if [adrp, add, br].iter().any(|i| i.is_invalid()) {
+                    return None;
+                }
+                let words = [adrp, add, br].map(|i| i.aarch64().word());
+                aarch64::veneer_target(words, adrp.addr().get()).map(Vaddr)
             }
         }
     }
@@ -902,4 +881,11 @@ mod tests {
         }
         assert!(accepted > 0, "the test header is refused for every machine");
     }
+}
+
+/// The `k`-th little-endian 32-bit word of `bytes`, if it holds one.
+fn le_word(bytes: &[u8], k: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        bytes.get(4 * k..4 * k + 4)?.try_into().ok()?,
+    ))
 }

@@ -42,6 +42,8 @@ struct Checker<'a> {
     new_block_starts: HashSet<Vaddr>,
     /// The PLT stubs' slots, for calls `--plt` made through them.
     via_slots: ViaSlots,
+    /// The output asks for BTI: every veneer must land on a pad.
+    guarded: bool,
 }
 
 impl Checker<'_> {
@@ -161,7 +163,7 @@ impl Checker<'_> {
             return true;
         }
         destination == want
-            && (!isa.branch_targets_guarded(self.out)
+            && (!self.guarded
                 || self
                     .out
                     .bytes_at(destination, 4)
@@ -522,6 +524,7 @@ pub fn check(
         map,
         new_block_starts,
         via_slots: ViaSlots::of_program(program),
+        guarded: program.info.isa.branch_targets_guarded(out),
     };
     let mut report = VerifyReport::default();
     for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {

@@ -602,22 +602,7 @@ fn every_corpus_program_counts_consistently_and_optimizes_from_its_counts() {
 /// conserved in every function, and (Lua) one deterministic run repeated doubles every counter.
 #[test]
 fn aarch64_lua_and_sqlite_instrumented_pass_their_workloads_and_count_consistently() {
-    let out = Command::new("bash")
-        .arg(common::repo_root().join("scripts/build-real-aarch64.sh"))
-        .output()
-        .expect("running scripts/build-real-aarch64.sh");
-    assert!(
-        out.status.success(),
-        "scripts/build-real-aarch64.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let builds: Vec<(String, PathBuf)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (name, path) = l.split_once(' ')?;
-            Some((name.to_string(), PathBuf::from(path)))
-        })
-        .collect();
+    let builds = common::aarch64_real_builds(&[]);
     assert_eq!(builds.len(), 8, "{builds:?}");
     let scripts = common::repo_root().join("scripts");
     for (name, input) in &builds {
@@ -628,16 +613,7 @@ fn aarch64_lua_and_sqlite_instrumented_pass_their_workloads_and_count_consistent
         let _ = std::fs::remove_file(&counts);
         instrument(input, &inst, &["--profile", s(&counts)]);
         // The build's wrapper runs the binary next to it: the same, for the instrumented one.
-        let wrapper = std::fs::read_to_string(format!("{}.qemu", input.display()))
-            .expect("the build script writes a .qemu wrapper next to each binary");
-        let wrapper = wrapper.replace(
-            &format!("\"$(dirname \"$0\")/{file}\""),
-            &format!("\"{}\"", inst.display()),
-        );
-        assert!(wrapper.contains(&inst.display().to_string()), "{wrapper}");
-        let wrapper_path = dir.join(format!("{file}.qemu"));
-        std::fs::write(&wrapper_path, wrapper).unwrap();
-        std::fs::set_permissions(&wrapper_path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let wrapper_path = common::qemu_wrapper(input, &inst, &dir);
         let script = |args: &[&std::ffi::OsStr]| {
             let out = Command::new("bash").args(args).output().expect("bash");
             assert!(

@@ -184,22 +184,7 @@ fn cppcheck_rewritten_analyses_identically() {
 /// closing notes of the AArch64 work).
 #[test]
 fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
-    let out = Command::new("bash")
-        .arg(common::repo_root().join("scripts/build-real-aarch64.sh"))
-        .output()
-        .expect("running scripts/build-real-aarch64.sh");
-    assert!(
-        out.status.success(),
-        "scripts/build-real-aarch64.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let builds: Vec<(String, PathBuf)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (name, path) = l.split_once(' ')?;
-            Some((name.to_string(), PathBuf::from(path)))
-        })
-        .collect();
+    let builds = common::aarch64_real_builds(&[]);
     assert_eq!(builds.len(), 8, "{builds:?}");
     for (name, input) in &builds {
         let layout: &[&str] = if name.contains("gcc") {
@@ -209,7 +194,7 @@ fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
         };
         let dir = scratch("real-rewrite-aarch64", name);
         let rewritten = rewrite(input, &dir, layout);
-        let wrapper_path = qemu_wrapper(input, &rewritten, &dir);
+        let wrapper_path = common::qemu_wrapper(input, &rewritten, &dir);
         // Options go before the binaries for both scripts (as build-real-aarch64.sh runs
         // them); the reference runs natively.
         let script = |args: &[&std::ffi::OsStr]| {
@@ -245,28 +230,6 @@ fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
             ]);
         }
     }
-}
-
-/// A copy of the `.qemu` wrapper the AArch64 build script writes next to `input` (qemu with
-/// the build's CPU options, argv[0] as the checks expect), in `dir`, running `binary` instead.
-fn qemu_wrapper(input: &Path, binary: &Path, dir: &Path) -> PathBuf {
-    let wrapper = std::fs::read_to_string(input.with_extension("qemu"))
-        .or_else(|_| std::fs::read_to_string(format!("{}.qemu", input.display())))
-        .expect("the build script writes a .qemu wrapper next to each binary");
-    let file = input.file_name().unwrap().to_string_lossy().into_owned();
-    let wrapper = wrapper.replace(
-        &format!("\"$(dirname \"$0\")/{file}\""),
-        &format!("\"{}\"", binary.display()),
-    );
-    assert!(wrapper.contains(&binary.display().to_string()), "{wrapper}");
-    let path = dir.join(format!(
-        "{}.qemu",
-        binary.file_name().unwrap().to_string_lossy()
-    ));
-    std::fs::write(&path, wrapper).unwrap();
-    let status = Command::new("chmod").arg("+x").arg(&path).status().unwrap();
-    assert!(status.success());
-    path
 }
 
 /// The file offset of the symbol `name` of the AArch64 binary `bin` (through its `.text`).
@@ -316,23 +279,11 @@ fn text_symbol_offset(bin: &Path, name: &str) -> usize {
 /// with both, it runs the Lua test scripts as the x86-64 build does.
 #[test]
 fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
-    let out = Command::new("bash")
-        .arg(common::repo_root().join("scripts/build-real-aarch64.sh"))
-        .arg("lua-clang-bti")
-        .output()
-        .expect("running scripts/build-real-aarch64.sh");
-    assert!(
-        out.status.success(),
-        "scripts/build-real-aarch64.sh lua-clang-bti failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let input = PathBuf::from(
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("lua-clang-bti "))
-            .expect("the build's path"),
-    );
+    let builds = common::aarch64_real_builds(&["lua-clang-bti"]);
+    let input = builds
+        .into_iter()
+        .find_map(|(name, path)| (name == "lua-clang-bti").then_some(path))
+        .expect("the build's path");
     let notes = Command::new("readelf")
         .arg("-n")
         .arg(&input)
@@ -349,7 +300,7 @@ fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
             .output()
             .unwrap()
     };
-    let original = qemu_wrapper(&input, &input, &dir);
+    let original = common::qemu_wrapper(&input, &input, &dir);
     let ran = find(&original);
     assert_eq!(String::from_utf8_lossy(&ran.stdout), "2\t2\n");
     let unpadded = dir.join("lua.unpadded");
@@ -364,7 +315,7 @@ fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
     // A copy first, so the file is executable (qemu-user runs only those).
     std::fs::copy(&input, &unpadded).unwrap();
     std::fs::write(&unpadded, bytes).unwrap();
-    let died = find(&qemu_wrapper(&input, &unpadded, &dir));
+    let died = find(&common::qemu_wrapper(&input, &unpadded, &dir));
     // The wrapper execs qemu, which dies of the guest's SIGILL itself.
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&died.status),
@@ -377,7 +328,7 @@ fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
         &["--layout", "shuffle", "--seed", "2"],
     ] {
         let rewritten = rewrite(&input, &dir, layout);
-        let wrapper = qemu_wrapper(&input, &rewritten, &dir);
+        let wrapper = common::qemu_wrapper(&input, &rewritten, &dir);
         // Options before the binaries (check-lua.sh reads them first).
         let run = Command::new("bash")
             .arg(common::repo_root().join("scripts/check-lua.sh"))

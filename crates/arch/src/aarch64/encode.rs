@@ -180,6 +180,18 @@ pub fn veneer(at: u64, target: u64) -> Result<[u32; 3], EncodeError> {
     Ok([adrp, add, br])
 }
 
+/// Where the [`veneer`] `words` (placed at `at`) jumps; `None` for words that are not one.
+pub fn veneer_target(words: [u32; 3], at: u64) -> Option<u64> {
+    let r = u32::from(VENEER_REGISTER);
+    let [adrp, add, br] = words;
+    let page = match super::decode(adrp, at).ok()?.pc_relative? {
+        super::PcRelative::Adrp { reg, page } if u32::from(reg) == r => page,
+        _ => return None,
+    };
+    let add_ok = add & 0xffc0_03ff == 0x9100_0000 | (r << 5) | r;
+    (add_ok && br == 0xd61f_0000 | (r << 5)).then(|| page + u64::from((add >> 10) & 0xfff))
+}
+
 /// True when `word` accepts the `br x16` of a [`veneer`] where BTI is enforced: that jump
 /// sets BTYPE to 0b01, which every `bti` with a `c` or a `j` accepts, and `paciasp` and
 /// `pacibsp` too.

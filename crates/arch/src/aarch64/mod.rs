@@ -25,7 +25,7 @@ pub use decode::{
 pub use encode::{
     BTI_C, BTI_J, BTI_JC, EncodeError, FEATURE_1_BTI, FILL, NOP, PACIASP, PACIBSP,
     PROPERTY_FEATURE_1_AND, Reach, VENEER_REGISTER, b, bl, invert, landing_pad, landing_pad_target,
-    lands_veneer, reach_of, retarget, set_low12, veneer,
+    lands_veneer, reach_of, retarget, set_low12, veneer, veneer_target,
 };
 pub use jump_table::{
     Bound, Hoisted, IndirectBranch, RegisterWrite, analyze_indirect_branch,

@@ -236,3 +236,49 @@ pub fn perf_record(perf_data: &Path, frequency: u32, command: impl FnOnce(&mut C
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The AArch64 builds of `scripts/build-real-aarch64.sh` as (name, path): the default eight,
+/// or the named ones (`lua-clang-bti`).
+#[allow(dead_code)]
+pub fn aarch64_real_builds(names: &[&str]) -> Vec<(String, PathBuf)> {
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/build-real-aarch64.sh"))
+        .args(names)
+        .output()
+        .expect("running scripts/build-real-aarch64.sh");
+    assert!(
+        out.status.success(),
+        "scripts/build-real-aarch64.sh {names:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (name, path) = l.split_once(' ')?;
+            Some((name.to_string(), PathBuf::from(path)))
+        })
+        .collect()
+}
+
+/// A copy, in `dir`, of the `.qemu` wrapper the AArch64 build script writes next to `input`
+/// (qemu with the build's CPU options, argv[0] as the checks expect), running `binary`
+/// instead; named after `binary`.
+#[allow(dead_code)]
+pub fn qemu_wrapper(input: &Path, binary: &Path, dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let wrapper = std::fs::read_to_string(format!("{}.qemu", input.display()))
+        .expect("the build script writes a .qemu wrapper next to each binary");
+    let file = input.file_name().unwrap().to_string_lossy().into_owned();
+    let wrapper = wrapper.replace(
+        &format!("\"$(dirname \"$0\")/{file}\""),
+        &format!("\"{}\"", binary.display()),
+    );
+    assert!(wrapper.contains(&binary.display().to_string()), "{wrapper}");
+    let path = dir.join(format!(
+        "{}.qemu",
+        binary.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&path, wrapper).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
