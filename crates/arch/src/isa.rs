@@ -847,6 +847,13 @@ impl RelocTypes for Isa {
     }
 }
 
+/// The `k`-th little-endian 32-bit word of `bytes`, if it holds one.
+fn le_word(bytes: &[u8], k: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        bytes.get(4 * k..4 * k + 4)?.try_into().ok()?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -881,11 +888,4 @@ mod tests {
         }
         assert!(accepted > 0, "the test header is refused for every machine");
     }
-}
-
-/// The `k`-th little-endian 32-bit word of `bytes`, if it holds one.
-fn le_word(bytes: &[u8], k: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        bytes.get(4 * k..4 * k + 4)?.try_into().ok()?,
-    ))
 }
