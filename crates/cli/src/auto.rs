@@ -1,8 +1,8 @@
 //! `rivet auto BINARY -o OUT --train CMD...`: the whole workflow in one command: check,
 //! instrument, train, merge, optimize, verify, summarize.
 //!
-//! **Check.** The input must be an x86-64 ELF file with relocations (`-Wl,--emit-relocs`):
-//! instrumentation moves code, which needs them. Without relocations `auto` stops with one line
+//! **Check.** The input must be an x86-64 or AArch64 ELF file with relocations
+//! (`-Wl,--emit-relocs`): instrumentation moves code, which needs them. Without relocations `auto` stops with one line
 //! saying so, how to relink, and what the alternative costs (`perf record -e cpu-clock:u` +
 //! `rivet aggregate` + `rivet optimize`: functions then stay in place, only their blocks move).
 //! `auto` does not fall back to sampling by itself: with no hardware branch records (VMs) the
@@ -21,6 +21,17 @@
 //! Commands get no stdin (/dev/null) and their output is discarded; stderr is kept to quote the
 //! last line when a command fails. A command that exits non-zero, runs longer than `--timeout`,
 //! or never runs the binary (no counter file) is an error.
+//!
+//! **Emulators.** `--runner PREFIX` runs every run of the instrumented binary (and the
+//! original and optimized ones under `--bench`) as `PREFIX... BINARY ARGS`, e.g. an AArch64
+//! program on an x86-64 host under `qemu-aarch64 -L /usr/aarch64-linux-gnu`; `{}` then stands
+//! for a script that does that (`run_prefix` says how, and how the words are split). The
+//! counter file's variable reaches the program through the emulator's environment. A program
+//! this host cannot run by itself (another ISA, no binfmt_misc handler) is refused before
+//! anything runs when a command would run it directly, with the `--runner` to give; a failing
+//! command with `{}` gets the same hint (such a command may name an emulator itself). Processes
+//! left running are found by their command line as well as by their executable (an emulated
+//! program's executable is the emulator's).
 //!
 //! **Servers.** `--server CMD` is started like a training command, then `--ready CMD` (a probe,
 //! e.g. `redis-cli -p 7000 ping`) is retried every 100 ms until it succeeds, for at most
@@ -53,6 +64,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::IsTerminal as _;
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::{Path, PathBuf};
@@ -70,6 +82,7 @@ use rivet_ir::RelocationMode;
 use crate::error::{UserError, elf_error};
 use crate::files::{PendingOutput, map_input, same_file};
 use crate::profile_use::{Input, hashes_from_binary, read_profile};
+use crate::run_prefix::{self, RunPrefix, cannot_run_here, needs_runner};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -80,10 +93,14 @@ Examples:
       --server '{} --port 7000 --save \"\" --bind 127.0.0.1' --ready 'redis-cli -p 7000 ping' \\
       --load 'redis-benchmark -p 7000 -n 100000 -q'
   rivet auto ./app -o app.fast -- input.txt        (after --: the binary's arguments)
+  rivet auto ./lua.aarch64 -o lua.fast --runner 'qemu-aarch64 -L /usr/aarch64-linux-gnu' \\
+      --train '{} bench/fib.lua' --bench               (an AArch64 program on an x86-64 host)
 
 COMMANDS run through `sh -c`; every `{}` stands for the instrumented binary (do not quote it); \
 without `{}` the command is the binary's arguments. They get no stdin, their output is \
-discarded, and each must exit 0. The binary needs relocations (link with -Wl,--emit-relocs).")]
+discarded, and each must exit 0. The binary needs relocations (link with -Wl,--emit-relocs). \
+With --runner, every run of the binary is PREFIX BINARY ARGS, and {} stands for a script \
+that runs it so.")]
 pub struct AutoArgs {
     /// The executable to optimize (never modified), linked with -Wl,--emit-relocs.
     pub binary: PathBuf,
@@ -132,6 +149,12 @@ pub struct AutoArgs {
     /// With --bench: measured rounds.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub bench_runs: usize,
+    /// Run the binary under this program, e.g. an emulator: 'qemu-aarch64 -L
+    /// /usr/aarch64-linux-gnu' for an AArch64 binary on an x86-64 host. Words split as a shell
+    /// splits them (quotes, backslashes), without expansions; the binary and its arguments
+    /// follow them in every run (training, server, --bench).
+    #[arg(long, value_name = "PREFIX")]
+    pub runner: Option<String>,
     /// Print the summary as one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -226,12 +249,12 @@ fn shell_argv(command: &str, binary: &Path) -> Vec<OsString> {
     ]
 }
 
-/// A command with `{}` replaced (for the user's eyes, in hints).
-fn shown(command: &str, binary: &Path) -> String {
+/// A command with `{}` replaced by `binary`, the way to run it (for the user's eyes, in hints).
+fn shown(command: &str, binary: &str) -> String {
     if command.contains("{}") {
-        command.replace("{}", &binary.to_string_lossy())
+        command.replace("{}", binary)
     } else {
-        format!("{} {command}", binary.display())
+        format!("{binary} {command}")
     }
 }
 
@@ -441,8 +464,9 @@ impl Drop for Scratch {
     }
 }
 
-/// Processes (other than ours) whose executable is `binary`: what a training left running.
-fn processes_running(binary: &Path) -> Vec<Pid> {
+/// Processes (other than ours) whose executable is `binary`, or with `emulated`, whose
+/// command line names it (an emulator running it): what a training left running.
+fn processes_running(binary: &Path, emulated: bool) -> Vec<Pid> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -456,7 +480,12 @@ fn processes_running(binary: &Path) -> Vec<Pid> {
                 exe == binary
                     || exe.to_string_lossy().strip_suffix(" (deleted)")
                         == Some(&*binary.to_string_lossy())
-            })
+            }) || (emulated
+                && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                    cmdline
+                        .split(|&b| b == 0)
+                        .any(|arg| arg == binary.as_os_str().as_bytes())
+                }))
         })
         .map(Pid::from_raw)
         .collect()
@@ -469,7 +498,10 @@ struct Runner<'a> {
     args: &'a AutoArgs,
     live: Shared,
     scratch: &'a Scratch,
-    instrumented: PathBuf,
+    /// What `{}` stands for: the instrumented binary, or with `--runner` the script that runs
+    /// it under the prefix.
+    run_as: PathBuf,
+    prefix: Option<&'a RunPrefix>,
     progress: bool,
     warnings: Vec<String>,
 }
@@ -491,6 +523,24 @@ impl Runner<'_> {
 
     fn log_path(&self, name: &str) -> PathBuf {
         self.scratch.dir.join("logs").join(name)
+    }
+
+    /// How the original binary is run by hand: its path, after the prefix if any.
+    fn original_by_hand(&self) -> String {
+        match self.prefix {
+            Some(p) => format!("{} {}", p.command_line(), self.args.binary.display()),
+            None => self.args.binary.display().to_string(),
+        }
+    }
+
+    /// The hint for a command that failed, when the reason is likely that the host cannot run
+    /// the binary at all: a foreign program and no `--runner`.
+    fn foreign_hint(&self) -> Option<String> {
+        if self.prefix.is_some() {
+            return None;
+        }
+        let isa = cannot_run_here(&self.args.binary)?;
+        needs_runner(&self.args.binary, isa).hint
     }
 
     /// A command set up to run with the instrumented binary counting into `profile`.
@@ -538,7 +588,7 @@ impl Runner<'_> {
         profile: &Path,
         log_name: &str,
     ) -> Result<f64, UserError> {
-        let argv = workload.argv(&self.instrumented);
+        let argv = workload.argv(&self.run_as);
         let log = self.log_path(log_name);
         let mut command = self.command(&argv, profile, &log)?;
         let start = Instant::now();
@@ -549,10 +599,10 @@ impl Runner<'_> {
         let try_it = format!(
             "try it by hand with the original binary: {}",
             match workload {
-                Workload::Shell(s) => shown(s, &self.args.binary),
+                Workload::Shell(s) => shown(s, &self.original_by_hand()),
                 Workload::Client(s) => s.clone(),
                 Workload::Argv(_) => workload
-                    .argv(&self.args.binary)
+                    .argv(Path::new(&self.original_by_hand()))
                     .iter()
                     .map(|w| w.to_string_lossy())
                     .collect::<Vec<_>>()
@@ -573,7 +623,9 @@ impl Runner<'_> {
             let said = last_line(&log)
                 .map(|l| format!(": {l}"))
                 .unwrap_or_default();
-            let hint = if workload.has_placeholder() {
+            let hint = if let Some(hint) = self.foreign_hint() {
+                hint
+            } else if workload.has_placeholder() {
                 format!("the command must succeed with the instrumented binary; {try_it}")
             } else {
                 format!(
@@ -639,12 +691,18 @@ impl Runner<'_> {
     /// Starts the server, waits until it is ready, runs the loads, stops it.
     fn serve(&mut self, server: &str) -> Result<Run, UserError> {
         let profile = self.scratch.dir.join("profiles/server.counts");
-        let argv = shell_argv(server, &self.instrumented);
+        let argv = shell_argv(server, &self.run_as);
         let log = self.log_path("server.log");
         let mut command = self.command(&argv, &profile, &log)?;
         self.note(&format!("starting the server: {server}"));
         let start = Instant::now();
         let mut group = self.spawn("server", &argv, &mut command)?;
+        let died_hint = self.foreign_hint().unwrap_or_else(|| {
+            format!(
+                "try it by hand with the original binary: {}",
+                shown(server, &self.original_by_hand())
+            )
+        });
         let died = |group: &mut Group, when: &str| {
             let status = group.try_wait()?;
             let said = last_line(&log)
@@ -655,10 +713,7 @@ impl Runner<'_> {
                     "the server `{server}` {} {when}{said}",
                     how(status)
                 ))
-                .hint(format!(
-                    "try it by hand with the original binary: {}",
-                    shown(server, &self.args.binary)
-                )),
+                .hint(died_hint.clone()),
             )
         };
 
@@ -797,8 +852,14 @@ fn check_args(args: &AutoArgs) -> Result<(), UserError> {
     Ok(())
 }
 
-/// Reads the input and says whether it can be instrumented (and trained by these commands).
-fn check_binary(binary: &Path, args_all_have_placeholder: bool) -> Result<(), UserError> {
+/// Reads the input and says whether it can be instrumented and trained by these commands:
+/// `args_all_have_placeholder` when every command names the binary with `{}` (none runs it
+/// directly), `prefix` the `--runner`.
+fn check_binary(
+    binary: &Path,
+    args_all_have_placeholder: bool,
+    prefix: Option<&RunPrefix>,
+) -> Result<(), UserError> {
     let mapped = map_input(binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(binary, &e))?;
     let relocation_mode = rivet_discover::relocation_mode(&elf).map_err(|e| match e {
@@ -821,6 +882,20 @@ fn check_binary(binary: &Path, args_all_have_placeholder: bool) -> Result<(), Us
             binary.display()
         ))
         .hint("{} is the instrumented library, under the same file name: e.g. --train 'LD_LIBRARY_PATH=$(dirname {}) ./app'"));
+    }
+    if elf.kind == rivet_elf::ElfKind::SharedLibrary && prefix.is_some() {
+        return Err(UserError::new(format!(
+            "--runner runs the binary under a prefix, but {} is a shared library, which the commands' programs load",
+            binary.display()
+        ))
+        .hint("leave out --runner and run the program that loads it under the emulator in each command, e.g. --train \"qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=$(dirname {}) ./app\""));
+    }
+    // A command without {} runs the binary itself: one this host cannot run fails for sure.
+    if prefix.is_none()
+        && !args_all_have_placeholder
+        && let Some(isa) = cannot_run_here(binary)
+    {
+        return Err(needs_runner(binary, isa));
     }
     Ok(())
 }
@@ -914,11 +989,13 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
     let live: Shared = Arc::default();
     watch_signals(&live);
     check_args(args)?;
+    let prefix = run_prefix::parse_option(args.runner.as_deref(), "--runner")?;
     let workloads = workloads(args);
     check_binary(
         &args.binary,
         workloads.iter().all(Workload::has_placeholder)
             && args.server.as_ref().is_none_or(|s| s.contains("{}")),
+        prefix.as_ref(),
     )?;
     // Fail on an unwritable output now, not after the training.
     drop(PendingOutput::create(&args.output)?);
@@ -947,13 +1024,18 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
         atomics: None,
     };
     let instrumented_summary = crate::instrument::run_with(&instrument_args, false)?;
+    let run_as = match &prefix {
+        Some(p) => p.write_script(&instrumented, &scratch.dir.join("run"))?,
+        None => instrumented.clone(),
+    };
 
     // Train.
     let mut runner = Runner {
         args,
         live: Arc::clone(&live),
         scratch: &scratch,
-        instrumented: instrumented.clone(),
+        run_as,
+        prefix: prefix.as_ref(),
         progress,
         warnings: Vec::new(),
     };
@@ -968,7 +1050,7 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
         }
         Ok::<(), UserError>(())
     })();
-    let stray = processes_running(&instrumented);
+    let stray = processes_running(&instrumented, prefix.is_some());
     for &pid in &stray {
         let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
     }
@@ -995,10 +1077,14 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
     }
     if !args.json {
         println!(
-            "rivet auto: instrumented {} of {} functions of {}",
+            "rivet auto: instrumented {} of {} functions of {}{}",
             instrumented_summary["instrumented"],
             instrumented_summary["functions"],
-            args.binary.display()
+            args.binary.display(),
+            prefix
+                .as_ref()
+                .map(|p| format!(", run under `{}`", p.command_line()))
+                .unwrap_or_default()
         );
         for run in &runs {
             println!("  {}: {:.2} s  {}", run.what, run.seconds, run.command);
@@ -1023,6 +1109,7 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
             confidence: 0.95,
             max_time: None,
             cachegrind: false,
+            runner: args.runner.clone(),
             json: false,
         };
         if !args.json {
@@ -1050,6 +1137,7 @@ pub fn run(args: &AutoArgs) -> Result<(), UserError> {
         let json = serde_json::json!({
             "binary": args.binary.display().to_string(),
             "output": args.output.display().to_string(),
+            "runner": prefix.as_ref().map(RunPrefix::words),
             "instrumented": {
                 "functions": instrumented_summary["functions"],
                 "instrumented": instrumented_summary["instrumented"],

@@ -6,6 +6,16 @@
 //! and COMMAND its arguments. A run that does not exit 0 is an error: a benchmark of a failing
 //! workload measures nothing.
 //!
+//! **Emulators.** With `--runner PREFIX`, every run of A and B is `PREFIX... BINARY ARGS`
+//! (with `{}`, `{}` stands for a script that runs the binary so: `run_prefix`), e.g. AArch64
+//! binaries on an x86-64 host under `qemu-aarch64 -L /usr/aarch64-linux-gnu`. The times are
+//! then the emulator's: they compare two binaries under that emulator, which says little about
+//! an Arm core's front end (`rivet simulate` counts that deterministically), and cachegrind
+//! would count the emulator's own instructions, so `--cachegrind` is refused there. Without
+//! `--runner`, a binary this host cannot run by itself (another ISA, no binfmt_misc handler)
+//! is refused before anything runs when the command runs it directly, and a failing command
+//! with `{}` gets the same hint (such a command may name an emulator itself).
+//!
 //! **Interleaving.** One warm-up round (A, then B) is discarded. Then each round runs A and B
 //! once each, back to back, so both see the same machine state; the order alternates between
 //! successive visits of a pair (AB, BA, AB, ...), so neither side always runs first.
@@ -70,6 +80,7 @@ use rivet_ir::layout::LayoutStrategy;
 
 use crate::error::{UserError, elf_error, rewrite_error};
 use crate::files::map_input;
+use crate::run_prefix::{self, RunPrefix, cannot_run_here, needs_runner, shell_words};
 
 /// Exit code when B is significantly slower than A.
 const EXIT_SLOWER: u8 = 3;
@@ -98,7 +109,11 @@ discarded; the estimate is the median of per-round ratios B/A with a distributio
 itself and the interval is a Student t interval over the K per-layout ratios.
 
 Exit status: 0 = B faster or no significant difference, 3 = B significantly slower, \
-1 = error, 2 = bad usage.")]
+1 = error, 2 = bad usage.
+
+AArch64 binaries on an x86-64 host: --runner 'qemu-aarch64 -L /usr/aarch64-linux-gnu' runs \
+every run as PREFIX BINARY ARGS ({} then stands for a script that does so). The times are \
+the emulator's; rivet simulate counts what an Arm core would fetch.")]
 pub struct BenchArgs {
     /// The baseline binary.
     #[arg(value_name = "A")]
@@ -136,6 +151,12 @@ pub struct BenchArgs {
     /// mispredicts.
     #[arg(long)]
     pub cachegrind: bool,
+    /// Run each binary under this program, e.g. an emulator: 'qemu-aarch64 -L
+    /// /usr/aarch64-linux-gnu' for AArch64 binaries on an x86-64 host. Words split as a shell
+    /// splits them (quotes, backslashes), without expansions; the binary and its arguments
+    /// follow them in every run.
+    #[arg(long, value_name = "PREFIX")]
+    pub runner: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -388,6 +409,9 @@ fn remove_stale_dirs(base: &Path, ours: &Path) {
 #[derive(Debug, Clone)]
 struct Variant {
     path: PathBuf,
+    /// What `{}` stands for, when not `path`: with `--runner`, the script running `path`
+    /// under the prefix.
+    run_as: Option<PathBuf>,
     /// The shuffle seed, when this is a shuffled rewrite.
     seed: Option<u64>,
     /// Bytes of `RIVET_BENCH_PAD` in the environment (None: the variable is not set).
@@ -501,23 +525,6 @@ fn argv(command: &[OsString], binary: &Path) -> Vec<OsString> {
     }
 }
 
-fn shell_words(argv: &[OsString]) -> String {
-    argv.iter()
-        .map(|a| {
-            let s = a.to_string_lossy();
-            if !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-            {
-                s.into_owned()
-            } else {
-                format!("'{}'", s.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// CPU time (user + system) of the waited-for children so far, in seconds.
 fn children_cpu() -> f64 {
     match getrusage(UsageWho::RUSAGE_CHILDREN) {
@@ -543,12 +550,35 @@ fn last_line(path: &Path) -> Option<String> {
 
 struct Runner<'a> {
     command: &'a [OsString],
+    prefix: Option<&'a RunPrefix>,
     stderr_path: PathBuf,
 }
 
 impl Runner<'_> {
+    /// The argv of one run of `variant`.
+    fn argv(&self, variant: &Variant) -> Vec<OsString> {
+        match (self.prefix, &variant.run_as) {
+            (_, Some(script)) => argv(self.command, script),
+            (Some(prefix), None) if !has_placeholder(self.command) => {
+                prefix.argv(&variant.path, self.command)
+            }
+            _ => argv(self.command, &variant.path),
+        }
+    }
+
+    /// The same run as a user types it (the script of `run_as` lives only while rivet runs).
+    fn by_hand(&self, variant: &Variant) -> String {
+        match (self.prefix, &variant.run_as) {
+            (Some(prefix), Some(_)) => {
+                let binary = format!("{} {}", prefix.command_line(), variant.path.display());
+                shell_words(&argv(self.command, Path::new(&binary)))
+            }
+            _ => shell_words(&self.argv(variant)),
+        }
+    }
+
     fn run(&self, side: &Side, variant: &Variant) -> Result<Sample, UserError> {
-        let argv = argv(self.command, &variant.path);
+        let argv = self.argv(variant);
         let stderr = File::create(&self.stderr_path).map_err(|e| {
             UserError::new(format!("cannot write {}: {e}", self.stderr_path.display()))
         })?;
@@ -586,15 +616,19 @@ impl Runner<'_> {
             let said = last_line(&self.stderr_path)
                 .map(|l| format!(": {l}"))
                 .unwrap_or_default();
+            let hint = match cannot_run_here(&side.input).filter(|_| self.prefix.is_none()) {
+                Some(isa) => needs_runner(&side.input, isa).hint.unwrap_or_default(),
+                None => format!(
+                    "the workload must succeed with both binaries; try it by hand: {}",
+                    self.by_hand(variant)
+                ),
+            };
             return Err(UserError::new(format!(
                 "the command with {} ({}) {how}{said}",
                 side.name,
                 variant.path.display()
             ))
-            .hint(format!(
-                "the workload must succeed with both binaries; try it by hand: {}",
-                shell_words(&argv)
-            )));
+            .hint(hint));
         }
         Ok(Sample { wall, cpu })
     }
@@ -609,6 +643,7 @@ fn side_without_variants(name: &'static str, input: &Path) -> Side {
         input: input.to_path_buf(),
         variants: vec![Variant {
             path: input.to_path_buf(),
+            run_as: None,
             seed: None,
             env_pad: None,
         }],
@@ -669,6 +704,7 @@ fn side_with_variants(
                         .iter()
                         .map(|&seed| Variant {
                             path: input.to_path_buf(),
+                            run_as: None,
                             seed: None,
                             env_pad: pad(seed),
                         })
@@ -692,6 +728,7 @@ fn side_with_variants(
         })?;
         variants.push(Variant {
             path,
+            run_as: None,
             seed: Some(seed),
             env_pad: pad(seed),
         });
@@ -941,13 +978,28 @@ pub fn run_with(args: &BenchArgs, print: bool) -> Result<(ExitCode, serde_json::
     let a_path = check_binary("A", &args.a)?;
     let b_path = check_binary("B", &args.b)?;
     let (minimum, planned) = planned_rounds(args)?;
+    let prefix = run_prefix::parse_option(args.runner.as_deref(), "--runner")?;
+    if args.cachegrind && prefix.is_some() {
+        return Err(UserError::new(
+            "--cachegrind with --runner would count the runner's instructions (the emulator's), not the binaries'",
+        )
+        .hint("leave out --cachegrind; `rivet simulate A -- ARGS` (and B) counts instructions, taken branches and I-cache misses of an emulated run"));
+    }
     if args.cachegrind {
         check_valgrind()?;
+    }
+    // A command without {} runs the binaries themselves: ones this host cannot run fail.
+    if prefix.is_none() && !has_placeholder(&args.command) {
+        for path in [&a_path, &b_path] {
+            if let Some(isa) = cannot_run_here(path) {
+                return Err(needs_runner(path, isa));
+            }
+        }
     }
     let progress = std::io::stderr().is_terminal();
     let scratch = ScratchDir::create()?;
 
-    let (side_a, side_b) = match args.randomize_layout {
+    let (mut side_a, mut side_b) = match args.randomize_layout {
         None => (
             side_without_variants("A", &a_path),
             side_without_variants("B", &b_path),
@@ -961,9 +1013,22 @@ pub fn run_with(args: &BenchArgs, print: bool) -> Result<(ExitCode, serde_json::
             (a, b)
         }
     };
+    if let Some(prefix) = &prefix
+        && has_placeholder(&args.command)
+    {
+        for side in [&mut side_a, &mut side_b] {
+            for (i, v) in side.variants.iter_mut().enumerate() {
+                let dir = scratch
+                    .0
+                    .join(format!("run-{}-{i}", side.name.to_lowercase()));
+                v.run_as = Some(prefix.write_script(&v.path, &dir)?);
+            }
+        }
+    }
     let pairs = side_a.variants.len();
     let runner = Runner {
         command: &args.command,
+        prefix: prefix.as_ref(),
         stderr_path: scratch.0.join("stderr"),
     };
 
@@ -1043,6 +1108,7 @@ pub fn run_with(args: &BenchArgs, print: bool) -> Result<(ExitCode, serde_json::
 
     let report = Report {
         args,
+        prefix: prefix.as_ref(),
         sides: [&side_a, &side_b],
         rounds: &rounds,
         ratios: &ratios,
@@ -1065,6 +1131,7 @@ pub fn run_with(args: &BenchArgs, print: bool) -> Result<(ExitCode, serde_json::
 
 struct Report<'a> {
     args: &'a BenchArgs,
+    prefix: Option<&'a RunPrefix>,
     sides: [&'a Side; 2],
     rounds: &'a [Round],
     ratios: &'a [f64],
@@ -1121,6 +1188,9 @@ impl Report<'_> {
             self.metric_name(),
             self.rounds.iter().filter(|r| r.a_first).count()
         );
+        if let Some(prefix) = self.prefix {
+            println!("  runner: {}", prefix.command_line());
+        }
         for (i, side) in self.sides.iter().enumerate() {
             println!(
                 "  {}: {}  median {:.4} s cpu, {:.4} s wall  [{}]",
@@ -1199,6 +1269,7 @@ impl Report<'_> {
             "a": sides[0],
             "b": sides[1],
             "command": self.args.command.iter().map(|c| c.to_string_lossy()).collect::<Vec<_>>(),
+            "runner": self.prefix.map(RunPrefix::words),
             "metric": self.metric_name(),
             "rounds": self.rounds.len(),
             "randomize_layout": self.args.randomize_layout,
@@ -1539,6 +1610,7 @@ mod tests {
             confidence,
             max_time: None,
             cachegrind: false,
+            runner: None,
             json: true,
         }
     }
@@ -1552,6 +1624,7 @@ mod tests {
         let e = estimate_of(&rounds, ratios, None, confidence).unwrap();
         let report = Report {
             args: &args,
+            prefix: None,
             sides: [&a, &b],
             rounds: &rounds,
             ratios,

@@ -7,7 +7,8 @@
 //! Its modules come in two layers. A command module (one per subcommand, the ones `main`
 //! dispatches to) holds that command's arguments and its `run`. The shared modules hold what
 //! several commands need: [`error`] (one error line with a hint), [`files`] (reading the input,
-//! writing outputs atomically) and [`profile_use`] (reading, checking and attaching profiles).
+//! writing outputs atomically), [`profile_use`] (reading, checking and attaching profiles) and
+//! [`run_prefix`] (running the input under an emulator, `--runner`).
 //! A command module imports shared modules, never another command module, and a shared
 //! module imports no command module, so that commands can change apart and the crate has no
 //! import cycles. The one exception is a command that runs other commands as its steps:
@@ -18,6 +19,7 @@
 mod error;
 mod files;
 mod profile_use;
+mod run_prefix;
 
 // Command modules.
 mod aggregate;

@@ -64,8 +64,10 @@ pub struct SimulateArgs {
     /// Its arguments, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     pub args: Vec<OsString>,
-    /// The qemu-user command that runs it, split at spaces; `-d`, `-D` and the program are
-    /// added [default: qemu-aarch64 -L /usr/aarch64-linux-gnu, or qemu-x86_64].
+    /// The qemu-user command that runs it, split into words as a shell splits them (quotes,
+    /// backslashes; no expansions), as `rivet auto` and `rivet bench` take theirs; `-d`, `-D`
+    /// and the program are added [default: qemu-aarch64 -L /usr/aarch64-linux-gnu, or
+    /// qemu-x86_64].
     #[arg(long, value_name = "COMMAND")]
     pub runner: Option<String>,
     /// The program's standard input [default: empty].
@@ -138,7 +140,10 @@ pub fn run(args: &SimulateArgs) -> Result<(), UserError> {
     drop(mapped);
 
     let runner: Vec<String> = match &args.runner {
-        Some(r) => r.split_whitespace().map(str::to_string).collect(),
+        Some(r) => crate::run_prefix::split_words(r).map_err(|why| {
+            UserError::new(format!("--runner {r:?}: {why}"))
+                .hint("quote a word with spaces as in a shell, e.g. --runner \"qemu-aarch64 -L '/opt/my sysroot'\"")
+        })?,
         None => isa
             .qemu_user_command()
             .iter()
