@@ -1,7 +1,8 @@
 //! `rivet_passes::fragment_size::estimated_fragment_size` against the emitter's own plan of
 //! the same fragment: every order of every subset of blocks (entry first) of small functions
-//! decoded from real x86-64 bytes, including one whose branches only reach in their near form
-//! and one with unreachable padding; and what the emitter writes for dead padding. It lives
+//! decoded from real x86-64 and AArch64 bytes, including ones whose branches only reach in
+//! their near form (AArch64: a conditional branch inverted over a `b`) and ones with
+//! unreachable padding; and what the emitter writes for dead padding. It lives
 //! with the CLI's tests because only the CLI crate may depend on both the passes and the
 //! emitter.
 
@@ -75,7 +76,73 @@ fn long_body() -> Function {
     )
 }
 
+/// AArch64 instruction words as bytes.
+fn words(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The AArch64 twin of `padded`: B0 `cbz w0, B3`, B1 `mov w0, #1; b B4`, B2 `nop`
+/// (unreachable padding, falls into B3), B3 `mov w0, #0` (falls into B4), B4 `ret`.
+fn padded_aarch64() -> Function {
+    let code = words(&[
+        0x3400_0080, // cbz w0, +0x10
+        0x5280_0020, // mov w0, #1
+        0x1400_0003, // b +0xc
+        0xd503_201f, // nop
+        0x5280_0000, // mov w0, #0
+        0xd65f_03c0, // ret
+    ]);
+    common::function_of(
+        Isa::Aarch64,
+        0,
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::CondJump, vec![taken(3), fall(1)]),
+            (0x1004, Terminator::Jump, vec![taken(4)]),
+            (0x100c, Terminator::FallThrough, vec![fall(3)]),
+            (0x1010, Terminator::FallThrough, vec![fall(4)]),
+            (0x1014, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+/// Instructions in the long block of `long_body_aarch64`: 32,800 bytes, past the 32 KiB a
+/// short conditional branch is trusted to reach (`tbz`'s, the shortest of the forms).
+const LONG_AARCH64: u32 = 8200;
+
+/// B0 `cbz w0, B2`, B1 `add w1, w1, #1` x LONG_AARCH64 (falls into B2), B2 `cmp w0, #1;
+/// b.ne B1` (backward over B1), B3 `ret`: around B1, conditional branches need their near
+/// form, the inverted branch over a `b` (8 bytes).
+fn long_body_aarch64() -> Function {
+    let b2 = 0x1000 + 4 + 4 * u64::from(LONG_AARCH64);
+    let imm19 = |from: u64, to: u64| (((to as i64 - from as i64) / 4) as u32 & 0x7_ffff) << 5;
+    let mut w = vec![0x3400_0000 | imm19(0x1000, b2)]; // cbz w0, B2
+    w.extend(std::iter::repeat_n(0x1100_0421, LONG_AARCH64 as usize)); // add w1, w1, #1
+    w.push(0x7100_041f); // cmp w0, #1
+    w.push(0x5400_0001 | imm19(b2 + 4, 0x1004)); // b.ne B1
+    w.push(0xd65f_03c0); // ret
+    common::function_of(
+        Isa::Aarch64,
+        0,
+        0x1000,
+        &words(&w),
+        vec![
+            (0x1000, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (0x1004, Terminator::FallThrough, vec![fall(2)]),
+            (b2, Terminator::CondJump, vec![taken(1), fall(3)]),
+            (b2 + 8, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
 fn emitted_size(f: &Function, blocks: &[BlockId]) -> u64 {
+    emitted_size_of(Isa::X86_64, f, blocks)
+}
+
+fn emitted_size_of(isa: Isa, f: &Function, blocks: &[BlockId]) -> u64 {
     let fragment = FragmentRef {
         function: f.id,
         fragment: 0,
@@ -84,7 +151,7 @@ fn emitted_size(f: &Function, blocks: &[BlockId]) -> u64 {
         f,
         fragment,
         blocks,
-        &mut Isa::X86_64.branch_encoder(),
+        &mut isa.branch_encoder(),
         PlanOptions {
             block_alignment: 16,
             ..PlanOptions::default()
@@ -126,6 +193,50 @@ fn the_estimate_is_the_emitted_size_of_every_fragment() {
             );
         }
     }
+}
+
+#[test]
+fn the_aarch64_estimate_is_the_emitted_size_of_every_fragment() {
+    assert!(!padded_aarch64().blocks[2].is_reachable);
+    for f in [padded_aarch64(), long_body_aarch64()] {
+        let all = fragments(f.blocks.len() as u32);
+        assert!(all.len() > 10);
+        for blocks in all {
+            assert_eq!(
+                estimated_fragment_size(Isa::Aarch64, &f, &blocks),
+                emitted_size_of(Isa::Aarch64, &f, &blocks),
+                "{} with blocks {blocks:?}",
+                f.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn aarch64_sizes_are_words_and_far_conditional_branches_two() {
+    let ids = |v: &[u32]| v.iter().map(|&b| BlockId(b)).collect::<Vec<_>>();
+    let f = padded_aarch64();
+    // The input order: five words, the padding left out.
+    assert_eq!(
+        estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1, 2, 3, 4])),
+        20
+    );
+    // Without B3 and B4 (another fragment): `cbz` to B3 inverted over a `b` (8 bytes), then
+    // B1's `mov` and `b`.
+    assert_eq!(estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1])), 16);
+    let f = long_body_aarch64();
+    let long = 4 * u64::from(LONG_AARCH64);
+    // The input order: `cbz` over B1 and `b.ne` back over it, both two words.
+    assert_eq!(
+        estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1, 2, 3])),
+        8 + long + 4 + 8 + 4
+    );
+    // B2 after B0: `cbnz` to B1 (past B2 and B3) and B2's `b.ne` stay one word; B1, last,
+    // goes back to B2 with a `b`.
+    assert_eq!(
+        estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 2, 3, 1])),
+        4 + (4 + 4) + 4 + (long + 4)
+    );
 }
 
 #[test]

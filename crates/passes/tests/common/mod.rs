@@ -1,5 +1,6 @@
 //! Builders shared by the integration tests of `rivet-passes`: functions cut into blocks from
-//! real x86-64 bytes, CFG edges, a program around them and a profile of per-function counts.
+//! real x86-64 (or AArch64) bytes, CFG edges, a program around them and a profile of
+//! per-function counts.
 
 use rivet_arch::Isa;
 use rivet_elf::{ElfKind, Vaddr, VaddrRange};
@@ -32,7 +33,19 @@ pub fn function(
     blocks: Vec<(u64, Terminator, Vec<Edge>)>,
     calls: Vec<Call>,
 ) -> Function {
-    let insts = Isa::X86_64.decode_all(code, Vaddr(start));
+    function_of(Isa::X86_64, id, start, code, blocks, calls)
+}
+
+/// [`function`] of `isa`'s code.
+pub fn function_of(
+    isa: Isa,
+    id: u32,
+    start: u64,
+    code: &[u8],
+    blocks: Vec<(u64, Terminator, Vec<Edge>)>,
+    calls: Vec<Call>,
+) -> Function {
+    let insts = isa.decode_all(code, Vaddr(start));
     assert!(insts.iter().all(|i| !i.is_invalid()));
     let index_of = |addr: u64| insts.iter().position(|i| i.addr().get() >= addr).unwrap() as u32;
     let starts: Vec<u64> = blocks.iter().map(|b| b.0).collect();
