@@ -194,6 +194,18 @@ impl Isa {
         }
     }
 
+    /// True when the near form of a conditional branch is two branches, the opposite test
+    /// over an unconditional one (AArch64), rather than one instruction with a wider
+    /// displacement (x86-64 `jcc rel32`). Such a pair runs otherwise than the branch it
+    /// stands for: its test is taken when the branch is not, and going to the target costs
+    /// one more instruction, the unconditional branch.
+    pub fn near_conditional_is_a_pair(self) -> bool {
+        match self {
+            Isa::X86_64 => false,
+            Isa::Aarch64 => true,
+        }
+    }
+
     /// True when a branch in its short form, `size` bytes placed at offset `at`, reaches
     /// offset `target` (offsets from one origin; a target may lie before it).
     pub fn short_branch_reaches(self, at: u64, size: u64, target: i64) -> bool {

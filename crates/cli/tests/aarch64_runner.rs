@@ -1,5 +1,5 @@
-//! `rivet auto` and `rivet bench` on AArch64 programs of the cross-built corpus, run through
-//! `--runner 'qemu-aarch64 -L /usr/aarch64-linux-gnu'` on this x86-64 host: auto trains,
+//! `rivet auto` and `rivet bench` on AArch64 programs (corpus sources cross-built here), run
+//! through `--runner 'qemu-aarch64 -L /usr/aarch64-linux-gnu'` on this x86-64 host: auto trains,
 //! optimizes, verifies and benches (and its output equals the manual steps' to the byte), a
 //! server is trained and stopped through the emulator with nothing left running, bench's
 //! report has the structure and counts it must have whatever the timing (no verdict is
@@ -10,8 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::corpus::{Entry, Target, check_on, corpus_of};
-use common::{assert_one_error_line, s, scratch};
+use common::{assert_one_error_line, cross_build_aarch64, s, scratch};
 use serde_json::Value;
 
 const RUNNER: &str = "qemu-aarch64 -L /usr/aarch64-linux-gnu";
@@ -56,33 +55,22 @@ fn runner_words() -> Value {
     serde_json::json!(["qemu-aarch64", "-L", SYSROOT])
 }
 
-/// The AArch64 corpus (its directory, entries) and the entries named.
-fn corpus_entries(names: &[&str]) -> (PathBuf, Vec<Entry>, Vec<usize>) {
-    let (dir, entries) = corpus_of(Target::Aarch64);
-    let picked = names
-        .iter()
-        .map(|n| {
-            entries
-                .iter()
-                .position(|e| e.name == *n)
-                .unwrap_or_else(|| panic!("{n} is not in the AArch64 corpus"))
-        })
-        .collect();
-    (dir, entries, picked)
-}
-
-/// Runs `binary ARGS` under qemu with `RIVET_PROFILE=counts`, output discarded; must exit
-/// `exit`.
-fn run_counting(binary: &Path, args: &[&str], counts: &Path, exit: Option<i32>) {
-    let status = Command::new("timeout")
+/// Runs `binary ARGS` under qemu (with `RIVET_PROFILE=counts` when given): exit code and
+/// standard output.
+fn run_qemu(binary: &Path, args: &[&str], counts: Option<&Path>) -> (Option<i32>, Vec<u8>) {
+    let mut command = Command::new("timeout");
+    command
         .args(["120", "qemu-aarch64", "-L", SYSROOT])
         .arg(binary)
         .args(args)
-        .env("RIVET_PROFILE", counts)
-        .stdout(Stdio::null())
-        .status()
+        .stdin(Stdio::null());
+    if let Some(counts) = counts {
+        command.env("RIVET_PROFILE", counts);
+    }
+    let out = command
+        .output()
         .expect("qemu-aarch64 is required (apt-get install qemu-user)");
-    assert_eq!(status.code(), exit, "{}", binary.display());
+    (out.status.code(), out.stdout)
 }
 
 /// What a bench report must satisfy whatever the timing: the verdict is the interval's side
@@ -137,19 +125,20 @@ fn assert_consistent(summary: &Value, code: i32) {
 
 #[test]
 fn auto_trains_optimizes_verifies_and_benches_aarch64_programs_under_the_runner() {
-    let (corpus_dir, entries, picked) =
-        corpus_entries(&["switch_dense.gcc.O2.nopie", "virtual_calls.clang.O2.pie"]);
-    for i in picked {
-        let e = &entries[i];
-        let dir = scratch("aarch64-runner", &format!("auto-{}", e.name));
+    for (src, cc, flags) in [
+        ("switch_dense.c", "gcc", &["-O2", "-no-pie"][..]),
+        ("virtual_calls.cpp", "clang", &["-O2", "-fPIE", "-pie"][..]),
+    ] {
+        let dir = scratch("aarch64-runner", &format!("auto-{src}-{cc}"));
         let tmp = fresh_tmp(&dir);
-        let out = dir.join(e.path.file_name().unwrap());
+        let program = cross_build_aarch64(&dir, src, cc, flags, "prog");
+        let out = dir.join("prog.fast");
         let stdout = assert_ok(
             &rivet_in(
                 &tmp,
                 &[
                     "auto",
-                    s(&e.path),
+                    s(&program),
                     "-o",
                     s(&out),
                     "--runner",
@@ -165,7 +154,7 @@ fn auto_trains_optimizes_verifies_and_benches_aarch64_programs_under_the_runner(
                     "x",
                 ],
             ),
-            &format!("rivet auto {}", e.name),
+            &format!("rivet auto {src} {cc}"),
         );
         let json: Value = serde_json::from_str(stdout.trim()).unwrap();
         assert_eq!(json["runner"], runner_words(), "{json:#}");
@@ -189,23 +178,20 @@ fn auto_trains_optimizes_verifies_and_benches_aarch64_programs_under_the_runner(
         assert_consistent(bench, if bench["verdict"] == "slower" { 3 } else { 0 });
         assert_empty_dir(&tmp);
         // The optimized program behaves as the original.
-        assert_eq!(
-            check_on(Target::Aarch64, &entries, e, &out, &corpus_dir),
-            Ok(true),
-            "{}",
-            e.name
-        );
+        let expected = run_qemu(&program, &[], None);
+        assert_eq!(expected.0, Some(0), "{src} {cc}");
+        assert_eq!(run_qemu(&out, &[], None), expected, "{src} {cc}");
 
         // The manual steps, with qemu written out: the same bytes (the programs are
         // deterministic, so the counts are the same).
         let inst = dir.join("manual.inst");
         assert_ok(
-            &rivet_in(&tmp, &["instrument", s(&e.path), "-o", s(&inst)]),
+            &rivet_in(&tmp, &["instrument", s(&program), "-o", s(&inst)]),
             "instrument",
         );
         let (first, second) = (dir.join("1.counts"), dir.join("2.counts"));
-        run_counting(&inst, &[], &first, e.expected_exit);
-        run_counting(&inst, &["x"], &second, e.expected_exit);
+        assert_eq!(run_qemu(&inst, &[], Some(&first)), expected);
+        assert_eq!(run_qemu(&inst, &["x"], Some(&second)), expected);
         let counts = dir.join("manual.prof");
         assert_ok(
             &rivet_in(&tmp, &["merge", s(&first), s(&second), "-o", s(&counts)]),
@@ -217,7 +203,7 @@ fn auto_trains_optimizes_verifies_and_benches_aarch64_programs_under_the_runner(
                 &tmp,
                 &[
                     "optimize",
-                    s(&e.path),
+                    s(&program),
                     "--profile",
                     s(&counts),
                     "-o",
@@ -228,8 +214,7 @@ fn auto_trains_optimizes_verifies_and_benches_aarch64_programs_under_the_runner(
         );
         assert!(
             std::fs::read(&out).unwrap() == std::fs::read(&manual).unwrap(),
-            "{}: rivet auto --runner and the manual steps differ",
-            e.name
+            "{src} {cc}: rivet auto --runner and the manual steps differ"
         );
     }
 }
@@ -395,17 +380,16 @@ fn bench_json(tmp: &Path, args: &[&str]) -> Value {
 
 #[test]
 fn bench_compares_aarch64_binaries_under_the_runner() {
-    let (_, entries, picked) = corpus_entries(&["switch_dense.clang.O2.nopie"]);
-    let e = &entries[picked[0]];
     let dir = scratch("aarch64-runner", "bench");
     let tmp = fresh_tmp(&dir);
+    let program = cross_build_aarch64(&dir, "switch_dense.c", "clang", &["-O2"], "prog");
     let reversed = dir.join("reversed");
     assert_ok(
         &rivet_in(
             &tmp,
             &[
                 "rewrite",
-                s(&e.path),
+                s(&program),
                 "-o",
                 s(&reversed),
                 "--layout",
@@ -419,13 +403,14 @@ fn bench_compares_aarch64_binaries_under_the_runner() {
     let summary = bench_json(
         &tmp,
         &[
-            s(&e.path),
+            s(&program),
             s(&reversed),
             "--runner",
             RUNNER,
             "--runs",
             "6",
             "--",
+            "x",
         ],
     );
     assert_eq!(summary["runner"], runner_words());
@@ -438,12 +423,12 @@ fn bench_compares_aarch64_binaries_under_the_runner() {
         .collect();
     assert_eq!(a_first, [true, false, true, false, true, false]);
 
-    // {} inside a shell command, over shuffled layouts of each side: every layout is an
-    // AArch64 binary that the script of {} runs under the runner.
+    // {} inside a shell command, over shuffled layouts of A: every layout is an AArch64
+    // binary that the script {} stands for runs under the runner.
     let summary = bench_json(
         &tmp,
         &[
-            s(&e.path),
+            s(&program),
             s(&reversed),
             "--runner",
             RUNNER,
@@ -457,16 +442,19 @@ fn bench_compares_aarch64_binaries_under_the_runner() {
             "{} | wc -c",
         ],
     );
-    let seeds = |side: &str| -> Vec<u64> {
+    let seeds = |side: &str| -> Vec<Option<u64>> {
         summary[side]["variants"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|v| v["seed"].as_u64().unwrap())
+            .map(|v| v["seed"].as_u64())
             .collect()
     };
-    assert_eq!(seeds("a"), [1, 2]);
-    assert_eq!(seeds("b"), [3, 4]);
+    assert_eq!(seeds("a"), [Some(1), Some(2)]);
+    // B is Rivet's output: two stack offsets of it, each run through a script of its own.
+    assert_eq!(seeds("b"), [None, None]);
+    let layouts = summary["b"]["layouts"].as_str().unwrap();
+    assert!(layouts.contains("stack offsets"), "{layouts}");
     let pairs: Vec<u64> = summary["samples"]
         .as_array()
         .unwrap()
@@ -480,13 +468,14 @@ fn bench_compares_aarch64_binaries_under_the_runner() {
         &tmp,
         &[
             "bench",
-            s(&e.path),
-            s(&e.path),
+            s(&program),
+            s(&program),
             "--runner",
             RUNNER,
             "--runs",
             "6",
             "--",
+            "x",
         ],
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -509,12 +498,15 @@ fn kernel_runs(binary: &Path) -> bool {
 
 #[test]
 fn errors_are_one_line_with_a_hint() {
-    let (_, entries, picked) = corpus_entries(&[
-        "switch_dense.gcc.O2.nopie",
-        "libcorpus_shared.gcc.O2.pie.so",
-    ]);
-    let (program, library) = (&entries[picked[0]].path, &entries[picked[1]].path);
     let dir = scratch("aarch64-runner", "errors");
+    let program = &cross_build_aarch64(&dir, "switch_dense.c", "gcc", &["-O2"], "prog");
+    let library = &cross_build_aarch64(
+        &dir,
+        "libcorpus_shared.cpp",
+        "gcc",
+        &["-O2", "-fPIC", "-shared"],
+        "libcorpus_shared.so",
+    );
     let tmp = fresh_tmp(&dir);
     let out = dir.join("out");
     let hint = "--runner 'qemu-aarch64 -L /usr/aarch64-linux-gnu'";

@@ -32,6 +32,18 @@
 //!   are left out: no block layout changes them);
 //! - total branches: all conditional + unconditional + jump table + computed goto.
 //!
+//! On AArch64 a conditional branch the emitter writes in its near form (to another fragment
+//! or function, or beyond the 32 KiB a short form is trusted to reach:
+//! `fragment_size::near_branches`) is the opposite test over a `b`: the test is taken when
+//! the branch it stands for is not, and going to the target runs the `b` too (an
+//! unconditional branch, or the tail call itself for a target in another function). The
+//! near forms inside a fragment come from the size estimate's single round, which can differ
+//! from the emitter's only for fragments over 32 KiB.
+//!
+//! Not counted: the `nop`s of alignment padding that runs (before an aligned block that code
+//! falls into, when no jump before it could take the padding); their number depends on the
+//! addresses the emitter gives the fragment.
+//!
 //! BOLT also splits conditional branches into forward and backward ones; in a new layout the
 //! direction across fragments depends on where the emitter puts each fragment, which this
 //! module does not know, so those rows are left out rather than guessed.
@@ -47,6 +59,7 @@ use rivet_ir::{
 };
 
 use crate::attach::{AttachedProfile, FunctionCounts};
+use crate::fragment_size::near_branches;
 
 /// Execution statistics of one run, over the whole program or one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -217,8 +230,13 @@ enum Placement<'a> {
     /// The input's own code: branches as they are.
     Original,
     /// Emitted by the rewriter at position `pos` of a fragment whose blocks follow each other
-    /// as `placed` says.
-    Rewritten { placed: &'a PlacedNext, pos: usize },
+    /// as `placed` says; `near_pair` when its conditional branch is written as the opposite
+    /// test over an unconditional branch (`Isa::near_conditional_is_a_pair`).
+    Rewritten {
+        placed: &'a PlacedNext,
+        pos: usize,
+        near_pair: bool,
+    },
 }
 
 /// The statistics of one function: of its original code with `layout` None, else of the code
@@ -252,15 +270,29 @@ pub fn function_dyno_stats(
             }
         }
         Some(fl) => {
+            let isa = f.insts.first().map(|i| i.isa());
             for fragment in &fl.fragments {
                 let placed = f.placed_next(fragment, true);
+                let near = match isa {
+                    Some(isa) if isa.near_conditional_is_a_pair() => {
+                        near_branches(isa, f, fragment)
+                    }
+                    _ => Vec::new(),
+                };
                 for (pos, &b) in fragment.iter().enumerate() {
                     if (b.0 as usize) >= f.blocks.len() {
                         continue;
                     }
+                    // The first branch a block ends with is its conditional one, if any.
+                    let near_pair = near
+                        .get(pos)
+                        .and_then(|branches| branches.first())
+                        .copied()
+                        .unwrap_or(false);
                     let placement = Placement::Rewritten {
                         placed: &placed,
                         pos,
+                        near_pair,
                     };
                     block_stats(f, counts, b, placement, &mut s);
                 }
@@ -328,11 +360,16 @@ fn block_stats(
     // What the emitter writes at the end of the block; the original code keeps its branches.
     // The emitter compares targets as blocks of this function, so an address in another
     // function or fragment is never the block placed next.
-    let written = match placement {
-        Placement::Original => None,
-        Placement::Rewritten { placed, pos } => {
-            exit.written(|addr| placed.is_next(pos, f.block_at(addr)))
-        }
+    let (written, near_pair) = match placement {
+        Placement::Original => (None, false),
+        Placement::Rewritten {
+            placed,
+            pos,
+            near_pair,
+        } => (
+            exit.written(|addr| placed.is_next(pos, f.block_at(addr))),
+            near_pair,
+        ),
     };
     match exit {
         // The original falls into the next address; rewritten code needs a `jmp` unless the
@@ -357,25 +394,37 @@ fn block_stats(
             if tail_call {
                 s.tail_calls = s.tail_calls.saturating_add(taken);
             }
-            match written {
+            // How often the written conditional branch goes to its target, how often not.
+            let (to_target, past) = match written {
                 // Inverted: the old fall-through becomes the taken side.
-                Some(WrittenEnd::Cond { inverted: true, .. }) => {
-                    s.taken_conditional = s.taken_conditional.saturating_add(fall);
-                    s.nontaken_conditional = s.nontaken_conditional.saturating_add(taken);
-                }
+                Some(WrittenEnd::Cond { inverted: true, .. }) => (fall, taken),
                 // Branch to the taken side, then a `jmp` to the fall-through.
                 Some(WrittenEnd::CondThenJump { .. }) => {
-                    s.taken_conditional = s.taken_conditional.saturating_add(taken);
-                    s.nontaken_conditional = s.nontaken_conditional.saturating_add(fall);
                     add_jumps(s, fall);
+                    (taken, fall)
                 }
                 // As it was: the original code, a fall-through placed next, or `loop`,
                 // `jrcxz` and `xbegin`, which the emitter refuses (the function keeps its
                 // original code).
-                _ => {
-                    s.taken_conditional = s.taken_conditional.saturating_add(taken);
-                    s.nontaken_conditional = s.nontaken_conditional.saturating_add(fall);
+                _ => (taken, fall),
+            };
+            let written_cond = matches!(
+                written,
+                Some(WrittenEnd::Cond { .. } | WrittenEnd::CondThenJump { .. })
+            );
+            if near_pair && written_cond {
+                // The opposite test, taken past the `b`; the `b` to the target (the tail
+                // call itself, when the target is another function).
+                s.taken_conditional = s.taken_conditional.saturating_add(past);
+                s.nontaken_conditional = s.nontaken_conditional.saturating_add(to_target);
+                if tail_call {
+                    s.instructions = s.instructions.saturating_add(to_target);
+                } else {
+                    add_jumps(s, to_target);
                 }
+            } else {
+                s.taken_conditional = s.taken_conditional.saturating_add(to_target);
+                s.nontaken_conditional = s.nontaken_conditional.saturating_add(past);
             }
         }
         BlockExit::Copied => match block.terminator {

@@ -63,14 +63,39 @@ fn block_end(f: &Function, b: BlockId, placed: &PlacedNext, pos: usize) -> (u64,
 /// Estimated bytes of `blocks` (one fragment of `f`, in order) once emitted, without
 /// alignment padding.
 pub fn estimated_fragment_size(isa: Isa, f: &Function, blocks: &[BlockId]) -> u64 {
+    let (ends, near) = branch_forms(isa, f, blocks);
+    let mut size = 0u64;
+    for ((body, branches), near) in ends.iter().zip(&near) {
+        size += body;
+        for (br, &near) in branches.iter().zip(near) {
+            let sizes = isa.branch_sizes(br.kind);
+            size += if near { sizes.near } else { sizes.short };
+        }
+    }
+    size
+}
+
+/// Which of the branches the emitter writes at the end of each block of `blocks` (one
+/// fragment of `f`, in order) take their near form, by position in the fragment: for a
+/// conditional branch followed by a jump, the branch first. What this says of a branch to
+/// another fragment or function (always near) is exact; of one inside the fragment, it is
+/// the estimate's single round.
+pub fn near_branches(isa: Isa, f: &Function, blocks: &[BlockId]) -> Vec<Vec<bool>> {
+    branch_forms(isa, f, blocks).1
+}
+
+/// Each block of a fragment: its bytes before its branches, and the branches.
+type BlockEnds = Vec<(u64, Vec<NewBranch>)>;
+
+/// The ends of the blocks of a fragment, and which of their branches are near.
+fn branch_forms(isa: Isa, f: &Function, blocks: &[BlockId]) -> (BlockEnds, Vec<Vec<bool>>) {
     let placed = f.placed_next(blocks, true);
-    let ends: Vec<(u64, Vec<NewBranch>)> = blocks
+    let ends: BlockEnds = blocks
         .iter()
         .enumerate()
         .map(|(pos, &b)| block_end(f, b, &placed, pos))
         .collect();
     let short = |br: &NewBranch| isa.branch_sizes(br.kind).short;
-    let near = |br: &NewBranch| isa.branch_sizes(br.kind).near;
     let members: HashSet<BlockId> = blocks.iter().copied().collect();
     // Offsets with every in-fragment branch short.
     let mut start: HashMap<BlockId, u64> = HashMap::with_capacity(blocks.len());
@@ -81,30 +106,24 @@ pub fn estimated_fragment_size(isa: Isa, f: &Function, blocks: &[BlockId]) -> u6
         for br in branches {
             at += match br.target {
                 Some(t) if members.contains(&t) => short(br),
-                _ => near(br),
+                _ => isa.branch_sizes(br.kind).near,
             };
         }
     }
-    // Sizes, with the branches that do not reach in a byte grown to near.
-    let mut size = 0u64;
+    // The branches that do not reach in their short form grow to near.
+    let mut near = Vec::with_capacity(ends.len());
     let mut at = 0u64;
     for (body, branches) in &ends {
         at += body;
+        let mut of_block = Vec::with_capacity(branches.len());
         for br in branches {
-            let bytes = match br.target.and_then(|t| start.get(&t)) {
-                Some(&target) => {
-                    if isa.short_branch_reaches(at, short(br), target as i64) {
-                        short(br)
-                    } else {
-                        near(br)
-                    }
-                }
-                None => near(br),
-            };
+            of_block.push(match br.target.and_then(|t| start.get(&t)) {
+                Some(&target) => !isa.short_branch_reaches(at, short(br), target as i64),
+                None => true,
+            });
             at += short(br);
-            size += bytes;
         }
-        size += body;
+        near.push(of_block);
     }
-    size
+    (ends, near)
 }

@@ -627,3 +627,118 @@ fn plt_calls_made_through_the_got_count_as_indirect_calls() {
     };
     assert_eq!(stats(&in_place, PltCalls::All), (2, 0, 2));
 }
+
+/// AArch64 instruction words as bytes.
+fn words(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// `branch_fn` on AArch64: B0 0x2000 `cbz w0, B2`; B1 0x2004 `mov w0, #1; ret`; B2 0x200c
+/// `mov w0, #0; ret`. Counts as `branch_counts`: B2 the hot side.
+fn branch_fn_aarch64() -> Function {
+    let code = words(&[
+        0x3400_0060, // cbz w0, +0xc
+        0x5280_0020, // mov w0, #1
+        0xd65f_03c0, // ret
+        0x5280_0000, // mov w0, #0
+        0xd65f_03c0, // ret
+    ]);
+    common::function_of(
+        rivet_arch::Isa::Aarch64,
+        0,
+        0x2000,
+        &code,
+        vec![
+            (0x2000, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (0x2004, Terminator::Return, vec![]),
+            (0x200c, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+#[test]
+fn aarch64_conditional_branches_to_another_fragment_are_a_test_over_a_b() {
+    let p = single(branch_fn_aarch64());
+    let prof = profile(vec![Some(branch_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!(original.instructions, 100 + 2 * 10 + 2 * 90);
+    assert_eq!(
+        (original.taken_conditional, original.nontaken_conditional),
+        (90, 10)
+    );
+    // In one fragment every branch is short: as the original.
+    let identity = build_layout(&p, &[true], LayoutStrategy::Identity, false);
+    assert_eq!(dyno_stats(&p, &prof, Some(&identity)), original);
+    // [[B0, B1], [B2]]: `cbz` to B2 in the other fragment is written `cbnz w0, .+8; b B2`.
+    // The 90 runs to B2 fall past the `cbnz` and take the `b`; the 10 to B1 take the `cbnz`.
+    let layout = one_function_layout(vec![vec![0, 1], vec![2]]);
+    layout.validate(&p).unwrap();
+    assert_eq!(
+        dyno_stats(&p, &prof, Some(&layout)),
+        DynoStats {
+            instructions: original.instructions + 90,
+            taken_conditional: 10,
+            nontaken_conditional: 90,
+            unconditional: 90,
+            ..original
+        }
+    );
+    // [[B0, B2], [B1]]: inverted to `cbnz w0, B1`, B1 in the other fragment: `cbz w0, .+8;
+    // b B1`. The 90 runs to B2 take the `cbz`, the 10 to B1 take the `b`.
+    let layout = one_function_layout(vec![vec![0, 2], vec![1]]);
+    layout.validate(&p).unwrap();
+    assert_eq!(
+        dyno_stats(&p, &prof, Some(&layout)),
+        DynoStats {
+            instructions: original.instructions + 10,
+            taken_conditional: 90,
+            nontaken_conditional: 10,
+            unconditional: 10,
+            ..original
+        }
+    );
+}
+
+#[test]
+fn aarch64_conditional_tail_calls_are_a_test_over_the_tail_call() {
+    // `cond_tail_fn` on AArch64: B0 0x4000 `cbz w0, ext@plt`; B1 0x4004 `ret`.
+    let f = common::function_of(
+        rivet_arch::Isa::Aarch64,
+        0,
+        0x4000,
+        &words(&[0x3400_8000, 0xd65f_03c0]), // cbz w0, 0x5000; ret
+        vec![
+            (
+                0x4000,
+                Terminator::CondTailCall { target: plt() },
+                vec![fall(1)],
+            ),
+            (0x4004, Terminator::Return, vec![]),
+        ],
+        vec![],
+    );
+    let p = single(f);
+    let prof = profile(vec![Some(cond_tail_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    assert_eq!(
+        (
+            original.taken_conditional,
+            original.nontaken_conditional,
+            original.tail_calls
+        ),
+        (15, 25, 15)
+    );
+    // Rewritten, the branch to another function is `cbnz w0, .+8; b ext@plt`: the 25 returns
+    // take the `cbnz`, the 15 tail calls are the `b`, one more instruction each.
+    let identity = build_layout(&p, &[true], LayoutStrategy::Identity, false);
+    assert_eq!(
+        dyno_stats(&p, &prof, Some(&identity)),
+        DynoStats {
+            instructions: original.instructions + 15,
+            taken_conditional: 25,
+            nontaken_conditional: 15,
+            ..original
+        }
+    );
+}

@@ -282,3 +282,40 @@ pub fn qemu_wrapper(input: &Path, binary: &Path, dir: &Path) -> PathBuf {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
 }
+
+/// Builds the corpus source `tests/corpus/src/SRC` for AArch64 into `dir/NAME` with `cc`
+/// (`gcc`: aarch64-linux-gnu-gcc/g++ 12; `clang`: clang-19 for aarch64-linux-gnu with lld)
+/// and the corpus flags (`-g -Wl,--emit-relocs`; gcc: `-fno-reorder-blocks-and-partition`)
+/// plus `flags`. For tests that need a few AArch64 programs, not the whole cross-built corpus
+/// (`corpus_dir_aarch64`).
+#[allow(dead_code)]
+pub fn cross_build_aarch64(dir: &Path, src: &str, cc: &str, flags: &[&str], name: &str) -> PathBuf {
+    let cpp = src.ends_with(".cpp");
+    let mut command = match (cc, cpp) {
+        ("gcc", false) => Command::new("aarch64-linux-gnu-gcc"),
+        ("gcc", true) => Command::new("aarch64-linux-gnu-g++"),
+        ("clang", _) => {
+            let mut c = Command::new(if cpp { "clang++-19" } else { "clang-19" });
+            c.args(["--target=aarch64-linux-gnu", "-fuse-ld=lld"]);
+            c
+        }
+        _ => panic!("cross_build_aarch64: no compiler {cc}"),
+    };
+    command.args(["-g", "-pthread", "-Wl,--emit-relocs"]);
+    command.arg(if cpp { "-std=gnu++17" } else { "-std=gnu11" });
+    if cc == "gcc" {
+        command.arg("-fno-reorder-blocks-and-partition");
+    }
+    let out = dir.join(name);
+    let status = command
+        .args(flags)
+        .arg(repo_root().join("tests/corpus/src").join(src))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("{cc} for AArch64 is required (apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu clang-19 lld-19): {e}")
+        });
+    assert!(status.success(), "{cc} {flags:?} {src}");
+    out
+}
