@@ -6,6 +6,11 @@
 //! is an exact count of block entries. Each count becomes a sample at its address (`no_lbr`
 //! fdata, function and offset from the symbol table), and Rivet's flow inference turns the
 //! samples into edge counts as it does for `perf` samples without branch stacks.
+//!
+//! Every option set of the x86-64 differential tests (`corpus::optimize_option_sets`: block
+//! and function orders, splitting, landing pads, alignments, hot text, llvm-bolt's spellings,
+//! in place) also runs on AArch64 programs profiled by their instrumented builds, with the
+//! warnings for the two options AArch64 does not have yet (`--plt`, `--hugify`).
 
 mod common;
 
@@ -13,8 +18,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use common::corpus::{Target, check_on, corpus_of};
-use common::scratch;
+use common::corpus::{
+    NO_RELOCATIONS, ORDER_FILE, Target, check_on, corpus_of, optimize_option_sets,
+};
+use common::{cross_build_aarch64, rivet, s, scratch};
 
 /// Function symbols of `binary` with a size, sorted by address: (start, end, name).
 fn functions(binary: &Path) -> Vec<(u64, u64, String)> {
@@ -140,5 +147,116 @@ fn optimized_aarch64_programs_behave_the_same() {
             Ok(true),
             "{name}"
         );
+    }
+}
+
+/// `binary` run under qemu-aarch64 (with `RIVET_PROFILE=counts` when given): exit code,
+/// standard output.
+fn run_qemu(binary: &Path, counts: Option<&Path>) -> (Option<i32>, Vec<u8>) {
+    let mut command = Command::new("timeout");
+    command
+        .args(["120", "qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
+        .arg(binary);
+    if let Some(counts) = counts {
+        command.env("RIVET_PROFILE", counts);
+    }
+    let out = command
+        .output()
+        .expect("qemu-aarch64 is required (apt-get install qemu-user)");
+    (out.status.code(), out.stdout)
+}
+
+#[test]
+fn every_option_set_optimizes_aarch64_programs_that_behave_the_same() {
+    for (src, cc, flags) in [
+        ("cold_split.c", "gcc", &["-O2"][..]),
+        ("exceptions.cpp", "clang", &["-O2", "-no-pie"][..]),
+        (
+            "switch_sparse_nested.c",
+            "clang",
+            &["-O2", "-mbranch-protection=standard"][..],
+        ),
+    ] {
+        let what = format!("{src} {cc} {flags:?}");
+        let dir = scratch("aarch64_optimize_options", &format!("{src}-{cc}"));
+        let program = cross_build_aarch64(&dir, src, cc, flags, "prog");
+        let expected = run_qemu(&program, None);
+        let inst = dir.join("prog.inst");
+        let counts = dir.join("prog.counts");
+        let out = rivet(&[
+            "instrument",
+            s(&program),
+            "-o",
+            s(&inst),
+            "--profile",
+            s(&counts),
+        ]);
+        assert!(out.status.success(), "{what}: instrument");
+        assert_eq!(
+            run_qemu(&inst, Some(&counts)),
+            expected,
+            "{what}: instrumented"
+        );
+        let order = dir.join("order.txt");
+        std::fs::write(&order, "main\nno_such_function\n").unwrap();
+        let stripped = dir.join("prog.norelocs");
+        for (i, set) in optimize_option_sets().iter().enumerate() {
+            let mut input = program.clone();
+            let mut args: Vec<String> = Vec::new();
+            for &a in set {
+                match a {
+                    NO_RELOCATIONS => {
+                        let st = Command::new("aarch64-linux-gnu-objcopy")
+                            .arg("--remove-relocations=*")
+                            .arg(&program)
+                            .arg(&stripped)
+                            .status()
+                            .expect("aarch64-linux-gnu-objcopy is required (binutils-aarch64-linux-gnu)");
+                        assert!(st.success());
+                        input = stripped.clone();
+                    }
+                    ORDER_FILE => args.push(s(&order).to_string()),
+                    other => args.push(other.to_string()),
+                }
+            }
+            let output = dir.join(format!("prog.{i}"));
+            let run = Command::new(env!("CARGO_BIN_EXE_rivet"))
+                .arg("optimize")
+                .arg(&input)
+                .arg("--profile")
+                .arg(&counts)
+                .arg("-o")
+                .arg(&output)
+                .arg("--verify")
+                .args(&args)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            assert!(run.status.success(), "{what} {set:?}: {stderr}");
+            let stdout = String::from_utf8_lossy(&run.stdout);
+            assert!(
+                stdout.lines().any(|l| l.starts_with("optimized ")),
+                "{what} {set:?}: {stdout}"
+            );
+            // The two options AArch64 lacks say so, and nothing else warns of them.
+            for (option, warning) in [
+                (
+                    "-plt=all",
+                    "--plt: calls through the GOT are not implemented for AArch64",
+                ),
+                ("-hugify", "--hugify: no start-up code for Aarch64"),
+            ] {
+                assert_eq!(
+                    set.contains(&option),
+                    stderr.contains(warning),
+                    "{what} {set:?}: {stderr}"
+                );
+            }
+            assert!(
+                !stderr.contains("debug info removed"),
+                "{what} {set:?}: {stderr}"
+            );
+            assert_eq!(run_qemu(&output, None), expected, "{what} {set:?}");
+        }
     }
 }
