@@ -36,8 +36,11 @@ fn ok(out: &std::process::Output, what: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// Taken branches and executed instructions.
+type Counts = (i64, i64);
+
 /// (taken branches, executed instructions) of one run of `binary`, by `rivet simulate`.
-fn simulated(binary: &Path) -> (i64, i64) {
+fn simulated(binary: &Path) -> Counts {
     let json = ok(
         &rivet(&["simulate", s(binary), "--placements", "1", "--json"]),
         "rivet simulate",
@@ -51,7 +54,7 @@ fn simulated(binary: &Path) -> (i64, i64) {
 }
 
 /// (taken branches, executed instructions) the dyno stats predict for `optimize`'s output.
-fn predicted(summary: &Value) -> (i64, i64) {
+fn predicted(summary: &Value) -> Counts {
     let after = &summary["dyno_stats"]["after"];
     let get = |k: &str| {
         after[k]
@@ -90,7 +93,8 @@ fn dyno_stats_predict_what_the_optimized_aarch64_programs_run() {
             .expect("qemu-aarch64 is required (apt-get install qemu-user)");
         assert!(status.success(), "{what}: the instrumented run");
 
-        let layouts: Vec<((i64, i64), (i64, i64), Value)> = [
+        // (predicted, simulated, optimize's summary) of each layout.
+        let layouts: Vec<(Counts, Counts, Value)> = [
             &[][..],
             &["--split-functions=false", "--reorder-blocks=none"][..],
         ]
