@@ -726,6 +726,7 @@ pub fn run_with(
         })),
         "old_entries_not_forwarded": s.old_entries_not_forwarded,
         "veneers": s.veneers,
+        "veneers_bypassed": s.veneers_bypassed,
         "landing_pads": s.landing_pads,
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,
@@ -797,6 +798,12 @@ pub fn run_with(
             println!(
                 "  {} landing pads for veneers into code without one (BTI)",
                 s.landing_pads
+            );
+        }
+        if s.veneers_bypassed > 0 {
+            println!(
+                "  {} calls and jumps sent past the linker's veneers to their destinations",
+                s.veneers_bypassed
             );
         }
         if options.splitting == Splitting::Off && args.split_functions.is_none() {

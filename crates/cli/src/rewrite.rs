@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_emit::debug::DebugWriter;
-use rivet_emit::rewrite::{RewriteOptions, Summary, rewrite};
-use rivet_ir::layout::LayoutStrategy;
+use rivet_emit::rewrite::{LayoutSource, RewriteOptions, Summary, rewrite};
+use rivet_ir::layout::{LayoutStrategy, build_layout, split_every_block};
 
 use crate::error::{UserError, elf_error, rewrite_error};
 use crate::files::{PendingOutput, map_input, mode_of, same_file};
@@ -41,6 +41,11 @@ pub struct RewriteArgs {
     /// Seed of the random layouts.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// After the layout's orders are chosen, move every block but each function's entry to
+    /// its cold part (BOLT's `-split-strategy=all`): a stress test of branch ranges, veneers
+    /// and unwind info, not a fast layout.
+    #[arg(long)]
+    pub split_every_block: bool,
     /// Re-read the output and check every rewritten function against the input.
     #[arg(long)]
     pub verify: bool,
@@ -86,13 +91,29 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
-    let options = RewriteOptions {
+    let strategy = strategy(args);
+    let split_every = |movable: &[bool], in_place: bool| {
+        split_every_block(
+            &program,
+            build_layout(&program, movable, strategy, in_place),
+        )
+    };
+    let mut options = RewriteOptions {
         debug_writer: match args.debug_writer {
             DebugWriterArg::Stream => DebugWriter::Stream,
             DebugWriterArg::Convert => DebugWriter::Convert,
         },
-        ..RewriteOptions::strategy(strategy(args))
+        ..RewriteOptions::strategy(strategy)
     };
+    // The build-id of the output tells layouts apart by this name.
+    let split_name = format!("{strategy:?} split-every-block");
+    if args.split_every_block {
+        options.layout = LayoutSource::Custom {
+            build: &split_every,
+            reorders_functions: strategy.reorders_functions(),
+            name: &split_name,
+        };
+    }
     let output =
         rewrite(&elf, &program, &options, None).map_err(|e| rewrite_error(&args.binary, e))?;
     if args.verify {
@@ -143,6 +164,9 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
             "old_entries_not_forwarded": s.old_entries_not_forwarded,
             "frames": s.frames,
             "lsdas": s.lsdas,
+            "veneers": s.veneers,
+            "landing_pads": s.landing_pads,
+            "veneers_bypassed": s.veneers_bypassed,
             "debug_units": s.debug_units,
             "debug_moved_rows": s.debug_moved_rows,
             "debug_writer": s.debug_writer.map(|w| match w {
@@ -178,6 +202,12 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
         "  {} references patched, {} unwind frames, {} LSDAs",
         s.patched_references, s.frames, s.lsdas
     );
+    if s.veneers_bypassed > 0 {
+        println!(
+            "  {} calls and jumps sent past the linker's veneers to their destinations",
+            s.veneers_bypassed
+        );
+    }
     if s.veneers > 0 {
         println!(
             "  {} veneers for calls and jumps beyond a branch's reach",

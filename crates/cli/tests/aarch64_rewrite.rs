@@ -153,6 +153,15 @@ fn text_beyond_a_branchs_reach_is_crossed_through_veneers() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         assert!(veneers > 0, "{layout:?}: no veneers: {summary}");
+        // near_twice's call of `__far_square_veneer` reaches far_square, moved next to it,
+        // and goes there directly.
+        assert!(
+            summary_count(
+                &summary,
+                "calls and jumps sent past the linker's veneers to their destinations"
+            ) > 0,
+            "{layout:?}: {summary}"
+        );
         let after = run(&out);
         assert_eq!(after.status.code(), Some(0), "{layout:?}");
         assert_eq!(after.stdout, before.stdout, "{layout:?}");
@@ -383,5 +392,151 @@ fn in_place_functions_without_room_for_their_veneers_stay() {
         "no seed left a function in place for its veneers"
     );
     std::fs::remove_file(&out).unwrap();
+    std::fs::remove_file(&bin).unwrap();
+}
+
+/// Assembly of `n` functions `gen_f0` .. `gen_f{n-1}`, each calling or tail-calling the next,
+/// with every conditional branch form in their entry blocks (`tbz`, `cbz`, `b.cond`, `tbnz`),
+/// CFI with a remembered state around the tail call's epilogue, and every 512th function
+/// carrying a 24 KiB block. Their blocks are small and many, so that with every block split
+/// cold the entries (hot) sit far from the rest: most of the entries' branches then exceed a
+/// `tbz`'s 32 KiB, and the first functions' a `b.cond`'s 1 MiB.
+fn chain_of_functions_asm(n: usize) -> String {
+    use std::fmt::Write;
+    let mut s = String::from("\t.text\n");
+    let filler = |s: &mut String, count: usize, salt: usize| {
+        for k in 0..count {
+            let _ = match (k + salt) % 3 {
+                0 => writeln!(s, "\teor w19, w19, w19, lsr #{}", 1 + (k + salt) % 13),
+                1 => writeln!(s, "\tadd w19, w19, #{}", 1 + (k * 7 + salt) % 251),
+                _ => writeln!(s, "\tror w19, w19, #{}", 1 + (k + 3 * salt) % 31),
+            };
+        }
+    };
+    for i in 0..n {
+        let f = format!("gen_f{i}");
+        let l = |x: &str| format!(".L{i}_{x}");
+        let _ = write!(
+            s,
+            "\t.p2align 2\n\t.globl {f}\n\t.type {f}, %function\n{f}:\n\t.cfi_startproc\n\
+             \tstp x29, x30, [sp, #-32]!\n\t.cfi_def_cfa_offset 32\n\t.cfi_offset 29, -32\n\
+             \t.cfi_offset 30, -24\n\tmov x29, sp\n\tstr x19, [sp, #16]\n\t.cfi_offset 19, -16\n\
+             \tmov w19, w0\n"
+        );
+        let _ = match i % 4 {
+            0 => writeln!(s, "\ttbz w19, #{}, {}", i % 7, l("a")),
+            1 => writeln!(s, "\tcbz w19, {}", l("a")),
+            2 => writeln!(s, "\tcmp w19, #{}\n\tb.lo {}", 1 + i % 50, l("a")),
+            _ => writeln!(s, "\ttbnz w19, #{}, {}", i % 5, l("a")),
+        };
+        let _ = writeln!(s, "\tadd w19, w19, #{}", 1 + i % 89);
+        let _ = writeln!(s, "{}:", l("a"));
+        filler(&mut s, 24, i);
+        let _ = writeln!(s, "\tcbnz w19, {}\n\tmov w19, #{}\n{}:", l("b"), i, l("b"));
+        let _ = writeln!(s, "\tand w1, w19, #0xff\n\tcmp w1, #128\n\tb.hs {}", l("c"));
+        filler(&mut s, if i % 512 == 511 { 6000 } else { 24 }, i + 1);
+        let _ = writeln!(s, "{}:", l("c"));
+        if i + 1 == n {
+            let _ = writeln!(s, "\tb {}", l("ret"));
+        } else {
+            let next = format!("gen_f{}", i + 1);
+            let _ = write!(
+                s,
+                "\ttst w19, #2\n\tb.eq {tail}\n\tlsr w0, w19, #1\n\tbl {next}\n\
+                 \tadd w19, w19, w0\n\tb {ret}\n{tail}:\n\t.cfi_remember_state\n\
+                 \tlsr w0, w19, #1\n\tldr x19, [sp, #16]\n\t.cfi_restore 19\n\
+                 \tldp x29, x30, [sp], #32\n\t.cfi_restore 29\n\t.cfi_restore 30\n\
+                 \t.cfi_def_cfa_offset 0\n\tb {next}\n\t.cfi_restore_state\n",
+                tail = l("tail"),
+                ret = l("ret"),
+            );
+        }
+        let _ = write!(
+            s,
+            "{}:\n\tmov w0, w19\n\tldr x19, [sp, #16]\n\tldp x29, x30, [sp], #32\n\
+             \t.cfi_restore 29\n\t.cfi_restore 30\n\t.cfi_restore 19\n\t.cfi_def_cfa_offset 0\n\
+             \tret\n\t.cfi_endproc\n\t.size {f}, .-{f}\n",
+            l("ret")
+        );
+    }
+    s
+}
+
+/// The issue's stress case: a program whose text exceeds 128 MiB (4,096 generated functions,
+/// then `gap.s`'s 136 MiB, then far.c), rewritten with functions reversed and every block
+/// but the entries split cold (`--split-every-block`), and with functions and blocks
+/// shuffled and every block split. Calls from the new text back to the PLT and across the gap
+/// need veneers; branches from the entries to their cold parts need inverted branches over a
+/// `b`. Every rewrite is verified and runs as the original does.
+#[test]
+fn a_big_program_with_every_block_split_cold_runs() {
+    let dir = scratch("aarch64_rewrite", "split_every_block");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/aarch64/far_text");
+    let chain = dir.join("chain.s");
+    std::fs::write(&chain, chain_of_functions_asm(4096)).unwrap();
+    let bin = dir.join("big");
+    let st = Command::new("aarch64-linux-gnu-gcc")
+        .args(["-O2", "-fno-pie", "-no-pie", "-Wl,--emit-relocs", "-o"])
+        .arg(&bin)
+        .arg(src.join("chain_main.c"))
+        .arg(&chain)
+        .arg(src.join("gap.s"))
+        .arg(src.join("far.c"))
+        .output()
+        .expect("aarch64-linux-gnu-gcc is required (apt-get install gcc-aarch64-linux-gnu)");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let run = |b: &Path| {
+        Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu"])
+            .arg(b)
+            .arg("40")
+            .output()
+            .expect("qemu-aarch64 is required (apt-get install qemu-user)")
+    };
+    let before = run(&bin);
+    assert_eq!(before.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&before.stdout).starts_with("chain "),
+        "{before:?}"
+    );
+    for layout in [
+        &["--layout", "reverse"][..],
+        &["--layout", "shuffle", "--seed", "5"],
+    ] {
+        let out = dir.join("big.out");
+        let rw = Command::new(env!("CARGO_BIN_EXE_rivet"))
+            .args(["rewrite", "--verify", "--split-every-block", "--json", "-o"])
+            .arg(&out)
+            .arg(&bin)
+            .args(layout)
+            .output()
+            .unwrap();
+        assert!(
+            rw.status.success(),
+            "{layout:?}: {}",
+            String::from_utf8_lossy(&rw.stderr)
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&rw.stdout).unwrap();
+        let count = |key: &str| {
+            summary[key]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{key}: {summary}"))
+        };
+        // Every generated function moved, each in two fragments.
+        assert!(
+            count("moved") >= 4096 && count("fragments") >= 8192,
+            "{layout:?}: {summary}"
+        );
+        assert!(count("veneers") > 0, "{layout:?}: {summary}");
+        eprintln!("{layout:?}:\n{summary}");
+        let after = run(&out);
+        assert_eq!(after.status.code(), Some(0), "{layout:?}");
+        assert_eq!(after.stdout, before.stdout, "{layout:?}");
+        std::fs::remove_file(&out).unwrap();
+    }
     std::fs::remove_file(&bin).unwrap();
 }

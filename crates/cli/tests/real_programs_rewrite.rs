@@ -180,56 +180,94 @@ fn cppcheck_rewritten_analyses_identically() {
 /// clang, clang with PAC and BTI), rewritten and run on their workloads under qemu-aarch64
 /// (the `.qemu` wrapper the build script writes next to each binary, pointed at the output),
 /// against the x86-64 builds' results. Reordered functions for the gcc builds, shuffled and
-/// split blocks for the clang ones: both layouts were also run on all eight by hand (the
-/// closing notes of the AArch64 work).
+/// split blocks for the clang ones; `RIVET_AARCH64_SEEDS=N` runs every build with identity,
+/// reverse and N seeds each of `shuffle` and `shuffle-blocks` instead (the acceptance run of
+/// the AArch64 work: N = 20, hours under qemu, so not in CI).
 #[test]
 fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
     let builds = common::aarch64_real_builds(&[]);
     assert_eq!(builds.len(), 8, "{builds:?}");
+    let seeds = aarch64_seed_layouts();
     for (name, input) in &builds {
-        let layout: &[&str] = if name.contains("gcc") {
-            &["--layout", "reverse"]
+        let default: Vec<String> = if name.contains("gcc") {
+            vec!["--layout".into(), "reverse".into()]
         } else {
-            &["--layout", "shuffle-blocks", "--seed", "1"]
+            ["--layout", "shuffle-blocks", "--seed", "1"]
+                .map(String::from)
+                .to_vec()
         };
-        let dir = scratch("real-rewrite-aarch64", name);
-        let rewritten = rewrite(input, &dir, layout);
-        let wrapper_path = common::qemu_wrapper(input, &rewritten, &dir);
-        // Options go before the binaries for both scripts (as build-real-aarch64.sh runs
-        // them); the reference runs natively.
-        let script = |args: &[&std::ffi::OsStr]| {
-            let out = Command::new("bash").args(args).output().expect("bash");
-            assert!(
-                out.status.success(),
-                "{name} {layout:?}: {args:?} found differences:\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        let scripts = common::repo_root().join("scripts");
-        if name.starts_with("lua") {
-            script(&[
-                scripts.join("check-lua.sh").as_os_str(),
-                "--timeout".as_ref(),
-                "300".as_ref(),
-                "--only".as_ref(),
-                "tests/*".as_ref(),
-                wrapper_path.as_os_str(),
-                build("lua-gcc").as_os_str(),
-            ]);
-        } else {
-            script(&[
-                scripts.join("check-sqlite.sh").as_os_str(),
-                "--mode".as_ref(),
-                "shell".as_ref(),
-                "--timeout".as_ref(),
-                "300".as_ref(),
-                wrapper_path.as_os_str(),
-                "--reference".as_ref(),
-                build("sqlite3-gcc").as_os_str(),
+        for layout in seeds.clone().unwrap_or_else(|| vec![default.clone()]) {
+            let layout: Vec<&str> = layout.iter().map(String::as_str).collect();
+            run_aarch64_workload(name, input, &layout);
+        }
+    }
+}
+
+/// The layouts `RIVET_AARCH64_SEEDS=N` asks for: identity, reverse, and seeds 1..=N of
+/// `shuffle` and of `shuffle-blocks`; `None` when it is not set.
+fn aarch64_seed_layouts() -> Option<Vec<Vec<String>>> {
+    let n: u32 = std::env::var("RIVET_AARCH64_SEEDS")
+        .ok()?
+        .parse()
+        .expect("RIVET_AARCH64_SEEDS is a number");
+    let mut layouts = vec![
+        vec!["--layout".to_string(), "identity".to_string()],
+        vec!["--layout".to_string(), "reverse".to_string()],
+    ];
+    for seed in 1..=n {
+        for kind in ["shuffle", "shuffle-blocks"] {
+            layouts.push(vec![
+                "--layout".into(),
+                kind.into(),
+                "--seed".into(),
+                seed.to_string(),
             ]);
         }
     }
+    Some(layouts)
+}
+
+/// Rewrites the AArch64 build `name` (at `input`) with `layout` and `--verify`, and runs its
+/// workload under qemu against the x86-64 build's results.
+fn run_aarch64_workload(name: &str, input: &Path, layout: &[&str]) {
+    let dir = scratch("real-rewrite-aarch64", name);
+    let rewritten = rewrite(input, &dir, layout);
+    let wrapper_path = common::qemu_wrapper(input, &rewritten, &dir);
+    // Options go before the binaries for both scripts (as build-real-aarch64.sh runs
+    // them); the reference runs natively.
+    let script = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("bash").args(args).output().expect("bash");
+        assert!(
+            out.status.success(),
+            "{name} {layout:?}: {args:?} found differences:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let scripts = common::repo_root().join("scripts");
+    if name.starts_with("lua") {
+        script(&[
+            scripts.join("check-lua.sh").as_os_str(),
+            "--timeout".as_ref(),
+            "300".as_ref(),
+            "--only".as_ref(),
+            "tests/*".as_ref(),
+            wrapper_path.as_os_str(),
+            build("lua-gcc").as_os_str(),
+        ]);
+    } else {
+        script(&[
+            scripts.join("check-sqlite.sh").as_os_str(),
+            "--mode".as_ref(),
+            "shell".as_ref(),
+            "--timeout".as_ref(),
+            "300".as_ref(),
+            wrapper_path.as_os_str(),
+            "--reference".as_ref(),
+            build("sqlite3-gcc").as_os_str(),
+        ]);
+    }
+    std::fs::remove_file(&rewritten).unwrap();
 }
 
 /// The file offset of the symbol `name` of the AArch64 binary `bin` (through its `.text`).
@@ -276,7 +314,8 @@ fn text_symbol_offset(bin: &Path, name: &str) -> usize {
 /// branch into its code. First the enforcement is shown on this very binary: with the `bti c`
 /// of `str_find` (a C function Lua calls through a pointer) made a `nop`, `string.find` dies
 /// of SIGILL. Then rewritten with functions reversed, with blocks shuffled and split, and
-/// with both, it runs the Lua test scripts as the x86-64 build does.
+/// with both, it runs the Lua test scripts as the x86-64 build does (`RIVET_AARCH64_SEEDS=N`:
+/// the seed layouts instead).
 #[test]
 fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
     let builds = common::aarch64_real_builds(&["lua-clang-bti"]);
@@ -322,11 +361,17 @@ fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
         Some(4),
         "BTI is not enforced: {died:?}"
     );
-    for layout in [
+    let default: Vec<Vec<String>> = [
         &["--layout", "reverse"][..],
         &["--layout", "shuffle-blocks", "--seed", "1"],
         &["--layout", "shuffle", "--seed", "2"],
-    ] {
+    ]
+    .iter()
+    .map(|l| l.iter().map(|s| s.to_string()).collect())
+    .collect();
+    for layout in aarch64_seed_layouts().unwrap_or(default) {
+        let layout: Vec<&str> = layout.iter().map(String::as_str).collect();
+        let layout = &layout[..];
         let rewritten = rewrite(&input, &dir, layout);
         let wrapper = common::qemu_wrapper(&input, &rewritten, &dir);
         // Options before the binaries (check-lua.sh reads them first).

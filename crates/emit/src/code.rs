@@ -810,6 +810,24 @@ impl FragmentPlan {
         addr + self.veneer_start + self.veneers.len() as u64 * veneer_size
     }
 
+    /// How many copied calls and jumps of this fragment, placed at `addr`, go straight to a
+    /// linker veneer's destination instead of through the veneer (`copied_branch_target`).
+    pub fn bypassed_veneers(&self, program: &Program, addr: Vaddr, map: &AddressMap) -> usize {
+        let f = program.function(self.fragment.function);
+        self.items
+            .iter()
+            .zip(&self.offsets)
+            .filter(|(item, offset)| match **item {
+                Item::Copy { inst } => {
+                    let inst = &f.insts[inst as usize];
+                    let at = addr + u64::from(**offset);
+                    copied_branch_target(program, map, inst, at) != inst.pc_relative_target()
+                }
+                _ => false,
+            })
+            .count()
+    }
+
     /// The original addresses of the targets that the direct calls and jumps of this
     /// fragment, placed at `addr`, cannot reach from there and have no veneer for yet.
     pub fn far_targets(&self, program: &Program, addr: Vaddr, map: &AddressMap) -> Vec<Vaddr> {
@@ -820,10 +838,13 @@ impl FragmentPlan {
         for (i, item) in self.items.iter().enumerate() {
             let at = addr + u64::from(self.offsets[i]);
             let (old, branch_at) = match *item {
-                Item::Copy { inst } => match f.insts[inst as usize].flow() {
-                    Flow::Call { target } | Flow::Jump { target } => (target, at),
-                    _ => continue,
-                },
+                Item::Copy { inst } => {
+                    let inst = &f.insts[inst as usize];
+                    match (inst.flow(), copied_branch_target(program, map, inst, at)) {
+                        (Flow::Call { .. } | Flow::Jump { .. }, Some(target)) => (target, at),
+                        _ => continue,
+                    }
+                }
                 Item::Branch {
                     branch,
                     target,
@@ -862,6 +883,30 @@ impl FragmentPlan {
         }
         far
     }
+}
+
+/// The original address a copied PC-relative instruction of rewritten code, placed at `at`,
+/// is written to point at. Its own target, except for a direct call or jump to a linker
+/// veneer (`Program::forwarded_destination`) whose destination the new place reaches: that
+/// goes straight to the destination, one indirect jump and the veneer's cache line fewer.
+/// Where the destination is out of reach, the branch keeps going through the veneer, as in
+/// the input, so bypassing never asks for a veneer of Rivet's own (an in place function has
+/// no room to spare for one).
+fn copied_branch_target(
+    program: &Program,
+    map: &AddressMap,
+    inst: &Inst,
+    at: Vaddr,
+) -> Option<Vaddr> {
+    let target = inst.pc_relative_target()?;
+    if !matches!(inst.flow(), Flow::Call { .. } | Flow::Jump { .. }) {
+        return Some(target);
+    }
+    let bypass = program.forwarded_destination(target).filter(|&d| {
+        map.translate(program, d)
+            .is_some_and(|new| program.info.isa.direct_branch_reaches(at, new))
+    });
+    Some(bypass.unwrap_or(target))
 }
 
 /// The new address of every instruction of every rewritten function.
@@ -1127,20 +1172,20 @@ pub fn encode_fragment(
                     .bytes_at(inst.addr(), u64::from(inst.len()))
                     .ok_or(EmitError::Unreadable { at: inst.addr() })?;
                 let start = out.len();
-                let new_target = match inst.pc_relative_target() {
+                let old_target = copied_branch_target(program, map, inst, at);
+                let new_target = match old_target {
                     Some(t) => Some(translate(inst.addr(), t)?),
                     None => None,
                 };
                 // A call or jump that cannot reach goes to its veneer.
-                let new_target = match (new_target, veneer_size) {
-                    (Some(t), Some(size))
+                let new_target = match (new_target, old_target, veneer_size) {
+                    (Some(t), Some(old), Some(size))
                         if matches!(inst.flow(), Flow::Call { .. } | Flow::Jump { .. })
                             && !isa.direct_branch_reaches(at, t) =>
                     {
-                        let old = inst.pc_relative_target().unwrap_or(t);
                         Some(plan.veneer_at(addr, old, size).unwrap_or(t))
                     }
-                    (t, _) => t,
+                    (t, _, _) => t,
                 };
                 match isa.relocate(inst, bytes, at, new_target, &mut out) {
                     // An address computation that no longer reaches, right after a kept

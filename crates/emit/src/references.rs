@@ -412,13 +412,33 @@ pub fn is_entered_within(f: &Function, len: u64) -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct Patches {
     pub patches: Vec<(Vaddr, Vec<u8>)>,
-    /// References that point into rewritten code but not at an instruction: left alone (the
-    /// old body they point into is still there), reported.
-    pub unmapped: Vec<Reference>,
+    /// References left alone, and why: they point into rewritten code but not at an
+    /// instruction, or their field cannot hold the new target. Either way the old body they
+    /// point into is still there (a moved entry forwards to the new copy); reported.
+    pub unmapped: Vec<(Reference, Unpatched)>,
     /// Table entries whose new target is out of their field's reach from the table's new
     /// anchor. Unlike an unmapped reference, such an entry cannot be left alone (the anchor
     /// moved): the rewrite fails, naming it.
     pub unencodable: Vec<Reference>,
+}
+
+/// Why a reference to moved code was left pointing at the old code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unpatched {
+    /// The target is inside rewritten code but is no instruction of it.
+    NotAnInstruction,
+    /// The field (a relative offset, an absolute field or an instruction's immediate) cannot
+    /// reach the target's new address from where it is.
+    OutOfReach,
+}
+
+impl std::fmt::Display for Unpatched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unpatched::NotAnInstruction => "not an instruction of rewritten code",
+            Unpatched::OutOfReach => "the new address is beyond the field's reach",
+        })
+    }
 }
 
 /// The entry of a scaled table that sends its dispatch to `target` from `anchor`, or `None`
@@ -449,7 +469,7 @@ pub fn patches(program: &Program, refs: &References, map: &AddressMap) -> Patche
     let mut out = Patches::default();
     for r in &refs.stored {
         let Some(new) = map.translate(program, r.target) else {
-            out.unmapped.push(*r);
+            out.unmapped.push((*r, Unpatched::NotAnInstruction));
             continue;
         };
         if new == r.target {
@@ -461,7 +481,7 @@ pub fn patches(program: &Program, refs: &References, map: &AddressMap) -> Patche
                 if write_absolute(&mut bytes, size, new).is_some() {
                     out.patches.push((r.site, bytes));
                 } else {
-                    out.unmapped.push(*r);
+                    out.unmapped.push((*r, Unpatched::OutOfReach));
                 }
             }
             RefField::Relative { size, base } => {
@@ -469,10 +489,10 @@ pub fn patches(program: &Program, refs: &References, map: &AddressMap) -> Patche
                 match size {
                     4 => match i32::try_from(value) {
                         Ok(v) => out.patches.push((r.site, v.to_le_bytes().to_vec())),
-                        Err(_) => out.unmapped.push(*r),
+                        Err(_) => out.unmapped.push((*r, Unpatched::OutOfReach)),
                     },
                     8 => out.patches.push((r.site, value.to_le_bytes().to_vec())),
-                    _ => out.unmapped.push(*r),
+                    _ => out.unmapped.push((*r, Unpatched::OutOfReach)),
                 }
             }
             RefField::Scaled {
@@ -482,7 +502,7 @@ pub fn patches(program: &Program, refs: &References, map: &AddressMap) -> Patche
                 shift,
             } => {
                 let Some(new_anchor) = map.translate(program, anchor) else {
-                    out.unmapped.push(*r);
+                    out.unmapped.push((*r, Unpatched::NotAnInstruction));
                     continue;
                 };
                 match scaled_entry(new, new_anchor, size, signed, shift) {
@@ -498,7 +518,7 @@ pub fn patches(program: &Program, refs: &References, map: &AddressMap) -> Patche
                 {
                     Ok(()) => out.patches.push((r.site, bytes)),
                     // Out of reach: the old body it enters is still there and still runs.
-                    Err(_) => out.unmapped.push(*r),
+                    Err(_) => out.unmapped.push((*r, Unpatched::OutOfReach)),
                 }
             }
             RefField::RelaAddend {

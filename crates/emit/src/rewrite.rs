@@ -199,6 +199,9 @@ pub struct Summary {
     /// Landing pads placed for veneers whose destinations have none, where BTI guards the
     /// code (AArch64).
     pub landing_pads: usize,
+    /// Copied calls and jumps that go straight to a linker veneer's destination instead of
+    /// through the veneer (AArch64).
+    pub veneers_bypassed: usize,
     /// Functions moved to the new text (relocation mode).
     pub moved: usize,
     /// Functions rewritten over their original bytes (in place mode).
@@ -1065,6 +1068,11 @@ fn place_with_veneers(
         };
         if far.iter().all(Vec::is_empty) && landings.is_empty() {
             summary.veneers = text.placed.iter().map(|(p, _)| p.veneers.len()).sum();
+            summary.veneers_bypassed = text
+                .placed
+                .iter()
+                .map(|(p, addr)| p.bypassed_veneers(program, *addr, &map))
+                .sum();
             summary.landing_pads = text.placed.iter().map(|(p, _)| p.landings.len()).sum();
             return (text, map);
         }
@@ -1300,7 +1308,8 @@ fn encode_text(
 }
 
 /// Phase 4b: the relocated references to moved code, patched; those that could not be
-/// (pointing into code that is no instruction of the rewritten code) are reported.
+/// (pointing into code that is no instruction of the rewritten code, or out of their
+/// field's reach) are reported.
 fn reference_patches(
     program: &Program,
     refs: &references::References,
@@ -1315,9 +1324,9 @@ fn reference_patches(
         });
     }
     summary.patched_references = reference_patches.patches.len();
-    for r in &reference_patches.unmapped {
+    for (r, why) in &reference_patches.unmapped {
         summary.warnings.push(format!(
-            "reference at {} to {} not updated (not an instruction of rewritten code)",
+            "reference at {} to {} not updated ({why}; it still leads into the old code)",
             r.site, r.target
         ));
     }

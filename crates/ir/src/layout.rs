@@ -355,6 +355,53 @@ pub fn build_layout(
     }
 }
 
+/// Moves every block but the entry of each rewritten function into one cold fragment (BOLT's
+/// `-split-strategy=all`), keeping the blocks in the order `layout` gave them. A stress layout
+/// rather than a fast one: every branch out of an entry block, and every fall-through from it,
+/// crosses to the cold text, so it exercises the longest distances a binary can ask of its
+/// branches (relaxation, veneers) and the most fragments of unwind and debug info. The cold
+/// fragments follow the order of the functions' first fragments (`hot_order`), or address
+/// order in place mode, so reversed or shuffled function orders reverse or shuffle them too.
+pub fn split_every_block(program: &Program, mut layout: Layout) -> Layout {
+    for fl in layout.functions.iter_mut().flatten() {
+        let mut blocks = fl.fragments.iter().flatten().copied();
+        let Some(entry) = blocks.next() else {
+            continue;
+        };
+        let rest: Vec<BlockId> = blocks.collect();
+        fl.fragments = if rest.is_empty() {
+            vec![vec![entry]]
+        } else {
+            vec![vec![entry], rest]
+        };
+        // Only first-fragment blocks may be aligned; the entry is the one left there.
+        fl.aligned.retain(|a| a.block == entry);
+    }
+    let order: Vec<FuncId> = if layout.in_place {
+        let mut ids: Vec<FuncId> = (0..layout.functions.len() as u32)
+            .map(FuncId)
+            .filter(|id| layout.is_rewritten(*id))
+            .collect();
+        ids.sort_by_key(|id| program.function(*id).range.start);
+        ids
+    } else {
+        layout.hot_order.iter().map(|r| r.function).collect()
+    };
+    layout.cold_order = order
+        .into_iter()
+        .filter(|id| {
+            layout.functions[id.0 as usize]
+                .as_ref()
+                .is_some_and(|fl| fl.fragments.len() > 1)
+        })
+        .map(|function| FragmentRef {
+            function,
+            fragment: 1,
+        })
+        .collect();
+    layout
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

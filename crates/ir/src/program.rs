@@ -524,6 +524,16 @@ impl Program {
             .find(|f| f.range.contains(addr))
     }
 
+    /// Where a call or jump to `target` ends up when `target` is the entry of a function
+    /// that only forwards it (a linker veneer: `Isa::forwarding_destination`), so rewritten
+    /// code can go there directly. `None` for every other address.
+    pub fn forwarded_destination(&self, target: Vaddr) -> Option<Vaddr> {
+        let f = self
+            .function_containing(target)
+            .filter(|f| f.range.start == target)?;
+        self.info.isa.forwarding_destination(&f.insts)
+    }
+
     /// Functions with `name` among their names (several for same-named locals).
     pub fn functions_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Function> {
         self.functions

@@ -453,8 +453,8 @@ pub fn optimized_layout(
     // A call of a linker's veneer is a call of the function it jumps to: the two belong
     // together, not the caller and the three-instruction veneer.
     let callee_of = |f: FuncId| -> FuncId {
-        let isa = program.info.isa;
-        isa.forwarding_destination(&program.function(f).insts)
+        program
+            .forwarded_destination(program.function(f).range.start)
             .and_then(|to| {
                 program
                     .function_containing(to)

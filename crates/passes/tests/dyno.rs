@@ -6,7 +6,7 @@ mod common;
 use common::{fall, function, profile, program, taken};
 use rivet_elf::Vaddr;
 use rivet_ir::layout::{
-    FragmentRef, FunctionLayout, Layout, LayoutStrategy, PltCalls, build_layout,
+    FragmentRef, FunctionLayout, Layout, LayoutStrategy, PltCalls, build_layout, split_every_block,
 };
 use rivet_ir::{BlockId, Call, CallTarget, FuncId, Function, Program, Terminator};
 use rivet_passes::attach::{AttachedProfile, FunctionCounts};
@@ -741,4 +741,49 @@ fn aarch64_conditional_tail_calls_are_a_test_over_the_tail_call() {
             ..original
         }
     );
+}
+
+/// `rewrite --split-every-block`: the entry alone in the first fragment, every other block in
+/// one cold fragment in the order the strategy chose, cold fragments in the order of the hot
+/// ones (reversed here), and in place in address order. The loop's branch then runs in the
+/// cold fragment and every iteration still falls through where it did.
+#[test]
+fn every_block_split_cold_follows_the_strategys_orders() {
+    let p = program(vec![loop_fn(), branch_fn()]);
+    let reverse = split_every_block(
+        &p,
+        build_layout(&p, &[true, true], LayoutStrategy::Reverse, false),
+    );
+    reverse.validate(&p).unwrap();
+    for f in 0..2 {
+        assert_eq!(
+            reverse.functions[f].as_ref().unwrap().fragments,
+            vec![vec![BlockId(0)], vec![BlockId(2), BlockId(1)]]
+        );
+    }
+    let refs = |f: u32, fragment: u32| FragmentRef {
+        function: FuncId(f),
+        fragment,
+    };
+    assert_eq!(reverse.hot_order, vec![refs(1, 0), refs(0, 0)]);
+    assert_eq!(reverse.cold_order, vec![refs(1, 1), refs(0, 1)]);
+
+    let in_place = split_every_block(
+        &p,
+        build_layout(&p, &[true, true], LayoutStrategy::Identity, true),
+    );
+    in_place.validate(&p).unwrap();
+    assert!(in_place.hot_order.is_empty());
+    assert_eq!(in_place.cold_order, vec![refs(0, 1), refs(1, 1)]);
+    assert_eq!(
+        in_place.functions[0].as_ref().unwrap().fragments,
+        vec![vec![BlockId(0)], vec![BlockId(1), BlockId(2)]]
+    );
+
+    // One added jump: the entry falls into B1, now in the other fragment.
+    let prof = profile(vec![Some(loop_counts()), None]);
+    let original = dyno_stats(&p, &prof, None);
+    let split = dyno_stats(&p, &prof, Some(&in_place));
+    assert_eq!(split.unconditional, original.unconditional + 1);
+    assert_eq!(split.taken_conditional, original.taken_conditional);
 }
