@@ -8,6 +8,33 @@ use std::process::Command;
 
 use common::scratch;
 
+/// `qemu-aarch64` with the cross sysroot on `bin` with `args`.
+fn run_emulated(bin: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("qemu-aarch64")
+        .args(["-L", "/usr/aarch64-linux-gnu"])
+        .arg(bin)
+        .args(args)
+        .output()
+        .expect("qemu-aarch64 is required (apt-get install qemu-user)")
+}
+
+/// `rivet rewrite --verify ARGS -o out input`, which must succeed; its stdout.
+fn rewrite_verified(input: &Path, out: &Path, args: &[&str]) -> String {
+    let rw = Command::new(env!("CARGO_BIN_EXE_rivet"))
+        .args(["rewrite", "--verify", "-o"])
+        .arg(out)
+        .arg(input)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        rw.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&rw.stderr)
+    );
+    String::from_utf8_lossy(&rw.stdout).into_owned()
+}
+
 /// lld turns an `adrp`+`add` pair into `nop`+`adr` when the address is within 1 MiB; moved
 /// code 3 MiB further away turns it back, in the same two words (`rivet verify` checks the
 /// pair builds the same address).
@@ -50,13 +77,7 @@ fn an_address_moved_code_cannot_reach_with_adr_is_built_by_adrp_again() {
         "{}",
         show(&dump(&bin))
     );
-    let run = |b: &Path| {
-        Command::new("qemu-aarch64")
-            .args(["-L", "/usr/aarch64-linux-gnu"])
-            .arg(b)
-            .output()
-            .expect("qemu-aarch64 is required (apt-get install qemu-user)")
-    };
+    let run = |b: &Path| run_emulated(b, &[]);
     let before = run(&bin);
     assert_eq!(before.status.code(), Some(0));
     for layout in ["identity", "reverse"] {
@@ -101,13 +122,7 @@ fn text_beyond_a_branchs_reach_is_crossed_through_veneers() {
         .status()
         .expect("aarch64-linux-gnu-gcc is required (apt-get install gcc-aarch64-linux-gnu)");
     assert!(st.success());
-    let run = |b: &Path| {
-        Command::new("qemu-aarch64")
-            .args(["-L", "/usr/aarch64-linux-gnu"])
-            .arg(b)
-            .output()
-            .expect("qemu-aarch64 is required (apt-get install qemu-user)")
-    };
+    let run = |b: &Path| run_emulated(b, &[]);
     let before = run(&bin);
     assert_eq!(before.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&before.stdout), "total 4310\n");
@@ -131,19 +146,7 @@ fn text_beyond_a_branchs_reach_is_crossed_through_veneers() {
         &["--layout", "shuffle-blocks", "--seed", "2"],
     ] {
         let out = dir.join("big.out");
-        let rw = Command::new(env!("CARGO_BIN_EXE_rivet"))
-            .args(["rewrite", "--verify", "-o"])
-            .arg(&out)
-            .arg(&bin)
-            .args(layout)
-            .output()
-            .unwrap();
-        assert!(
-            rw.status.success(),
-            "{layout:?}: {}",
-            String::from_utf8_lossy(&rw.stderr)
-        );
-        let summary = String::from_utf8_lossy(&rw.stdout);
+        let summary = rewrite_verified(&bin, &out, layout);
         let veneers: usize = summary
             .lines()
             .find_map(|l| {
@@ -249,21 +252,7 @@ fn veneers_land_on_pads_where_bti_is_enforced() {
     let before = run_guarded(&bin);
     assert_eq!(before.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&before.stdout), expected);
-    let rewrite = |input: &Path, out: &Path, layout: &[&str]| -> String {
-        let rw = Command::new(env!("CARGO_BIN_EXE_rivet"))
-            .args(["rewrite", "--verify", "-o"])
-            .arg(out)
-            .arg(input)
-            .args(layout)
-            .output()
-            .unwrap();
-        assert!(
-            rw.status.success(),
-            "{layout:?}: {}",
-            String::from_utf8_lossy(&rw.stderr)
-        );
-        String::from_utf8_lossy(&rw.stdout).into_owned()
-    };
+    let rewrite = rewrite_verified;
     let out = dir.join("big.out");
     for layout in [
         &["--layout", "identity"][..],
@@ -489,14 +478,7 @@ fn a_big_program_with_every_block_split_cold_runs() {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let run = |b: &Path| {
-        Command::new("qemu-aarch64")
-            .args(["-L", "/usr/aarch64-linux-gnu"])
-            .arg(b)
-            .arg("40")
-            .output()
-            .expect("qemu-aarch64 is required (apt-get install qemu-user)")
-    };
+    let run = |b: &Path| run_emulated(b, &["40"]);
     let before = run(&bin);
     assert_eq!(before.status.code(), Some(0));
     assert!(
@@ -508,19 +490,12 @@ fn a_big_program_with_every_block_split_cold_runs() {
         &["--layout", "shuffle", "--seed", "5"],
     ] {
         let out = dir.join("big.out");
-        let rw = Command::new(env!("CARGO_BIN_EXE_rivet"))
-            .args(["rewrite", "--verify", "--split-every-block", "--json", "-o"])
-            .arg(&out)
-            .arg(&bin)
-            .args(layout)
-            .output()
-            .unwrap();
-        assert!(
-            rw.status.success(),
-            "{layout:?}: {}",
-            String::from_utf8_lossy(&rw.stderr)
-        );
-        let summary: serde_json::Value = serde_json::from_slice(&rw.stdout).unwrap();
+        let args: Vec<&str> = ["--split-every-block", "--json"]
+            .into_iter()
+            .chain(layout.iter().copied())
+            .collect();
+        let summary: serde_json::Value =
+            serde_json::from_str(&rewrite_verified(&bin, &out, &args)).unwrap();
         let count = |key: &str| {
             summary[key]
                 .as_u64()

@@ -187,7 +187,7 @@ fn cppcheck_rewritten_analyses_identically() {
 fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
     let builds = common::aarch64_real_builds(&[]);
     assert_eq!(builds.len(), 8, "{builds:?}");
-    let seeds = aarch64_seed_layouts();
+    let seeds = common::aarch64_seeds().map(common::seed_layouts);
     for (name, input) in &builds {
         let default: Vec<String> = if name.contains("gcc") {
             vec!["--layout".into(), "reverse".into()]
@@ -201,30 +201,6 @@ fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
             run_aarch64_workload(name, input, &layout);
         }
     }
-}
-
-/// The layouts `RIVET_AARCH64_SEEDS=N` asks for: identity, reverse, and seeds 1..=N of
-/// `shuffle` and of `shuffle-blocks`; `None` when it is not set.
-fn aarch64_seed_layouts() -> Option<Vec<Vec<String>>> {
-    let n: u32 = std::env::var("RIVET_AARCH64_SEEDS")
-        .ok()?
-        .parse()
-        .expect("RIVET_AARCH64_SEEDS is a number");
-    let mut layouts = vec![
-        vec!["--layout".to_string(), "identity".to_string()],
-        vec!["--layout".to_string(), "reverse".to_string()],
-    ];
-    for seed in 1..=n {
-        for kind in ["shuffle", "shuffle-blocks"] {
-            layouts.push(vec![
-                "--layout".into(),
-                kind.into(),
-                "--seed".into(),
-                seed.to_string(),
-            ]);
-        }
-    }
-    Some(layouts)
 }
 
 /// Rewrites the AArch64 build `name` (at `input`) with `layout` and `--verify`, and runs its
@@ -369,7 +345,10 @@ fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
     .iter()
     .map(|l| l.iter().map(|s| s.to_string()).collect())
     .collect();
-    for layout in aarch64_seed_layouts().unwrap_or(default) {
+    for layout in common::aarch64_seeds()
+        .map(common::seed_layouts)
+        .unwrap_or(default)
+    {
         let layout: Vec<&str> = layout.iter().map(String::as_str).collect();
         let layout = &layout[..];
         let rewritten = rewrite(&input, &dir, layout);

@@ -56,24 +56,7 @@ fn corpus_programs_without_relocations_rewritten_in_place_behave_the_same() {
 /// (default 3; the closing figures of the AArch64 work used 20).
 #[test]
 fn aarch64_rewritten_corpus_programs_behave_the_same() {
-    let seeds: u32 = std::env::var("RIVET_AARCH64_SEEDS")
-        .ok()
-        .map(|s| s.parse().expect("RIVET_AARCH64_SEEDS is a number"))
-        .unwrap_or(3);
-    let mut layouts = vec![
-        vec!["--layout".to_string(), "identity".to_string()],
-        vec!["--layout".to_string(), "reverse".to_string()],
-    ];
-    for seed in 1..=seeds {
-        for kind in ["shuffle", "shuffle-blocks"] {
-            layouts.push(vec![
-                "--layout".into(),
-                kind.into(),
-                "--seed".into(),
-                seed.to_string(),
-            ]);
-        }
-    }
+    let layouts = common::seed_layouts(common::aarch64_seeds().unwrap_or(3));
     differential_on(common::corpus::Target::Aarch64, &layouts, false);
 }
 

@@ -319,3 +319,32 @@ pub fn cross_build_aarch64(dir: &Path, src: &str, cc: &str, flags: &[&str], name
     assert!(status.success(), "{cc} {flags:?} {src}");
     out
 }
+
+/// `RIVET_AARCH64_SEEDS`, the number of shuffle seeds the AArch64 rewrite tests run, if set.
+#[allow(dead_code)] // only the AArch64 rewrite tests use it
+pub fn aarch64_seeds() -> Option<u32> {
+    std::env::var("RIVET_AARCH64_SEEDS")
+        .ok()
+        .map(|s| s.parse().expect("RIVET_AARCH64_SEEDS is a number"))
+}
+
+/// `rivet rewrite` layout arguments: identity, reverse, and seeds 1..=n of `shuffle` and of
+/// `shuffle-blocks`.
+#[allow(dead_code)] // only the AArch64 rewrite tests use it
+pub fn seed_layouts(n: u32) -> Vec<Vec<String>> {
+    let mut layouts = vec![
+        vec!["--layout".to_string(), "identity".to_string()],
+        vec!["--layout".to_string(), "reverse".to_string()],
+    ];
+    for seed in 1..=n {
+        for kind in ["shuffle", "shuffle-blocks"] {
+            layouts.push(vec![
+                "--layout".into(),
+                kind.into(),
+                "--seed".into(),
+                seed.to_string(),
+            ]);
+        }
+    }
+    layouts
+}
