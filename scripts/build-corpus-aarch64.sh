@@ -10,7 +10,16 @@
 #     "gcc O2split pie"   gcc -O2 -freorder-blocks-and-partition: functions split into
 #                         .cold parts (unlike x86-64, aarch64 gcc-12 leaves this off at -O2);
 #     "clang O2pac pie", "clang O2pac nopie", "gcc O2pac pie"
-#                         -O2 -mbranch-protection=standard (PAC-RET + BTI landing pads).
+#                         -O2 -mbranch-protection=standard (PAC-RET + BTI landing pads);
+#                         Debian's start files have no GNU property note, so these
+#                         executables lose the BTI bit and run unguarded;
+#     "clang O2bti pie", "gcc O2bti nopie"
+#                         the same, linked with tests/aarch64/bti_start.S instead of the
+#                         start files and -z force-bti: the executables keep the BTI bit, and
+#                         qemu's default CPU checks every indirect branch into their code
+#                         (libcorpus_shared of these variants is built as O2pac: a shared
+#                         library keeps the usual start files, and forcing the bit on them
+#                         would trap in crtbeginS's frame_dummy).
 #
 # Check: every executable runs twice under `qemu-aarch64 -L /usr/aarch64-linux-gnu`
 # (timeout RIVET_QEMU_TIMEOUT, default 120 s); both runs of every variant must exit
@@ -50,6 +59,7 @@ for cc in gcc clang; do
     done
 done
 VARIANTS+=("gcc O2split pie" "clang O2pac pie" "clang O2pac nopie" "gcc O2pac pie")
+VARIANTS+=("clang O2bti pie" "gcc O2bti nopie")
 
 declare -A NEEDS=([shared_user]=libcorpus_shared)
 declare -A EXPECT_EXIT=([tailcalls_noreturn]=42)
@@ -73,6 +83,12 @@ flags_for() { # cc opt pie lang kind
     case $opt in
         O2split) FLAGS+=(-O2 -freorder-blocks-and-partition) ;;
         O2pac) FLAGS+=(-O2 -mbranch-protection=standard) ;;
+        O2bti)
+            FLAGS+=(-O2 -mbranch-protection=standard)
+            if [[ $kind != shared-lib ]]; then
+                FLAGS+=(-nostartfiles "$REPO/tests/aarch64/bti_start.S" -Wl,-z,force-bti)
+            fi
+            ;;
         *) FLAGS+=("-$opt") ;;
     esac
     if [[ $cc == gcc && $opt != O2split ]]; then FLAGS+=(-fno-reorder-blocks-and-partition); fi

@@ -541,6 +541,50 @@ impl Isa {
         }
     }
 
+    /// The entries of a PLT section at `section_addr` decoded as `insts`, as `(entry
+    /// address, entry size, slot)`. x86-64 entries have the section's fixed size
+    /// (`entry_size`: `endbr64` and `bnd` forms vary inside it); an AArch64 entry starts at
+    /// its `adrp`, or the `bti c` before it, and ends where the next begins (16 bytes, or 24
+    /// in BTI-marked outputs, GNU ld's with `bti c` first, lld's with two `nop`s last).
+    pub fn plt_entries(
+        self,
+        section_addr: Vaddr,
+        insts: &[Inst],
+        entry_size: u64,
+    ) -> Vec<(Vaddr, u64, Vaddr)> {
+        match self {
+            Isa::X86_64 => self
+                .indirect_jump_slots(insts)
+                .into_iter()
+                .map(|(jump, slot)| {
+                    let offset = (jump - section_addr) / entry_size * entry_size;
+                    (section_addr + offset, entry_size, slot)
+                })
+                .collect(),
+            Isa::Aarch64 => {
+                let jumps = aarch64::plt::slot_jumps(insts);
+                // An entry reaches the next one's start (lld pads BTI entries with two
+                // `nop`s after the branch); the last is as long as the one before it.
+                let strides: Vec<u64> = jumps.windows(2).map(|w| w[1].start - w[0].start).collect();
+                jumps
+                    .iter()
+                    .enumerate()
+                    .map(|(k, j)| {
+                        let own = (j.jump + 4 - j.start).next_multiple_of(8);
+                        let size = match (
+                            strides.get(k),
+                            k.checked_sub(1).and_then(|p| strides.get(p)),
+                        ) {
+                            (Some(&s), _) | (None, Some(&s)) if (own..=32).contains(&s) => s,
+                            _ => own,
+                        };
+                        (j.start, size, j.slot)
+                    })
+                    .collect()
+            }
+        }
+    }
+
     /// The memory slot each indirect jump in `insts` (a straight run, such as a PLT
     /// section) reads its target from, as `(jump address, slot)`: on x86-64 the jump's own
     /// memory operand, on AArch64 the `adrp`+`ldr` that loads the register it branches

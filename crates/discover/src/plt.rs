@@ -4,7 +4,9 @@
 //! `endbr64`, possibly with a `bnd` prefix; on AArch64 `adrp x16`, `ldr x17, [x16, #off]`,
 //! `br x17`: `Isa::indirect_jump_slots`); the slot is a GOT entry with a JUMP_SLOT,
 //! GLOB_DAT or IRELATIVE dynamic relocation naming the symbol. Stubs are found by decoding
-//! the sections the ISA names as PLTs (`Isa::plt_entry_size`), entry by entry.
+//! the sections the ISA names as PLTs (`Isa::plt_entry_size`), entry by entry; where each
+//! entry starts is the ISA's call (`Isa::plt_entries`: AArch64's BTI-marked entries are
+//! 24 bytes after a 32-byte header).
 
 use std::collections::HashMap;
 
@@ -39,14 +41,13 @@ pub fn find_plt_entries(elf: &ElfFile, dynamic_relocs: &[DynamicReloc]) -> Vec<P
             default_entry
         };
         let insts = isa.decode_all(section.data, section.addr);
-        for (jump, slot) in isa.indirect_jump_slots(&insts) {
+        for (addr, size, slot) in isa.plt_entries(section.addr, &insts, entry_size) {
             let Some(name) = slots.get(&slot) else {
                 continue;
             };
-            let offset = (jump - section.addr) / entry_size * entry_size;
             out.push(PltEntry {
-                addr: section.addr + offset,
-                size: entry_size,
+                addr,
+                size,
                 name: name.clone(),
                 slot,
             });

@@ -512,3 +512,81 @@ fn same_named_locals_in_different_files() {
         assert_eq!(callee.file.as_deref(), Some(file), "{caller}");
     }
 }
+
+/// objdump's `name@plt` labels (its own reading of the PLT, from the relocations and the
+/// entry size GNU ld writes), as `(address, name)`.
+fn objdump_plt_labels(e: &Entry) -> BTreeSet<(u64, String)> {
+    let tool = if e.name.starts_with("aarch64:") {
+        "aarch64-linux-gnu-objdump"
+    } else {
+        "objdump"
+    };
+    let out = Command::new(tool)
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(&e.path)
+        .output()
+        .unwrap_or_else(|err| panic!("running {tool}: {err}"));
+    assert!(out.status.success(), "{tool} failed on {}", e.name);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            // "0000000000400770 <_setjmp@plt>:"
+            let (addr, rest) = l.split_once(" <")?;
+            let name = rest.strip_suffix("@plt>:")?;
+            Some((u64::from_str_radix(addr, 16).ok()?, name.to_string()))
+        })
+        .collect()
+}
+
+/// Every direct call into a PLT lands on the start of a stub Rivet found, and Rivet's
+/// stubs are objdump's. objdump places AArch64 entries 16 bytes apart, which lld's
+/// BTI-marked PLTs are not (24-byte entries, `adrp` first: lld leaves the `bti c` out
+/// where no entry's address is taken); there the calls are the only witness.
+#[test]
+fn plt_stubs_are_where_calls_and_objdump_put_them() {
+    let (mut checked, mut bti_marked) = (0, 0);
+    for e in all_entries().filter(|e| e.kind == "exe") {
+        let p = load(e);
+        if p.plt.is_empty() {
+            continue;
+        }
+        let starts: BTreeSet<u64> = p.plt.iter().map(|s| s.addr.get()).collect();
+        let (low, high) = (
+            p.plt.iter().map(|s| s.addr.get()).min().unwrap(),
+            p.plt.iter().map(|s| s.addr.get() + s.size).max().unwrap(),
+        );
+        let mut calls = 0;
+        for f in &p.functions {
+            for inst in &f.insts {
+                if let rivet_arch::Flow::Call { target } = inst.flow()
+                    && (low..high).contains(&target.get())
+                {
+                    assert!(
+                        starts.contains(&target.get()),
+                        "{}: {} calls {target} inside a PLT stub",
+                        e.name,
+                        f.name()
+                    );
+                    calls += 1;
+                }
+            }
+        }
+        assert!(calls > 0, "{}: no calls into the PLT", e.name);
+        let lld_bti = e.opt == "O2bti" && e.compiler == "clang";
+        if !lld_bti {
+            let found: BTreeSet<(u64, String)> = p
+                .plt
+                .iter()
+                .map(|s| (s.addr.get(), s.name.split('@').next().unwrap().to_string()))
+                .collect();
+            assert_eq!(found, objdump_plt_labels(e), "{}: PLT stubs", e.name);
+        }
+        if e.opt == "O2bti" {
+            assert!(p.plt.iter().all(|s| s.size == 24), "{}: BTI stubs", e.name);
+            bti_marked += 1;
+        }
+        checked += 1;
+    }
+    assert!(checked > 100, "only {checked} binaries with PLT stubs");
+    assert!(bti_marked >= 10, "only {bti_marked} BTI-marked binaries");
+}

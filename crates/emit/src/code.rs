@@ -419,11 +419,26 @@ pub fn plan_fragment(
         }
     };
     // Copies instructions `from..to`, with the probes that follow calls and the recorders
-    // of indirect call targets that precede them.
+    // of indirect call targets that precede them. A call's probe goes after a landing pad
+    // that follows the call (`bl setjmp; bti j`): `longjmp` comes back with an indirect
+    // branch, which BTI lets land only on the pad.
     let copy = |items: &mut Vec<Item>, from: u32, to: u32| {
+        let mut after_call: Option<u32> = None;
         for inst in from..to {
+            // The call whose probe waits for this instruction, its pad.
+            let pad_of = after_call.take();
+            let after_pad = |items: &mut Vec<Item>| {
+                if let Some(call) = pad_of {
+                    probe_items(
+                        items,
+                        ProbeAt::AfterCall(call),
+                        f.insts[call as usize].addr(),
+                    );
+                }
+            };
             if f.is_dropped_padding(inst) {
                 items.push(Item::Dropped { inst });
+                after_pad(items);
                 continue;
             }
             if let Some(table) = probes.and_then(|p| p.indirect_table(inst))
@@ -444,12 +459,25 @@ pub fn plan_fragment(
                     Flow::Call { .. } | Flow::IndirectCall
                 )
             {
-                probe_items(
-                    items,
-                    ProbeAt::AfterCall(inst),
-                    f.insts[inst as usize].addr(),
-                );
+                match f.insts.get(inst as usize + 1) {
+                    Some(next) if inst + 1 < to && next.isa().keeps_first(next) => {
+                        after_call = Some(inst);
+                    }
+                    _ => probe_items(
+                        items,
+                        ProbeAt::AfterCall(inst),
+                        f.insts[inst as usize].addr(),
+                    ),
+                }
             }
+            after_pad(items);
+        }
+        if let Some(call) = after_call {
+            probe_items(
+                items,
+                ProbeAt::AfterCall(call),
+                f.insts[call as usize].addr(),
+            );
         }
     };
     // Edge probes become blocks of their own at the end of the fragment.
@@ -507,9 +535,11 @@ pub fn plan_fragment(
         ends_unreached = true;
         items.push(Item::Label(b));
         let mut first = block.insts.start;
-        // A BTI landing pad stays first: an indirect branch may land only on it.
+        // A BTI landing pad stays first: an indirect branch may land only on it. (A block
+        // that is only its pad falls through: a pad is never a branch.)
         if probes.is_some_and(|p| p.at(ProbeAt::BlockStart(b)).next().is_some())
-            && block.insts.len() > 1
+            && (block.insts.len() > 1
+                || matches!(f.block_exit(block), Some(BlockExit::FallThrough { .. })))
             && f.insts[first as usize]
                 .isa()
                 .keeps_first(&f.insts[first as usize])

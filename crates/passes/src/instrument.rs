@@ -463,6 +463,20 @@ pub fn instrument_function(
         }
     };
 
+    // A call that ends its block returns to the next block's first instruction; where that is
+    // a landing pad (`bl setjmp` then `bti j`: `longjmp` returns with an indirect branch), a
+    // probe after the call would sit before the pad, where BTI lets no indirect branch land.
+    // (A pad inside the call's block is stepped over by the emitter.)
+    let before_a_pad = |at: ProbeAt| match at {
+        ProbeAt::AfterCall(call) => {
+            let next = call as usize + 1;
+            f.block_at(f.insts[call as usize].end())
+                .is_some_and(|b| f.block(b).insts.start as usize == next)
+                && f.insts.get(next).is_some_and(|i| isa.keeps_first(i))
+        }
+        _ => false,
+    };
+
     // Where each edge's probe would go, and its shape.
     let placement = |e: &MapEdge| -> Option<(ProbeAt, ProbeShape)> {
         if e.kind == EdgeKind::CallUnwound {
@@ -537,7 +551,7 @@ pub fn instrument_function(
     let placements: Vec<Option<(ProbeAt, ProbeShape)>> = g
         .edges
         .iter()
-        .map(|e| placement(e).filter(|(at, _)| outside_exclusive(*at)))
+        .map(|e| placement(e).filter(|(at, _)| outside_exclusive(*at) && !before_a_pad(*at)))
         .collect();
 
     // Spanning tree: uncountable edges first, then the most frequent.

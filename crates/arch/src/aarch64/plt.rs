@@ -7,6 +7,7 @@
 use rivet_elf::Vaddr;
 
 use super::decode::{Control, PcRelative};
+use super::encode::BTI_C;
 use crate::Inst;
 
 /// `ldr xT, [xN, #imm12 * 8]` (64-bit load, unsigned offset): `(t, n, byte offset)`.
@@ -27,6 +28,25 @@ const WINDOW: usize = 4;
 /// `adrp` page + offset within the few instructions before it, with neither register
 /// written in between.
 pub(crate) fn indirect_jump_slots(insts: &[Inst]) -> Vec<(Vaddr, Vaddr)> {
+    slot_jumps(insts)
+        .into_iter()
+        .map(|j| (j.jump, j.slot))
+        .collect()
+}
+
+/// One indirect jump through a slot and where its sequence starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotJump {
+    pub jump: Vaddr,
+    pub slot: Vaddr,
+    /// The `adrp`, or the `bti c` right before it: where a PLT entry starts. BTI-marked
+    /// outputs have 24-byte entries after the 32-byte header (`bti c` and a trailing `nop`
+    /// around the usual four), so an entry's place is read from its code, not from a fixed
+    /// size.
+    pub start: Vaddr,
+}
+
+pub(crate) fn slot_jumps(insts: &[Inst]) -> Vec<SlotJump> {
     let decoded: Vec<_> = insts.iter().map(|i| i.aarch64().decoded()).collect();
     let mut out = Vec::new();
     for (k, inst) in decoded.iter().enumerate() {
@@ -46,13 +66,21 @@ pub(crate) fn indirect_jump_slots(insts: &[Inst]) -> Vec<(Vaddr, Vaddr)> {
             continue;
         }
         // The adrp of the base, right before the load (as linkers write PLT entries).
-        let Some(page) = (from..l).rev().find_map(|a| match decoded[a]?.pc_relative {
-            Some(PcRelative::Adrp { reg, page }) if reg == base => Some(page),
+        let Some((a, page)) = (from..l).rev().find_map(|a| match decoded[a]?.pc_relative {
+            Some(PcRelative::Adrp { reg, page }) if reg == base => Some((a, page)),
             _ => None,
         }) else {
             continue;
         };
-        out.push((insts[k].addr(), Vaddr(page + offset)));
+        let start = match a.checked_sub(1).and_then(|p| decoded[p]) {
+            Some(pad) if pad.word == BTI_C => insts[a - 1].addr(),
+            _ => insts[a].addr(),
+        };
+        out.push(SlotJump {
+            jump: insts[k].addr(),
+            slot: Vaddr(page + offset),
+            start,
+        });
     }
     out
 }
