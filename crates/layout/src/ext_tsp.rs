@@ -340,12 +340,7 @@ fn pair(a: u32, b: u32) -> (u32, u32) {
 }
 
 impl<'a> Merger<'a> {
-    fn new(
-        sizes: &'a [u64],
-        counts: &[u64],
-        edges: &[(u32, u32, u64)],
-        indirect: &[bool],
-    ) -> Self {
+    fn new(sizes: &'a [u64], counts: &[u64], edges: &[(u32, u32, u64)], indirect: &[bool]) -> Self {
         let n = sizes.len();
         let exits = exits(n, edges, indirect);
         let jumps: Vec<_> = edges

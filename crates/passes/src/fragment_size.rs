@@ -127,8 +127,9 @@ fn branch_forms(
     let short = |br: &NewBranch| isa.branch_sizes(br.kind).short;
     let members: HashSet<BlockId> = blocks.iter().copied().collect();
     let inside = |br: &NewBranch| br.target.is_some_and(|t| members.contains(&t));
-    let to_island =
-        |br: &NewBranch| isa.near_conditional_is_a_pair() && br.kind == BranchKind::Cond && !inside(br);
+    let to_island = |br: &NewBranch| {
+        isa.near_conditional_is_a_pair() && br.kind == BranchKind::Cond && !inside(br)
+    };
     // Offsets with every in-fragment branch short and every branch to an island short; the
     // islands, one per target in the order of first use, after the code.
     let mut start: HashMap<BlockId, u64> = HashMap::with_capacity(blocks.len());
