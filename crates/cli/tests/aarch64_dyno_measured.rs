@@ -10,8 +10,8 @@
 //! the two runs is the difference between the two layouts of the program's own code, which
 //! the dyno stats predict: taken branches and executed instructions must match to the unit.
 //! Splitting is where AArch64 differs from x86-64: a conditional branch into the cold
-//! fragment is written as the opposite test over a `b`, which is taken when the branch it
-//! replaces is not. Block alignment is off in both: the `nop`s of padding that runs are not in
+//! fragment goes to an island, a `b` after the hot fragment's code, so reaching the cold
+//! block runs one branch more. Block alignment is off in both: the `nop`s of padding that runs are not in
 //! the dyno stats (their number depends on the final addresses).
 //!
 //! Calls and returns are the same in any layout, and so is every branch of code left in
