@@ -198,7 +198,9 @@ impl Isa {
     /// over an unconditional one (AArch64), rather than one instruction with a wider
     /// displacement (x86-64 `jcc rel32`). Such a pair runs otherwise than the branch it
     /// stands for: its test is taken when the branch is not, and going to the target costs
-    /// one more instruction, the unconditional branch.
+    /// one more instruction, the unconditional branch. Where it is, the emitter sends a
+    /// conditional branch that leaves its fragment to an island instead (a `b` after the
+    /// fragment's code), so that only the branch's taken side pays.
     pub fn near_conditional_is_a_pair(self) -> bool {
         match self {
             Isa::X86_64 => false,

@@ -135,6 +135,21 @@ impl Checker<'_> {
         }
     }
 
+    /// Whether a conditional branch to `got` goes to `want`: directly, or through an island
+    /// (AArch64: a `b` after the fragment's code, which may itself go through a veneer).
+    fn branches_to(&self, got: Vaddr, want: Vaddr) -> Result<bool, String> {
+        if got == want {
+            return Ok(true);
+        }
+        if !self.program.info.isa.near_conditional_is_a_pair() {
+            return Ok(false);
+        }
+        Ok(matches!(
+            self.decode_at(got, 4)?.first().map(Inst::flow),
+            Some(Flow::Jump { target }) if self.lands_at(target, want)
+        ))
+    }
+
     /// Whether a branch to `got` goes to `want`: directly, or through a veneer (AArch64).
     fn lands_at(&self, got: Vaddr, want: Vaddr) -> bool {
         got == want || self.veneer_reaches(got, want)
@@ -314,9 +329,12 @@ impl Checker<'_> {
                         || (y != after && self.veneer_reaches(y, want))
                         || (y == after && self.reaches(after, want)?))
                 };
-                let same = jcc.condition() == last.condition() && x == t && continues_to(fl)?;
-                let inverted =
-                    jcc.condition() == last.inverted_condition() && x == fl && continues_to(t)?;
+                let same = jcc.condition() == last.condition()
+                    && self.branches_to(x, t)?
+                    && continues_to(fl)?;
+                let inverted = jcc.condition() == last.inverted_condition()
+                    && self.branches_to(x, fl)?
+                    && continues_to(t)?;
                 // A conditional jump over the jump right after it (AArch64's far form of a
                 // conditional branch, `b.!cond 1f; b target; 1:`) is that jump taken on the
                 // opposite condition, continuing where the skip lands.

@@ -10,8 +10,8 @@
 //! the two runs is the difference between the two layouts of the program's own code, which
 //! the dyno stats predict: taken branches and executed instructions must match to the unit.
 //! Splitting is where AArch64 differs from x86-64: a conditional branch into the cold
-//! fragment is written as the opposite test over a `b`, which is taken when the branch it
-//! replaces is not. Block alignment is off in both: the `nop`s of padding that runs are not in
+//! fragment goes to an island, a `b` after the hot fragment's code, so reaching the cold
+//! block runs one branch more. Block alignment is off in both: the `nop`s of padding that runs are not in
 //! the dyno stats (their number depends on the final addresses).
 //!
 //! Calls and returns are the same in any layout, and so is every branch of code left in
@@ -132,4 +132,149 @@ fn dyno_stats_predict_what_the_optimized_aarch64_programs_run() {
         assert_eq!(s0.0 - s1.0, p0.0 - p1.0, "{what}: taken branches");
         assert_eq!(s0.1 - s1.1, p0.1 - p1.1, "{what}: executed instructions");
     }
+}
+
+/// (address, mnemonic, operands) of every instruction `aarch64-linux-gnu-objdump` shows in
+/// the sections named `section` of `binary` (an output has the input's `.text` and its own).
+fn disassembly(binary: &Path, section: &str) -> Vec<(u64, String, String)> {
+    let out = Command::new("aarch64-linux-gnu-objdump")
+        .args(["-d", "--no-show-raw-insn", "-j", section])
+        .arg(binary)
+        .output()
+        .expect(
+            "aarch64-linux-gnu-objdump is required (apt-get install binutils-aarch64-linux-gnu)",
+        );
+    assert!(
+        out.status.success(),
+        "objdump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (addr, rest) = line.split_once(":\t")?;
+            let addr = u64::from_str_radix(addr.trim(), 16).ok()?;
+            let mut parts = rest.splitn(2, '\t');
+            let mnemonic = parts.next()?.trim().to_string();
+            let operands = parts.next().unwrap_or("").trim().to_string();
+            Some((addr, mnemonic, operands))
+        })
+        .collect()
+}
+
+/// The branch target objdump prints first among `operands` (`cbz w0, 4101a0 <f+0x20>`).
+fn branch_target(operands: &str) -> Option<u64> {
+    operands
+        .split([',', ' '])
+        .filter(|w| !w.is_empty())
+        .find_map(|w| u64::from_str_radix(w, 16).ok().filter(|_| w.len() >= 4))
+}
+
+/// A conditional branch from hot code into the cold fragment is written in its short form to
+/// an island, a `b` to the cold block after the hot fragment's code: the run (which never
+/// enters the cold paths of `cold_split.c`) falls through every such branch, so the split
+/// layout takes no more branches than the same block order unsplit. (The opposite test over
+/// a `b`, the form before islands, was taken on every hot run of each exit.)
+#[test]
+fn exits_to_cold_code_go_through_islands_and_the_hot_path_takes_none() {
+    let dir = scratch("aarch64-dyno-measured", "islands");
+    let program = cross_build_aarch64(&dir, "cold_split.c", "gcc", &["-O2"], "prog");
+    let inst = dir.join("prog.inst");
+    let counts = dir.join("prog.counts");
+    let out = rivet(&[
+        "instrument",
+        s(&program),
+        "-o",
+        s(&inst),
+        "--profile",
+        s(&counts),
+    ]);
+    assert!(out.status.success(), "instrument");
+    let status = Command::new("qemu-aarch64")
+        .args(["-L", SYSROOT])
+        .arg(&inst)
+        .stdout(Stdio::null())
+        .status()
+        .expect("qemu-aarch64 is required (apt-get install qemu-user)");
+    assert!(status.success(), "the instrumented run");
+    let optimize = |name: &str, options: &[&str]| {
+        let output = dir.join(name);
+        let mut args = vec![
+            "optimize",
+            s(&program),
+            "--profile",
+            s(&counts),
+            "-o",
+            s(&output),
+            "--align-blocks=false",
+            "--verify",
+            "--json",
+        ];
+        args.extend_from_slice(options);
+        let summary = ok(&rivet(&args), &format!("optimize {options:?}"));
+        (output, summary)
+    };
+    let (split, summary) = optimize("prog.split", &[]);
+    let (whole, _) = optimize("prog.whole", &["--split-functions=false"]);
+    assert!(
+        summary["split"].as_u64().unwrap() > 0,
+        "nothing split: {summary}"
+    );
+
+    // Islands: conditional branches of hot code whose target, after them, is a `b` into the
+    // cold section.
+    let code = disassembly(&split, ".text");
+    let cold = disassembly(&split, ".text.cold");
+    let (cold_lo, cold_hi) = (
+        cold.iter().map(|i| i.0).min().expect("a cold section"),
+        cold.iter().map(|i| i.0).max().expect("a cold section"),
+    );
+    let at: std::collections::HashMap<u64, &(u64, String, String)> =
+        code.iter().map(|i| (i.0, i)).collect();
+    let conditional = |m: &str| m.starts_with("b.") || ["cbz", "cbnz", "tbz", "tbnz"].contains(&m);
+    let islands = code
+        .iter()
+        .filter(|(_, m, _)| conditional(m))
+        .filter(|(addr, _, ops)| {
+            branch_target(ops)
+                .and_then(|t| at.get(&t))
+                .is_some_and(|island| {
+                    island.0 > *addr
+                        && island.1 == "b"
+                        && branch_target(&island.2)
+                            .is_some_and(|t| (cold_lo..=cold_hi).contains(&t))
+                })
+        })
+        .count();
+    assert!(
+        islands > 0,
+        "no conditional branch goes to cold code through an island"
+    );
+
+    let (s_split, s_whole) = (simulated(&split), simulated(&whole));
+    eprintln!(
+        "islands {islands}; taken branches split {} unsplit {}; instructions split {} unsplit {}",
+        s_split.0, s_whole.0, s_split.1, s_whole.1
+    );
+    assert!(
+        s_split.0 <= s_whole.0,
+        "splitting added taken branches on the path that runs: {} > {}",
+        s_split.0,
+        s_whole.0
+    );
+    assert!(
+        s_split.1 <= s_whole.1,
+        "splitting added executed instructions"
+    );
+    // Both behave as the original.
+    let run = |binary: &Path| {
+        Command::new("qemu-aarch64")
+            .args(["-L", SYSROOT])
+            .arg(binary)
+            .output()
+            .expect("qemu-aarch64")
+    };
+    let (a, b, c) = (run(&program), run(&split), run(&whole));
+    assert_eq!((a.status.code(), &a.stdout), (b.status.code(), &b.stdout));
+    assert_eq!((a.status.code(), &a.stdout), (c.status.code(), &c.stdout));
 }

@@ -1,7 +1,8 @@
 //! `rivet_passes::fragment_size::estimated_fragment_size` against the emitter's own plan of
 //! the same fragment: every order of every subset of blocks (entry first) of small functions
 //! decoded from real x86-64 and AArch64 bytes, including ones whose branches only reach in
-//! their near form (AArch64: a conditional branch inverted over a `b`) and ones with
+//! their near form (AArch64: a conditional branch inverted over a `b`, or one that leaves
+//! the fragment through an island after its code) and ones with
 //! unreachable padding; and what the emitter writes for dead padding. It lives
 //! with the CLI's tests because only the CLI crate may depend on both the passes and the
 //! emitter.
@@ -221,8 +222,8 @@ fn aarch64_sizes_are_words_and_far_conditional_branches_two() {
         estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1, 2, 3, 4])),
         20
     );
-    // Without B3 and B4 (another fragment): `cbz` to B3 inverted over a `b` (8 bytes), then
-    // B1's `mov` and `b`.
+    // Without B3 and B4 (another fragment): `cbz` to an island (4 bytes), B1's `mov` and
+    // `b`, then the island, a `b` to B3 (4 bytes).
     assert_eq!(estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1])), 16);
     let f = long_body_aarch64();
     let long = 4 * u64::from(LONG_AARCH64);
@@ -230,6 +231,13 @@ fn aarch64_sizes_are_words_and_far_conditional_branches_two() {
     assert_eq!(
         estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1, 2, 3])),
         8 + long + 4 + 8 + 4
+    );
+    // Without B2 and B3: B0's `cbz` to B2 cannot reach an island past B1, so it is the
+    // opposite test over a `b` (8 bytes); B1 ends with a `b` to B2, and the island the
+    // emitter planned stays (4 bytes, never run).
+    assert_eq!(
+        estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1])),
+        8 + long + 4 + 4
     );
     // B2 after B0: `cbnz` to B1 (past B2 and B3) and B2's `b.ne` stay one word; B1, last,
     // goes back to B2 with a `b`.

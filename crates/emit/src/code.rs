@@ -660,6 +660,7 @@ pub fn plan_fragment(
             }
         }
     }
+    let mut next_label = trampolines.len() as u32;
     for (k, to, state_at, shape, counter) in trampolines {
         items.push(Item::TrampolineLabel(k));
         items.push(Item::Probe {
@@ -672,17 +673,58 @@ pub fn plan_fragment(
 
     // Which block each label is in, to know which branches may be short.
     let in_fragment: std::collections::HashSet<BlockId> = blocks.iter().copied().collect();
+    let is_pair = encoder.isa().near_conditional_is_a_pair();
+    // Islands (AArch64): a conditional branch that leaves the fragment goes, in its short
+    // form, to a `b target` after the fragment's code, one island per target. Its pair form
+    // (`b.!cond +8; b target`) would be taken every time the branch is not, which on the hot
+    // path (the exit is cold) is nearly always; through an island the hot path falls through
+    // and only the exit pays, one branch more. The islands are items of the fragment, so its
+    // size still does not depend on where it lands. Keyed by target: (label, target).
+    let mut islands: Vec<(u32, Target, Vaddr)> = Vec::new();
+    let mut island_of: HashMap<u32, Target> = HashMap::new();
     for item in &mut items {
-        if let Item::Branch { target, form, .. } = item {
+        if let Item::Branch {
+            branch,
+            target,
+            form,
+            state_at,
+            ..
+        } = item
+        {
             match target {
                 Target::Block(b) if in_fragment.contains(b) => *form = BranchForm::Short,
                 Target::Trampoline(_) => *form = BranchForm::Short,
                 Target::Address(a) if known_place.is_some_and(|k| k.keeps(*a)) => {
                     *form = BranchForm::Short;
                 }
+                _ if is_pair && matches!(branch, NewBranch::Cond { .. }) => {
+                    let k = match islands.iter().find(|(_, t, _)| t == target) {
+                        Some(&(k, _, _)) => k,
+                        None => {
+                            let k = next_label;
+                            next_label += 1;
+                            islands.push((k, *target, *state_at));
+                            island_of.insert(k, *target);
+                            k
+                        }
+                    };
+                    *target = Target::Trampoline(k);
+                    *form = BranchForm::Short;
+                }
                 _ => {}
             }
         }
+    }
+    for (k, to, state_at) in islands {
+        // An island runs in the unwind state its target starts in: for a block of this
+        // function, that block's; for code elsewhere (a conditional tail call), the state at
+        // the first branch that goes there, which every branch to the same function shares.
+        let state_at = match to {
+            Target::Block(b) => f.block(b).start,
+            _ => state_at,
+        };
+        items.push(Item::TrampolineLabel(k));
+        branch(&mut items, encoder, NewBranch::Jump, to, state_at)?;
     }
     // Relaxation: grow short branches that do not reach until nothing changes. Branch sizes
     // only grow, so this terminates. Padding is sized in each pass from the branches' current
@@ -732,6 +774,21 @@ pub fn plan_fragment(
                 ..
             } = item
             {
+                // A conditional branch that cannot reach its island goes straight to the
+                // island's target in the pair form (the island stays, unused by it).
+                if let Target::Trampoline(k) = *target
+                    && let Some(&to) = island_of.get(&k)
+                    && !encoder.isa().short_branch_reaches(
+                        offsets[i],
+                        u64::from(*short_size),
+                        label_offset[&LabelId::Trampoline(k)] as i64,
+                    )
+                {
+                    *target = to;
+                    *form = BranchForm::Near;
+                    changed = true;
+                    continue;
+                }
                 // The target's offset from the fragment's start.
                 let to = match *target {
                     Target::Block(b) => label_offset[&LabelId::Block(b)] as i64,

@@ -14,7 +14,11 @@
 //! iteration. A jump is conditional when its source has more than one successor among the
 //! edges given (zero counts included, so callers should list every CFG edge; a zero-count
 //! self-edge marks a block whose other way out is not in the graph, such as a conditional tail
-//! call). Self-loops score the same in every order and are ignored by the search.
+//! call). Self-loops score the same in every order and are ignored by the search. Nothing
+//! falls out of a block that ends in an indirect jump (a jump table, a computed goto; the
+//! caller marks them, `ext_tsp_order_with_indirect`): a successor placed right after it
+//! scores as a forward jump of distance 0, 0.1 rather than 1.0, and splitting a chain there
+//! breaks no fall-through.
 //!
 //! **Algorithm.** Greedy chain merging: every block starts as a chain; the pair of chains with
 //! the best score gain is merged, trying the paper's concatenations `X·Y`, `Y·X` and, when `X`
@@ -123,18 +127,45 @@ pub fn jump_score(src_end: u64, dst_start: u64, count: u64, conditional: bool) -
     0.0
 }
 
-/// Per block: whether it has more than one distinct successor among `edges`.
-fn conditional_sources(n: usize, edges: &[(u32, u32, u64)]) -> Vec<bool> {
+/// How a block's jumps leave it, which decides what a fall-through out of it is worth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    /// One successor: falling into it saves the whole jump.
+    Unconditional,
+    /// Several successors: falling into one turns a taken branch into a not-taken one.
+    Conditional,
+    /// An indirect jump (a jump table, a computed goto): it runs and is taken whatever
+    /// follows, so a successor placed right after it is a jump of distance 0, no fall-through.
+    Indirect,
+}
+
+/// Score of a jump out of a block of kind `exit` (see `jump_score`).
+fn exit_score(src_end: u64, dst_start: u64, count: u64, exit: Exit) -> f64 {
+    match exit {
+        Exit::Indirect if src_end == dst_start => FORWARD_WEIGHT * count as f64,
+        Exit::Indirect | Exit::Conditional => jump_score(src_end, dst_start, count, true),
+        Exit::Unconditional => jump_score(src_end, dst_start, count, false),
+    }
+}
+
+/// Per block: how it leaves. Conditional when it has more than one distinct successor among
+/// `edges`; indirect when `indirect` says so (missing entries: not indirect).
+fn exits(n: usize, edges: &[(u32, u32, u64)], indirect: &[bool]) -> Vec<Exit> {
     let mut first: Vec<Option<u32>> = vec![None; n];
-    let mut conditional = vec![false; n];
+    let mut exits = vec![Exit::Unconditional; n];
     for &(s, t, _) in edges {
         match first[s as usize] {
             None => first[s as usize] = Some(t),
-            Some(other) if other != t => conditional[s as usize] = true,
+            Some(other) if other != t => exits[s as usize] = Exit::Conditional,
             Some(_) => {}
         }
     }
-    conditional
+    for (b, exit) in exits.iter_mut().enumerate() {
+        if indirect.get(b).copied().unwrap_or(false) {
+            *exit = Exit::Indirect;
+        }
+    }
+    exits
 }
 
 /// Ext-TSP score of `order` (block ids, each at most once) for blocks of `sizes` bytes and jumps
@@ -143,19 +174,31 @@ fn conditional_sources(n: usize, edges: &[(u32, u32, u64)]) -> Vec<bool> {
 /// # Panics
 /// When a block id in `order` or `edges` is out of range of `sizes`.
 pub fn ext_tsp_score(order: &[u32], sizes: &[u64], edges: &[(u32, u32, u64)]) -> f64 {
+    ext_tsp_score_with_indirect(order, sizes, edges, &[])
+}
+
+/// `ext_tsp_score` where the blocks `indirect` marks end in an indirect jump (a jump table, a
+/// computed goto): nothing falls out of them, so a successor placed right after one scores
+/// as a jump of distance 0 (`ext_tsp_order_with_indirect`).
+pub fn ext_tsp_score_with_indirect(
+    order: &[u32],
+    sizes: &[u64],
+    edges: &[(u32, u32, u64)],
+    indirect: &[bool],
+) -> f64 {
     let mut start = vec![None; sizes.len()];
     let mut address = 0;
     for &block in order {
         start[block as usize] = Some(address);
         address += sizes[block as usize];
     }
-    let conditional = conditional_sources(sizes.len(), edges);
+    let exits = exits(sizes.len(), edges, indirect);
     edges
         .iter()
         .map(
             |&(s, t, count)| match (start[s as usize], start[t as usize]) {
                 (Some(src), Some(dst)) => {
-                    jump_score(src + sizes[s as usize], dst, count, conditional[s as usize])
+                    exit_score(src + sizes[s as usize], dst, count, exits[s as usize])
                 }
                 _ => 0.0,
             },
@@ -171,6 +214,22 @@ pub fn ext_tsp_score(order: &[u32], sizes: &[u64], edges: &[(u32, u32, u64)]) ->
 /// # Panics
 /// When `counts` and `sizes` differ in length or an edge names a block out of range.
 pub fn ext_tsp_order(sizes: &[u64], counts: &[u64], edges: &[(u32, u32, u64)]) -> Vec<u32> {
+    ext_tsp_order_with_indirect(sizes, counts, edges, &[])
+}
+
+/// `ext_tsp_order` where `indirect[b]` says block `b` ends in an indirect jump (a jump table,
+/// a computed goto; missing entries: it does not). Its successors are its table's targets,
+/// but none of them is fallen into: the jump runs and is taken wherever they are, so placing
+/// one right after it gains only what a short jump does, not a fall-through's weight.
+///
+/// # Panics
+/// As `ext_tsp_order`.
+pub fn ext_tsp_order_with_indirect(
+    sizes: &[u64],
+    counts: &[u64],
+    edges: &[(u32, u32, u64)],
+    indirect: &[bool],
+) -> Vec<u32> {
     assert_eq!(sizes.len(), counts.len(), "one count per block");
     let n = sizes.len();
     for &(s, t, _) in edges {
@@ -182,7 +241,7 @@ pub fn ext_tsp_order(sizes: &[u64], counts: &[u64], edges: &[(u32, u32, u64)]) -
     if n == 0 {
         return Vec::new();
     }
-    let mut merger = Merger::new(sizes, counts, edges);
+    let mut merger = Merger::new(sizes, counts, edges, indirect);
     merger.merge_hot_chains();
     merger.merge_cold_chains();
     merger.concatenate()
@@ -263,8 +322,8 @@ struct Merger<'a> {
     sizes: &'a [u64],
     /// Jumps with a count, self-loops left out.
     jumps: Vec<(u32, u32, u64)>,
-    /// Per block: it has several successors (its fall-throughs weigh less).
-    conditional: Vec<bool>,
+    /// Per block: how it leaves (what a fall-through out of it is worth).
+    exits: Vec<Exit>,
     /// Pairs `(source, target)` of `jumps`: splitting between them would break a fall-through.
     successors: FastSet<(u32, u32)>,
     chains: Vec<Chain>,
@@ -281,9 +340,9 @@ fn pair(a: u32, b: u32) -> (u32, u32) {
 }
 
 impl<'a> Merger<'a> {
-    fn new(sizes: &'a [u64], counts: &[u64], edges: &[(u32, u32, u64)]) -> Self {
+    fn new(sizes: &'a [u64], counts: &[u64], edges: &[(u32, u32, u64)], indirect: &[bool]) -> Self {
         let n = sizes.len();
-        let conditional = conditional_sources(n, edges);
+        let exits = exits(n, edges, indirect);
         let jumps: Vec<_> = edges
             .iter()
             .copied()
@@ -306,8 +365,13 @@ impl<'a> Merger<'a> {
         }
         Merger {
             sizes,
-            conditional,
-            successors: jumps.iter().map(|&(s, t, _)| (s, t)).collect(),
+            // Nothing falls out of an indirect jump: splitting after one breaks nothing.
+            successors: jumps
+                .iter()
+                .filter(|&&(s, _, _)| exits[s as usize] != Exit::Indirect)
+                .map(|&(s, t, _)| (s, t))
+                .collect(),
+            exits,
             jumps,
             chains,
             chain_of: (0..n as u32).collect(),
@@ -357,11 +421,11 @@ impl<'a> Merger<'a> {
             .iter()
             .map(|&j| {
                 let (s, t, count) = self.jumps[j as usize];
-                jump_score(
+                exit_score(
                     address(s) + self.sizes[s as usize],
                     address(t),
                     count,
-                    self.conditional[s as usize],
+                    self.exits[s as usize],
                 )
             })
             .sum()

@@ -10,6 +10,8 @@ pub mod ext_tsp;
 pub mod function_order;
 pub mod split;
 
-pub use ext_tsp::{ext_tsp_order, ext_tsp_score};
+pub use ext_tsp::{
+    ext_tsp_order, ext_tsp_order_with_indirect, ext_tsp_score, ext_tsp_score_with_indirect,
+};
 pub use function_order::{c3_order, cdsort_order, exec_count_order};
 pub use split::{LandingPads, Split, SplitOptions, split_blocks};

@@ -1,7 +1,9 @@
 //! Ext-TSP against brute force on small graphs, permutation properties, and hand cases.
 
 use proptest::prelude::*;
-use rivet_layout::ext_tsp::{ext_tsp_order, ext_tsp_score};
+use rivet_layout::ext_tsp::{
+    ext_tsp_order, ext_tsp_order_with_indirect, ext_tsp_score, ext_tsp_score_with_indirect,
+};
 
 /// A small deterministic generator, so the brute-force average is reproducible.
 struct Rng(u64);
@@ -206,6 +208,62 @@ fn scores_follow_the_published_constants() {
         ext_tsp_score(&[0, 2, 1], &[10, 10, 1025], &[(0, 1, 10)]),
         0.0
     );
+}
+
+#[test]
+fn nothing_falls_out_of_an_indirect_jump() {
+    // A table jump to the block right after it is still a taken jump: distance 0, 0.1 per run.
+    let edges = [(0, 1, 10), (0, 2, 0)];
+    assert!((ext_tsp_score(&[0, 1, 2], &[10, 10, 10], &edges) - 10.0).abs() < 1e-12);
+    let indirect = [true, false, false];
+    let score = ext_tsp_score_with_indirect(&[0, 1, 2], &[10, 10, 10], &edges, &indirect);
+    assert!((score - 10.0 * 0.1).abs() < 1e-12, "{score}");
+    // Blocks missing from `indirect` are not indirect.
+    assert_eq!(
+        ext_tsp_score_with_indirect(&[0, 1, 2], &[10, 10, 10], &edges, &[]),
+        ext_tsp_score(&[0, 1, 2], &[10, 10, 10], &edges)
+    );
+}
+
+#[test]
+fn a_block_after_an_indirect_jump_goes_to_a_predecessor_that_falls_into_it() {
+    // E (0) branches to D (2) 100 times and to P (1) 60 times; D (a jump table, its other
+    // entry Z, 4) goes on to X (3) 100 times, P (one successor) 60 times. Only P can fall
+    // into X: D's table jump is taken wherever X is. Treated as a fall-through, D's edge
+    // outweighs P's and takes the place right before X.
+    let sizes = [8, 4, 16, 16, 8];
+    let counts = [160, 60, 100, 160, 0];
+    let edges = [(0, 1, 60), (0, 2, 100), (1, 3, 60), (2, 3, 100), (2, 4, 0)];
+    let follows = |order: &[u32], a: u32, b: u32| order.windows(2).any(|w| w == [a, b]);
+    let old = ext_tsp_order(&sizes, &counts, &edges);
+    assert!(follows(&old, 2, 3), "{old:?}");
+    let indirect = [false, false, true, false, false];
+    let order = ext_tsp_order_with_indirect(&sizes, &counts, &edges, &indirect);
+    assert!(follows(&order, 1, 3), "{order:?}");
+    assert_eq!(order[0], 0);
+    // And it is the best order under the indirect model, of those with the entry first.
+    let best = permutations(5)
+        .into_iter()
+        .filter(|o| o[0] == 0)
+        .map(|o| ext_tsp_score_with_indirect(&o, &sizes, &edges, &indirect))
+        .fold(f64::MIN, f64::max);
+    let ours = ext_tsp_score_with_indirect(&order, &sizes, &edges, &indirect);
+    assert!((ours - best).abs() < 1e-9, "{ours} vs best {best}");
+}
+
+fn permutations(n: u32) -> Vec<Vec<u32>> {
+    if n == 0 {
+        return vec![vec![]];
+    }
+    let mut out = Vec::new();
+    for p in permutations(n - 1) {
+        for i in 0..=p.len() {
+            let mut q = p.clone();
+            q.insert(i, n - 1);
+            out.push(q);
+        }
+    }
+    out
 }
 
 fn arbitrary_graph() -> impl Strategy<Value = Graph> {

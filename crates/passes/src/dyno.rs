@@ -32,13 +32,15 @@
 //!   are left out: no block layout changes them);
 //! - total branches: all conditional + unconditional + jump table + computed goto.
 //!
-//! On AArch64 a conditional branch the emitter writes in its near form (to another fragment
-//! or function, or beyond the 32 KiB a short form is trusted to reach:
-//! `fragment_size::near_branches`) is the opposite test over a `b`: the test is taken when
-//! the branch it stands for is not, and going to the target runs the `b` too (an
-//! unconditional branch, or the tail call itself for a target in another function). The
-//! near forms inside a fragment come from the size estimate's single round, which can differ
-//! from the emitter's only for fragments over 32 KiB.
+//! On AArch64 a conditional branch to another fragment or function goes to an island, a `b`
+//! after the fragment's code: taken when the branch it stands for is, and going to the
+//! target runs the island's `b` too (an unconditional branch, or the tail call itself for a
+//! target in another function). One that cannot reach its island, or a block of its own
+//! fragment, in its short form (beyond the 32 KiB a short form is trusted to reach:
+//! `fragment_size::written_forms`) is the opposite test over a `b`: the test is taken when
+//! the branch it stands for is not, and going to the target runs the `b`. These forms come
+//! from the size estimate's single round, which can differ from the emitter's only for
+//! fragments over 32 KiB.
 //!
 //! Not counted: the `nop`s of alignment padding that runs (before an aligned block that code
 //! falls into, when no jump before it could take the padding); their number depends on the
@@ -59,7 +61,7 @@ use rivet_ir::{
 };
 
 use crate::attach::{AttachedProfile, FunctionCounts};
-use crate::fragment_size::near_branches;
+use crate::fragment_size::{WrittenForm, written_forms};
 
 /// Execution statistics of one run, over the whole program or one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -230,12 +232,12 @@ enum Placement<'a> {
     /// The input's own code: branches as they are.
     Original,
     /// Emitted by the rewriter at position `pos` of a fragment whose blocks follow each other
-    /// as `placed` says; `near_pair` when its conditional branch is written as the opposite
-    /// test over an unconditional branch (`Isa::near_conditional_is_a_pair`).
+    /// as `placed` says; `cond_form` is the form of its conditional branch, if it has one
+    /// (`fragment_size::written_forms`).
     Rewritten {
         placed: &'a PlacedNext,
         pos: usize,
-        near_pair: bool,
+        cond_form: WrittenForm,
     },
 }
 
@@ -273,9 +275,11 @@ pub fn function_dyno_stats(
             let isa = f.insts.first().map(|i| i.isa());
             for fragment in &fl.fragments {
                 let placed = f.placed_next(fragment, true);
-                let near = match isa {
+                // Only where the forms change what runs: on x86-64 every form of a branch
+                // runs alike.
+                let forms = match isa {
                     Some(isa) if isa.near_conditional_is_a_pair() => {
-                        near_branches(isa, f, fragment)
+                        written_forms(isa, f, fragment)
                     }
                     _ => Vec::new(),
                 };
@@ -284,15 +288,15 @@ pub fn function_dyno_stats(
                         continue;
                     }
                     // The first branch a block ends with is its conditional one, if any.
-                    let near_pair = near
+                    let cond_form = forms
                         .get(pos)
                         .and_then(|branches| branches.first())
                         .copied()
-                        .unwrap_or(false);
+                        .unwrap_or(WrittenForm::Short);
                     let placement = Placement::Rewritten {
                         placed: &placed,
                         pos,
-                        near_pair,
+                        cond_form,
                     };
                     block_stats(f, counts, b, placement, &mut s);
                 }
@@ -360,15 +364,15 @@ fn block_stats(
     // What the emitter writes at the end of the block; the original code keeps its branches.
     // The emitter compares targets as blocks of this function, so an address in another
     // function or fragment is never the block placed next.
-    let (written, near_pair) = match placement {
-        Placement::Original => (None, false),
+    let (written, cond_form) = match placement {
+        Placement::Original => (None, WrittenForm::Short),
         Placement::Rewritten {
             placed,
             pos,
-            near_pair,
+            cond_form,
         } => (
             exit.written(|addr| placed.is_next(pos, f.block_at(addr))),
-            near_pair,
+            cond_form,
         ),
     };
     match exit {
@@ -412,16 +416,26 @@ fn block_stats(
                 written,
                 Some(WrittenEnd::Cond { .. } | WrittenEnd::CondThenJump { .. })
             );
-            if near_pair && written_cond {
-                // The opposite test, taken past the `b`; the `b` to the target (the tail
-                // call itself, when the target is another function).
-                s.taken_conditional = s.taken_conditional.saturating_add(past);
-                s.nontaken_conditional = s.nontaken_conditional.saturating_add(to_target);
+            // The `b` to the target of a pair or an island runs each time the target is
+            // reached: an unconditional branch, or the tail call itself when the target is
+            // another function.
+            let far_jumps = |s: &mut DynoStats| {
                 if tail_call {
                     s.instructions = s.instructions.saturating_add(to_target);
                 } else {
                     add_jumps(s, to_target);
                 }
+            };
+            if cond_form == WrittenForm::Near && written_cond {
+                // The opposite test, taken past the `b`.
+                s.taken_conditional = s.taken_conditional.saturating_add(past);
+                s.nontaken_conditional = s.nontaken_conditional.saturating_add(to_target);
+                far_jumps(s);
+            } else if cond_form == WrittenForm::Island && written_cond {
+                // Taken to the island, whose `b` goes on to the target; falls through past.
+                s.taken_conditional = s.taken_conditional.saturating_add(to_target);
+                s.nontaken_conditional = s.nontaken_conditional.saturating_add(past);
+                far_jumps(s);
             } else {
                 s.taken_conditional = s.taken_conditional.saturating_add(to_target);
                 s.nontaken_conditional = s.nontaken_conditional.saturating_add(past);

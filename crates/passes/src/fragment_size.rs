@@ -12,12 +12,17 @@
 //! only makes the estimate of both layouts compared a little high). The emitter relaxes until
 //! nothing changes; one round is close enough to compare two layouts of one function, and the
 //! emitter stays the authority on real sizes.
+//! On AArch64 a conditional branch that leaves the fragment goes to an island, a `b` to its
+//! target after the fragment's last block (one per target), unless it cannot reach the
+//! island in its short form: then it is the opposite test over a `b` (8 bytes), as the
+//! emitter writes it.
 //! Calls the emitter writes through a PLT stub's GOT slot (`rivet optimize --plt`, off by
 //! default) take one byte more each, which the estimate leaves out.
 
 use std::collections::{HashMap, HashSet};
 
 use rivet_arch::{BranchKind, Isa};
+use rivet_elf::Vaddr;
 use rivet_ir::{BlockId, Function, PlacedNext, WrittenEnd};
 
 /// A branch the emitter writes at the end of a block.
@@ -26,6 +31,21 @@ struct NewBranch {
     kind: BranchKind,
     /// `None`: outside the fragment.
     target: Option<BlockId>,
+    /// The original address it goes to.
+    to: Vaddr,
+}
+
+/// The form the emitter gives a branch at the end of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WrittenForm {
+    /// One instruction that reaches its target (x86-64: rel8).
+    Short,
+    /// The wide form: x86-64 rel32; AArch64 (a conditional branch) the opposite test over a
+    /// `b` to the target.
+    Near,
+    /// AArch64: a conditional branch in its short form to an island, a `b` to the target
+    /// placed after the fragment's code.
+    Island,
 }
 
 /// The branches that end `b`, at position `pos` of a fragment placed as `placed` says, and the
@@ -39,6 +59,7 @@ fn block_end(f: &Function, b: BlockId, placed: &PlacedNext, pos: usize) -> (u64,
     let branch = |kind, addr| NewBranch {
         kind,
         target: f.block_at(addr),
+        to: addr,
     };
     let written = exit.written(|addr| placed.is_next(pos, f.block_at(addr)));
     // A re-created last instruction is replaced by the branches written; any other is kept.
@@ -63,32 +84,40 @@ fn block_end(f: &Function, b: BlockId, placed: &PlacedNext, pos: usize) -> (u64,
 /// Estimated bytes of `blocks` (one fragment of `f`, in order) once emitted, without
 /// alignment padding.
 pub fn estimated_fragment_size(isa: Isa, f: &Function, blocks: &[BlockId]) -> u64 {
-    let (ends, near) = branch_forms(isa, f, blocks);
+    let (ends, forms, islands) = branch_forms(isa, f, blocks);
     let mut size = 0u64;
-    for ((body, branches), near) in ends.iter().zip(&near) {
+    for ((body, branches), forms) in ends.iter().zip(&forms) {
         size += body;
-        for (br, &near) in branches.iter().zip(near) {
+        for (br, &form) in branches.iter().zip(forms) {
             let sizes = isa.branch_sizes(br.kind);
-            size += if near { sizes.near } else { sizes.short };
+            size += match form {
+                WrittenForm::Near => sizes.near,
+                WrittenForm::Short | WrittenForm::Island => sizes.short,
+            };
         }
     }
-    size
+    size + islands * isa.branch_sizes(BranchKind::Jump).near
 }
 
-/// Which of the branches the emitter writes at the end of each block of `blocks` (one
-/// fragment of `f`, in order) take their near form, by position in the fragment: for a
-/// conditional branch followed by a jump, the branch first. What this says of a branch to
-/// another fragment or function (always near) is exact; of one inside the fragment, it is
-/// the estimate's single round.
-pub fn near_branches(isa: Isa, f: &Function, blocks: &[BlockId]) -> Vec<Vec<bool>> {
+/// The form the emitter gives each branch it writes at the end of each block of `blocks`
+/// (one fragment of `f`, in order), by position in the fragment: for a conditional branch
+/// followed by a jump, the branch first. What this says of a branch to another fragment or
+/// function is exact; of one inside the fragment (and of one to an island), it is the
+/// estimate's single round.
+pub fn written_forms(isa: Isa, f: &Function, blocks: &[BlockId]) -> Vec<Vec<WrittenForm>> {
     branch_forms(isa, f, blocks).1
 }
 
 /// Each block of a fragment: its bytes before its branches, and the branches.
 type BlockEnds = Vec<(u64, Vec<NewBranch>)>;
 
-/// The ends of the blocks of a fragment, and which of their branches are near.
-fn branch_forms(isa: Isa, f: &Function, blocks: &[BlockId]) -> (BlockEnds, Vec<Vec<bool>>) {
+/// The ends of the blocks of a fragment, the form of each of their branches, and the number
+/// of islands after the fragment's code.
+fn branch_forms(
+    isa: Isa,
+    f: &Function,
+    blocks: &[BlockId],
+) -> (BlockEnds, Vec<Vec<WrittenForm>>, u64) {
     let placed = f.placed_next(blocks, true);
     let ends: BlockEnds = blocks
         .iter()
@@ -97,33 +126,55 @@ fn branch_forms(isa: Isa, f: &Function, blocks: &[BlockId]) -> (BlockEnds, Vec<V
         .collect();
     let short = |br: &NewBranch| isa.branch_sizes(br.kind).short;
     let members: HashSet<BlockId> = blocks.iter().copied().collect();
-    // Offsets with every in-fragment branch short.
+    let inside = |br: &NewBranch| br.target.is_some_and(|t| members.contains(&t));
+    let to_island = |br: &NewBranch| {
+        isa.near_conditional_is_a_pair() && br.kind == BranchKind::Cond && !inside(br)
+    };
+    // Offsets with every in-fragment branch short and every branch to an island short; the
+    // islands, one per target in the order of first use, after the code.
     let mut start: HashMap<BlockId, u64> = HashMap::with_capacity(blocks.len());
+    let mut island_targets: Vec<Vaddr> = Vec::new();
     let mut at = 0u64;
     for (&b, (body, branches)) in blocks.iter().zip(&ends) {
         start.insert(b, at);
         at += body;
         for br in branches {
-            at += match br.target {
-                Some(t) if members.contains(&t) => short(br),
-                _ => isa.branch_sizes(br.kind).near,
+            at += if inside(br) || to_island(br) {
+                short(br)
+            } else {
+                isa.branch_sizes(br.kind).near
             };
+            if to_island(br) && !island_targets.contains(&br.to) {
+                island_targets.push(br.to);
+            }
         }
     }
+    let code_end = at;
+    let jump = isa.branch_sizes(BranchKind::Jump).near;
     // The branches that do not reach in their short form grow to near.
-    let mut near = Vec::with_capacity(ends.len());
+    let mut forms = Vec::with_capacity(ends.len());
     let mut at = 0u64;
     for (body, branches) in &ends {
         at += body;
         let mut of_block = Vec::with_capacity(branches.len());
         for br in branches {
-            of_block.push(match br.target.and_then(|t| start.get(&t)) {
-                Some(&target) => !isa.short_branch_reaches(at, short(br), target as i64),
-                None => true,
+            let reaches = |target: u64| isa.short_branch_reaches(at, short(br), target as i64);
+            of_block.push(if to_island(br) {
+                let k = island_targets.iter().position(|&t| t == br.to).unwrap_or(0) as u64;
+                if reaches(code_end + k * jump) {
+                    WrittenForm::Island
+                } else {
+                    WrittenForm::Near
+                }
+            } else {
+                match br.target.filter(|_| inside(br)).and_then(|t| start.get(&t)) {
+                    Some(&target) if reaches(target) => WrittenForm::Short,
+                    _ => WrittenForm::Near,
+                }
             });
             at += short(br);
         }
-        near.push(of_block);
+        forms.push(of_block);
     }
-    (ends, near)
+    (ends, forms, island_targets.len() as u64)
 }

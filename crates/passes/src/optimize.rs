@@ -167,8 +167,14 @@ pub fn order_blocks_for(
             let mut sizes = vec![0u64; n];
             let mut block_counts = vec![0u64; n];
             let mut edges = Vec::new();
+            // Blocks that end in an indirect jump: none of their successors is fallen into.
+            let mut indirect = vec![false; n];
             for (i, b) in f.blocks.iter().enumerate() {
                 sizes[dense(i) as usize] = f.kept_size(b);
+                indirect[dense(i) as usize] = matches!(
+                    b.terminator,
+                    rivet_ir::Terminator::JumpTable { .. } | rivet_ir::Terminator::ComputedGoto
+                );
                 block_counts[dense(i) as usize] = counts.blocks.get(i).copied().unwrap_or(0);
                 // Every CFG edge, zero counts included: ext-TSP tells conditional branches
                 // (several successors) from blocks that fall through unconditionally.
@@ -189,7 +195,7 @@ pub fn order_blocks_for(
                     edges.push((dense(i), dense(i), 0));
                 }
             }
-            rivet_layout::ext_tsp_order(&sizes, &block_counts, &edges)
+            rivet_layout::ext_tsp_order_with_indirect(&sizes, &block_counts, &edges, &indirect)
                 .into_iter()
                 .map(|d| BlockId(dense(d as usize)))
                 .collect()

@@ -658,7 +658,7 @@ fn branch_fn_aarch64() -> Function {
 }
 
 #[test]
-fn aarch64_conditional_branches_to_another_fragment_are_a_test_over_a_b() {
+fn aarch64_conditional_branches_to_another_fragment_go_through_an_island() {
     let p = single(branch_fn_aarch64());
     let prof = profile(vec![Some(branch_counts())]);
     let original = dyno_stats(&p, &prof, None);
@@ -670,30 +670,32 @@ fn aarch64_conditional_branches_to_another_fragment_are_a_test_over_a_b() {
     // In one fragment every branch is short: as the original.
     let identity = build_layout(&p, &[true], LayoutStrategy::Identity, false);
     assert_eq!(dyno_stats(&p, &prof, Some(&identity)), original);
-    // [[B0, B1], [B2]]: `cbz` to B2 in the other fragment is written `cbnz w0, .+8; b B2`.
-    // The 90 runs to B2 fall past the `cbnz` and take the `b`; the 10 to B1 take the `cbnz`.
+    // [[B0, B1], [B2]]: `cbz` to B2 in the other fragment is written `cbz w0, island` with
+    // the island `b B2` after B1. The 90 runs to B2 take the `cbz` and the island's `b`; the
+    // 10 to B1 fall through.
     let layout = one_function_layout(vec![vec![0, 1], vec![2]]);
     layout.validate(&p).unwrap();
     assert_eq!(
         dyno_stats(&p, &prof, Some(&layout)),
         DynoStats {
             instructions: original.instructions + 90,
-            taken_conditional: 10,
-            nontaken_conditional: 90,
+            taken_conditional: 90,
+            nontaken_conditional: 10,
             unconditional: 90,
             ..original
         }
     );
-    // [[B0, B2], [B1]]: inverted to `cbnz w0, B1`, B1 in the other fragment: `cbz w0, .+8;
-    // b B1`. The 90 runs to B2 take the `cbz`, the 10 to B1 take the `b`.
+    // [[B0, B2], [B1]]: inverted to `cbnz w0, island`, the island `b B1`, B1 in the other
+    // fragment. The 90 runs to B2 fall through (no taken branch on the hot path), the 10 to
+    // B1 take the `cbnz` and the `b`.
     let layout = one_function_layout(vec![vec![0, 2], vec![1]]);
     layout.validate(&p).unwrap();
     assert_eq!(
         dyno_stats(&p, &prof, Some(&layout)),
         DynoStats {
             instructions: original.instructions + 10,
-            taken_conditional: 90,
-            nontaken_conditional: 10,
+            taken_conditional: 10,
+            nontaken_conditional: 90,
             unconditional: 10,
             ..original
         }
@@ -701,7 +703,7 @@ fn aarch64_conditional_branches_to_another_fragment_are_a_test_over_a_b() {
 }
 
 #[test]
-fn aarch64_conditional_tail_calls_are_a_test_over_the_tail_call() {
+fn aarch64_conditional_tail_calls_go_through_an_island() {
     // `cond_tail_fn` on AArch64: B0 0x4000 `cbz w0, ext@plt`; B1 0x4004 `ret`.
     let f = common::function_of(
         rivet_arch::Isa::Aarch64,
@@ -729,15 +731,16 @@ fn aarch64_conditional_tail_calls_are_a_test_over_the_tail_call() {
         ),
         (15, 25, 15)
     );
-    // Rewritten, the branch to another function is `cbnz w0, .+8; b ext@plt`: the 25 returns
-    // take the `cbnz`, the 15 tail calls are the `b`, one more instruction each.
+    // Rewritten, the branch to another function is `cbz w0, island` with the island
+    // `b ext@plt` after the `ret`: the 25 returns fall through, the 15 tail calls take the
+    // `cbz` and are the island's `b`, one more instruction each.
     let identity = build_layout(&p, &[true], LayoutStrategy::Identity, false);
     assert_eq!(
         dyno_stats(&p, &prof, Some(&identity)),
         DynoStats {
             instructions: original.instructions + 15,
-            taken_conditional: 25,
-            nontaken_conditional: 15,
+            taken_conditional: 15,
+            nontaken_conditional: 25,
             ..original
         }
     );
