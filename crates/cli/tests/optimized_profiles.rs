@@ -5,6 +5,10 @@
 //!   same counts are printed as `perf script` text once at the input's addresses and once at
 //!   the output's (through the output's own address map), and the two aggregations must give
 //!   the same profile, with every sample mapped.
+//! - Same walk, two layouts: a pseudo-random walk through the CFG of the hottest functions,
+//!   sampled into 16-deep branch stacks twice: with the branches the input takes, and with the
+//!   ones the output takes (a block placed right after the one before it falls through there,
+//!   wherever it was in the input). Both aggregate to the same branches and fall-throughs.
 //! - A real run: `perf record -e cpu-clock:u` of the optimized binary maps back at least 99%
 //!   and the profile optimizes the input without `--force`.
 //! - Refusals and mismatches: one error line each.
@@ -153,6 +157,173 @@ fn the_same_samples_at_output_addresses_give_the_input_profile() {
     let (a, b) = (read(&prof_in), read(&prof_out));
     assert_eq!(a.build_id, b.build_id, "the profile is of the input");
     assert_eq!(a.samples, b.samples, "the same samples, by function and offset");
+}
+
+/// A walk through `f`'s CFG: `steps` blocks from the entry, successors picked by a fixed
+/// pseudo-random sequence, back to the entry at a block without successors.
+fn walk(f: &rivet_ir::Function, steps: usize, seed: u64) -> Vec<usize> {
+    let mut state = seed;
+    let mut at = 0usize;
+    let mut path = vec![at];
+    for _ in 0..steps {
+        let succs = &f.blocks[at].succs;
+        at = if succs.is_empty() {
+            0
+        } else {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            succs[(state >> 33) as usize % succs.len()].to.0 as usize
+        };
+        path.push(at);
+    }
+    path
+}
+
+/// One branch stack per run of `runs` (branches oldest first) as `perf script` sample lines,
+/// at run-time base `base`.
+fn stack_lines(runs: &[Vec<(u64, u64)>], base: u64) -> String {
+    let mut text = String::new();
+    for run in runs {
+        write!(text, "  4242 cycles:u: {:x}", base + run.last().unwrap().1).unwrap();
+        for (from, to) in run.iter().rev() {
+            write!(text, " {:#x}/{:#x}/P/-/-/1", base + from, base + to).unwrap();
+        }
+        writeln!(text).unwrap();
+    }
+    text
+}
+
+#[test]
+fn the_same_walk_through_both_layouts_gives_the_same_branches() {
+    let dir = scratch("optimized_profiles", "same_walk");
+    let (binary, fast) = optimized(&dir);
+    let input_bytes = std::fs::read(&binary).unwrap();
+    let output_bytes = std::fs::read(&fast).unwrap();
+    let input = ElfFile::parse(&input_bytes).unwrap();
+    let output = ElfFile::parse(&output_bytes).unwrap();
+    let program = discover(&input, &DiscoverOptions::default()).unwrap();
+    let bat = output.section_by_name(rivet_emit::bat::SECTION).unwrap();
+    let pairs = rivet_emit::bat::decode(bat.data).unwrap();
+    let map = AddressMap::from_blocks(&program, &pairs, &output).unwrap();
+    let mut new_starts: Vec<u64> = pairs.iter().map(|p| p.1.get()).collect();
+    new_starts.sort_unstable();
+    let new_of = |a: rivet_elf::Vaddr| map.translate(&program, a).unwrap().get();
+    // One stack per trip from the entry to the jump back to it, on both sides, so that both
+    // stacks cover the same stretch of the walk whatever else they hold.
+    let (mut in_runs, mut out_runs): (Vec<Vec<(u64, u64)>>, Vec<Vec<(u64, u64)>>) =
+        (Vec::new(), Vec::new());
+    let mut branches = 0;
+    let mut walked = 0;
+    for f in program
+        .functions
+        .iter()
+        .filter(|f| f.is_simple() && f.blocks.len() >= 6)
+    {
+        let starts_moved = f.blocks.iter().all(|b| new_of(b.start) != b.start.get());
+        if !starts_moved {
+            continue;
+        }
+        walked += 1;
+        let path = walk(f, 4000, f.range.start.get());
+        let (mut in_run, mut out_run): (Vec<(u64, u64)>, Vec<(u64, u64)>) = (vec![], vec![]);
+        let mut started = false;
+        for w in path.windows(2) {
+            let (x, y) = (&f.blocks[w[0]], &f.blocks[w[1]]);
+            let Some(tail) = f.block_insts(x).last() else {
+                continue;
+            };
+            let (from, to) = (tail.addr().get(), y.start.get());
+            // An indirect jump is taken wherever its target lands; so is the jump back to the
+            // entry where the walk starts over.
+            let always_taken = x.succs.iter().any(|e| {
+                matches!(
+                    e.kind,
+                    rivet_ir::EdgeKind::JumpTable | rivet_ir::EdgeKind::ComputedGoto
+                )
+            }) || w[1] == 0 && !x.succs.iter().any(|e| e.to.0 == 0);
+            // The input falls through when the next block starts where this one ends
+            // (padding between them left out).
+            let next_in_input = f.blocks.iter().find(|b| b.start >= tail.end()).map(|b| b.start);
+            if next_in_input != Some(y.start) || always_taken {
+                in_run.push((from, to));
+            }
+            let (nx, ny) = (new_of(x.start), new_of(y.start));
+            let placed_next =
+                w[0] != w[1] && ny >= nx && !new_starts.iter().any(|&s| s > nx && s < ny);
+            if !placed_next || always_taken {
+                out_run.push((new_of(tail.addr()), ny));
+            }
+            let restart = w[1] == 0 && !x.succs.iter().any(|e| e.to.0 == 0);
+            if restart {
+                if started && in_run.len() <= 32 && out_run.len() <= 32 {
+                    branches += in_run.len();
+                    in_runs.push(std::mem::take(&mut in_run));
+                    out_runs.push(std::mem::take(&mut out_run));
+                }
+                started = true;
+                in_run = vec![(from, to)];
+                out_run = vec![(new_of(tail.addr()), ny)];
+            }
+        }
+    }
+    assert!(walked > 0 && branches > 200, "{walked} functions walked, {branches} branches");
+    let (input_path, output_path) = (
+        std::fs::canonicalize(&binary).unwrap(),
+        std::fs::canonicalize(&fast).unwrap(),
+    );
+    let base = 0x5555_5555_4000u64;
+    let script_in = dir.join("input.txt");
+    let script_out = dir.join("output.txt");
+    std::fs::write(
+        &script_in,
+        mmap_lines(&input, &input_path, base) + &stack_lines(&in_runs, base),
+    )
+    .unwrap();
+    std::fs::write(
+        &script_out,
+        mmap_lines(&output, &output_path, base) + &stack_lines(&out_runs, base),
+    )
+    .unwrap();
+    let (prof_in, prof_out) = (dir.join("walk-input.prof"), dir.join("walk-output.prof"));
+    aggregate_json(&["--perf-script", s(&script_in), s(&binary), "-o", s(&prof_in)]);
+    let summary = aggregate_json(&[
+        "--perf-script",
+        "--original",
+        s(&binary),
+        s(&script_out),
+        s(&fast),
+        "-o",
+        s(&prof_out),
+    ]);
+    assert_eq!(
+        summary["mapped_back"]["branches"], summary["mapped_back"]["branches_mapped"],
+        "{summary}"
+    );
+    // The layout changed which transitions branch: runs of the output crossed blocks that
+    // are not neighbours in the input, and were cut there.
+    assert!(
+        summary["mapped_back"]["trace_cuts"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    let read = |p: &Path| rivet_profile::native::parse(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let (a, b) = (read(&prof_in), read(&prof_out));
+    let counts = |p: &rivet_profile::Profile| -> Vec<String> {
+        p.branches
+            .iter()
+            .map(|((from, to), c)| format!("{from:?} -> {to:?}: {}", c.count))
+            .collect()
+    };
+    let (ca, cb) = (counts(&a), counts(&b));
+    let only_in: Vec<&String> = ca.iter().filter(|x| !cb.contains(x)).collect();
+    let only_out: Vec<&String> = cb.iter().filter(|x| !ca.contains(x)).collect();
+    assert!(
+        only_in.is_empty() && only_out.is_empty(),
+        "{} edges differ; from the input only: {:?}; from the output only: {:?}",
+        only_in.len() + only_out.len(),
+        &only_in[..only_in.len().min(8)],
+        &only_out[..only_out.len().min(8)]
+    );
 }
 
 #[test]
