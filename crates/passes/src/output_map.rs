@@ -138,7 +138,8 @@ impl<'p> OutputMap<'p> {
                         continue;
                     };
                     let new = entries[k].1.get();
-                    let slack = if i + 1 == block.insts.end {
+                    // The last instruction the output keeps (padding after it is left out).
+                    let slack = if (i + 1..block.insts.end).all(|j| f.is_dropped_padding(j)) {
                         BLOCK_TAIL_SLACK
                     } else {
                         0
@@ -324,6 +325,26 @@ impl<'p> OutputMap<'p> {
         vec![(from, to)]
     }
 
+    /// Where a branch leaving from `m` leaves in the input: the last instruction of its block
+    /// when `m` is the last one the output kept (padding after it is left out, and the
+    /// input's edge leaves from the block's last instruction).
+    fn branch_source(&self, m: Mapped) -> Mapped {
+        let (Mapped::Moved { func, inst, .. }, Some((_, block))) = (m, self.block_of(m)) else {
+            return m;
+        };
+        let f = self.function(func);
+        let b = &f.blocks[block as usize];
+        if (inst + 1..b.insts.end).all(|i| f.is_dropped_padding(i)) && b.insts.end > inst + 1 {
+            let last = b.insts.end - 1;
+            return Mapped::Moved {
+                func,
+                inst: last,
+                old: f.insts[last as usize].addr().get(),
+            };
+        }
+        m
+    }
+
     /// Whether input instruction `next` follows `prev` in the input (padding between them is
     /// left out of the output).
     fn follows(&self, prev: Mapped, next: Mapped) -> bool {
@@ -379,7 +400,7 @@ impl<'p> OutputMap<'p> {
         };
         for (&(from, to), &(count, mispreds)) in &agg.branches {
             report.branches += count;
-            let mf = self.translate_from(from, None);
+            let mf = self.branch_source(self.translate_from(from, None));
             let mt = self.translate_from(to, self.block_of(mf));
             let (Some(old_from), Some(old_to)) = (mf.addr(), mt.addr()) else {
                 continue;
@@ -470,7 +491,7 @@ impl<'p> OutputMap<'p> {
                         old: next_old,
                         ..
                     },
-                ) = (self.block_of(prev), prev, next)
+                ) = (self.block_of(prev), self.branch_source(prev), next)
                 else {
                     return false;
                 };
