@@ -237,8 +237,10 @@ fn output_map<'p>(
         ))
         .hint("give as --original the binary `rivet optimize` read to write this output")
     };
-    if let (Some(recorded), Some(id)) = (crate::files::recorded_input_build_id(output), original.build_id())
-        && recorded != id
+    if let (Some(recorded), Some(id)) = (
+        crate::files::recorded_input_build_id(output),
+        original.build_id(),
+    ) && recorded != id
     {
         return Err(mismatch(format!(
             "it records the input's build-id {}, this one is {}",
@@ -382,18 +384,15 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
     // The binary the profile is for: the input itself, or the original of an output.
     let original_mapped = args.original.as_deref().map(map_input).transpose()?;
     let original_elf = match (&args.original, &original_mapped) {
-        (Some(path), Some(m)) => {
-            Some(ElfFile::parse(m.bytes()).map_err(|e| elf_error(path, &e))?)
-        }
+        (Some(path), Some(m)) => Some(ElfFile::parse(m.bytes()).map_err(|e| elf_error(path, &e))?),
         _ => None,
     };
     let profiled_path = args.original.as_deref().unwrap_or(&args.binary);
     let profiled_elf = original_elf.as_ref().unwrap_or(&elf);
-    let program = discover(&profiled_elf, &DiscoverOptions { with_cfi: false }).map_err(|e| {
-        match e {
+    let program =
+        discover(&profiled_elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
             DiscoverError::Elf(e) => elf_error(profiled_path, &e),
-        }
-    })?;
+        })?;
     let mut mapping: Option<MapReport> = None;
     let translated;
     let samples = if args.original.is_some() {

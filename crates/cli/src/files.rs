@@ -121,7 +121,8 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
 /// Whether `elf` is a file Rivet wrote (`rivet optimize`, `rewrite`, `instrument`): it carries
 /// the input's build-id note or the block address translation.
 pub(crate) fn is_rivet_output(elf: &rivet_elf::ElfFile<'_>) -> bool {
-    elf.section_by_name(rivet_emit::rewrite::RIVET_NOTE).is_some()
+    elf.section_by_name(rivet_emit::rewrite::RIVET_NOTE)
+        .is_some()
         || elf.section_by_name(rivet_emit::bat::SECTION).is_some()
 }
 

@@ -117,7 +117,9 @@ fn the_same_samples_at_output_addresses_give_the_input_profile() {
                 continue;
             }
             let old = inst.addr();
-            let new = map.translate(&program, old).expect("every kept instruction maps");
+            let new = map
+                .translate(&program, old)
+                .expect("every kept instruction maps");
             let samples = 1 + (old.get() % 3);
             for _ in 0..samples {
                 writeln!(at_input, "  4242 cpu-clock:u: {:x}", base + old.get()).unwrap();
@@ -154,10 +156,14 @@ fn the_same_samples_at_output_addresses_give_the_input_profile() {
     let mapped = &summary["mapped_back"];
     assert_eq!(mapped["samples"], total);
     assert_eq!(mapped["samples_mapped"], total, "{summary}");
-    let read = |p: &Path| rivet_profile::native::parse(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let read =
+        |p: &Path| rivet_profile::native::parse(&std::fs::read_to_string(p).unwrap()).unwrap();
     let (a, b) = (read(&prof_in), read(&prof_out));
     assert_eq!(a.build_id, b.build_id, "the profile is of the input");
-    assert_eq!(a.samples, b.samples, "the same samples, by function and offset");
+    assert_eq!(
+        a.samples, b.samples,
+        "the same samples, by function and offset"
+    );
 }
 
 /// A walk through `f`'s CFG: `steps` blocks from the entry, successors picked by a fixed
@@ -249,7 +255,11 @@ fn the_same_walk_through_both_layouts_gives_the_same_branches() {
             }) || w[1] == 0 && !x.succs.iter().any(|e| e.to.0 == 0);
             // The input falls through when the next block starts where this one ends
             // (padding between them left out).
-            let next_in_input = f.blocks.iter().find(|b| b.start >= tail.end()).map(|b| b.start);
+            let next_in_input = f
+                .blocks
+                .iter()
+                .find(|b| b.start >= tail.end())
+                .map(|b| b.start);
             if next_in_input != Some(y.start) || always_taken {
                 in_run.push((from, to));
             }
@@ -272,14 +282,20 @@ fn the_same_walk_through_both_layouts_gives_the_same_branches() {
             }
         }
     }
-    assert!(walked > 0 && branches > 200, "{walked} functions walked, {branches} branches");
+    assert!(
+        walked > 0 && branches > 200,
+        "{walked} functions walked, {branches} branches"
+    );
     // The layout changed which transitions branch (and where): otherwise nothing is tested.
     let changed = in_runs
         .iter()
         .zip(&out_runs)
         .filter(|(a, b)| a.len() != b.len())
         .count();
-    assert!(changed > 0, "the output branches exactly where the input does");
+    assert!(
+        changed > 0,
+        "the output branches exactly where the input does"
+    );
     let (input_path, output_path) = (
         std::fs::canonicalize(&binary).unwrap(),
         std::fs::canonicalize(&fast).unwrap(),
@@ -298,7 +314,13 @@ fn the_same_walk_through_both_layouts_gives_the_same_branches() {
     )
     .unwrap();
     let (prof_in, prof_out) = (dir.join("walk-input.prof"), dir.join("walk-output.prof"));
-    aggregate_json(&["--perf-script", s(&script_in), s(&binary), "-o", s(&prof_in)]);
+    aggregate_json(&[
+        "--perf-script",
+        s(&script_in),
+        s(&binary),
+        "-o",
+        s(&prof_in),
+    ]);
     let summary = aggregate_json(&[
         "--perf-script",
         "--original",
@@ -313,7 +335,8 @@ fn the_same_walk_through_both_layouts_gives_the_same_branches() {
         summary["mapped_back"]["branches_mapped"].as_u64().unwrap(),
     );
     assert_eq!(n, m, "{} branches unmapped", n - m);
-    let read = |p: &Path| rivet_profile::native::parse(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let read =
+        |p: &Path| rivet_profile::native::parse(&std::fs::read_to_string(p).unwrap()).unwrap();
     let (a, b) = (read(&prof_in), read(&prof_out));
     let counts = |p: &rivet_profile::Profile| -> Vec<String> {
         p.branches
@@ -359,7 +382,14 @@ fn samples_of_a_real_run_of_the_output_map_back_and_optimize_the_input() {
     assert!(m * 100 >= n * 99, "{m} of {n} samples mapped back");
     // The profile is the input's: optimize takes it without --force.
     let again = dir.join("prog.fast2");
-    let r = rivet(&["optimize", s(&binary), "--profile", s(&profile), "-o", s(&again)]);
+    let r = rivet(&[
+        "optimize",
+        s(&binary),
+        "--profile",
+        s(&profile),
+        "-o",
+        s(&again),
+    ]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let run = |b: &Path| {
         Command::new(b)
@@ -378,7 +408,14 @@ fn rivet_output_is_refused_as_input_and_mismatches_get_one_line() {
     let profile = dir.join("input.prof");
     let out = dir.join("twice");
     for args in [
-        vec!["optimize", s(&fast), "--profile", s(&profile), "-o", s(&out)],
+        vec![
+            "optimize",
+            s(&fast),
+            "--profile",
+            s(&profile),
+            "-o",
+            s(&out),
+        ],
         vec!["rewrite", s(&fast), "-o", s(&out)],
         vec!["instrument", s(&fast), "-o", s(&out)],
     ] {

@@ -210,7 +210,13 @@ impl<'p> OutputMap<'p> {
                 let f = self.function(s.func);
                 let passes = f.passes_straight_to(&f.blocks[s.block as usize]);
                 !group.clone().any(|j| {
-                    j != k && passes == Some(self.function(self.spans[j].func).insts[self.spans[j].inst as usize].addr())
+                    j != k
+                        && passes
+                            == Some(
+                                self.function(self.spans[j].func).insts
+                                    [self.spans[j].inst as usize]
+                                    .addr(),
+                            )
                 })
             })
             .unwrap_or(group.start)
@@ -449,7 +455,10 @@ impl<'p> OutputMap<'p> {
         out: &mut Aggregated,
         report: &mut MapReport,
     ) -> bool {
-        let (ms, me) = (self.translate_from(start, None), self.translate_from(end, None));
+        let (ms, me) = (
+            self.translate_from(start, None),
+            self.translate_from(end, None),
+        );
         match (ms, me) {
             (Mapped::Same(s), Mapped::Same(e)) => {
                 *out.traces.entry((s, e)).or_default() += count;
@@ -537,8 +546,14 @@ impl<'p> OutputMap<'p> {
         }
         let next_k = self.choose(self.group(next_k), self.block_of(m));
         let next = self.mapped_span(next_k, self.spans[next_k].new);
-        let (Some((func, block)), Mapped::Moved { func: nf, old: nold, .. }) =
-            (self.block_of(m), next)
+        let (
+            Some((func, block)),
+            Mapped::Moved {
+                func: nf,
+                old: nold,
+                ..
+            },
+        ) = (self.block_of(m), next)
         else {
             return;
         };
