@@ -73,5 +73,5 @@ EOF
         lua) cmd=("$ROOT/bench/lua/binarytrees.lua" 14) ;;
         sqlite) cmd=(sh -c "{} -bail :memory: <'$ROOT/bench/sqlite/workload.sql' >/dev/null") ;;
     esac
-    { "$RIVET" bench "./$name.A" "./$name.B" --runs "$ROUNDS" -- "${cmd[@]}" || true; } | tail -1
+    { "$RIVET" bench "./$name.A" "./$name.B" --runs "$ROUNDS" -- "${cmd[@]}" || true; } | tail -4
 done
