@@ -187,9 +187,12 @@ fn walk(f: &rivet_ir::Function, steps: usize, seed: u64) -> Vec<usize> {
     path
 }
 
+/// Branches (from, to) of one trip through a function, oldest first.
+type Run = Vec<(u64, u64)>;
+
 /// One branch stack per run of `runs` (branches oldest first) as `perf script` sample lines,
 /// at run-time base `base`.
-fn stack_lines(runs: &[Vec<(u64, u64)>], base: u64) -> String {
+fn stack_lines(runs: &[Run], base: u64) -> String {
     let mut text = String::new();
     for run in runs {
         write!(text, "  4242 cycles:u: {:x}", base + run.last().unwrap().1).unwrap();
@@ -222,8 +225,7 @@ fn the_same_walk_through_both_layouts_gives_the_same_branches() {
     let new_of = |a: rivet_elf::Vaddr| map.translate(&program, a).unwrap().get();
     // One stack per trip from the entry to the jump back to it, on both sides, so that both
     // stacks cover the same stretch of the walk whatever else they hold.
-    let (mut in_runs, mut out_runs): (Vec<Vec<(u64, u64)>>, Vec<Vec<(u64, u64)>>) =
-        (Vec::new(), Vec::new());
+    let (mut in_runs, mut out_runs): (Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new());
     let mut branches = 0;
     let mut walked = 0;
     for f in program
@@ -237,7 +239,7 @@ fn the_same_walk_through_both_layouts_gives_the_same_branches() {
         }
         walked += 1;
         let path = walk(f, 4000, f.range.start.get());
-        let (mut in_run, mut out_run): (Vec<(u64, u64)>, Vec<(u64, u64)>) = (vec![], vec![]);
+        let (mut in_run, mut out_run): (Run, Run) = (vec![], vec![]);
         let mut started = false;
         for w in path.windows(2) {
             let (x, y) = (&f.blocks[w[0]], &f.blocks[w[1]]);
