@@ -18,6 +18,8 @@ use std::process::{Command, Stdio};
 
 use rivet_discover::{DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
+use rivet_emit::code::AddressMap;
+use rivet_passes::output_map::{MapReport, OutputMap};
 use rivet_profile::perf::{Aggregator, PerfSource, Segment};
 use rivet_profile::{fdata, native};
 
@@ -82,6 +84,11 @@ pub struct AggregateArgs {
     /// `perf script --itrace` options, e.g. `b` (every branch) or `i1il64` (branch stacks).
     #[arg(long, value_name = "OPTIONS", conflicts_with = "perf_script")]
     pub itrace: Option<String>,
+    /// BINARY is Rivet's output and this is the binary it was made from: the samples of the
+    /// output are mapped back through its block address translation (`.rivet.bat`) and the
+    /// profile is written for ORIGINAL (its build-id), so `rivet optimize ORIGINAL` takes it.
+    #[arg(long, value_name = "ORIGINAL")]
+    pub original: Option<PathBuf>,
     /// Accept a recording of another build of the binary (build-ids differ).
     #[arg(long)]
     pub force: bool,
@@ -213,9 +220,74 @@ fn feed_perf_data(
     .hint("check that the file is a perf.data recording (perf record -o FILE ...)"))
 }
 
+/// The map from `output` back to `original`, after checking that the one was made from the
+/// other: the build-id the output records, and the blocks its translation table names.
+fn output_map<'p>(
+    program: &'p rivet_ir::Program,
+    original: &ElfFile<'_>,
+    original_path: &Path,
+    output: &ElfFile<'_>,
+    output_path: &Path,
+) -> Result<OutputMap<'p>, UserError> {
+    let mismatch = |why: String| {
+        UserError::new(format!(
+            "{} was not made from {}: {why}",
+            output_path.display(),
+            original_path.display()
+        ))
+        .hint("give as --original the binary `rivet optimize` read to write this output")
+    };
+    if let (Some(recorded), Some(id)) = (
+        crate::files::recorded_input_build_id(output),
+        original.build_id(),
+    ) && recorded != id
+    {
+        return Err(mismatch(format!(
+            "it records the input's build-id {}, this one is {}",
+            hex(recorded),
+            hex(id)
+        )));
+    }
+    let bat = output
+        .section_by_name(rivet_emit::bat::SECTION)
+        .ok_or_else(|| mismatch(format!("it has no {}", rivet_emit::bat::SECTION)))?;
+    let pairs = rivet_emit::bat::decode(bat.data)
+        .map_err(|e| UserError::new(format!("{}: {e}", output_path.display())))?;
+    let map = AddressMap::from_blocks(program, &pairs, output).ok_or_else(|| {
+        mismatch(format!(
+            "its {} names blocks {} does not have",
+            rivet_emit::bat::SECTION,
+            original_path.display()
+        ))
+    })?;
+    Ok(OutputMap::new(program, map.instruction_pairs()))
+}
+
 pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    let is_output = crate::files::is_rivet_output(&elf);
+    if is_output && args.original.is_none() {
+        return Err(UserError::new(format!(
+            "{} is Rivet's output: a profile of it is of no use to `rivet optimize`",
+            args.binary.display()
+        ))
+        .hint(format!(
+            "map the samples back to the binary it was made from: rivet aggregate --original ORIGINAL {} {} -o {}",
+            args.perf_data.display(),
+            args.binary.display(),
+            args.output.display()
+        )));
+    }
+    if !is_output && let Some(original) = &args.original {
+        return Err(UserError::new(format!(
+            "{} is not Rivet's output (no {} section), so --original {} has nothing to map",
+            args.binary.display(),
+            rivet_emit::bat::SECTION,
+            original.display()
+        ))
+        .hint("give the binary `rivet optimize` wrote, whose samples these are"));
+    }
     if !args.perf_script {
         let head = std::fs::read(&args.perf_data)
             .map(|b| b.get(..8).map(<[u8]>::to_vec).unwrap_or_default())
@@ -309,23 +381,43 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
             "record the binary you aggregate for (same file, or same build-id)"
         }));
     }
-    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
-        DiscoverError::Elf(e) => elf_error(&args.binary, &e),
-    })?;
+    // The binary the profile is for: the input itself, or the original of an output.
+    let original_mapped = args.original.as_deref().map(map_input).transpose()?;
+    let original_elf = match (&args.original, &original_mapped) {
+        (Some(path), Some(m)) => Some(ElfFile::parse(m.bytes()).map_err(|e| elf_error(path, &e))?),
+        _ => None,
+    };
+    let profiled_path = args.original.as_deref().unwrap_or(&args.binary);
+    let profiled_elf = original_elf.as_ref().unwrap_or(&elf);
+    let program =
+        discover(profiled_elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+            DiscoverError::Elf(e) => elf_error(profiled_path, &e),
+        })?;
+    let mut mapping: Option<MapReport> = None;
+    let translated;
+    let samples = if args.original.is_some() {
+        let map = output_map(&program, profiled_elf, profiled_path, &elf, &args.binary)?;
+        let (t, report) = map.translate_aggregated(&aggregator.result);
+        translated = t;
+        mapping = Some(report);
+        &translated
+    } else {
+        &aggregator.result
+    };
     let names = rivet_passes::names::profile_names(&program);
-    let binary_name = args
-        .binary
+    let binary_name = profiled_path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned());
+    let profiled_build_id = hex(profiled_elf.build_id().unwrap_or_default());
     let (mut profile, report) = rivet_passes::aggregate::to_profile(
         &program,
         &names,
-        &aggregator.result,
+        samples,
         source,
-        (!build_id.is_empty()).then_some(build_id),
+        (!profiled_build_id.is_empty()).then_some(profiled_build_id),
         binary_name,
     );
-    profile.architecture = recorded_architecture(&elf);
+    profile.architecture = recorded_architecture(profiled_elf);
     // So that the next build of the program can use the profile (fdata has no room for them).
     rivet_passes::stale::add_hashes(&program, &names, &mut profile);
     let text = match format {
@@ -362,6 +454,19 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
             "not_taken_dropped": report.not_taken_dropped,
             "spe_branches_without_outcome": result.spe_branches_without_outcome,
             "samples_of_other_sources": result.samples_of_other_sources,
+            "mapped_back": mapping.as_ref().map(|m| serde_json::json!({
+                "original": args.original.as_ref().map(|p| p.display().to_string()),
+                "samples": m.samples,
+                "samples_mapped": m.samples_mapped,
+                "samples_share": m.samples_share(),
+                "samples_in_forwarding_jumps": m.samples_in_forwarding_jumps,
+                "branches": m.branches,
+                "branches_mapped": m.branches_mapped,
+                "forwarding_jumps": m.forwarding_jumps,
+                "traces": m.traces,
+                "traces_mapped": m.traces_mapped,
+                "trace_cuts": m.trace_cuts,
+            })),
         });
         println!("{json}");
     } else {
@@ -370,8 +475,21 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
             args.output.display(),
             report.samples_in_binary,
             report.total_samples,
-            args.binary.display()
+            profiled_path.display()
         );
+        if let Some(m) = &mapping {
+            println!(
+                "  mapped back from {}: {} of {} samples ({:.2}%), {} of {} branches; {} straight runs cut at {} edges",
+                args.binary.display(),
+                m.samples_mapped,
+                m.samples,
+                100.0 * m.samples_share(),
+                m.branches_mapped,
+                m.branches,
+                m.traces_mapped,
+                m.trace_cuts
+            );
+        }
         if branch_profile {
             println!(
                 "  {} branches, {} fall-throughs from {} traces ({} traces the CFG cannot explain, dropped)",

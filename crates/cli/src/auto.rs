@@ -862,6 +862,7 @@ fn check_binary(
 ) -> Result<(), UserError> {
     let mapped = map_input(binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(binary, &e))?;
+    crate::files::refuse_rivet_output(&elf, binary)?;
     let relocation_mode = rivet_discover::relocation_mode(&elf).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(binary, &e),
     })?;

@@ -117,3 +117,38 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
         _ => false,
     }
 }
+
+/// Whether `elf` is a file Rivet wrote (`rivet optimize`, `rewrite`, `instrument`): it carries
+/// the input's build-id note or the block address translation.
+pub(crate) fn is_rivet_output(elf: &rivet_elf::ElfFile<'_>) -> bool {
+    elf.section_by_name(rivet_emit::rewrite::RIVET_NOTE)
+        .is_some()
+        || elf.section_by_name(rivet_emit::bat::SECTION).is_some()
+}
+
+/// The build-id of the input a Rivet output was made from, as its `.note.rivet` records it.
+pub(crate) fn recorded_input_build_id<'a>(elf: &rivet_elf::ElfFile<'a>) -> Option<&'a [u8]> {
+    let note = elf.section_by_name(rivet_emit::rewrite::RIVET_NOTE)?;
+    // namesz, descsz, type, "Rivet\0" padded to 8, then the input's build-id.
+    let descsz = u32::from_le_bytes(note.data.get(4..8)?.try_into().ok()?) as usize;
+    note.data.get(20..20 + descsz)
+}
+
+/// Refuses Rivet's output as the input of a command that rewrites it: a second rewrite would
+/// stack layouts and lose the way back to the input, which is where the next profile belongs.
+pub(crate) fn refuse_rivet_output(
+    elf: &rivet_elf::ElfFile<'_>,
+    path: &Path,
+) -> Result<(), UserError> {
+    if !is_rivet_output(elf) {
+        return Ok(());
+    }
+    Err(UserError::new(format!(
+        "{} is Rivet's output (already rewritten by Rivet); optimize the original",
+        path.display()
+    ))
+    .hint(format!(
+        "profile this binary, then rivet aggregate --original ORIGINAL perf.data {} -o p.prof and rivet optimize ORIGINAL --profile p.prof",
+        path.display()
+    )))
+}

@@ -95,6 +95,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
     }
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    crate::files::refuse_rivet_output(&elf, &args.binary)?;
     let rewrite_failed = |e: RewriteError| match e {
         RewriteError::NeedsRelocations { reason } => UserError::new(format!(
             "{}: instrumentation needs relocations: {reason}",

@@ -564,6 +564,7 @@ pub fn run_with(
     let mut clock = PhaseClock::new();
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    crate::files::refuse_rivet_output(&elf, &args.binary)?;
     let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
     clock.lap("read binary and profile");
     let (pending, file) = PendingOutput::create(&args.output)?;

@@ -86,6 +86,7 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     }
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    crate::files::refuse_rivet_output(&elf, &args.binary)?;
     // Fail on an unwritable destination before the work, and own the temp file from here.
     let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {

@@ -1102,6 +1102,12 @@ impl AddressMap {
         })
     }
 
+    /// Per `FuncId` of a rewritten function: (old, new) address of each of its instructions,
+    /// sorted by old address (what maps a recording of the output back to the input).
+    pub fn instruction_pairs(&self) -> &[Option<Vec<(Vaddr, Vaddr)>>] {
+        &self.functions
+    }
+
     /// (old, new) start of every block of every rewritten function, sorted.
     pub fn block_pairs(&self, program: &Program) -> Vec<(Vaddr, Vaddr)> {
         let mut out = Vec::new();

@@ -13,6 +13,8 @@
 //! - `fragment_size`: the bytes a fragment takes once emitted, estimated for layout decisions.
 //! - `stale`: a profile of another build of the program carried over by function and block
 //!   hashes, the counts of changed functions repaired by flow inference.
+//! - `output_map`: a recording of Rivet's output mapped back to its input through the
+//!   output's block address translation (`.rivet.bat`).
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
 //!   attached profile.
 
@@ -24,6 +26,7 @@ pub mod fragment_size;
 pub mod instrument;
 pub mod names;
 pub mod optimize;
+pub mod output_map;
 pub mod stale;
 
 use std::collections::HashSet;
