@@ -19,7 +19,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{cross_build_aarch64, rivet, s, scratch};
@@ -64,6 +64,29 @@ fn predicted(summary: &Value) -> Counts {
     (get("taken branches"), get("executed instructions"))
 }
 
+/// Instruments `program` into `dir`, runs it once under qemu and returns its counter file.
+fn instrumented_run(dir: &Path, program: &Path, what: &str) -> PathBuf {
+    let inst = dir.join("prog.inst");
+    let counts = dir.join("prog.counts");
+    let out = rivet(&[
+        "instrument",
+        s(program),
+        "-o",
+        s(&inst),
+        "--profile",
+        s(&counts),
+    ]);
+    assert!(out.status.success(), "{what}: instrument");
+    let status = Command::new("qemu-aarch64")
+        .args(["-L", SYSROOT])
+        .arg(&inst)
+        .stdout(Stdio::null())
+        .status()
+        .expect("qemu-aarch64 is required (apt-get install qemu-user)");
+    assert!(status.success(), "{what}: the instrumented run");
+    counts
+}
+
 #[test]
 fn dyno_stats_predict_what_the_optimized_aarch64_programs_run() {
     for (src, cc, flags) in [
@@ -74,24 +97,7 @@ fn dyno_stats_predict_what_the_optimized_aarch64_programs_run() {
         let what = format!("{src} {cc} {flags:?}");
         let dir = scratch("aarch64-dyno-measured", &format!("{src}-{cc}"));
         let program = cross_build_aarch64(&dir, src, cc, flags, "prog");
-        let inst = dir.join("prog.inst");
-        let counts = dir.join("prog.counts");
-        let out = rivet(&[
-            "instrument",
-            s(&program),
-            "-o",
-            s(&inst),
-            "--profile",
-            s(&counts),
-        ]);
-        assert!(out.status.success(), "{what}: instrument");
-        let status = Command::new("qemu-aarch64")
-            .args(["-L", SYSROOT])
-            .arg(&inst)
-            .stdout(Stdio::null())
-            .status()
-            .expect("qemu-aarch64 is required (apt-get install qemu-user)");
-        assert!(status.success(), "{what}: the instrumented run");
+        let counts = instrumented_run(&dir, &program, &what);
 
         // (predicted, simulated, optimize's summary) of each layout.
         let layouts: Vec<(Counts, Counts, Value)> = [
@@ -179,24 +185,7 @@ fn branch_target(operands: &str) -> Option<u64> {
 fn exits_to_cold_code_go_through_islands_and_the_hot_path_takes_none() {
     let dir = scratch("aarch64-dyno-measured", "islands");
     let program = cross_build_aarch64(&dir, "cold_split.c", "gcc", &["-O2"], "prog");
-    let inst = dir.join("prog.inst");
-    let counts = dir.join("prog.counts");
-    let out = rivet(&[
-        "instrument",
-        s(&program),
-        "-o",
-        s(&inst),
-        "--profile",
-        s(&counts),
-    ]);
-    assert!(out.status.success(), "instrument");
-    let status = Command::new("qemu-aarch64")
-        .args(["-L", SYSROOT])
-        .arg(&inst)
-        .stdout(Stdio::null())
-        .status()
-        .expect("qemu-aarch64 is required (apt-get install qemu-user)");
-    assert!(status.success(), "the instrumented run");
+    let counts = instrumented_run(&dir, &program, "cold_split.c");
     let optimize = |name: &str, options: &[&str]| {
         let output = dir.join(name);
         let mut args = vec![
