@@ -18,7 +18,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use common::{assert_one_error_line, instrument_source, perf_record, rivet, s, scratch};
+use common::{
+    assert_one_error_line, build_instrument_program, instrument_source, perf_record, rivet, s,
+    scratch,
+};
 use rivet_profile::{Location, Mode, native};
 
 /// Addresses of the loop's instructions, from the binary (see lbr_loop.S).
@@ -161,19 +164,6 @@ fn synthesized_branch_stacks_give_exact_branches_and_fall_throughs() {
     }
 }
 
-/// Builds tests/instrument/counts.c at `opt` (with relocations) into `binary`.
-fn build_counts(binary: &Path, opt: &str) {
-    let status = Command::new("gcc")
-        .args([opt, "-g", "-Wl,--emit-relocs"])
-        .arg(instrument_source("counts.c"))
-        .arg("-o")
-        .arg(binary)
-        .arg("-lpthread")
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// `rivet aggregate PERF_DATA BINARY -o PROFILE --json`, which must succeed; its summary.
 fn aggregate(perf_data: &Path, binary: &Path, profile: &Path) -> serde_json::Value {
     let r = rivet(&[
@@ -198,8 +188,7 @@ fn record_samples(binary: &Path, perf_data: &Path) {
 #[test]
 fn plain_samples_of_a_real_run_land_in_its_functions() {
     let dir = scratch("aggregate", "samples");
-    let binary = dir.join("prog");
-    build_counts(&binary, "-O2");
+    let binary = build_instrument_program(&dir, "counts.c", "gcc", &["-O2"], "prog");
     let perf_data = dir.join("perf.data");
     record_samples(&binary, &perf_data);
     let profile_path = dir.join("prog.fdata");
@@ -228,7 +217,7 @@ fn plain_samples_of_a_real_run_land_in_its_functions() {
     );
 
     // Another build of the same path: refused, unless forced.
-    build_counts(&binary, "-O1");
+    build_instrument_program(&dir, "counts.c", "gcc", &["-O1"], "prog");
     let again = dir.join("again.fdata");
     let r = rivet(&["aggregate", s(&perf_data), s(&binary), "-o", s(&again)]);
     assert_one_error_line(&r, "another build");
@@ -327,8 +316,7 @@ fn samples_of_a_shared_library_land_in_its_functions() {
 #[test]
 fn samples_of_a_stripped_copy_optimize_the_unstripped_build() {
     let dir = scratch("aggregate", "stripped");
-    let binary = dir.join("prog");
-    build_counts(&binary, "-O2");
+    let binary = build_instrument_program(&dir, "counts.c", "gcc", &["-O2"], "prog");
     let stripped = dir.join("prog.stripped");
     let status = Command::new("strip")
         .arg("-o")
