@@ -51,6 +51,7 @@
 #                    (lua5.4-*-<variant>/lua, sqlite3-*-<variant>/sqlite3 with .complete);
 #                    default: ask scripts/build-real-aarch64.sh (which builds what is missing)
 #        JOBS        simulations at a time (default 2)
+#        KEEP        a directory to copy the raw results to (simulate's JSON, timings, logs)
 # Needs: llvm-bolt-19 (apt-get install bolt-19), qemu-user, binutils-aarch64-linux-gnu,
 # GNU time, python3.
 set -euo pipefail
@@ -113,7 +114,16 @@ fi
 for b in $BUILDS; do [[ -n ${BUILD[$b]:-} ]] || die "no binary for $b"; done
 
 WORK="$(mktemp -d)"
-trap 'rm -rf -- "$WORK"' EXIT
+# Background simulations are stopped first; KEEP=DIR keeps the raw results (simulate's JSON,
+# the timings) there, also when the script stops early.
+cleanup() {
+    local p
+    for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    if [[ -n ${KEEP:-} ]]; then mkdir -p "$KEEP" && cp -r "$WORK/results/." "$KEEP/" 2>/dev/null || true; fi
+    rm -rf -- "$WORK"
+}
+trap cleanup EXIT
 RES="$WORK/results"
 mkdir -p "$RES" "$WORK/sql"
 
@@ -219,12 +229,15 @@ for b in $BUILDS; do
         rm -f "$d/bolt/$exe"
         set_cmd bolt "$bin" "$d/P" "$d/P.fdata" "$d/bolt/$exe" "$skip"
         if "${CMD[@]}" >"$d/bolt.log" 2>&1 && [[ -s $d/bolt/$exe ]]; then break; fi
-        f=$(grep -m1 -o 'in function [^ ]*' "$d/bolt.log" | sed 's/^in function //; s/[.,:]$//' || true)
+        # "in function luaV_execute/1(*2)." names luaV_execute/1 (BOLT adds "(*N)" for a
+        # function known by N names, which -skip-funcs does not match).
+        f=$(grep -m1 -o 'in function [^ ]*' "$d/bolt.log" | sed 's/^in function //; s/[.,:]$//; s/([*][0-9]*)$//' || true)
         grep -m1 'BOLT-ERROR' "$d/bolt.log" >>"$r/bolt.errors" || tail -n 1 "$d/bolt.log" >>"$r/bolt.errors"
         [[ -n $f && $attempt -lt 5 ]] || die "$b: llvm-bolt failed: $(tail -n 1 "$r/bolt.errors")"
         skip=${skip:+$skip,}$f
     done
     echo "$skip" >"$r/bolt.skip"
+    cp "$d/bolt.log" "$d/rivet.log" "$r/"
     show_cmd >"$r/cmd.bolt"; echo >>"$r/cmd.bolt"
     grep -m1 -o '[0-9]* out of [0-9]* functions in the binary' "$d/bolt.log" >"$r/bolt.profiled" || true
 
