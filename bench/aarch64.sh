@@ -52,6 +52,8 @@
 #                    default: ask scripts/build-real-aarch64.sh (which builds what is missing)
 #        JOBS        simulations at a time (default 2)
 #        KEEP        a directory to copy the raw results to (simulate's JSON, timings, logs)
+#        REPORT_ONLY directories of kept results (KEEP=DIR of earlier runs, space-separated):
+#                    measure nothing, write the report of their builds
 # Needs: llvm-bolt-19 (apt-get install bolt-19), qemu-user, binutils-aarch64-linux-gnu,
 # GNU time, python3.
 set -euo pipefail
@@ -93,6 +95,7 @@ RIVET="$(readlink -f "$RIVET")"
 CLEANENV=(env -i PATH=/usr/bin:/bin LC_ALL=C TZ=UTC)
 export LC_ALL=C TZ=UTC
 
+if [[ -z ${REPORT_ONLY:-} ]]; then
 declare -A BUILD
 if [[ -n ${BUILD_DIRS:-} ]]; then
     for b in $BUILDS; do
@@ -112,6 +115,7 @@ else
     while read -r name path; do BUILD[$name]=$path; done < <(scripts/build-real-aarch64.sh $BUILDS)
 fi
 for b in $BUILDS; do [[ -n ${BUILD[$b]:-} ]] || die "no binary for $b"; done
+fi
 
 WORK="$(mktemp -d)"
 # Background simulations are stopped first; KEEP=DIR keeps the raw results (simulate's JSON,
@@ -195,6 +199,7 @@ set_cmd() {
 show_cmd() { printf '%s ' "${CMD[@]}" | sed "s|$WORK/[^ ]*/||g; s|$RIVET|rivet|g; s|$BOLT|llvm-bolt|g; s| $||"; }
 
 # ---------------------------------------------------------------- per build
+if [[ -z ${REPORT_ONLY:-} ]]; then
 sim_pids=()
 for b in $BUILDS; do
     bin=${BUILD[$b]}
@@ -296,6 +301,12 @@ for b in $BUILDS; do
     done
 done
 
+    echo "$BUILDS	$(($(date +%s) - started))	$(date -u '+%Y-%m-%d %H:%M')	$(git rev-parse --short HEAD)	$REPEATS	$PLACEMENTS" >"$RES/run.$(date +%s)"
+else
+    # The raw results of earlier runs (KEEP=DIR), one directory or several, made into one report.
+    for k in $REPORT_ONLY; do cp -r "$k/." "$RES/"; done
+fi
+
 # ---------------------------------------------------------------- report
 elapsed=$(($(date +%s) - started))
 {
@@ -306,13 +317,17 @@ elapsed=$(($(date +%s) - started))
     echo "rivet $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (with uncommitted changes in crates/)'),"
     echo "$("$BOLT" --version 2>/dev/null | grep -m1 -o 'LLVM version [0-9.]*' | sed 's/LLVM/llvm-bolt/'), $(qemu-aarch64 --version | head -n 1)."
     echo "**Every AArch64 program here ran under qemu-aarch64 on x86-64; nothing ran on Arm hardware.**"
-    echo "Reproduce: \`bench/aarch64.sh $REPEATS > docs/aarch64-benchmark.md\` (PLACEMENTS=$PLACEMENTS; took $((elapsed / 60)) min $((elapsed % 60)) s)."
+    echo "Reproduce: \`bench/aarch64.sh $REPEATS\` (PLACEMENTS=$PLACEMENTS, SQLITE_SCALE=$SQLITE_SCALE). Runs (builds: minutes, finished, rivet, repeats, placements):"
+    for f in "$RES"/run.*; do
+        IFS=$'\t' read -r rb rt rd rc rr rp <"$f"
+        echo "- $rb: $((rt / 60)) min, $rd UTC, rivet $rc, $rr repeats, $rp placements"
+    done
     echo
 } >"$WORK/head.md"
-python3 - "$RES" "$PLACEMENTS" "$REPEATS" "$LUA_TRAIN" "$LUA_UNSEEN" "$SQLITE_TRAIN" "$SQLITE_UNSEEN" <<'PY' >"$WORK/body.md"
+python3 - "$RES" "$PLACEMENTS" "$REPEATS" "$LUA_TRAIN" "$LUA_UNSEEN" "$SQLITE_TRAIN" "$SQLITE_UNSEEN" "$SQLITE_SCALE" <<'PY' >"$WORK/body.md"
 import glob, json, os, statistics, sys
 
-res, placements, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+res, placements, repeats, sql_scale = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[8])
 inputs = {("lua", "train"): sys.argv[4], ("lua", "unseen"): sys.argv[5],
           ("sqlite", "train"): sys.argv[6], ("sqlite", "unseen"): sys.argv[7]}
 TOOLS = [("orig", "original"), ("bolt", "BOLT"), ("rivt", "Rivet")]
@@ -329,6 +344,7 @@ def load(r, tool, inp):
     tot["i1"] = [sum(x["placements"][j]["icache_misses"] for x in runs) for j in range(k)]
     tot["itlb"] = [sum(x["placements"][j]["itlb_misses"] for x in runs) for j in range(k)]
     tot["shifts"] = [p["shift"] for p in runs[0]["placements"]]
+    tot["lines"] = sum(x["lines_touched"] for x in runs)
     tot["short"] = sum(x["short_listings"] + x["unlisted_block_runs"] for x in runs)
     return tot
 
@@ -353,7 +369,8 @@ for b in builds:
         wins = sum(x < y for x in ri["i1"] for y in bo["i1"]) + 0.5 * sum(x == y for x in ri["i1"] for y in bo["i1"])
         summary.append((b, inp, skip, med(o["i1"]), med(bo["i1"]), med(ri["i1"]), rb, bar,
                         wins / (len(ri["i1"]) * len(bo["i1"])),
-                        bo["taken_branches"], ri["taken_branches"]))
+                        bo["taken_branches"], ri["taken_branches"],
+                        (med(ri["i1"]) - ri["lines"]) / max(1, med(bo["i1"]) - bo["lines"])))
     tr, tb = times(r, "rivet"), times(r, "bolt")
     pairs = sorted(set(tr) & set(tb))
     opt.append((b, [tr[i] for i in pairs], [tb[i] for i in pairs],
@@ -362,13 +379,15 @@ for b in builds:
 print("## Summary\n")
 print("I1 misses: the median over the placements of each binary's `.text`; *Rivet below BOLT*: the share")
 print("of (Rivet placement, BOLT placement) pairs in which Rivet's output misses less (ties count half).")
-print("Bar: Rivet's median at most BOLT's, or at most 0.8 of it where BOLT had to skip a function.\n")
-print("| build | input | BOLT skipped | I1 original | I1 BOLT | I1 Rivet | Rivet / BOLT | bar | Rivet below BOLT | taken branches Rivet / BOLT |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
-for b, inp, skip, o, bo, ri, rb, bar, w, tbo, tri in summary:
+print("Bar: Rivet's median at most BOLT's, or at most 0.8 of it where BOLT had to skip a function.")
+print("*Beyond first touches*: the median less the code lines the run touched at all (each one's first")
+print("fetch misses in any cache), Rivet / BOLT: the misses a layout can still remove.\n")
+print("| build | input | BOLT skipped | I1 original | I1 BOLT | I1 Rivet | Rivet / BOLT | bar | Rivet below BOLT | beyond first touches, Rivet / BOLT | taken branches Rivet / BOLT |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for b, inp, skip, o, bo, ri, rb, bar, w, tbo, tri, beyond in summary:
     ok = "met" if rb <= bar else "**missed**"
     print(f"| {b} | {inp} | {('`' + skip + '`') if skip else '-'} | {c(round(o))} | {c(round(bo))} | {c(round(ri))} | "
-          f"{rb:.3f} | {bar} ({ok}) | {w:.2f} | {tri / tbo:.3f}{'' if tri <= tbo else ' **more**'} |")
+          f"{rb:.3f} | {bar} ({ok}) | {w:.2f} | {beyond:.3f} | {tri / tbo:.3f}{'' if tri <= tbo else ' **more**'} |")
 print()
 print("Optimizer time and memory, Rivet / BOLT (median of the per-pair ratios; bar: at most 0.5):\n")
 print("| build | Rivet wall | BOLT wall | wall ratio | Rivet CPU | BOLT CPU | CPU ratio | Rivet peak RSS | BOLT peak RSS | memory ratio |")
@@ -392,6 +411,9 @@ for p in ("lua", "sqlite"):
     print(f"| {p} | {', '.join('`' + x + '`' for x in inputs[(p, 'train')].split(';'))} | "
           f"{', '.join('`' + x + '`' for x in inputs[(p, 'unseen')].split(';'))} |")
 print()
+if sql_scale > 1:
+    print(f"The SQL files run scaled down (SQLITE_SCALE={sql_scale}): every recursive CTE bound of 1000 or more divided")
+    print(f"by {sql_scale}, unseen.sql's sudoku left out. Lua scripts take their size argument.\n")
 for b in builds:
     r = f"{res}/{b}"
     skip = open(f"{r}/bolt.skip").read().strip()
@@ -411,12 +433,12 @@ for b in builds:
         print(f"BOLT: {prof} have a profile.\n")
     sizes = {t: int(open(f"{r}/size.{t}").read()) for t, _ in TOOLS}
     print("File sizes: " + ", ".join(f"{n} {sizes[t] / 1e6:.2f} MB" for t, n in TOOLS) + ".\n")
-    print(f"| input | binary | instructions | taken branches | I1 misses, fully associative | I1 misses, median of {placements} (min..max) | iTLB misses, median (min..max) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(f"| input | binary | instructions | taken branches | code lines touched | I1 misses, fully associative | I1 misses, median of {placements} (min..max) | iTLB misses, median (min..max) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for inp in ("train", "unseen"):
         for t, n in TOOLS:
             x = data[b][inp][t]
-            print(f"| {inp} | {n} | {c(x['instructions'])} | {c(x['taken_branches'])} | {c(x['icache_misses_fully_associative'])} | "
+            print(f"| {inp} | {n} | {c(x['instructions'])} | {c(x['taken_branches'])} | {c(x['lines'])} | {c(x['icache_misses_fully_associative'])} | "
                   f"{c(round(med(x['i1'])))} ({c(min(x['i1']))}..{c(max(x['i1']))}) | "
                   f"{c(round(med(x['itlb'])))} ({c(min(x['itlb']))}..{c(max(x['itlb']))}) |")
     short = sum(data[b][i][t]["short"] for i in ("train", "unseen") for t, _ in TOOLS)
