@@ -511,3 +511,6 @@ echo "  training runs can still differ in a few counts (the garbage collector's 
 echo "  memory sizes: paths, addresses), and so can the layouts made from them."
 echo
 echo "This run took $(( ($(date +%s) - started + 59) / 60 )) minutes."
+echo
+echo "AArch64 (the same programs cross-built, both compilers, PIE and not, measured on a simulated"
+echo "Neoverse N1 front end under qemu-aarch64): [aarch64-benchmark.md](aarch64-benchmark.md)."
