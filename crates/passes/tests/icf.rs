@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{program, profile};
+use common::{profile, program};
 use rivet_elf::Vaddr;
 use rivet_ir::{FuncId, Function, Program, Terminator};
 use rivet_passes::attach::FunctionCounts;
@@ -13,7 +13,13 @@ use rivet_passes::icf::{Folding, find_identical, merge_profiles};
 
 /// A one-block function of `code` at `start` that ends in `ret`.
 fn leaf(id: u32, start: u64, code: &[u8]) -> Function {
-    common::function(id, start, code, vec![(start, Terminator::Return, vec![])], vec![])
+    common::function(
+        id,
+        start,
+        code,
+        vec![(start, Terminator::Return, vec![])],
+        vec![],
+    )
 }
 
 /// `call target; ret` at `start`.
