@@ -58,11 +58,14 @@ struct StaticKey {
     targets: Vec<Target>,
     /// Per block: offset, instruction range, terminator kind, successors (block, edge kind)
     /// and the flags a layout reads.
-    blocks: Vec<(u64, u32, u32, u8, Vec<(u32, u8)>, u8)>,
+    blocks: Vec<BlockKey>,
     /// Per call: offset and whether it returns.
     calls: Vec<(u64, bool)>,
     cfi: Vec<CfiKey>,
 }
+
+/// A block's offset, instruction range, terminator kind, successors and flags.
+type BlockKey = (u64, u32, u32, u8, Vec<(u32, u8)>, u8);
 
 type CfiKey = (u64, u64, Cfa, Arc<[(u16, SavedRegister)]>, u64);
 
