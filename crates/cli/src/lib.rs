@@ -5,3 +5,4 @@
 
 pub mod verify_check;
 pub mod verify_hugify;
+pub mod verify_icf;

@@ -173,6 +173,11 @@ pub struct OptimizeArgs {
     /// measurement and no differently in two others, one of 200 rounds (docs/from-bolt.md).
     #[arg(long, value_enum, default_value_t = PltArg::None)]
     pub plt: PltArg,
+    /// Fold functions with identical code into one copy (safe mode: a function whose address
+    /// is taken is never folded away). Folded functions are not emitted in the new text; their
+    /// calls go to the kept copy and their old entries forward to it. x86-64, relocation mode.
+    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool)]
+    pub icf: bool,
     /// Only optimize these functions (comma-separated names or regular expressions, matched
     /// against whole names; `name/N` profile names work too).
     #[arg(long, value_delimiter = ',')]
@@ -218,6 +223,7 @@ const BOLT_OPTIONS: &[(&str, bool)] = &[
     ("block-alignment", true),
     ("align-blocks-threshold", true),
     ("plt", true),
+    ("icf", false),
 ];
 
 /// BOLT options that Rivet honours by design, silently: DWARF is always updated.
@@ -486,6 +492,85 @@ fn split_functions(args: &OptimizeArgs, attached: &AttachedProfile) -> bool {
     args.split_functions.unwrap_or(!attached.inferred)
 }
 
+/// Whether `--icf` folds anything here: it is asked for, and the code is x86-64 (the rule
+/// compares instruction bytes with their x86-64 PC-relative fields masked, `rivet_passes::icf`).
+fn icf_mode(args: &OptimizeArgs, program: &Program, warnings: &mut Vec<String>) -> bool {
+    if !args.icf {
+        return false;
+    }
+    if program.info.isa != rivet_arch::Isa::X86_64 {
+        warnings.push(
+            "--icf: identical code folding is implemented for x86-64 only; nothing is folded"
+                .to_string(),
+        );
+        return false;
+    }
+    if program.info.relocation_mode != rivet_ir::RelocationMode::Available {
+        warnings.push(
+            "--icf needs relocations (calls to a folded function must be redirected); nothing is folded"
+                .to_string(),
+        );
+        return false;
+    }
+    true
+}
+
+/// What `--icf` did, for the summary.
+struct FoldReport {
+    folding: rivet_passes::icf::Folding,
+    /// Folded functions the profile saw run (without folding, each would be in the hot text).
+    hot_folded: Vec<FuncId>,
+}
+
+/// The optimized layout with identical functions folded: the classes among the functions the
+/// rewriter may move (and the user selected), the folded ones' counts added to their kept
+/// copies before layout, the folded ones left out. A fold stands only when its kept copy is
+/// rewritten. What was folded goes to `report`.
+fn folded_layout(
+    program: &Program,
+    attached: &AttachedProfile,
+    options: &OptimizeOptions,
+    movable: &[bool],
+    selected: &(dyn Fn(FuncId) -> bool + Sync),
+    code: &rivet_passes::icf::CodeBytes<'_>,
+    report: &std::sync::Mutex<Option<FoldReport>>,
+) -> Layout {
+    use rivet_passes::icf::{find_identical, merge_profiles};
+    let eligible = |f: FuncId| movable.get(f.0 as usize).copied().unwrap_or(false) && selected(f);
+    let folding = find_identical(program, code, &eligible);
+    let mut merged = attached.clone();
+    merge_profiles(&mut merged, &folding.pairs);
+    let mut movable = movable.to_vec();
+    for &(f, _) in &folding.pairs {
+        movable[f.0 as usize] = false;
+    }
+    let mut layout = optimized_layout(program, &merged, options, &movable, selected, false);
+    layout.folded = folding
+        .pairs
+        .iter()
+        .copied()
+        .filter(|&(f, kept)| layout.is_rewritten(kept) && !layout.is_rewritten(f))
+        .collect();
+    let min_hot = options.min_hot_count.max(1);
+    let hot_folded = layout
+        .folded
+        .iter()
+        .map(|p| p.0)
+        .filter(|f| {
+            attached.functions[f.0 as usize]
+                .as_ref()
+                .is_some_and(|c| c.entries >= min_hot || c.blocks.iter().any(|&n| n >= min_hot))
+        })
+        .collect();
+    if let Ok(mut slot) = report.lock() {
+        *slot = Some(FoldReport {
+            folding,
+            hot_folded,
+        });
+    }
+    layout
+}
+
 fn function_order_of(arg: FunctionOrderArg) -> FunctionOrder {
     match arg {
         FunctionOrderArg::Cdsort => FunctionOrder::CdSort,
@@ -603,8 +688,16 @@ pub fn run_with(
     let selected = |f: FuncId| {
         (only.is_empty() || only.matches(&program, &names, f)) && !skip.matches(&program, &names, f)
     };
+    let icf = icf_mode(args, &program, &mut warnings);
+    let folding = std::sync::Mutex::new(None);
+    let code = |addr: rivet_elf::Vaddr, len: u64| elf.bytes_at(addr, len);
     let build = |movable: &[bool], in_place: bool| {
-        optimized_layout(&program, &attached, &options, movable, &selected, in_place)
+        if !icf || in_place {
+            return optimized_layout(&program, &attached, &options, movable, &selected, in_place);
+        }
+        folded_layout(
+            &program, &attached, &options, movable, &selected, &code, &folding,
+        )
     };
     let rewrite_options = RewriteOptions {
         layout: LayoutSource::Custom {
@@ -708,7 +801,12 @@ pub fn run_with(
     };
     let unoptimized =
         unoptimized_functions(&program, &attached, &output.layout, &s.reasons, &names);
-    let json = serde_json::json!({
+    let fold_summary = folding
+        .into_inner()
+        .ok()
+        .flatten()
+        .map(|r| FoldSummary::new(&program, &output.layout, s.hot_bytes, r));
+    let mut json = serde_json::json!({
         "output": args.output.display().to_string(),
         "relocation_mode": s.relocation_mode,
         "functions": s.functions,
@@ -753,6 +851,17 @@ pub fn run_with(
         },
         "warnings": warnings,
     });
+    if let Some(f) = &fold_summary {
+        json["icf"] = serde_json::json!({
+            "folded": f.folded,
+            "kept": f.kept,
+            "classes": f.classes,
+            "address_taken_not_folded": f.address_taken,
+            "hot_folded": f.hot_folded,
+            "hot_bytes_before": f.hot_bytes_before,
+            "hot_bytes_after": s.hot_bytes,
+        });
+    }
     if print && args.json {
         println!("{json}");
     } else if print {
@@ -830,6 +939,18 @@ pub fn run_with(
                 (end - start) >> 20
             );
         }
+        if let Some(f) = &fold_summary {
+            println!(
+                "  identical code folding: {} functions folded into {} kept copies ({} of them ran); hot text {} bytes, about {} without folding",
+                f.folded, f.kept, f.hot_folded, s.hot_bytes, f.hot_bytes_before
+            );
+            if f.address_taken > 0 {
+                println!(
+                    "    {} identical functions kept apart: their addresses are taken",
+                    f.address_taken
+                );
+            }
+        }
         if s.calls_via_got > 0 {
             println!(
                 "  {} calls into PLT stubs now go straight through the GOT",
@@ -857,6 +978,56 @@ pub fn run_with(
         );
     }
     Ok(json)
+}
+
+/// The summary of `--icf`.
+struct FoldSummary {
+    /// Functions folded (in the output: folds whose kept copy was rewritten).
+    folded: usize,
+    /// Distinct kept copies they were folded into.
+    kept: usize,
+    /// Classes of identical functions found, and identical functions left apart in them
+    /// because their addresses are taken.
+    classes: usize,
+    address_taken: usize,
+    /// Folded functions that ran in the profile.
+    hot_folded: usize,
+    /// The hot text's size had the folded functions that ran been emitted too: the output's,
+    /// plus the kept copy's hot fragment for each of them (an estimate: without folding, a
+    /// copy's own profile would give it its own block order and split).
+    hot_bytes_before: u64,
+}
+
+impl FoldSummary {
+    fn new(program: &Program, layout: &Layout, hot_bytes: u64, report: FoldReport) -> Self {
+        let mut kept: Vec<FuncId> = layout.folded.iter().map(|p| p.1).collect();
+        kept.sort();
+        kept.dedup();
+        let mut hot_folded = 0;
+        let mut extra = 0;
+        for f in report.hot_folded {
+            let Some(k) = layout.folded_into(f) else {
+                continue;
+            };
+            let Some(fl) = layout.function(k) else {
+                continue;
+            };
+            hot_folded += 1;
+            extra += rivet_passes::fragment_size::estimated_fragment_size(
+                program.info.isa,
+                program.function(k),
+                &fl.fragments[0],
+            );
+        }
+        FoldSummary {
+            folded: layout.folded.len(),
+            kept: kept.len(),
+            classes: report.folding.classes,
+            address_taken: report.folding.address_taken,
+            hot_folded,
+            hot_bytes_before: hot_bytes + extra,
+        }
+    }
 }
 
 /// How many of the functions with the largest counts the stale-matching report names.
@@ -1052,6 +1223,13 @@ mod tests {
     }
 
     #[test]
+    fn bolt_icf_is_rivets_icf() {
+        let (out, warnings) = translate(&["-icf", "-icf=0"]);
+        assert_eq!(out, ["--icf", "--icf=0"]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
     fn bolt_hugify_is_rivets_hugify() {
         let (out, warnings) = translate(&["-hugify", "-hugify=1", "-hugify=false"]);
         assert_eq!(out, ["--hugify", "--hugify=1", "--hugify=false"]);
@@ -1067,7 +1245,7 @@ mod tests {
     #[test]
     fn unimplemented_options_and_values_warn() {
         let (out, warnings) = translate(&[
-            "-icf=1",
+            "-frame-opt=hot",
             "-reorder-blocks=cache",
             "-reorder-functions=hfsort+",
             "-use-gnu-stack",
@@ -1077,7 +1255,7 @@ mod tests {
             ["--reorder-blocks=ext-tsp", "--reorder-functions=hfsort"]
         );
         assert_eq!(warnings.len(), 4, "{warnings:?}");
-        assert!(warnings[0].contains("-icf=1"));
+        assert!(warnings[0].contains("-frame-opt=hot"));
         assert!(warnings[3].contains("-use-gnu-stack"));
     }
 }

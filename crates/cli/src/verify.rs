@@ -38,7 +38,7 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
     let program = discover(&input, &DiscoverOptions::default()).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.input, &e),
     })?;
-    let map = AddressMap::from_blocks(&program, &pairs, &out).ok_or_else(|| {
+    let mut map = AddressMap::from_blocks(&program, &pairs, &out).ok_or_else(|| {
         UserError::new(format!(
             "{} does not describe {}",
             args.output.display(),
@@ -46,7 +46,12 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
         ))
         .hint("give the binary the output was made from")
     })?;
-    let report = check(&input, &program, &out, &map).map_err(|e| {
+    let folds = read_folds(&out, &program).map_err(|e| {
+        UserError::new(format!("{}: {e}", args.output.display()))
+            .hint("give the binary the output was made from")
+    })?;
+    map.fold(&program, &folds);
+    let report = check(&input, &program, &out, &map, &folds).map_err(|e| {
         UserError::new(format!(
             "{} failed verification: {e}",
             args.output.display()
@@ -63,4 +68,31 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
         report.lines
     );
     Ok(())
+}
+
+/// The functions `--icf` folded, from the output's `.rivet.icf` (none without that section).
+fn read_folds(
+    out: &ElfFile<'_>,
+    program: &rivet_ir::Program,
+) -> Result<Vec<(rivet_ir::FuncId, rivet_ir::FuncId)>, String> {
+    let Some(section) = out.section_by_name(rivet_emit::bat::FOLDS_SECTION) else {
+        return Ok(Vec::new());
+    };
+    let pairs = rivet_emit::bat::decode(section.data).map_err(|e| e.to_string())?;
+    let entry = |a: rivet_elf::Vaddr| {
+        program
+            .function_containing(a)
+            .filter(|f| f.range.start == a)
+            .map(|f| f.id)
+            .ok_or_else(|| {
+                format!(
+                    "{} names no function entry at {a}",
+                    rivet_emit::bat::FOLDS_SECTION
+                )
+            })
+    };
+    pairs
+        .into_iter()
+        .map(|(f, k)| Ok((entry(f)?, entry(k)?)))
+        .collect()
 }

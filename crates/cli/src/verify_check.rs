@@ -32,6 +32,8 @@ pub struct VerifyReport {
     pub references: usize,
     /// Instructions whose source line was compared.
     pub lines: usize,
+    /// Folded pairs (`--icf`) checked identical.
+    pub folds: usize,
 }
 
 struct Checker<'a> {
@@ -44,6 +46,8 @@ struct Checker<'a> {
     via_slots: ViaSlots,
     /// The output asks for BTI: every veneer must land on a pad.
     guarded: bool,
+    /// Functions folded into another (`--icf`), by `FuncId`: their old bodies are dead code.
+    folded: Vec<bool>,
 }
 
 impl Checker<'_> {
@@ -416,7 +420,7 @@ impl Checker<'_> {
     fn rewritten_at(&self, addr: Vaddr) -> Option<&Function> {
         self.program
             .function_containing(addr)
-            .filter(|g| self.map.is_rewritten(g.id))
+            .filter(|g| self.map.is_rewritten(g.id) || self.folded[g.id.0 as usize])
     }
 
     /// Every way from code that stays into a rewritten function: each direct branch or call
@@ -432,7 +436,7 @@ impl Checker<'_> {
             .program
             .functions
             .iter()
-            .filter(|f| !self.map.is_rewritten(f.id))
+            .filter(|f| !self.map.is_rewritten(f.id) && !self.folded[f.id.0 as usize])
         {
             // RIP-relative operands of a skipped function's linear sweep may be data read as
             // instructions; only modelled code is taken at its word for those.
@@ -527,13 +531,20 @@ fn f_block_end(f: &Function, b: &rivet_ir::Block) -> Vaddr {
     f.block_insts(b).last().map_or(b.start, Inst::end)
 }
 
-/// Checks `out` (an output of `input`, discovered as `program`) given the address map.
+/// Checks `out` (an output of `input`, discovered as `program`) given the address map and
+/// the functions folded into others (`(folded, kept)`; the map already sends their entries to
+/// the kept copies, `AddressMap::fold`).
 pub fn check(
     input: &ElfFile<'_>,
     program: &Program,
     out: &ElfFile<'_>,
     map: &AddressMap,
+    folds: &[(rivet_ir::FuncId, rivet_ir::FuncId)],
 ) -> Result<VerifyReport, String> {
+    let mut folded = vec![false; program.functions.len()];
+    for &(f, _) in folds {
+        folded[f.0 as usize] = true;
+    }
     let mut new_block_starts = HashSet::new();
     for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {
         for b in &f.blocks {
@@ -550,6 +561,7 @@ pub fn check(
         new_block_starts,
         via_slots: ViaSlots::of_program(program),
         guarded: program.info.isa.branch_targets_guarded(out),
+        folded: folded.clone(),
     };
     let mut report = VerifyReport::default();
     for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {
@@ -573,8 +585,11 @@ pub fn check(
     let dynamics = input
         .dynamic_relocations(&program.info.isa)
         .map_err(|e| e.to_string())?;
-    let is_rewritten = |f: rivet_ir::FuncId| map.is_rewritten(f);
+    // As in the rewrite, a folded function's body counts as gone: references from it are not
+    // followed, and those to it must go to its kept copy.
+    let is_rewritten = |f: rivet_ir::FuncId| map.is_rewritten(f) || folded[f.0 as usize];
     let refs = collect(input, program, &is_rewritten, &statics, &dynamics);
+    report.folds = crate::verify_icf::check_folds(input, program, folds, &refs.stored)?;
     for r in &refs.stored {
         // Only references to moved code are rewritten; others keep whatever the linker stored
         // (a PIE's data words may hold 0 until the loader applies their RELATIVE relocation).
@@ -701,7 +716,7 @@ pub fn verify_output(
 ) -> Result<VerifyReport, String> {
     let out =
         ElfFile::parse(&output.image).map_err(|e| format!("the output does not parse: {e}"))?;
-    let report = check(input, program, &out, &output.map)?;
+    let report = check(input, program, &out, &output.map, &output.layout.folded)?;
     // The output must read back as a program Rivet understands as well as the input.
     discover(&out, &DiscoverOptions::default())
         .map_err(|e| format!("the output cannot be analysed: {e:?}"))?;

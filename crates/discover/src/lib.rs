@@ -187,6 +187,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
                     kind,
                 }),
                 secondary_entries: c.secondary_entries.clone(),
+                address_taken: false,
                 padding_after: c.padding_after,
                 insts: Vec::new(),
                 blocks: Vec::new(),
@@ -230,6 +231,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
     code_refs.extend(decoded.iter().flat_map(|d| d.code_refs.iter().copied()));
     code_refs.sort_by_key(|r| (r.target, r.site));
     code_refs.dedup();
+    mark_address_taken(elf, &mut functions, &code_refs, &data.relative);
 
     let mut by_start: Vec<(Vaddr, FuncId)> =
         functions.iter().map(|f| (f.range.start, f.id)).collect();
@@ -537,6 +539,29 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
         plt,
         warnings,
     })
+}
+
+/// Sets `Function::address_taken`: an entry named by a stored or computed reference (exact
+/// or merely looking like one: this errs on the side of "taken"), by a PC-relative
+/// relocation in data, by an exported dynamic symbol, or the entry point. Direct calls and
+/// jumps are not in `code_refs`, so they take no address.
+fn mark_address_taken(
+    elf: &ElfFile,
+    functions: &mut [Function],
+    code_refs: &[refs::CodeRef],
+    relative: &[(Vaddr, Vaddr)],
+) {
+    let mut taken: Vec<Vaddr> = code_refs.iter().map(|r| r.target).collect();
+    taken.extend(relative.iter().map(|r| r.0));
+    taken.push(elf.entry);
+    if let Ok(dynamic) = elf.dynamic_symbols() {
+        taken.extend(dynamic.iter().filter(|s| !s.is_undefined).map(|s| s.value));
+    }
+    taken.sort_unstable();
+    taken.dedup();
+    for f in functions {
+        f.address_taken = taken.binary_search(&f.range.start).is_ok();
+    }
 }
 
 fn link_anonymous_fragments(functions: &mut [Function], decoded: &[Decoded], ctx: &Context) {

@@ -11,6 +11,10 @@
 use rivet_elf::Vaddr;
 
 pub const SECTION: &str = ".rivet.bat";
+/// The functions `--icf` folded, in the same format: pairs of (folded function's entry, kept
+/// copy's entry), both input addresses, sorted. Written only when something was folded, so
+/// that `rivet verify` can check an output after the fact.
+pub const FOLDS_SECTION: &str = ".rivet.icf";
 const MAGIC: &[u8; 8] = b"RVTBAT1\0";
 
 /// Encodes sorted (old, new) block start pairs.

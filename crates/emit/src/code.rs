@@ -1006,9 +1006,23 @@ pub struct AddressMap {
     /// Veneer destination (original address) -> its landing pad's new address, where BTI
     /// guards the code and the destination has no pad of its own.
     landings: HashMap<Vaddr, Vaddr>,
+    /// Old entry of each folded function (`Layout::folded`) -> new entry of its kept copy.
+    folded: HashMap<Vaddr, Vaddr>,
 }
 
 impl AddressMap {
+    /// Sends the entries of folded functions (`Layout::folded`: `(folded, kept)`) to their
+    /// kept copies' new entries. Safe folding only folds functions that nothing but direct
+    /// calls and jumps enter, so every translation of such an entry is one of those. A pair
+    /// whose kept copy has no new entry is left out.
+    pub fn fold(&mut self, program: &Program, folded: &[(rivet_ir::FuncId, rivet_ir::FuncId)]) {
+        for &(f, kept) in folded {
+            if let Some(new) = self.in_function(kept, program.function(kept).range.start) {
+                self.folded.insert(program.function(f).range.start, new);
+            }
+        }
+    }
+
     /// Builds the map from the plans and the address chosen for each.
     pub fn new(program: &Program, plans: &[(FragmentPlan, Vaddr)]) -> AddressMap {
         let mut functions: Vec<Option<Vec<(Vaddr, Vaddr)>>> = vec![None; program.functions.len()];
@@ -1048,6 +1062,7 @@ impl AddressMap {
             functions,
             fragment_addrs,
             landings,
+            folded: HashMap::new(),
         }
     }
 
@@ -1099,6 +1114,7 @@ impl AddressMap {
             functions,
             fragment_addrs: vec![Vec::new(); program.functions.len()],
             landings: HashMap::new(),
+            folded: HashMap::new(),
         })
     }
 
@@ -1143,6 +1159,11 @@ impl AddressMap {
     /// function, unchanged when it is not in one, `None` when it points inside a rewritten
     /// function but not at an instruction.
     pub fn translate(&self, program: &Program, old: Vaddr) -> Option<Vaddr> {
+        if !self.folded.is_empty()
+            && let Some(&new) = self.folded.get(&old)
+        {
+            return Some(new);
+        }
         match program.function_containing(old) {
             Some(f) if self.is_rewritten(f.id) => self.in_function(f.id, old),
             _ => Some(old),

@@ -237,6 +237,11 @@ pub(crate) fn build_id_salt(
         for fl in layout.functions.iter().flatten() {
             salt.extend_from_slice(format!("{:?}", fl.fragments).as_bytes());
         }
+        // Folding changes the output (forwarding jumps, redirected calls) even where it
+        // leaves every fragment as it was. Nothing is added without it.
+        if !layout.folded.is_empty() {
+            salt.extend_from_slice(format!("folded{:?}", layout.folded).as_bytes());
+        }
     }
     salt.extend_from_slice(format!("{:?}", options.alignment).as_bytes());
     if instrumentation.is_some() {

@@ -206,6 +206,8 @@ pub struct Summary {
     pub moved: usize,
     /// Functions rewritten over their original bytes (in place mode).
     pub in_place: usize,
+    /// Functions folded into an identical one (`Layout::folded`) and not emitted.
+    pub folded: usize,
     /// Functions not rewritten, by reason.
     pub not_rewritten: BTreeMap<String, usize>,
     /// Per function (by `FuncId`): `None` when rewritten, else why not.
@@ -379,7 +381,7 @@ pub fn rewrite(
             size,
         )
     });
-    let (text, map) = loop {
+    let (text, mut map) = loop {
         let (text, map) = place_with_veneers(
             elf,
             program,
@@ -416,6 +418,13 @@ pub fn rewrite(
             &mut summary,
         )?;
     };
+    // A fold stands only while its kept copy moved (a function dropped above stays as it
+    // was, and so must whatever was to share its new code).
+    let mut folded = std::mem::take(&mut layout.folded);
+    folded.retain(|&(f, kept)| layout.is_rewritten(kept) && !layout.is_rewritten(f));
+    layout.folded = folded;
+    map.fold(program, &layout.folded);
+    summary.folded = layout.folded.len();
     // The instrumentation runtime, after the cold text.
     let runtime = match (instrumentation, counters) {
         (Some(i), Some((counters, counters_size))) => Some(build_runtime(
@@ -465,7 +474,10 @@ pub fn rewrite(
         Vec::new()
     };
     let dynamics = elf.dynamic_relocations(&isa)?;
-    let is_rewritten = |f: FuncId| layout.is_rewritten(f);
+    // A folded function's body is dead code: references from it are not patched (its entry
+    // forwards), and references to its entry are sent to the kept copy like those to moved
+    // code.
+    let is_rewritten = |f: FuncId| layout.is_rewritten(f) || layout.folded_into(f).is_some();
     let refs = references::collect(elf, program, &is_rewritten, &statics, &dynamics);
     let fixups = crate::code::Fixups {
         absolute_fields: &refs.in_moved_code,
@@ -599,6 +611,26 @@ pub fn rewrite(
             0,
             Vaddr(0),
             crate::bat::encode(&map.block_pairs(program)),
+            8,
+        ));
+    }
+    if !layout.folded.is_empty() {
+        let pairs: Vec<(Vaddr, Vaddr)> = layout
+            .folded
+            .iter()
+            .map(|&(f, kept)| {
+                (
+                    program.function(f).range.start,
+                    program.function(kept).range.start,
+                )
+            })
+            .collect();
+        sections.add(NewSection::new(
+            crate::bat::FOLDS_SECTION,
+            object::elf::SHT_PROGBITS.0,
+            0,
+            Vaddr(0),
+            crate::bat::encode(&pairs),
             8,
         ));
     }
@@ -1363,6 +1395,25 @@ fn forwarding_jumps(
         }
         let new = map.fragment_addrs(f.id)[0];
         if let Ok(bytes) = isa.forwarding_jump(entry, guarded, new) {
+            patches.push((f.range.start, bytes));
+        }
+    }
+    // Folded functions forward to their kept copies, for whatever call the rewrite missed.
+    for &(folded, _) in &layout.folded {
+        let f = program.function(folded);
+        let Some(entry) = f.insts.first() else {
+            continue;
+        };
+        let forwarding_jump_size = isa.forwarding_jump_len(entry, guarded);
+        if f.range.len() < forwarding_jump_size
+            || !references::old_entry_is_free(f, forwarding_jump_size, &reference_targets)
+        {
+            summary.old_entries_not_forwarded += 1;
+            continue;
+        }
+        if let Some(new) = map.translate(program, f.range.start)
+            && let Ok(bytes) = isa.forwarding_jump(entry, guarded, new)
+        {
             patches.push((f.range.start, bytes));
         }
     }

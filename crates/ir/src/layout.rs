@@ -75,6 +75,11 @@ pub struct Layout {
     /// `BlockId`; empty where unknown (no profile). The emitter uses it to spread the hottest
     /// cache lines over the instruction cache's sets.
     pub block_counts: Vec<Vec<u64>>,
+    /// Identical code folding (`rivet optimize --icf`): `(folded, kept)` pairs, sorted. A
+    /// folded function is not rewritten; every direct call or jump to its entry goes to the
+    /// kept copy's new place instead, and its old entry forwards there. The kept copy is
+    /// rewritten. Empty without folding.
+    pub folded: Vec<(FuncId, FuncId)>,
 }
 
 /// A layout that breaks the rules `Layout` documents.
@@ -96,6 +101,14 @@ impl Layout {
 
     pub fn is_rewritten(&self, id: FuncId) -> bool {
         self.function(id).is_some()
+    }
+
+    /// The function `f` was folded into, if it was (`Layout::folded`).
+    pub fn folded_into(&self, f: FuncId) -> Option<FuncId> {
+        self.folded
+            .binary_search_by_key(&f, |p| p.0)
+            .ok()
+            .map(|i| self.folded[i].1)
     }
 
     pub fn rewritten_count(&self) -> usize {
@@ -195,6 +208,17 @@ impl Layout {
         }
         if self.in_place && !self.hot_order.is_empty() {
             return bad("in place mode moves no first fragment".into());
+        }
+        for &(folded, kept) in &self.folded {
+            if self.is_rewritten(folded) || !self.is_rewritten(kept) || folded == kept {
+                return bad(format!(
+                    "function {} folded into {}: the folded one must stay, the kept one move",
+                    folded.0, kept.0
+                ));
+            }
+        }
+        if !self.folded.is_sorted() {
+            return bad("folded pairs are not sorted".into());
         }
         Ok(())
     }
@@ -352,6 +376,7 @@ pub fn build_layout(
         cold_order,
         in_place,
         block_counts: Vec::new(),
+        folded: Vec::new(),
     }
 }
 

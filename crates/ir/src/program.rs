@@ -290,6 +290,11 @@ pub struct Function {
     pub parent: Option<Parent>,
     /// Other entry points than `range.start` (symbols inside the function, call targets).
     pub secondary_entries: Vec<Vaddr>,
+    /// Its entry's address is used otherwise than by direct calls and jumps: stored in data
+    /// (function pointers, vtables, init arrays), computed by code (`lea func(%rip)`), exported
+    /// as a dynamic symbol, or the program's entry point. Such a function's address may be
+    /// compared, so identical code folding never folds it away.
+    pub address_taken: bool,
     /// Bytes of padding (nop/int3/zero) after the function, before the next one.
     pub padding_after: u64,
     pub insts: Vec<Inst>,

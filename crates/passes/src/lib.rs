@@ -15,6 +15,8 @@
 //!   hashes, the counts of changed functions repaired by flow inference.
 //! - `output_map`: a recording of Rivet's output mapped back to its input through the
 //!   output's block address translation (`.rivet.bat`).
+//! - `icf`: identical code folding in safe mode: which functions are the same code (bytes
+//!   read through a closure the caller gives) and fold into one kept copy.
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
 //!   attached profile.
 
@@ -23,6 +25,7 @@ pub mod attach;
 pub mod bolt_yaml;
 pub mod dyno;
 pub mod fragment_size;
+pub mod icf;
 pub mod instrument;
 pub mod names;
 pub mod optimize;

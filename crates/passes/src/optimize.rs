@@ -551,5 +551,6 @@ pub fn optimized_layout(
         cold_order,
         in_place,
         block_counts,
+        folded: Vec::new(),
     }
 }

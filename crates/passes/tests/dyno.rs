@@ -213,6 +213,7 @@ fn one_function_layout(fragments: Vec<Vec<u32>>) -> Layout {
             .collect(),
         in_place: false,
         block_counts: Vec::new(),
+        folded: Vec::new(),
     }
 }
 

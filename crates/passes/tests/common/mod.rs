@@ -80,6 +80,7 @@ pub fn function_of(
         origin: Origin::Symbol,
         parent: None,
         secondary_entries: Vec::new(),
+        address_taken: false,
         padding_after: 0,
         insts,
         blocks,
