@@ -77,6 +77,11 @@ for program in $PROGRAMS; do
         read -r ir_i i1_i _ _ < <(cg_sum "$dir" "$input" icf)
         cmp -s "$dir/cg.$input.icf.out" "$dir/cg.$input.original.out" ||
             die "$program: --icf prints something else under cachegrind ($input)"
+        if cmp -s "$dir/plain" "$dir/icf"; then
+            # Nothing folded: the two outputs are the same file, and timing them says nothing.
+            rows+=("| $TITLE | $input | 0 ($(jq -r '.icf.classes' "$dir/icf.json") classes) | $(commas "$hot_plain") (the same file) | $(commas "$ir_p") (the same file) | $(commas "$i1_p") | 1 (the same file) | - |")
+            continue
+        fi
         log "$program: rivet bench ($input, $ROUNDS rounds)"
         "$RIVET" bench "$dir/plain" "$dir/icf" -n "$ROUNDS" --json -- sh -c "$(workload "$program" "$input")" \
             >"$dir/bench.$input.json" || [[ $? == 3 ]] || die "rivet bench failed on $program"
