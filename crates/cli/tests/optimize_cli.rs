@@ -241,7 +241,7 @@ fn bolt_recipes_work_with_warnings_for_what_rivet_lacks() {
         "-split-all-cold",
         "-split-eh",
         "-dyno-stats",
-        "-icf=1",
+        "-frame-opt=hot",
         "-peepholes=all",
     ]);
     assert!(
@@ -255,7 +255,7 @@ fn bolt_recipes_work_with_warnings_for_what_rivet_lacks() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let warnings: Vec<&str> = stderr.lines().collect();
     assert_eq!(warnings.len(), 2, "{stderr}");
-    assert!(warnings[0].starts_with("rivet: warning: ignoring llvm-bolt option -icf=1"));
+    assert!(warnings[0].starts_with("rivet: warning: ignoring llvm-bolt option -frame-opt=hot"));
     assert!(warnings[1].contains("-peepholes=all"));
     let a = Command::new(&bin).args(["switch", "99"]).output().unwrap();
     let b = Command::new(&opt).args(["switch", "99"]).output().unwrap();

@@ -10,6 +10,7 @@ use rivet_ir::{
 };
 use rivet_passes::attach::{AttachedProfile, FunctionCounts};
 
+#[allow(dead_code)]
 pub fn taken(to: u32) -> Edge {
     Edge {
         to: BlockId(to),
@@ -17,6 +18,7 @@ pub fn taken(to: u32) -> Edge {
     }
 }
 
+#[allow(dead_code)]
 pub fn fall(to: u32) -> Edge {
     Edge {
         to: BlockId(to),
