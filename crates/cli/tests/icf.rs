@@ -31,6 +31,24 @@ fn run(bin: &Path, arg: &str) -> std::process::Output {
     out
 }
 
+/// `rivet optimize BIN --profile COUNTS -o OUT --json` plus `extra`, which must succeed; its
+/// summary.
+fn optimize_json(bin: &Path, counts: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "optimize",
+        s(bin),
+        "--profile",
+        s(counts),
+        "-o",
+        s(out),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let r = rivet(&args);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    serde_json::from_slice(&r.stdout).unwrap()
+}
+
 #[test]
 fn duplicates_fold_and_the_output_behaves_the_same() {
     let dir = scratch("icf", "duplicates");
@@ -43,23 +61,7 @@ fn duplicates_fold_and_the_output_behaves_the_same() {
     );
     let counts = instrument_and_train(&bin, &dir, &[&["2000"]]);
     let opt = dir.join("duplicates.icf");
-    let out = rivet(&[
-        "optimize",
-        s(&bin),
-        "--profile",
-        s(&counts),
-        "-o",
-        s(&opt),
-        "--icf",
-        "--verify",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = optimize_json(&bin, &counts, &opt, &["--icf", "--verify"]);
     let icf = &summary["icf"];
     // sum_b, leaf_b, mid_b (once its leaves are one), even_b and odd_b (at the fixed point).
     assert_eq!(icf["folded"], 5, "{summary}");
@@ -125,16 +127,7 @@ fn duplicates_fold_and_the_output_behaves_the_same() {
 
     // Without --icf nothing is folded, and the summary has no `icf` entry.
     let plain = dir.join("duplicates.plain");
-    let out = rivet(&[
-        "optimize",
-        s(&bin),
-        "--profile",
-        s(&counts),
-        "-o",
-        s(&plain),
-        "--json",
-    ]);
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = optimize_json(&bin, &counts, &plain, &[]);
     assert!(summary.get("icf").is_none(), "{summary}");
     assert_eq!(run(&plain, "3000").stdout, want.stdout);
 }
