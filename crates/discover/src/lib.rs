@@ -554,8 +554,17 @@ fn mark_address_taken(
     let mut taken: Vec<Vaddr> = code_refs.iter().map(|r| r.target).collect();
     taken.extend(relative.iter().map(|r| r.0));
     taken.push(elf.entry);
-    if let Ok(dynamic) = elf.dynamic_symbols() {
-        taken.extend(dynamic.iter().filter(|s| !s.is_undefined).map(|s| s.value));
+    match elf.dynamic_symbols() {
+        Ok(dynamic) => {
+            taken.extend(dynamic.iter().filter(|s| !s.is_undefined).map(|s| s.value));
+        }
+        // A `.dynsym` that cannot be read may export anything: every function counts as taken.
+        Err(_) => {
+            for f in functions {
+                f.address_taken = true;
+            }
+            return;
+        }
     }
     taken.sort_unstable();
     taken.dedup();
