@@ -186,9 +186,10 @@ impl<'p> OutputMap<'p> {
         start..end
     }
 
-    /// The instruction that really is at a shared address: not that of a block that takes no
-    /// bytes because it only passes on to the block placed after it (`Function::placed_next`).
-    /// `from_block`, for a branch target: prefer a successor of the branching block.
+    /// The instruction that really is at a shared address: not a jump the emitter dropped
+    /// because its target comes next, nor that of a block that takes no bytes because it only
+    /// passes on to the block placed after it (`Function::placed_next`). `from_block`, for a
+    /// branch target: prefer a successor of the branching block.
     fn choose(&self, group: std::ops::Range<usize>, from: Option<(u32, u32)>) -> usize {
         if group.len() == 1 {
             return group.start;
@@ -202,6 +203,22 @@ impl<'p> OutputMap<'p> {
             }) {
                 return k;
             }
+        }
+        // A jump the emitter dropped because its target block comes next shares that block's
+        // address without holding a byte: it is never the instruction there.
+        let inst_addr = |j: usize| {
+            let s = self.spans[j];
+            self.function(s.func).insts[s.inst as usize].addr()
+        };
+        let dropped_jump = |k: usize| {
+            let s = self.spans[k];
+            let inst = &self.function(s.func).insts[s.inst as usize];
+            matches!(inst.flow(), rivet_arch::Flow::Jump { target }
+                if group.clone().any(|j| j != k && self.spans[j].func == s.func && inst_addr(j) == target))
+        };
+        let kept: Vec<usize> = group.clone().filter(|&k| !dropped_jump(k)).collect();
+        if kept.len() == 1 {
+            return kept[0];
         }
         group
             .clone()
@@ -494,13 +511,12 @@ impl<'p> OutputMap<'p> {
             if !self.follows(prev, next) {
                 let (
                     Some((func, block)),
-                    Mapped::Moved { inst, .. },
                     Mapped::Moved {
                         func: next_func,
                         old: next_old,
                         ..
                     },
-                ) = (self.block_of(prev), self.branch_source(prev), next)
+                ) = (self.block_of(prev), next)
                 else {
                     return false;
                 };
@@ -508,7 +524,12 @@ impl<'p> OutputMap<'p> {
                 if next_func != func || f.block_at(Vaddr(next_old)).is_none() {
                     return false;
                 }
-                let prev_addr = f.insts[inst as usize].addr().get();
+                // The input's edge leaves from the block's last instruction, whatever the output
+                // left out after `prev` (padding, a jump dropped because its target comes next).
+                let Some(last) = f.block_insts(&f.blocks[block as usize]).last() else {
+                    return false;
+                };
+                let prev_addr = last.addr().get();
                 pieces.push((piece_start, prev_addr));
                 edges.extend(self.edges_to(func, block, prev_addr, next_old));
                 piece_start = next_old;
