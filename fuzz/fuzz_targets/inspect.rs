@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = elf.build_id();
-    let options = DiscoverOptions { with_cfi: true };
+    let options = DiscoverOptions { cfi: rivet_discover::CfiRows::Keep };
     let Ok(program) = discover(&elf, &options) else {
         return;
     };

@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(elf) = ElfFile::parse(data) else {
         return;
     };
-    let Ok(program) = discover(&elf, &DiscoverOptions { with_cfi: true }) else {
+    let Ok(program) = discover(&elf, &DiscoverOptions { cfi: rivet_discover::CfiRows::Keep }) else {
         return;
     };
     // The length picks the layout: mutations that change it explore every strategy without

@@ -389,10 +389,15 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
     };
     let profiled_path = args.original.as_deref().unwrap_or(&args.binary);
     let profiled_elf = original_elf.as_ref().unwrap_or(&elf);
-    let program =
-        discover(profiled_elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
-            DiscoverError::Elf(e) => elf_error(profiled_path, &e),
-        })?;
+    let program = discover(
+        profiled_elf,
+        &DiscoverOptions {
+            cfi: rivet_discover::CfiRows::Ignore,
+        },
+    )
+    .map_err(|e| match e {
+        DiscoverError::Elf(e) => elf_error(profiled_path, &e),
+    })?;
     let mut mapping: Option<MapReport> = None;
     let translated;
     let samples = if args.original.is_some() {

@@ -83,7 +83,13 @@ pub fn hashes_from_binary<'a>(
         ))
         .hint("give --binary the build the profiles were taken on"));
     }
-    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+    let program = discover(
+        &elf,
+        &DiscoverOptions {
+            cfi: rivet_discover::CfiRows::Ignore,
+        },
+    )
+    .map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(binary, &e),
     })?;
     let names = rivet_passes::names::profile_names(&program);
@@ -248,7 +254,13 @@ pub fn yaml_with_hashes(binary: &Path, y: &yaml::YamlProfile) -> Result<Profile,
         ))
         .hint("give --binary the build the profiles were taken on"));
     }
-    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+    let program = discover(
+        &elf,
+        &DiscoverOptions {
+            cfi: rivet_discover::CfiRows::Ignore,
+        },
+    )
+    .map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(binary, &e),
     })?;
     let names = rivet_passes::names::profile_names(&program);

@@ -129,7 +129,12 @@ fn aarch64_programs() -> Vec<(String, PathBuf)> {
 fn load(name: &str, path: &Path, with_cfi: bool) -> Program {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{name}: {}: {e}", path.display()));
     let elf = ElfFile::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
-    discover(&elf, &DiscoverOptions { with_cfi }).unwrap_or_else(|e| panic!("{name}: {e}"))
+    let cfi = if with_cfi {
+        rivet_discover::CfiRows::Keep
+    } else {
+        rivet_discover::CfiRows::Ignore
+    };
+    discover(&elf, &DiscoverOptions { cfi }).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// A discovered binary's counts and its skip histogram (construct -> functions).
