@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_emit::code::AddressMap;
 use rivet_passes::output_map::{MapReport, OutputMap};
@@ -392,7 +392,7 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
     let program = discover(
         profiled_elf,
         &DiscoverOptions {
-            cfi: rivet_discover::CfiRows::Ignore,
+            cfi: CfiRows::Ignore,
         },
     )
     .map_err(|e| match e {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use rivet_arch::Isa;
-use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_profile::{Architecture, FunctionHash};
 
 use rivet_elf::ElfFile;
@@ -86,7 +86,7 @@ pub fn hashes_from_binary<'a>(
     let program = discover(
         &elf,
         &DiscoverOptions {
-            cfi: rivet_discover::CfiRows::Ignore,
+            cfi: CfiRows::Ignore,
         },
     )
     .map_err(|e| match e {
@@ -257,7 +257,7 @@ pub fn yaml_with_hashes(binary: &Path, y: &yaml::YamlProfile) -> Result<Profile,
     let program = discover(
         &elf,
         &DiscoverOptions {
-            cfi: rivet_discover::CfiRows::Ignore,
+            cfi: CfiRows::Ignore,
         },
     )
     .map_err(|e| match e {
