@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rivet_discover::{DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_ir::dump::dump_program;
 
@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = elf.build_id();
-    let options = DiscoverOptions { with_cfi: true };
+    let options = DiscoverOptions { cfi: CfiRows::Keep };
     let Ok(program) = discover(&elf, &options) else {
         return;
     };

@@ -12,7 +12,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rivet::verify_check::verify_output;
-use rivet_discover::{DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_emit::rewrite::{RewriteOptions, rewrite};
 use rivet_ir::layout::LayoutStrategy;
@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(elf) = ElfFile::parse(data) else {
         return;
     };
-    let Ok(program) = discover(&elf, &DiscoverOptions { with_cfi: true }) else {
+    let Ok(program) = discover(&elf, &DiscoverOptions { cfi: CfiRows::Keep }) else {
         return;
     };
     // The length picks the layout: mutations that change it explore every strategy without

@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_emit::code::AddressMap;
 use rivet_passes::output_map::{MapReport, OutputMap};
@@ -389,10 +389,15 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
     };
     let profiled_path = args.original.as_deref().unwrap_or(&args.binary);
     let profiled_elf = original_elf.as_ref().unwrap_or(&elf);
-    let program =
-        discover(profiled_elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
-            DiscoverError::Elf(e) => elf_error(profiled_path, &e),
-        })?;
+    let program = discover(
+        profiled_elf,
+        &DiscoverOptions {
+            cfi: CfiRows::Ignore,
+        },
+    )
+    .map_err(|e| match e {
+        DiscoverError::Elf(e) => elf_error(profiled_path, &e),
+    })?;
     let mut mapping: Option<MapReport> = None;
     let translated;
     let samples = if args.original.is_some() {

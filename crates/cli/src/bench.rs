@@ -73,7 +73,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
-use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_emit::rewrite::{RewriteError, RewriteOptions, rewrite};
 use rivet_ir::layout::LayoutStrategy;
@@ -662,7 +662,7 @@ fn side_with_variants(
 ) -> Result<Side, UserError> {
     let mapped = map_input(input)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(input, &e))?;
-    let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
+    let program = discover(&elf, &DiscoverOptions { cfi: CfiRows::Keep }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(input, &e),
     })?;
     let seeds: Vec<u64> = (0..k as u64)

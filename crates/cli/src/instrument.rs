@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_emit::rewrite::{Instrumentation, RewriteError, RewriteOptions, check_input, rewrite};
 use rivet_ir::layout::LayoutStrategy;
@@ -117,7 +117,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         .hint("x86-64 has one atomic increment (lock inc); leave --atomics out"));
     }
     let (pending, file) = PendingOutput::create(&args.output)?;
-    let program = discover(&elf, &DiscoverOptions { with_cfi: true }).map_err(|e| match e {
+    let program = discover(&elf, &DiscoverOptions { cfi: CfiRows::Keep }).map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
     let names = rivet_passes::names::profile_names(&program);

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use rivet_arch::Isa;
-use rivet_discover::{DiscoverError, DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_profile::{Architecture, FunctionHash};
 
 use rivet_elf::ElfFile;
@@ -83,7 +83,13 @@ pub fn hashes_from_binary<'a>(
         ))
         .hint("give --binary the build the profiles were taken on"));
     }
-    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+    let program = discover(
+        &elf,
+        &DiscoverOptions {
+            cfi: CfiRows::Ignore,
+        },
+    )
+    .map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(binary, &e),
     })?;
     let names = rivet_passes::names::profile_names(&program);
@@ -248,7 +254,13 @@ pub fn yaml_with_hashes(binary: &Path, y: &yaml::YamlProfile) -> Result<Profile,
         ))
         .hint("give --binary the build the profiles were taken on"));
     }
-    let program = discover(&elf, &DiscoverOptions { with_cfi: false }).map_err(|e| match e {
+    let program = discover(
+        &elf,
+        &DiscoverOptions {
+            cfi: CfiRows::Ignore,
+        },
+    )
+    .map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(binary, &e),
     })?;
     let names = rivet_passes::names::profile_names(&program);

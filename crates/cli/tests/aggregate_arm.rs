@@ -229,9 +229,13 @@ impl Places {
 fn places(binary: &Path) -> Places {
     let data = std::fs::read(binary).unwrap();
     let elf = ElfFile::parse(&data).unwrap();
-    let program =
-        rivet_discover::discover(&elf, &rivet_discover::DiscoverOptions { with_cfi: false })
-            .unwrap();
+    let program = rivet_discover::discover(
+        &elf,
+        &rivet_discover::DiscoverOptions {
+            cfi: rivet_discover::CfiRows::Ignore,
+        },
+    )
+    .unwrap();
     let names = rivet_passes::names::profile_names(&program);
     let mut starts = BTreeMap::new();
     let mut ranges = Vec::new();

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use rivet_discover::{DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
 use rivet_ir::*;
 
@@ -429,6 +429,38 @@ fn shared_library_and_its_user() {
         assert!(p.info.kind != ElfKind::SharedLibrary, "{}", e.name);
         assert!(!p.plt.is_empty(), "{}: no PLT stubs", e.name);
     }
+}
+
+/// `CfiRows::Check` (profile-guided optimize) judges every function as `Keep` does, so the
+/// same functions are skipped and the same ones move; only the rows themselves are dropped.
+#[test]
+fn checked_unwind_rows_skip_what_kept_ones_do() {
+    let mut with_rows = 0;
+    for e in all_entries().filter(|e| e.opt == "O2") {
+        let bytes = std::fs::read(&e.path).unwrap();
+        let elf = ElfFile::parse(&bytes).unwrap();
+        let discover_with = |cfi| discover(&elf, &DiscoverOptions { cfi }).unwrap();
+        let kept = discover_with(CfiRows::Keep);
+        let checked = discover_with(CfiRows::Check);
+        assert!(
+            checked.functions.iter().all(|f| f.cfi.is_empty()),
+            "{}",
+            e.name
+        );
+        with_rows += kept.functions.iter().filter(|f| !f.cfi.is_empty()).count();
+        let statuses =
+            |p: &Program| -> Vec<_> { p.functions.iter().map(|f| f.status.clone()).collect() };
+        assert_eq!(statuses(&kept), statuses(&checked), "{}", e.name);
+        let strip = |mut p: Program| {
+            p.functions.iter_mut().for_each(|f| f.cfi.clear());
+            rivet_ir::dump::dump_program(&p)
+        };
+        assert_eq!(strip(kept), strip(checked), "{}", e.name);
+    }
+    assert!(
+        with_rows > 1000,
+        "only {with_rows} functions with unwind rows"
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rivet_discover::{DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
 use rivet_ir::dump::dump_program;
 
@@ -92,7 +92,7 @@ fn check_aarch64(name: &str, expected_exit: i32) -> PathBuf {
 fn compare_dump(name: &str, bin: &Path, pie: bool, relocs: bool) {
     let bytes = std::fs::read(bin).unwrap();
     let elf = ElfFile::parse(&bytes).unwrap();
-    let program = discover(&elf, &DiscoverOptions { with_cfi: true }).unwrap();
+    let program = discover(&elf, &DiscoverOptions { cfi: CfiRows::Keep }).unwrap();
     let dump = dump_program(&program);
     let golden = golden_dir().join(format!(
         "{name}{}{}.dump",
@@ -162,7 +162,7 @@ fn aarch64_switch_bases() {
     let bin = check_aarch64("switch_bases", 228);
     let bytes = std::fs::read(&bin).unwrap();
     let elf = ElfFile::parse(&bytes).unwrap();
-    let program = discover(&elf, &DiscoverOptions { with_cfi: true }).unwrap();
+    let program = discover(&elf, &DiscoverOptions { cfi: CfiRows::Keep }).unwrap();
     let function = |name: &str| {
         program
             .functions

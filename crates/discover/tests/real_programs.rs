@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rivet_arch::Isa;
-use rivet_discover::{DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverOptions, discover};
 use rivet_elf::eh_frame::SavedRegister;
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
 use rivet_ir::{EdgeKind, Function, Program, RelocationMode, Terminator};
@@ -129,7 +129,12 @@ fn aarch64_programs() -> Vec<(String, PathBuf)> {
 fn load(name: &str, path: &Path, with_cfi: bool) -> Program {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{name}: {}: {e}", path.display()));
     let elf = ElfFile::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
-    discover(&elf, &DiscoverOptions { with_cfi }).unwrap_or_else(|e| panic!("{name}: {e}"))
+    let cfi = if with_cfi {
+        CfiRows::Keep
+    } else {
+        CfiRows::Ignore
+    };
+    discover(&elf, &DiscoverOptions { cfi }).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// A discovered binary's counts and its skip histogram (construct -> functions).

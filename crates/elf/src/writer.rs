@@ -377,9 +377,21 @@ fn output_size_bound(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite)
         .min(elf.data().len().saturating_mul(4) + (64 << 20))
 }
 
-/// Writes the output image of `elf` with `rewrite` applied.
-pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) -> Result<Vec<u8>> {
+/// Writes the output image of `elf` with `rewrite` applied. Takes the new sections' contents
+/// and frees each one once it is copied into the image: the image and all the new sections
+/// (the rewritten debug info above all) are never held side by side at the peak of the run.
+pub fn write_output(
+    elf: &ElfFile<'_>,
+    segment: &NewSegment,
+    mut rewrite: Rewrite,
+) -> Result<Vec<u8>> {
     let bad = |what: &'static str, detail: String| ElfError::malformed(what, detail);
+    let section_sizes: Vec<u64> = rewrite
+        .sections
+        .iter()
+        .map(|s| s.data.len() as u64)
+        .collect();
+    let rewrite = &mut rewrite;
     let hdr = header(elf)?;
     let input = elf.data();
     // The input up to the new segment stays where it is; what lies beyond (non-allocated
@@ -469,9 +481,10 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
     let seg_len = (new_segment_end(segment, rewrite) - segment.vaddr) as usize;
     out.resize(seg_start + seg_len, 0);
     let mut alloc_offsets = Vec::new();
-    for s in rewrite.sections.iter().filter(|s| s.is_alloc()) {
+    for s in rewrite.sections.iter_mut().filter(|s| s.is_alloc()) {
         let off = seg_start + (s.addr - segment.vaddr) as usize;
-        out[off..off + s.data.len()].copy_from_slice(&s.data);
+        let data = std::mem::take(&mut s.data);
+        out[off..off + data.len()].copy_from_slice(&data);
         alloc_offsets.push(off as u64);
     }
 
@@ -602,10 +615,11 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
         moved_sections.push((sec.index, off, size));
     }
     let mut non_alloc_offsets = Vec::new();
-    for s in rewrite.sections.iter().filter(|s| !s.is_alloc()) {
+    for s in rewrite.sections.iter_mut().filter(|s| !s.is_alloc()) {
         let off = align(out.len() as u64, s.align);
         out.resize(off as usize, 0);
-        out.extend_from_slice(&s.data);
+        let data = std::mem::take(&mut s.data);
+        out.extend_from_slice(&data);
         non_alloc_offsets.push(off);
     }
 
@@ -660,7 +674,7 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
         shdrs.push(sh);
     }
     let (mut alloc_i, mut non_alloc_i) = (0, 0);
-    for s in &rewrite.sections {
+    for (s, &size) in rewrite.sections.iter().zip(&section_sizes) {
         let offset = if s.is_alloc() {
             alloc_i += 1;
             alloc_offsets[alloc_i - 1]
@@ -679,7 +693,7 @@ pub fn write_output(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) 
             sh_flags: U64::new(LE, elf::SectionFlags(s.flags)),
             sh_addr: U64::new(LE, if s.is_alloc() { s.addr.get() } else { 0 }),
             sh_offset: U64::new(LE, offset),
-            sh_size: U64::new(LE, s.data.len() as u64),
+            sh_size: U64::new(LE, size),
             sh_link: U32::new(LE, link),
             sh_info: U32::new(LE, s.info),
             sh_addralign: U64::new(LE, s.align.max(1)),
@@ -757,7 +771,7 @@ mod tests {
         let data = std::fs::read("/bin/true").unwrap();
         let elf = ElfFile::parse(&data).unwrap();
         let seg = new_segment(&elf).unwrap();
-        let out = write_output(&elf, &seg, &Rewrite::default()).unwrap();
+        let out = write_output(&elf, &seg, Rewrite::default()).unwrap();
         let again = ElfFile::parse(&out).unwrap();
         // Debian's /bin/true has a PT_NOTE duplicating PT_GNU_PROPERTY: its slot holds the new
         // PT_LOAD, and the table stays right after the ELF header.
@@ -840,7 +854,7 @@ mod tests {
             ..Rewrite::default()
         };
         let bound = output_size_bound(&elf, &seg, &rewrite);
-        let out = write_output(&elf, &seg, &rewrite).unwrap();
+        let out = write_output(&elf, &seg, rewrite).unwrap();
         assert!(
             out.len() <= bound,
             "{} bytes over a bound of {bound}",
@@ -876,7 +890,7 @@ mod tests {
             counters: Some((counters, 4096)),
             ..Rewrite::default()
         };
-        let out = write_output(&elf, &seg, &rewrite).unwrap();
+        let out = write_output(&elf, &seg, rewrite).unwrap();
         let again = ElfFile::parse(&out).unwrap();
         assert_eq!(again.segments().len(), elf.segments().len() + 2);
         let phdr = again

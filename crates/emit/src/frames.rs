@@ -200,16 +200,26 @@ pub fn build(
     // Rewritten fragments.
     for (plan, addr) in placed {
         let f = program.function(plan.fragment.function);
-        if f.cfi.is_empty() {
-            continue;
-        }
         let Some(fde) = eh.fde_for(f.range.start) else {
             continue;
         };
+        // Discovery keeps every function's rows only when asked (`CfiRows::Keep`); otherwise
+        // it checked them (a function whose rows cannot be read is not moved) and they are
+        // read again here, for the moved functions alone.
+        let read;
+        let cfi: &[CfiRow] = if f.cfi.is_empty() {
+            read = eh.rows(fde)?;
+            &read
+        } else {
+            &f.cfi
+        };
+        if cfi.is_empty() {
+            continue;
+        }
         let pieces = plan.pieces(f);
         let mut rows: Vec<CfiRow> = Vec::new();
         for p in &pieces {
-            let Some(row) = f.cfi_at(p.state_at).or(f.cfi.last()) else {
+            let Some(row) = rivet_ir::cfi_at(cfi, p.state_at).or(cfi.last()) else {
                 continue;
             };
             let range = VaddrRange::new(*addr + p.offset, p.size);

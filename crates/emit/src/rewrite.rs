@@ -651,7 +651,7 @@ pub fn rewrite(
         load_align,
     };
     clock.lap(&mut summary, "symbols");
-    let image = write_output(elf, &segment, &rewrite)?;
+    let image = write_output(elf, &segment, rewrite)?;
     clock.lap(&mut summary, "write image");
     Ok(RewriteOutput {
         image,

@@ -302,7 +302,8 @@ pub struct Function {
     pub calls: Vec<Call>,
     pub jump_tables: Vec<JumpTable>,
     pub lsda: Option<Vaddr>,
-    /// Unwind rows of the function's FDE (empty without FDE).
+    /// Unwind rows of the function's FDE (empty without FDE, and unless discovery was asked to
+    /// keep them: `rivet_discover::CfiRows`).
     pub cfi: Vec<CfiRow>,
     pub status: Status,
 }
@@ -480,11 +481,16 @@ impl Function {
 
     /// The unwind row in effect at `addr`.
     pub fn cfi_at(&self, addr: Vaddr) -> Option<&CfiRow> {
-        let pos = self.cfi.partition_point(|r| r.range.start <= addr);
-        pos.checked_sub(1)
-            .map(|i| &self.cfi[i])
-            .filter(|r| r.range.contains(addr))
+        cfi_at(&self.cfi, addr)
     }
+}
+
+/// The row of `rows` (sorted by address, as `Function::cfi`) in effect at `addr`.
+pub fn cfi_at(rows: &[CfiRow], addr: Vaddr) -> Option<&CfiRow> {
+    let pos = rows.partition_point(|r| r.range.start <= addr);
+    pos.checked_sub(1)
+        .map(|i| &rows[i])
+        .filter(|r| r.range.contains(addr))
 }
 
 /// The whole program as discovered.
