@@ -220,8 +220,11 @@ fn exits_to_cold_code_go_direct_below_the_bound_and_through_islands_above_it() {
         let summary = ok(&rivet(&args), &format!("optimize {options:?}"));
         (output, summary)
     };
+    // Names of one length: the loader's and the C library's work, which the whole run's
+    // counts include, depends on the program's path (2 taken branches and 13 instructions
+    // for two characters more).
     let (direct, direct_summary) = optimize("prog.split", &[]);
-    let (islands, islands_summary) = optimize("prog.islands", &["--aarch64-islands=always"]);
+    let (islands, islands_summary) = optimize("prog.islnd", &["--aarch64-islands=always"]);
     let (whole, _) = optimize("prog.whole", &["--split-functions=false"]);
     for summary in [&direct_summary, &islands_summary] {
         assert!(
@@ -281,13 +284,19 @@ fn exits_to_cold_code_go_direct_below_the_bound_and_through_islands_above_it() {
         straight_above == 0 && through_islands_above > 0,
         "above the bound: {straight_above} exits straight to cold code, {through_islands_above} through islands"
     );
-    // Islands cost the hot text a word each.
-    let hot = |summary: &Value| summary["hot_bytes"].as_u64().unwrap();
+    // Islands cost the hot text a word each (here within the functions' alignment padding,
+    // so the hot text's size is the same): the same layout with islands holds more `b`s.
+    let jumps = |binary: &Path| {
+        disassembly(binary, ".text")
+            .iter()
+            .filter(|(_, m, _)| m == "b")
+            .count()
+    };
     assert!(
-        hot(&direct_summary) < hot(&islands_summary),
-        "hot text direct {} islands {}",
-        hot(&direct_summary),
-        hot(&islands_summary)
+        jumps(&islands) > jumps(&direct),
+        "`b` in the hot text: with islands {}, direct {}",
+        jumps(&islands),
+        jumps(&direct)
     );
 
     let s_whole = simulated(&whole);
