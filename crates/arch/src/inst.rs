@@ -281,6 +281,28 @@ impl Inst {
         }
     }
 
+    /// How far this conditional branch reaches in its one-instruction form, in bytes either
+    /// way (the smaller of its two bounds): AArch64 `b.cond`/`cbz`/`cbnz` about 1 MiB,
+    /// `tbz`/`tbnz` about 32 KiB. `None` for anything else, and on x86-64 (whose near form is
+    /// one instruction, so no decision depends on it).
+    pub fn conditional_reach(&self) -> Option<u64> {
+        match &self.repr {
+            Repr::X86_64(_) => None,
+            Repr::Aarch64(i) => {
+                let word = i.decoded()?.word;
+                match crate::aarch64::encode::reach_of(word)? {
+                    reach @ (crate::aarch64::Reach::Imm19 | crate::aarch64::Reach::Imm14)
+                        if i.is_invertible_cond_jump() =>
+                    {
+                        let (lo, hi) = reach.bounds();
+                        Some(hi.min(-lo) as u64)
+                    }
+                    _ => None,
+                }
+            }
+        }
+    }
+
     /// True for a conditional jump whose condition can be inverted and which has short and
     /// near forms.
     pub fn is_invertible_cond_jump(&self) -> bool {

@@ -44,6 +44,39 @@ pub struct BranchSizes {
     pub near: u64,
 }
 
+/// How the emitter writes a conditional branch that leaves its fragment for a block of
+/// another fragment of the same function, where the near form of a conditional branch is a
+/// pair (AArch64; [`Isa::near_conditional_is_a_pair`]). Decided once per rewrite
+/// ([`Isa::fragment_exits`]) from a bound on the whole new text that holds before any
+/// fragment is placed, so that a fragment's size still never depends on where the others
+/// land (docs/architecture.md: fragment-local relaxation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FragmentExits {
+    /// Through an island: the branch in its short form goes to a `b target` after its own
+    /// fragment's code (one per target), which reaches anywhere (+-128 MiB, veneers beyond).
+    /// Reaching the target costs a second taken branch, and every island a word of its
+    /// fragment. Any program size; what the emitter does when nothing better is known.
+    #[default]
+    Islands,
+    /// Straight to the target, in the short form, for every conditional branch that reaches
+    /// at least `reach` bytes either way: the new text spans at most that, so every block of
+    /// every moved fragment is within reach of such a branch wherever the fragments land.
+    /// The others (`tbz`/`tbnz`, +-32 KiB, when `reach` is `b.cond`'s 1 MiB) keep islands.
+    /// BOLT's AArch64 output does the same where its `.text.cold` lies within reach.
+    Direct { reach: u64 },
+}
+
+impl FragmentExits {
+    /// Whether the conditional branch `inst`, leaving its fragment for a block of another
+    /// fragment of its function, goes there directly.
+    pub fn goes_direct(self, inst: &Inst) -> bool {
+        match self {
+            FragmentExits::Islands => false,
+            FragmentExits::Direct { reach } => inst.conditional_reach().is_some_and(|r| r >= reach),
+        }
+    }
+}
+
 /// The unwind state right at a function's entry, after the call: the CFA is the stack
 /// pointer plus `cfa_offset`, and the return address is saved at `return_address_at` from
 /// the CFA (`None`: it is in a register, as on machines with a link register).
@@ -205,6 +238,30 @@ impl Isa {
         match self {
             Isa::X86_64 => false,
             Isa::Aarch64 => true,
+        }
+    }
+
+    /// How conditional branches that leave their fragment for a block of another fragment
+    /// of the same function are written, given `new_text_bound`: an upper bound, in bytes,
+    /// on the span of the whole new text (every moved fragment, hot and cold, with every
+    /// padding, from the first byte of the hot text to the last of the cold text), known
+    /// before any fragment has an address. See [`FragmentExits`].
+    pub fn fragment_exits(self, new_text_bound: u64) -> FragmentExits {
+        if !self.near_conditional_is_a_pair() {
+            return FragmentExits::Islands;
+        }
+        // Two instructions of a span of `n` bytes are at most `n - 4` apart, and a short
+        // conditional branch reaches `hi` forward and `-lo >= hi` back: a span of at most
+        // `hi` is in reach of every branch of that form, wherever the fragments land in it.
+        let reach = |r: aarch64::Reach| r.bounds().1 as u64;
+        let bit_tests = reach(aarch64::Reach::Imm14);
+        let others = reach(aarch64::Reach::Imm19);
+        if new_text_bound <= bit_tests {
+            FragmentExits::Direct { reach: bit_tests }
+        } else if new_text_bound <= others {
+            FragmentExits::Direct { reach: others }
+        } else {
+            FragmentExits::Islands
         }
     }
 
@@ -945,5 +1002,56 @@ mod tests {
             }
         }
         assert!(accepted > 0, "the test header is refused for every machine");
+    }
+
+    /// The new-text bound decides the regime: up to `tbz`'s reach every conditional branch
+    /// goes straight to other fragments, up to `b.cond`'s all but `tbz`/`tbnz`, beyond it
+    /// none; x86-64 never (its near form is one instruction).
+    #[test]
+    fn exits_go_direct_only_below_the_reach_of_the_branch() {
+        let words: Vec<u8> = [
+            0x5400_0040u32, // b.eq +8
+            0x3400_0040,    // cbz w0, +8
+            0xb500_0040,    // cbnz x0, +8
+            0x3600_0040,    // tbz w0, #0, +8
+            0x3708_0040,    // tbnz w0, #1, +8
+            0x1400_0002,    // b +8
+        ]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+        let insts = Isa::Aarch64.decode_all(&words, Vaddr(0x1000));
+        assert_eq!(insts.len(), 6);
+        let reaches: Vec<Option<u64>> = insts.iter().map(Inst::conditional_reach).collect();
+        let (imm19, imm14) = ((1 << 20) - 4, (1 << 15) - 4);
+        assert_eq!(
+            reaches,
+            [
+                Some(imm19),
+                Some(imm19),
+                Some(imm19),
+                Some(imm14),
+                Some(imm14),
+                None
+            ]
+        );
+        let direct = |exits: FragmentExits| -> Vec<bool> {
+            insts.iter().map(|i| exits.goes_direct(i)).collect()
+        };
+        // Small: everything conditional goes direct.
+        let small = Isa::Aarch64.fragment_exits(32 * 1024 - 4);
+        assert_eq!(small, FragmentExits::Direct { reach: imm14 });
+        assert_eq!(direct(small), [true, true, true, true, true, false]);
+        // Up to 1 MiB: bit tests keep their islands.
+        for bound in [32 * 1024, 1024 * 1024 - 4] {
+            let middle = Isa::Aarch64.fragment_exits(bound);
+            assert_eq!(middle, FragmentExits::Direct { reach: imm19 });
+            assert_eq!(direct(middle), [true, true, true, false, false, false]);
+        }
+        // Beyond: islands for all.
+        let large = Isa::Aarch64.fragment_exits(1024 * 1024);
+        assert_eq!(large, FragmentExits::Islands);
+        assert_eq!(direct(large), [false; 6]);
+        assert_eq!(Isa::X86_64.fragment_exits(0), FragmentExits::Islands);
     }
 }

@@ -67,7 +67,7 @@ pub use branch::{Branch, BranchEncoder, BranchForm, EncodeError};
 pub use front_end::{CacheGeometry, FetchModel, TlbGeometry};
 pub use indirect::{IndexBound, IndirectJump, RegisterDefinition};
 pub use inst::{Flow, Inst};
-pub use isa::{BranchKind, BranchSizes, EntryFrame, Isa};
+pub use isa::{BranchKind, BranchSizes, EntryFrame, FragmentExits, Isa};
 pub use probe::{Atomics, IndirectProbeError, ProbeShape};
 pub use x86_64::jump_table::RegisterId;
 pub use x86_64::probe::Flags;

@@ -67,6 +67,16 @@ pub enum PltArg {
     All,
 }
 
+/// How AArch64 conditional branches reach blocks of another fragment (`--aarch64-islands`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IslandsArg {
+    /// Straight to the block when the whole new text is within the branch's reach (1 MiB
+    /// for `b.cond`/`cbz`/`cbnz`, 32 KiB for `tbz`/`tbnz`), through an island otherwise.
+    Auto,
+    /// Always through an island, a `b` after the branch's own fragment.
+    Always,
+}
+
 /// A `bool` option that also takes `=true`/`=false` (`=1`/`=0`), as BOLT's do.
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s {
@@ -160,8 +170,9 @@ pub struct OptimizeArgs {
     #[arg(long, default_value_t = 0)]
     pub hot_text_offset: u64,
     /// Spend up to this many bytes (a multiple of 16, at most 4096; 0: off) of padding before
-    /// a hot function to spread the hottest cache lines evenly over the sets of a 32 KiB
-    /// 8-way L1 instruction cache, so that no set holds more of them than it has ways. The
+    /// a hot function to spread the hottest cache lines evenly over the sets of the target's
+    /// L1 instruction cache (x86-64: 32 KiB 8-way; AArch64: the Neoverse N1's 64 KiB 4-way),
+    /// so that no set holds more of them than it has ways. The
     /// default, 64, lowered simulated I1 misses over 16 placements on Lua and SQLite, and did
     /// better than 256 (docs/icache-offsets.md).
     #[arg(long, default_value_t = 64)]
@@ -173,6 +184,13 @@ pub struct OptimizeArgs {
     /// measurement and no differently in two others, one of 200 rounds (docs/from-bolt.md).
     #[arg(long, value_enum, default_value_t = PltArg::None)]
     pub plt: PltArg,
+    /// AArch64: how a conditional branch goes to a block of another fragment of its function
+    /// (the hot part's exits to the cold part). `auto`: straight there when the whole new
+    /// text (hot and cold, with every padding, bounded before placement) spans less than the
+    /// branch's reach, through an island (a `b` after the hot fragment) otherwise; `always`:
+    /// through an island (docs/aarch64-benchmark.md). No effect on x86-64.
+    #[arg(long, value_enum, default_value_t = IslandsArg::Auto, require_equals = true)]
+    pub aarch64_islands: IslandsArg,
     /// Fold functions with identical code into one copy (safe mode: a function whose address
     /// is taken is never folded away). Folded functions are not emitted in the new text; their
     /// calls go to the kept copy and their old entries forward to it. x86-64, relocation mode.
@@ -731,6 +749,7 @@ pub fn run_with(
         debug_writer: rivet_emit::debug::DebugWriter::default(),
         plt_calls: plt_calls(args.plt, program.info.isa, &mut warnings),
         hugify: args.hugify,
+        always_islands: args.aarch64_islands == IslandsArg::Always,
     };
     let relocation_mode = program.info.relocation_mode == rivet_ir::RelocationMode::Available;
     let rewrite_options = if relocation_mode {
@@ -835,6 +854,13 @@ pub fn run_with(
         "old_entries_not_forwarded": s.old_entries_not_forwarded,
         "veneers": s.veneers,
         "veneers_bypassed": s.veneers_bypassed,
+        "fragment_exits": match s.fragment_exits {
+            rivet_arch::FragmentExits::Islands => serde_json::json!({ "form": "islands" }),
+            rivet_arch::FragmentExits::Direct { reach } => {
+                serde_json::json!({ "form": "direct", "reach": reach })
+            }
+        },
+        "new_text_bound": s.new_text_bound,
         "landing_pads": s.landing_pads,
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,
@@ -1026,6 +1052,7 @@ impl FoldSummary {
                 program.info.isa,
                 program.function(k),
                 &fl.fragments[0],
+                layout.exits,
             );
         }
         FoldSummary {

@@ -2,7 +2,8 @@
 //! the same fragment: every order of every subset of blocks (entry first) of small functions
 //! decoded from real x86-64 and AArch64 bytes, including ones whose branches only reach in
 //! their near form (AArch64: a conditional branch inverted over a `b`, or one that leaves
-//! the fragment through an island after its code) and ones with
+//! the fragment through an island after its code, or straight to the other fragment when the
+//! rewrite bounded the new text within reach: `FragmentExits`) and ones with
 //! unreachable padding; and what the emitter writes for dead padding. It lives
 //! with the CLI's tests because only the CLI crate may depend on both the passes and the
 //! emitter.
@@ -14,7 +15,7 @@
 mod common;
 
 use common::{fall, taken};
-use rivet_arch::Isa;
+use rivet_arch::{FragmentExits, Isa};
 use rivet_emit::code::{PlanOptions, plan_fragment};
 use rivet_ir::layout::FragmentRef;
 use rivet_ir::{BlockId, Function, Terminator};
@@ -140,10 +141,24 @@ fn long_body_aarch64() -> Function {
 }
 
 fn emitted_size(f: &Function, blocks: &[BlockId]) -> u64 {
-    emitted_size_of(Isa::X86_64, f, blocks)
+    emitted_size_of(Isa::X86_64, f, blocks, FragmentExits::Islands)
 }
 
-fn emitted_size_of(isa: Isa, f: &Function, blocks: &[BlockId]) -> u64 {
+fn estimated_fragment_size_islands(isa: Isa, f: &Function, blocks: &[BlockId]) -> u64 {
+    estimated_fragment_size(isa, f, blocks, FragmentExits::Islands)
+}
+
+/// `b.cond`/`cbz`/`cbnz` straight to other fragments, `tbz`/`tbnz` through islands: the
+/// regime of new text under 1 MiB.
+const DIRECT_1M: FragmentExits = FragmentExits::Direct {
+    reach: (1 << 20) - 4,
+};
+/// Every conditional branch straight to other fragments: new text under 32 KiB.
+const DIRECT_32K: FragmentExits = FragmentExits::Direct {
+    reach: (1 << 15) - 4,
+};
+
+fn emitted_size_of(isa: Isa, f: &Function, blocks: &[BlockId], exits: FragmentExits) -> u64 {
     let fragment = FragmentRef {
         function: f.id,
         fragment: 0,
@@ -155,6 +170,7 @@ fn emitted_size_of(isa: Isa, f: &Function, blocks: &[BlockId]) -> u64 {
         &mut isa.branch_encoder(),
         PlanOptions {
             block_alignment: 16,
+            exits,
             ..PlanOptions::default()
         },
     )
@@ -187,7 +203,7 @@ fn the_estimate_is_the_emitted_size_of_every_fragment() {
         assert!(all.len() > 10);
         for blocks in all {
             assert_eq!(
-                estimated_fragment_size(Isa::X86_64, &f, &blocks),
+                estimated_fragment_size(Isa::X86_64, &f, &blocks, FragmentExits::Islands),
                 emitted_size(&f, &blocks),
                 "{} with blocks {blocks:?}",
                 f.name()
@@ -199,18 +215,82 @@ fn the_estimate_is_the_emitted_size_of_every_fragment() {
 #[test]
 fn the_aarch64_estimate_is_the_emitted_size_of_every_fragment() {
     assert!(!padded_aarch64().blocks[2].is_reachable);
-    for f in [padded_aarch64(), long_body_aarch64()] {
+    for f in [padded_aarch64(), long_body_aarch64(), bit_test_aarch64()] {
         let all = fragments(f.blocks.len() as u32);
-        assert!(all.len() > 10);
+        assert!(all.len() > 4);
         for blocks in all {
-            assert_eq!(
-                estimated_fragment_size(Isa::Aarch64, &f, &blocks),
-                emitted_size_of(Isa::Aarch64, &f, &blocks),
-                "{} with blocks {blocks:?}",
-                f.name()
-            );
+            for exits in [FragmentExits::Islands, DIRECT_1M, DIRECT_32K] {
+                assert_eq!(
+                    estimated_fragment_size(Isa::Aarch64, &f, &blocks, exits),
+                    emitted_size_of(Isa::Aarch64, &f, &blocks, exits),
+                    "{} with blocks {blocks:?}, {exits:?}",
+                    f.name()
+                );
+            }
         }
     }
+}
+
+/// B0 `tbz w0, #0, B2`, B1 `mov w0, #1; ret`, B2 `mov w0, #0; ret`.
+fn bit_test_aarch64() -> Function {
+    let code = words(&[
+        0x3600_0060, // tbz w0, #0, +0xc
+        0x5280_0020, // mov w0, #1
+        0xd65f_03c0, // ret
+        0x5280_0000, // mov w0, #0
+        0xd65f_03c0, // ret
+    ]);
+    common::function_of(
+        Isa::Aarch64,
+        0,
+        0x1000,
+        &code,
+        vec![
+            (0x1000, Terminator::CondJump, vec![taken(2), fall(1)]),
+            (0x1004, Terminator::Return, vec![]),
+            (0x100c, Terminator::Return, vec![]),
+        ],
+        vec![],
+    )
+}
+
+/// Below the bound, a conditional exit to another fragment is one word straight there, no
+/// island; `tbz` only below 32 KiB. Above it (`Islands`), every exit goes through an island.
+#[test]
+fn aarch64_exits_to_other_fragments_go_direct_below_the_bound() {
+    let ids = |v: &[u32]| v.iter().map(|&b| BlockId(b)).collect::<Vec<_>>();
+    let f = padded_aarch64();
+    // [B0, B1], B3 and B4 elsewhere: `cbz` to B3, B1's `mov` and `b`: 12 bytes; with islands
+    // 16 (the island's `b` to B3 after the code).
+    let size = |f: &Function, order: &[u32], exits| {
+        let blocks = ids(order);
+        let estimate = estimated_fragment_size(Isa::Aarch64, f, &blocks, exits);
+        assert_eq!(
+            estimate,
+            emitted_size_of(Isa::Aarch64, f, &blocks, exits),
+            "{order:?} {exits:?}"
+        );
+        estimate
+    };
+    assert_eq!(size(&f, &[0, 1], FragmentExits::Islands), 16);
+    assert_eq!(size(&f, &[0, 1], DIRECT_1M), 12);
+    assert_eq!(size(&f, &[0, 1], DIRECT_32K), 12);
+    // Inside the fragment nothing changes.
+    assert_eq!(size(&f, &[0, 1, 2, 3, 4], DIRECT_1M), 20);
+    // `tbz` (+-32 KiB) keeps its island in the 1 MiB regime.
+    let f = bit_test_aarch64();
+    assert_eq!(size(&f, &[0, 1], FragmentExits::Islands), 16);
+    assert_eq!(size(&f, &[0, 1], DIRECT_1M), 16);
+    assert_eq!(size(&f, &[0, 1], DIRECT_32K), 12);
+    // Inverted (`tbnz` to B1 elsewhere, B2 next): the same.
+    assert_eq!(size(&f, &[0, 2], DIRECT_1M), 16);
+    assert_eq!(size(&f, &[0, 2], DIRECT_32K), 12);
+    // A long fragment: `cbz` to B2 elsewhere, past 32 KiB of B1, which no island after B1
+    // is in reach of (the pair, 8 bytes, and the unused island): direct, one word.
+    let f = long_body_aarch64();
+    let long = 4 * u64::from(LONG_AARCH64);
+    assert_eq!(size(&f, &[0, 1], FragmentExits::Islands), 8 + long + 4 + 4);
+    assert_eq!(size(&f, &[0, 1], DIRECT_1M), 4 + long + 4);
 }
 
 #[test]
@@ -219,30 +299,33 @@ fn aarch64_sizes_are_words_and_far_conditional_branches_two() {
     let f = padded_aarch64();
     // The input order: five words, the padding left out.
     assert_eq!(
-        estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1, 2, 3, 4])),
+        estimated_fragment_size_islands(Isa::Aarch64, &f, &ids(&[0, 1, 2, 3, 4])),
         20
     );
     // Without B3 and B4 (another fragment): `cbz` to an island (4 bytes), B1's `mov` and
     // `b`, then the island, a `b` to B3 (4 bytes).
-    assert_eq!(estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1])), 16);
+    assert_eq!(
+        estimated_fragment_size_islands(Isa::Aarch64, &f, &ids(&[0, 1])),
+        16
+    );
     let f = long_body_aarch64();
     let long = 4 * u64::from(LONG_AARCH64);
     // The input order: `cbz` over B1 and `b.ne` back over it, both two words.
     assert_eq!(
-        estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1, 2, 3])),
+        estimated_fragment_size_islands(Isa::Aarch64, &f, &ids(&[0, 1, 2, 3])),
         8 + long + 4 + 8 + 4
     );
     // Without B2 and B3: B0's `cbz` to B2 cannot reach an island past B1, so it is the
     // opposite test over a `b` (8 bytes); B1 ends with a `b` to B2, and the island the
     // emitter planned stays (4 bytes, never run).
     assert_eq!(
-        estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 1])),
+        estimated_fragment_size_islands(Isa::Aarch64, &f, &ids(&[0, 1])),
         8 + long + 4 + 4
     );
     // B2 after B0: `cbnz` to B1 (past B2 and B3) and B2's `b.ne` stay one word; B1, last,
     // goes back to B2 with a `b`.
     assert_eq!(
-        estimated_fragment_size(Isa::Aarch64, &f, &ids(&[0, 2, 3, 1])),
+        estimated_fragment_size_islands(Isa::Aarch64, &f, &ids(&[0, 2, 3, 1])),
         4 + (4 + 4) + 4 + (long + 4)
     );
 }
@@ -253,13 +336,13 @@ fn branches_around_a_long_block_are_near() {
     let ids = |v: &[u32]| v.iter().map(|&b| BlockId(b)).collect::<Vec<_>>();
     // The input order: `je` over B1 and `jne` back over it, both near (6 bytes).
     assert_eq!(
-        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 1, 2, 3])),
+        estimated_fragment_size_islands(Isa::X86_64, &f, &ids(&[0, 1, 2, 3])),
         2 + 6 + 150 + 3 + 6 + 1
     );
     // B2 right after B0 turns `je` into a short `jne` to B1 (past B2 and B3), B2's `jne`
     // to B1 stays short, and B1, last, falls back to B2 through a near `jmp` over itself.
     assert_eq!(
-        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 2, 3, 1])),
+        estimated_fragment_size_islands(Isa::X86_64, &f, &ids(&[0, 2, 3, 1])),
         (2 + 2) + (3 + 2) + 1 + (150 + 5)
     );
 }
@@ -270,20 +353,23 @@ fn unreachable_padding_and_dropped_jumps_count_nothing() {
     let ids = |v: &[u32]| v.iter().map(|&b| BlockId(b)).collect::<Vec<_>>();
     // The input order: 4 + 7 + 2 + 1 bytes, the padding left out.
     assert_eq!(
-        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 1, 2, 3, 4])),
+        estimated_fragment_size_islands(Isa::X86_64, &f, &ids(&[0, 1, 2, 3, 4])),
         14
     );
     // B3 after B0 turns `je` around to reach B1, which jumps back to B4: 4 + 2 + 7 + 1.
     assert_eq!(
-        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 3, 4, 1])),
+        estimated_fragment_size_islands(Isa::X86_64, &f, &ids(&[0, 3, 4, 1])),
         14
     );
     // Without B3 and B4 (in another fragment), B0 needs `je rel32` and B1 a `jmp rel32`:
     // 2 + 6, then 5 + 5.
-    assert_eq!(estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 1])), 18);
+    assert_eq!(
+        estimated_fragment_size_islands(Isa::X86_64, &f, &ids(&[0, 1])),
+        18
+    );
     // Neither side next: `je rel32` to B3 and `jmp rel32` to B1.
     assert_eq!(
-        estimated_fragment_size(Isa::X86_64, &f, &ids(&[0, 4])),
+        estimated_fragment_size_islands(Isa::X86_64, &f, &ids(&[0, 4])),
         2 + 6 + 5 + 1
     );
 }

@@ -1,7 +1,9 @@
 //! Spreading the hottest cache lines of the hot text over the instruction cache's sets.
 //!
-//! An L1 instruction cache of 32 KiB with 8 ways and 64-byte lines (this machine's, and that
-//! of most x86-64 cores of the last decade) picks a line's set from address bits 6-11. Hot
+//! The cache is the target's (`Isa::default_fetch_model`, the geometry `rivet simulate`
+//! measures with): on x86-64 an L1 instruction cache of 32 KiB with 8 ways and 64-byte lines
+//! (this machine's, and that of most x86-64 cores of the last decade), which picks a line's
+//! set from address bits 6-11; on AArch64 the Neoverse N1's 64 KiB, 4 ways, 256 sets. Hot
 //! text larger than the cache puts many lines in each set, and when more lines that run
 //! together land in one set than it has ways, they evict each other on every pass: an LRU set
 //! cycled through by nine lines misses every time. Which set a line lands in is an accident of
@@ -10,7 +12,7 @@
 //! misses were in the handful of sets holding nine or ten lines run 100,000 times or more.
 //!
 //! The balancer counts, set by set, the very hot lines placed so far (the
-//! `VERY_HOT_PER_SET * SETS` hottest lines of the hot text, by profile count), and starts each
+//! `very_hot_per_set(ways) * sets` hottest lines of the hot text, by profile count), and starts each
 //! hot fragment that holds very hot lines after the padding (16-byte steps, up to a limit)
 //! that adds them to the least occupied sets; a fragment aligned to more than 16 bytes moves in
 //! steps of its alignment. Padding between fragments is never executed: it
@@ -23,12 +25,19 @@
 //! at one placement, and over 16 placements SQLite missed 34% to 53% more (18% when the
 //! warm lines only broke ties, over 8; docs/icache-offsets.md, "Warm lines in the balancer").
 
-/// Line size and set count of the cache being balanced (32 KiB, 8 ways, 64-byte lines).
-const LINE: u64 = 64;
-const SETS: usize = 64;
-/// Very hot lines per set, on average: fewer than the 8 ways, leaving room for the lines the
-/// profile does not see (shared libraries, the PLT, code left in place).
-const VERY_HOT_PER_SET: usize = 6;
+use rivet_arch::CacheGeometry;
+
+/// Very hot lines per set, on average, for a cache of `ways` ways: three quarters of them,
+/// leaving the rest for the lines the profile does not see (shared libraries, the PLT, code
+/// left in place). For x86-64's 8 ways that is the 6 tuned on Lua and SQLite
+/// (docs/icache-offsets.md), 384 lines; for the N1's 4 ways it is 3, the same quarter of
+/// each set left free and the same share of the cache (768 of its 1,024 lines) counted very
+/// hot. Two (half the ways) would leave a set's lines that run together room to spare but
+/// count only half the cache as very hot, and ignore every line past the 512th; four
+/// would fill the ways and leave nothing for the code the profile cannot see.
+pub fn very_hot_per_set(ways: u64) -> usize {
+    (ways as usize * 3 / 4).max(1)
+}
 /// The smallest padding step: offsets inside a fragment assume its start is a multiple of 16
 /// (aligned blocks).
 const MIN_STEP: u64 = 16;
@@ -41,12 +50,12 @@ pub struct BlockExtent {
     pub count: u64,
 }
 
-/// The lines a fragment placed at address `start` touches (as line numbers, address / 64),
-/// in address order, each with the largest count of a block on it.
-fn line_heat(blocks: &[BlockExtent], start: u64) -> Vec<(u64, u64)> {
+/// The lines of `line` bytes a fragment placed at address `start` touches (as line numbers,
+/// address / line), in address order, each with the largest count of a block on it.
+fn line_heat(blocks: &[BlockExtent], start: u64, line: u64) -> Vec<(u64, u64)> {
     let mut lines: Vec<(u64, u64)> = Vec::new();
     for b in blocks.iter().filter(|b| b.end > b.start) {
-        for line in (start + b.start) / LINE..=(start + b.end - 1) / LINE {
+        for line in (start + b.start) / line..=(start + b.end - 1) / line {
             match lines.last_mut() {
                 Some((l, heat)) if *l == line => *heat = (*heat).max(b.count),
                 _ => lines.push((line, b.count)),
@@ -63,33 +72,46 @@ pub struct SetBalancer {
     /// Lines with at least this count are very hot.
     threshold: u64,
     max_padding: u64,
-    /// Very hot lines placed so far, per set.
-    occupancy: [u32; SETS],
+    /// Bytes per line.
+    line: u64,
+    /// Very hot lines placed so far, per set (as many as the cache has sets).
+    occupancy: Vec<u32>,
 }
 
 impl SetBalancer {
-    /// A balancer for these hot fragments (each a list of its blocks), with up to
-    /// `max_padding` bytes before a fragment. `None` when there is nothing to balance: no
-    /// counted block, or less padding than one step.
-    pub fn new(fragments: &[Vec<BlockExtent>], max_padding: u64) -> Option<SetBalancer> {
-        if max_padding < MIN_STEP {
+    /// A balancer for these hot fragments (each a list of its blocks) in a cache of
+    /// `geometry`, with up to `max_padding` bytes before a fragment. `None` when there is
+    /// nothing to balance: no counted block, less padding than one step, or a geometry without
+    /// whole sets.
+    pub fn new(
+        fragments: &[Vec<BlockExtent>],
+        max_padding: u64,
+        geometry: CacheGeometry,
+    ) -> Option<SetBalancer> {
+        let line = geometry.line;
+        let sets = geometry
+            .size
+            .checked_div(line.saturating_mul(geometry.ways))
+            .unwrap_or(0);
+        if max_padding < MIN_STEP || line == 0 || sets == 0 {
             return None;
         }
         let mut heats: Vec<u64> = fragments
             .iter()
-            .flat_map(|blocks| line_heat(blocks, 0))
+            .flat_map(|blocks| line_heat(blocks, 0, line))
             .map(|(_, heat)| heat)
             .filter(|&heat| heat > 0)
             .collect();
         if heats.is_empty() {
             return None;
         }
-        let rank = (VERY_HOT_PER_SET * SETS).min(heats.len() - 1);
+        let rank = (very_hot_per_set(geometry.ways) * sets as usize).min(heats.len() - 1);
         let (_, &mut threshold, _) = heats.select_nth_unstable_by(rank, |a, b| b.cmp(a));
         Some(SetBalancer {
             threshold: threshold.max(1),
             max_padding,
-            occupancy: [0; SETS],
+            line,
+            occupancy: vec![0; sets as usize],
         })
     }
 
@@ -97,11 +119,12 @@ impl SetBalancer {
     /// multiple of `step` (the fragment's alignment, at least 16, which padding keeps);
     /// records its very hot lines.
     pub fn place(&mut self, blocks: &[BlockExtent], cursor: u64, step: u64) -> u64 {
+        let sets = self.occupancy.len() as u64;
         let very_hot_sets = |start: u64| -> Vec<usize> {
-            line_heat(blocks, start)
+            line_heat(blocks, start, self.line)
                 .into_iter()
                 .filter(|&(_, heat)| heat >= self.threshold)
-                .map(|(line, _)| (line % SETS as u64) as usize)
+                .map(|(line, _)| (line % sets) as usize)
                 .collect()
         };
         // Padding moves lines, it does not change which blocks are very hot.
@@ -114,7 +137,7 @@ impl SetBalancer {
             // Each line costs the occupancy it meets, counting the fragment's own lines
             // before it: the increase of the sum of squared occupancies, which a balanced
             // cache keeps lowest.
-            let mut occupancy = self.occupancy;
+            let mut occupancy = self.occupancy.clone();
             let cost: u64 = sets
                 .iter()
                 .map(|&s| {
@@ -138,6 +161,13 @@ impl SetBalancer {
 mod tests {
     use super::*;
 
+    /// The x86-64 geometry the tests below were written for: 64 sets of 8 ways.
+    const X86: CacheGeometry = CacheGeometry {
+        size: 32 * 1024,
+        ways: 8,
+        line: 64,
+    };
+
     fn block(start: u64, end: u64, count: u64) -> BlockExtent {
         BlockExtent { start, end, count }
     }
@@ -145,10 +175,10 @@ mod tests {
     #[test]
     fn a_line_takes_the_largest_count_of_its_blocks() {
         let blocks = [block(0, 40, 5), block(40, 100, 9), block(100, 130, 2)];
-        assert_eq!(line_heat(&blocks, 0), vec![(0, 9), (1, 9), (2, 2)]);
+        assert_eq!(line_heat(&blocks, 0, 64), vec![(0, 9), (1, 9), (2, 2)]);
         // Placed 32 bytes further, the last block shares its line with the end of the second.
-        assert_eq!(line_heat(&blocks, 32), vec![(0, 5), (1, 9), (2, 9)]);
-        assert_eq!(line_heat(&[block(8, 8, 7)], 0), vec![]);
+        assert_eq!(line_heat(&blocks, 32, 64), vec![(0, 5), (1, 9), (2, 9)]);
+        assert_eq!(line_heat(&[block(8, 8, 7)], 0, 64), vec![]);
     }
 
     /// Fragments of one very hot line each: every one lands in a set no other one holds
@@ -161,7 +191,7 @@ mod tests {
         let fragment = vec![block(0, 16, 1000), block(16, 128, 1)];
         let mut fragments = vec![fragment.clone(); 64];
         fragments.extend(vec![vec![block(0, 64, 10)]; 400]);
-        let mut balancer = SetBalancer::new(&fragments, 1024).expect("counted blocks");
+        let mut balancer = SetBalancer::new(&fragments, 1024, X86).expect("counted blocks");
         let mut cursor = 0x10000;
         let mut sets = Vec::new();
         for blocks in &fragments[..64] {
@@ -175,6 +205,56 @@ mod tests {
         assert_eq!(sets.len(), 64, "one very hot line per set");
     }
 
+    /// The N1's geometry (64 KiB, 4 ways): 256 sets to spread over, 3 very hot lines per set
+    /// counted (x86-64's 8 ways keep their 6).
+    #[test]
+    fn the_target_geometry_decides_the_sets() {
+        assert_eq!((very_hot_per_set(8), very_hot_per_set(4)), (6, 3));
+        let n1 = CacheGeometry {
+            size: 64 * 1024,
+            ways: 4,
+            line: 64,
+        };
+        let fragment = vec![block(0, 16, 1000), block(16, 128, 1)];
+        let mut fragments = vec![fragment.clone(); 256];
+        fragments.extend(vec![vec![block(0, 64, 10)]; 1000]);
+        let mut balancer = SetBalancer::new(&fragments, 4096, n1).expect("counted blocks");
+        let mut cursor = 0x10000;
+        let mut sets = Vec::new();
+        for blocks in &fragments[..256] {
+            let start = balancer.place(blocks, cursor, 16);
+            sets.push((start / 64) % 256);
+            cursor = start + 128;
+        }
+        sets.sort_unstable();
+        sets.dedup();
+        assert_eq!(sets.len(), 256, "one very hot line in each of the 256 sets");
+        // With x86-64's 64 sets the same fragments fill each set four times over.
+        let mut balancer = SetBalancer::new(&fragments, 4096, X86).expect("counted blocks");
+        let mut cursor = 0x10000;
+        let mut sets = Vec::new();
+        for blocks in &fragments[..256] {
+            let start = balancer.place(blocks, cursor, 16);
+            sets.push((start / 64) % 256);
+            cursor = start + 128;
+        }
+        sets.sort_unstable();
+        sets.dedup();
+        assert!(sets.len() < 256, "{} sets of 256", sets.len());
+        assert!(
+            SetBalancer::new(
+                &fragments,
+                4096,
+                CacheGeometry {
+                    size: 0,
+                    ways: 4,
+                    line: 64
+                }
+            )
+            .is_none()
+        );
+    }
+
     /// Lines below the threshold do not move a fragment, and no profile means no balancing.
     #[test]
     fn cold_fragments_and_unprofiled_code_are_not_padded() {
@@ -182,9 +262,9 @@ mod tests {
         // stays where it comes.
         let mut fragments = vec![vec![block(0, 64, 1000)]; 400];
         fragments.push(vec![block(0, 64, 10)]);
-        let mut balancer = SetBalancer::new(&fragments, 256).expect("counted blocks");
+        let mut balancer = SetBalancer::new(&fragments, 256, X86).expect("counted blocks");
         assert_eq!(balancer.place(&[block(0, 64, 10)], 0x1230, 16), 0x1230);
-        assert!(SetBalancer::new(&[vec![block(0, 64, 0)]], 256).is_none());
-        assert!(SetBalancer::new(&fragments, 8).is_none());
+        assert!(SetBalancer::new(&[vec![block(0, 64, 0)]], 256, X86).is_none());
+        assert!(SetBalancer::new(&fragments, 8, X86).is_none());
     }
 }

@@ -7,14 +7,18 @@
 //! that leave the fragment use the near form, so a fragment's size does not depend on where it
 //! lands (docs/architecture.md: fragment-local relaxation); the one exception is a fragment whose place
 //! is known before any is placed (`KnownPlace`: in place), whose branches to code that does
-//! not move may be short too. Once every fragment has an address,
+//! not move may be short too; and, on AArch64, conditional branches to a block of another
+//! fragment when the rewrite bounded the whole new text within their reach
+//! (`FragmentExits::Direct`): short wherever the fragments land. Once every fragment has an address,
 //! the `AddressMap` knows the new address of every instruction of every rewritten function,
 //! and pass two (`encode_fragment`) writes the final bytes, recomputing every PC-relative
 //! field and every absolute code address the relocations point out.
 
 use std::collections::HashMap;
 
-use rivet_arch::{Branch, BranchEncoder, BranchForm, EncodeError, Flow, Inst, ProbeShape};
+use rivet_arch::{
+    Branch, BranchEncoder, BranchForm, EncodeError, Flow, FragmentExits, Inst, ProbeShape,
+};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{AlignedBlock, FragmentRef};
 use rivet_ir::probes::{EdgeTarget, FunctionProbes, ProbeAt};
@@ -256,6 +260,44 @@ impl FragmentPlan {
             })
     }
 
+    /// The most bytes of block alignment padding the fragment may hold, whatever its other
+    /// items' sizes: what a plan of the same blocks with smaller branches can hold more of.
+    pub fn padding_slack(&self) -> u64 {
+        self.items
+            .iter()
+            .map(|item| match item {
+                Item::Align { max_padding, .. } => u64::from(*max_padding),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The most bytes the fragment's short branches may grow by when more alignment padding
+    /// (`padding_slack`) lies between them and their targets: none where the whole fragment,
+    /// that padding included, is within a short branch's reach, or holds no padding; else
+    /// each short branch taking its near form.
+    pub fn growth_slack(&self, isa: rivet_arch::Isa) -> u64 {
+        let slack = self.padding_slack();
+        let span = (self.size + slack) as i64;
+        if slack == 0
+            || (isa.short_branch_reaches(0, 0, span) && isa.short_branch_reaches(span as u64, 0, 0))
+        {
+            return 0;
+        }
+        self.items
+            .iter()
+            .map(|item| match *item {
+                Item::Branch {
+                    form: BranchForm::Short,
+                    short_size,
+                    near_size,
+                    ..
+                } => u64::from(near_size.saturating_sub(short_size)),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// How many calls and tail calls the fragment makes through a PLT stub's GOT slot.
     pub fn calls_via_slot(&self) -> usize {
         self.items
@@ -344,6 +386,10 @@ pub struct PlanOptions<'a> {
     /// Where the fragment will land, when that is known before any fragment is placed: the
     /// first fragment of a function rewritten in place starts where the function did.
     pub known_place: Option<KnownPlace<'a>>,
+    /// How conditional branches to a block of another fragment of the function are written
+    /// (AArch64: through islands, or straight there when the rewrite bounded the whole new
+    /// text within their reach; `FragmentExits`).
+    pub exits: FragmentExits,
 }
 
 /// A fragment's address known in advance, and the program to tell which branch targets
@@ -385,6 +431,7 @@ pub fn plan_fragment(
         block_alignment,
         via_slots,
         known_place,
+        exits,
     } = options;
     let slot_for = |inst: u32| via_slots.and_then(|v| v.slot_for(&f.insts[inst as usize]));
     // Plans of every fragment live until the end of the rewrite: size them for this
@@ -680,6 +727,10 @@ pub fn plan_fragment(
     // path (the exit is cold) is nearly always; through an island the hot path falls through
     // and only the exit pays, one branch more. The islands are items of the fragment, so its
     // size still does not depend on where it lands. Keyed by target: (label, target).
+    // Where the rewrite bounded the whole new text within the branch's reach
+    // (`FragmentExits::Direct`), a branch to a block of another fragment goes straight
+    // there in its short form instead: it reaches wherever that fragment lands, so the size
+    // is still placement-independent, and the exit costs one taken branch, not two.
     let mut islands: Vec<(u32, Target, Vaddr)> = Vec::new();
     let mut island_of: HashMap<u32, Target> = HashMap::new();
     for item in &mut items {
@@ -695,6 +746,13 @@ pub fn plan_fragment(
                 Target::Block(b) if in_fragment.contains(b) => *form = BranchForm::Short,
                 Target::Trampoline(_) => *form = BranchForm::Short,
                 Target::Address(a) if known_place.is_some_and(|k| k.keeps(*a)) => {
+                    *form = BranchForm::Short;
+                }
+                Target::Block(_)
+                    if is_pair
+                        && matches!(branch, NewBranch::Cond { inst, .. }
+                            if exits.goes_direct(&f.insts[*inst as usize])) =>
+                {
                     *form = BranchForm::Short;
                 }
                 _ if is_pair && matches!(branch, NewBranch::Cond { .. }) => {
@@ -791,7 +849,12 @@ pub fn plan_fragment(
                 }
                 // The target's offset from the fragment's start.
                 let to = match *target {
-                    Target::Block(b) => label_offset[&LabelId::Block(b)] as i64,
+                    Target::Block(b) => match label_offset.get(&LabelId::Block(b)) {
+                        Some(&at) => at as i64,
+                        // In another fragment, written short only where the rewrite's bound
+                        // on the new text guarantees the reach (`FragmentExits::Direct`).
+                        None => continue,
+                    },
                     Target::Trampoline(k) => label_offset[&LabelId::Trampoline(k)] as i64,
                     // Short only with a known place (above).
                     Target::Address(a) => match known_place {

@@ -4,7 +4,10 @@
 //! 1. `choose_layout`: the functions to rewrite (simple ones in `.text`; in place mode only
 //!    those no unknown reference can enter in the middle) and their layout.
 //! 2. `plan_fragments`: every fragment planned (parallel); a function whose fragment cannot
-//!    be planned, or does not fit in place, is left untouched and reported.
+//!    be planned, or does not fit in place, is left untouched and reported. On AArch64,
+//!    `fragment_exits` then bounds the whole new text from those plans and, when it is within
+//!    a conditional branch's reach, plans again with exits to other fragments written
+//!    straight there instead of through islands.
 //! 3. `place_fragments`: addresses in the new segment, then the address map and the
 //!    instrumentation runtime.
 //! 4. `encode_text` (parallel), then patches: references (relocated ones, and branches of
@@ -19,6 +22,7 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
+use rivet_arch::FragmentExits;
 use rivet_elf::writer::{NewSection, Rewrite, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
@@ -122,6 +126,10 @@ pub struct RewriteOptions<'a> {
     /// Start-up code that maps the hot text on huge pages (`hugify`); needs `alignment.hot_text`
     /// to be `hugify::HUGE_PAGE`.
     pub hugify: bool,
+    /// Keep AArch64's islands whatever the size of the new text (`FragmentExits::Islands`);
+    /// `rivet optimize --aarch64-islands=always`, for comparisons and the tests of the large
+    /// regime on small programs.
+    pub always_islands: bool,
 }
 
 impl RewriteOptions<'_> {
@@ -133,6 +141,7 @@ impl RewriteOptions<'_> {
             debug_writer: debug::DebugWriter::default(),
             plt_calls: PltCalls::Keep,
             hugify: false,
+            always_islands: false,
         }
     }
 }
@@ -194,6 +203,10 @@ pub enum RewriteError {
 pub struct Summary {
     pub functions: usize,
     pub simple: usize,
+    /// How conditional exits to other fragments were written (`fragment_exits`), and the
+    /// bound on the new text that decided it (`new_text_bound`, from the plans with islands).
+    pub fragment_exits: FragmentExits,
+    pub new_text_bound: u64,
     /// Veneers placed for calls and jumps that cannot reach their targets (AArch64).
     pub veneers: usize,
     /// Landing pads placed for veneers whose destinations have none, where BTI guards the
@@ -369,7 +382,6 @@ pub fn rewrite(
         in_place,
         &mut summary,
     )?;
-    clock.lap(&mut summary, "plan fragments");
 
     // 3. Addresses. Instrumentation counters get a segment of their own below the new one.
     let mut segment = new_segment(elf)?;
@@ -381,6 +393,34 @@ pub fn rewrite(
             size,
         )
     });
+    // 2b. Conditional exits between fragments: planned again, shorter, when the new text is
+    // bounded within their reach.
+    let exits = if options.always_islands || instrumentation.is_some() || in_place {
+        FragmentExits::Islands
+    } else {
+        fragment_exits(
+            elf,
+            program,
+            &layout,
+            &plans,
+            &options.alignment,
+            segment.content_start(),
+        )
+    };
+    summary.new_text_bound = new_text_bound(program.info.isa, &layout, &plans, &options.alignment);
+    if exits != FragmentExits::Islands {
+        layout.exits = exits;
+        plans = plan_fragments(
+            program,
+            &mut layout,
+            options,
+            instrumentation,
+            in_place,
+            &mut summary,
+        )?;
+    }
+    summary.fragment_exits = layout.exits;
+    clock.lap(&mut summary, "plan fragments");
     let (text, mut map) = loop {
         let (text, map) = place_with_veneers(
             elf,
@@ -920,6 +960,7 @@ fn plan_fragments(
                                 at: f.range.start,
                                 program,
                             }),
+                            exits: layout_ref.exits,
                         },
                     ),
                 )
@@ -955,6 +996,71 @@ fn plan_fragments(
     }
     drop_functions(program, layout, &mut plans, dropped, in_place, summary)?;
     Ok(plans)
+}
+
+/// An upper bound on the span of the new text (first byte of the hot text to last byte of
+/// the cold text) once `plans` (made with islands) are placed, whatever the exits' form:
+/// each plan's size, which writing its exits straight to another fragment only lowers (a
+/// short branch instead of one to an island, or of the pair; no island), plus the block
+/// alignment padding its aligned blocks may hold beyond what it holds now and what its short
+/// branches may grow by over that padding (`FragmentPlan::growth_slack`), the function
+/// alignment and set-balancing padding before each hot fragment, and the padding between
+/// the hot and the cold text. Veneers are not in it: `fragment_exits` rules them out.
+pub fn new_text_bound(
+    isa: rivet_arch::Isa,
+    layout: &Layout,
+    plans: &BTreeMap<FragmentRef, FragmentPlan>,
+    alignment: &TextAlignment,
+) -> u64 {
+    let hot: std::collections::HashSet<FragmentRef> = layout.hot_order.iter().copied().collect();
+    let before_hot = alignment.functions.max(1) - 1 + alignment.set_balance_padding;
+    plans
+        .iter()
+        .map(|(r, plan)| {
+            plan.size
+                + plan.padding_slack()
+                + plan.growth_slack(isa)
+                + if hot.contains(r) { before_hot } else { 0 }
+        })
+        .sum::<u64>()
+        + alignment.hot_text.max(64)
+}
+
+/// How the rewrite writes conditional branches from one fragment to a block of another of
+/// the same function (AArch64; `FragmentExits`). Islands cost each exit a second taken branch
+/// and each fragment a word per target, in the hot text; the alternative, branching straight
+/// there, needs the target within the branch's reach wherever the fragments land, which
+/// fragment-local planning cannot know of one branch. It can of all of them: when the whole
+/// new text spans less than the reach (`new_text_bound`, from the plans, before anything is
+/// placed), every block of every moved fragment is within it. The bound leaves veneers out,
+/// so it holds only where no veneer can be needed: everything a moved branch may go to (the
+/// input's loaded image, the new text) lies within a `b`'s reach of the new text.
+fn fragment_exits(
+    elf: &ElfFile<'_>,
+    program: &Program,
+    layout: &Layout,
+    plans: &BTreeMap<FragmentRef, FragmentPlan>,
+    alignment: &TextAlignment,
+    content_start: Vaddr,
+) -> FragmentExits {
+    let isa = program.info.isa;
+    if !isa.near_conditional_is_a_pair() {
+        return FragmentExits::Islands;
+    }
+    let bound = new_text_bound(isa, layout, plans, alignment);
+    let lowest = elf
+        .segments()
+        .iter()
+        .filter(|s| s.is_load())
+        .map(|s| s.vaddr)
+        .min()
+        .unwrap_or(content_start);
+    let text_end = content_start + alignment.hot_text.max(64) + alignment.hot_text_offset + bound;
+    if !isa.direct_branch_reaches(lowest, text_end) || !isa.direct_branch_reaches(text_end, lowest)
+    {
+        return FragmentExits::Islands;
+    }
+    isa.fragment_exits(bound)
 }
 
 /// Takes the `dropped` functions (with their reasons) out of the layout and the plans: they
@@ -1211,7 +1317,11 @@ fn place_fragments(
     } else {
         Vec::new()
     };
-    let mut balancer = SetBalancer::new(&hot_extents, alignment.set_balance_padding);
+    let mut balancer = SetBalancer::new(
+        &hot_extents,
+        alignment.set_balance_padding,
+        program.info.isa.default_fetch_model().icache,
+    );
     let firsts: Vec<FragmentRef> = plans
         .keys()
         .filter(|r| in_place && r.fragment == 0)

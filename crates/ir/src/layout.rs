@@ -80,6 +80,12 @@ pub struct Layout {
     /// kept copy's new place instead, and its old entry forwards there. The kept copy is
     /// rewritten. Empty without folding.
     pub folded: Vec<(FuncId, FuncId)>,
+    /// How conditional branches leaving a fragment for another fragment of their function
+    /// are written (AArch64: through islands, or straight there when the whole new text is
+    /// within their reach). The emitter decides it once the layout is final
+    /// (`rivet_emit::rewrite`) and records it here, so that everything that predicts the
+    /// code from the layout (sizes, dyno stats) predicts what was written.
+    pub exits: rivet_arch::FragmentExits,
 }
 
 /// A layout that breaks the rules `Layout` documents.
@@ -377,6 +383,8 @@ pub fn build_layout(
         in_place,
         block_counts: Vec::new(),
         folded: Vec::new(),
+        // Decided by the emitter once the layout is final.
+        exits: rivet_arch::FragmentExits::Islands,
     }
 }
 

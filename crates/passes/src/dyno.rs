@@ -35,7 +35,10 @@
 //! On AArch64 a conditional branch to another fragment or function goes to an island, a `b`
 //! after the fragment's code: taken when the branch it stands for is, and going to the
 //! target runs the island's `b` too (an unconditional branch, or the tail call itself for a
-//! target in another function). One that cannot reach its island, or a block of its own
+//! target in another function). Where the rewrite found the whole new text within a
+//! conditional branch's reach (`Layout::exits`, `rivet_arch::FragmentExits::Direct`), one to
+//! a block of another fragment goes straight there instead, like a branch inside the
+//! fragment. One that cannot reach its island, or a block of its own
 //! fragment, in its short form (beyond the 32 KiB a short form is trusted to reach:
 //! `fragment_size::written_forms`) is the opposite test over a `b`: the test is taken when
 //! the branch it stands for is not, and going to the target runs the `b`. These forms come
@@ -54,6 +57,7 @@ use std::fmt::Write as _;
 use std::iter::Sum;
 use std::ops::{Add, AddAssign};
 
+use rivet_arch::FragmentExits;
 use rivet_elf::Vaddr;
 use rivet_ir::layout::{FunctionLayout, Layout, PltCalls};
 use rivet_ir::{
@@ -176,7 +180,7 @@ pub fn dyno_stats(
         .iter()
         .filter_map(|f| {
             let counts = profile.functions.get(f.id.0 as usize)?.as_ref()?;
-            let fl = layout.and_then(|l| l.function(f.id));
+            let fl = layout.and_then(|l| Some((l.function(f.id)?, l.exits)));
             Some(function_dyno_stats(f, counts, fl))
         })
         .sum()
@@ -242,11 +246,12 @@ enum Placement<'a> {
 }
 
 /// The statistics of one function: of its original code with `layout` None, else of the code
-/// the emitter writes for `layout`.
+/// the emitter writes for `layout`, its conditional exits to other fragments written as the
+/// `FragmentExits` (`Layout::exits`) says.
 pub fn function_dyno_stats(
     f: &Function,
     counts: &FunctionCounts,
-    layout: Option<&FunctionLayout>,
+    layout: Option<(&FunctionLayout, FragmentExits)>,
 ) -> DynoStats {
     let mut s = DynoStats {
         function_entries: counts.entries,
@@ -271,7 +276,7 @@ pub fn function_dyno_stats(
                 block_stats(f, counts, BlockId(b as u32), Placement::Original, &mut s);
             }
         }
-        Some(fl) => {
+        Some((fl, exits)) => {
             let isa = f.insts.first().map(|i| i.isa());
             for fragment in &fl.fragments {
                 let placed = f.placed_next(fragment, true);
@@ -279,7 +284,7 @@ pub fn function_dyno_stats(
                 // runs alike.
                 let forms = match isa {
                     Some(isa) if isa.near_conditional_is_a_pair() => {
-                        written_forms(isa, f, fragment)
+                        written_forms(isa, f, fragment, exits)
                     }
                     _ => Vec::new(),
                 };

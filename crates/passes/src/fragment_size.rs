@@ -15,13 +15,15 @@
 //! On AArch64 a conditional branch that leaves the fragment goes to an island, a `b` to its
 //! target after the fragment's last block (one per target), unless it cannot reach the
 //! island in its short form: then it is the opposite test over a `b` (8 bytes), as the
-//! emitter writes it.
+//! emitter writes it. Where the rewrite decided that the whole new text is within reach of
+//! a conditional branch (`rivet_arch::FragmentExits::Direct`), such a branch to a block of
+//! another fragment of the function is one short instruction straight there, no island.
 //! Calls the emitter writes through a PLT stub's GOT slot (`rivet optimize --plt`, off by
 //! default) take one byte more each, which the estimate leaves out.
 
 use std::collections::{HashMap, HashSet};
 
-use rivet_arch::{BranchKind, Isa};
+use rivet_arch::{BranchKind, FragmentExits, Isa};
 use rivet_elf::Vaddr;
 use rivet_ir::{BlockId, Function, PlacedNext, WrittenEnd};
 
@@ -33,6 +35,9 @@ struct NewBranch {
     target: Option<BlockId>,
     /// The original address it goes to.
     to: Vaddr,
+    /// A conditional branch to a block of another fragment written straight there
+    /// (`FragmentExits::goes_direct`).
+    direct: bool,
 }
 
 /// The form the emitter gives a branch at the end of a block.
@@ -50,16 +55,31 @@ pub enum WrittenForm {
 
 /// The branches that end `b`, at position `pos` of a fragment placed as `placed` says, and the
 /// bytes of `b` before them.
-fn block_end(f: &Function, b: BlockId, placed: &PlacedNext, pos: usize) -> (u64, Vec<NewBranch>) {
+fn block_end(
+    f: &Function,
+    b: BlockId,
+    placed: &PlacedNext,
+    pos: usize,
+    exits: FragmentExits,
+) -> (u64, Vec<NewBranch>) {
     let block = f.block(b);
     let kept = f.kept_size(block);
     let Some(exit) = f.block_exit(block) else {
         return (kept, Vec::new());
     };
-    let branch = |kind, addr| NewBranch {
-        kind,
-        target: f.block_at(addr),
-        to: addr,
+    let last = f.block_insts(block).last();
+    let branch = |kind: BranchKind, addr: Vaddr| {
+        let target = f.block_at(addr);
+        NewBranch {
+            kind,
+            target,
+            to: addr,
+            // Only a branch to a block of this function (whose other fragments are new text
+            // too) may go straight there; whether it leaves the fragment is for the caller.
+            direct: kind == BranchKind::Cond
+                && target.is_some()
+                && last.is_some_and(|inst| exits.goes_direct(inst)),
+        }
     };
     let written = exit.written(|addr| placed.is_next(pos, f.block_at(addr)));
     // A re-created last instruction is replaced by the branches written; any other is kept.
@@ -82,9 +102,14 @@ fn block_end(f: &Function, b: BlockId, placed: &PlacedNext, pos: usize) -> (u64,
 }
 
 /// Estimated bytes of `blocks` (one fragment of `f`, in order) once emitted, without
-/// alignment padding.
-pub fn estimated_fragment_size(isa: Isa, f: &Function, blocks: &[BlockId]) -> u64 {
-    let (ends, forms, islands) = branch_forms(isa, f, blocks);
+/// alignment padding, with conditional exits to other fragments written as `exits` says.
+pub fn estimated_fragment_size(
+    isa: Isa,
+    f: &Function,
+    blocks: &[BlockId],
+    exits: FragmentExits,
+) -> u64 {
+    let (ends, forms, islands) = branch_forms(isa, f, blocks, exits);
     let mut size = 0u64;
     for ((body, branches), forms) in ends.iter().zip(&forms) {
         size += body;
@@ -104,8 +129,13 @@ pub fn estimated_fragment_size(isa: Isa, f: &Function, blocks: &[BlockId]) -> u6
 /// followed by a jump, the branch first. What this says of a branch to another fragment or
 /// function is exact; of one inside the fragment (and of one to an island), it is the
 /// estimate's single round.
-pub fn written_forms(isa: Isa, f: &Function, blocks: &[BlockId]) -> Vec<Vec<WrittenForm>> {
-    branch_forms(isa, f, blocks).1
+pub fn written_forms(
+    isa: Isa,
+    f: &Function,
+    blocks: &[BlockId],
+    exits: FragmentExits,
+) -> Vec<Vec<WrittenForm>> {
+    branch_forms(isa, f, blocks, exits).1
 }
 
 /// Each block of a fragment: its bytes before its branches, and the branches.
@@ -117,19 +147,24 @@ fn branch_forms(
     isa: Isa,
     f: &Function,
     blocks: &[BlockId],
+    exits: FragmentExits,
 ) -> (BlockEnds, Vec<Vec<WrittenForm>>, u64) {
     let placed = f.placed_next(blocks, true);
     let ends: BlockEnds = blocks
         .iter()
         .enumerate()
-        .map(|(pos, &b)| block_end(f, b, &placed, pos))
+        .map(|(pos, &b)| block_end(f, b, &placed, pos, exits))
         .collect();
     let short = |br: &NewBranch| isa.branch_sizes(br.kind).short;
     let members: HashSet<BlockId> = blocks.iter().copied().collect();
     let inside = |br: &NewBranch| br.target.is_some_and(|t| members.contains(&t));
-    let to_island = |br: &NewBranch| {
+    let leaves = |br: &NewBranch| {
         isa.near_conditional_is_a_pair() && br.kind == BranchKind::Cond && !inside(br)
     };
+    // Straight to a block of another fragment: short, whatever the distance (the rewrite's
+    // bound on the new text guarantees the reach).
+    let direct = |br: &NewBranch| leaves(br) && br.direct;
+    let to_island = |br: &NewBranch| leaves(br) && !br.direct;
     // Offsets with every in-fragment branch short and every branch to an island short; the
     // islands, one per target in the order of first use, after the code.
     let mut start: HashMap<BlockId, u64> = HashMap::with_capacity(blocks.len());
@@ -139,7 +174,7 @@ fn branch_forms(
         start.insert(b, at);
         at += body;
         for br in branches {
-            at += if inside(br) || to_island(br) {
+            at += if inside(br) || leaves(br) {
                 short(br)
             } else {
                 isa.branch_sizes(br.kind).near
@@ -159,7 +194,9 @@ fn branch_forms(
         let mut of_block = Vec::with_capacity(branches.len());
         for br in branches {
             let reaches = |target: u64| isa.short_branch_reaches(at, short(br), target as i64);
-            of_block.push(if to_island(br) {
+            of_block.push(if direct(br) {
+                WrittenForm::Short
+            } else if to_island(br) {
                 let k = island_targets.iter().position(|&t| t == br.to).unwrap_or(0) as u64;
                 if reaches(code_end + k * jump) {
                     WrittenForm::Island

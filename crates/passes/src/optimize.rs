@@ -260,9 +260,14 @@ fn layout_function(
         // Splitting pays only when the hot part shrinks (BOLT reverts it otherwise): a cold
         // block reached by a short branch can cost more in near branches and added jumps than
         // its own bytes, and code that a new input does run is then a far jump away.
+        // Sized with islands (AArch64): whether the emitter may write exits straight to the
+        // cold fragment is decided on the whole new text, which this decision helps make;
+        // islands only make a split hot part look bigger, so a split that pays with them
+        // pays without.
+        let exits = rivet_arch::FragmentExits::Islands;
         if split.len() < 2
-            || estimated_fragment_size(isa, f, &split[0])
-                >= estimated_fragment_size(isa, f, &whole[0])
+            || estimated_fragment_size(isa, f, &split[0], exits)
+                >= estimated_fragment_size(isa, f, &whole[0], exits)
         {
             whole
         } else {
@@ -552,5 +557,7 @@ pub fn optimized_layout(
         in_place,
         block_counts,
         folded: Vec::new(),
+        // Decided by the emitter once the layout is final.
+        exits: rivet_arch::FragmentExits::Islands,
     }
 }

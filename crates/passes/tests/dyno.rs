@@ -214,6 +214,7 @@ fn one_function_layout(fragments: Vec<Vec<u32>>) -> Layout {
         in_place: false,
         block_counts: Vec::new(),
         folded: Vec::new(),
+        exits: rivet_arch::FragmentExits::Islands,
     }
 }
 
@@ -698,6 +699,35 @@ fn aarch64_conditional_branches_to_another_fragment_go_through_an_island() {
             taken_conditional: 10,
             nontaken_conditional: 90,
             unconditional: 10,
+            ..original
+        }
+    );
+}
+
+/// Below the new-text bound (`FragmentExits::Direct`) the same exits go straight to the other
+/// fragment: one taken branch to reach it, no island's `b`.
+#[test]
+fn aarch64_conditional_branches_to_another_fragment_go_direct_below_the_bound() {
+    let p = single(branch_fn_aarch64());
+    let prof = profile(vec![Some(branch_counts())]);
+    let original = dyno_stats(&p, &prof, None);
+    let direct = |fragments| Layout {
+        exits: rivet_arch::FragmentExits::Direct {
+            reach: (1 << 20) - 4,
+        },
+        ..one_function_layout(fragments)
+    };
+    // [[B0, B1], [B2]]: `cbz w0, B2`, taken 90 times, as in the original.
+    let layout = direct(vec![vec![0, 1], vec![2]]);
+    layout.validate(&p).unwrap();
+    assert_eq!(dyno_stats(&p, &prof, Some(&layout)), original);
+    // [[B0, B2], [B1]]: inverted to `cbnz w0, B1`, taken the 10 times B1 runs.
+    let layout = direct(vec![vec![0, 2], vec![1]]);
+    assert_eq!(
+        dyno_stats(&p, &prof, Some(&layout)),
+        DynoStats {
+            taken_conditional: 10,
+            nontaken_conditional: 90,
             ..original
         }
     );
