@@ -182,13 +182,17 @@ fn cppcheck_rewritten_analyses_identically() {
 /// against the x86-64 builds' results. Reordered functions for the gcc builds, shuffled and
 /// split blocks for the clang ones; `RIVET_AARCH64_SEEDS=N` runs every build with identity,
 /// reverse and N seeds each of `shuffle` and `shuffle-blocks` instead (the acceptance run of
-/// the AArch64 work: N = 20, hours under qemu, so not in CI).
+/// the AArch64 work: N = 20, hours under qemu, so not in CI; `A..B` runs seeds A to B and
+/// `RIVET_AARCH64_BUILDS=a,b` only those builds, to split it over sittings).
 #[test]
 fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
     let builds = common::aarch64_real_builds(&[]);
     assert_eq!(builds.len(), 8, "{builds:?}");
     let seeds = common::aarch64_seeds().map(common::seed_layouts);
     for (name, input) in &builds {
+        if !common::aarch64_build_selected(name) {
+            continue;
+        }
         let default: Vec<String> = if name.contains("gcc") {
             vec!["--layout".into(), "reverse".into()]
         } else {
@@ -294,6 +298,10 @@ fn text_symbol_offset(bin: &Path, name: &str) -> usize {
 /// the seed layouts instead).
 #[test]
 fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
+    if !common::aarch64_build_selected("lua-clang-bti") {
+        eprintln!("not run: RIVET_AARCH64_BUILDS does not name lua-clang-bti");
+        return;
+    }
     let builds = common::aarch64_real_builds(&["lua-clang-bti"]);
     let input = builds
         .into_iter()

@@ -320,23 +320,60 @@ pub fn cross_build_aarch64(dir: &Path, src: &str, cc: &str, flags: &[&str], name
     out
 }
 
-/// `RIVET_AARCH64_SEEDS`, the number of shuffle seeds the AArch64 rewrite tests run, if set.
+/// The shuffle seeds the AArch64 rewrite tests run, from `RIVET_AARCH64_SEEDS`, if set:
+/// `N` is seeds 1 to N; `A..B` is seeds A to B, so that an acceptance run of hours under qemu
+/// can be split over several sittings (identity and reverse go with the range that starts at
+/// 1).
 #[allow(dead_code)] // only the AArch64 rewrite tests use it
-pub fn aarch64_seeds() -> Option<u32> {
-    std::env::var("RIVET_AARCH64_SEEDS")
-        .ok()
-        .map(|s| s.parse().expect("RIVET_AARCH64_SEEDS is a number"))
+pub fn aarch64_seeds() -> Option<std::ops::RangeInclusive<u32>> {
+    let text = std::env::var("RIVET_AARCH64_SEEDS").ok()?;
+    let number = |s: &str| -> u32 {
+        s.trim().parse().unwrap_or_else(|_| {
+            panic!("RIVET_AARCH64_SEEDS is N or A..B (seed numbers), not {text:?}")
+        })
+    };
+    Some(match text.split_once("..") {
+        Some((first, last)) => number(first)..=number(last),
+        None => 1..=number(&text),
+    })
 }
 
-/// `rivet rewrite` layout arguments: identity, reverse, and seeds 1..=n of `shuffle` and of
-/// `shuffle-blocks`.
+/// Whether the AArch64 real-program build `name` is among those `RIVET_AARCH64_BUILDS`
+/// (comma-separated names of `scripts/build-real-aarch64.sh`: `lua-gcc-pie`, ...,
+/// `lua-clang-bti`) selects; all are when it is not set. A name that is no build's is an
+/// error, so that a typo cannot turn a run of hours into nothing.
+#[allow(dead_code)] // only the AArch64 real-program tests use it
+pub fn aarch64_build_selected(name: &str) -> bool {
+    let Ok(list) = std::env::var("RIVET_AARCH64_BUILDS") else {
+        return true;
+    };
+    let is_build = |w: &str| {
+        let Some((program, variant)) = w.split_once('-') else {
+            return false;
+        };
+        ["lua", "sqlite3"].contains(&program)
+            && ["gcc-pie", "gcc-nopie", "clang", "clang-pac", "clang-bti"].contains(&variant)
+    };
+    let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+    for w in &wanted {
+        assert!(
+            is_build(w),
+            "RIVET_AARCH64_BUILDS names {w:?}, which is not a build of scripts/build-real-aarch64.sh"
+        );
+    }
+    wanted.contains(&name)
+}
+
+/// `rivet rewrite` layout arguments: identity and reverse when `seeds` starts at 1, then each
+/// seed of `seeds` for `shuffle` and for `shuffle-blocks`.
 #[allow(dead_code)] // only the AArch64 rewrite tests use it
-pub fn seed_layouts(n: u32) -> Vec<Vec<String>> {
-    let mut layouts = vec![
-        vec!["--layout".to_string(), "identity".to_string()],
-        vec!["--layout".to_string(), "reverse".to_string()],
-    ];
-    for seed in 1..=n {
+pub fn seed_layouts(seeds: std::ops::RangeInclusive<u32>) -> Vec<Vec<String>> {
+    let mut layouts = Vec::new();
+    if *seeds.start() <= 1 {
+        layouts.push(vec!["--layout".to_string(), "identity".to_string()]);
+        layouts.push(vec!["--layout".to_string(), "reverse".to_string()]);
+    }
+    for seed in seeds {
         for kind in ["shuffle", "shuffle-blocks"] {
             layouts.push(vec![
                 "--layout".into(),
