@@ -13,7 +13,12 @@
 //! - jumps to returns: a jump to a block that only returns (not placed next) becomes a copy
 //!   of that `ret`;
 //! - conditional tail calls: a conditional jump to a block that only tail-calls a function
-//!   (`jcc T; ... T: jmp func`) becomes `jcc func`, when the profile saw that edge run.
+//!   (`jcc T; ... T: jmp func`) becomes `jcc func`, when the profile saw that edge run and
+//!   the layout did not place T right after the branch. Then the path to `func` took the
+//!   `jcc` and the `jmp`, two taken branches, and now takes one. With T placed next (the hot
+//!   side, the `jcc` inverted to fall into it), the path took a not-taken `jcc` and the
+//!   `jmp`; a `jcc func` would save the `jmp` but turn a branch that mostly falls through
+//!   into one mostly taken, which BOLT's heuristic avoids too.
 //!
 //! Blocks looked through or copied must be ordinary code: never an entry, a landing pad, an
 //! address-taken label, a jump-table target, a secondary entry, or part of an exclusive
@@ -357,22 +362,30 @@ fn cond_change(
         .map(|&x| (EdgeKind::Taken, x))
         .chain(f_through.iter().map(|&x| (EdgeKind::FallThrough, x)))
         .collect();
-    if options.useless_branches
-        && f.block_at(t_end).is_some()
-        && f.block_at(t_end) == f.block_at(f_end)
-    {
-        return Some((
-            BlockExit::Jump {
-                to: f_end,
-                tail_call: false,
-            },
-            ExitChange::UselessBranch,
-            bypassed,
-        ));
+    // Both sides arrive at one block, however they are placed: the test decides nothing.
+    if options.useless_branches {
+        let (t_all, t_via) = chain_end(f, observable, taken);
+        let (f_all, f_via) = chain_end(f, observable, fall);
+        if f.block_at(t_all).is_some() && t_all == f_all {
+            let via = t_via
+                .iter()
+                .map(|&x| (EdgeKind::Taken, x))
+                .chain(f_via.iter().map(|&x| (EdgeKind::FallThrough, x)))
+                .collect();
+            return Some((
+                BlockExit::Jump {
+                    to: t_all,
+                    tail_call: false,
+                },
+                ExitChange::UselessBranch,
+                via,
+            ));
+        }
     }
     if options.conditional_tail_calls
         && let Some(t) = f.block_at(t_end)
         && ordinary(f, observable, t)
+        && !places.is_next(b, Some(t))
         && let Some((callee, jmp_at)) = only_tail_call(f, t)
         && edge_count(f, counts, b, EdgeKind::Taken) > 0
         && same_unwind_state(&f.cfi, branch_at, jmp_at)
