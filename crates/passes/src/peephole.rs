@@ -6,12 +6,13 @@
 //! order is final, because whether a branch pays depends on which block is placed next.
 //!
 //! - double jumps: a branch to a block that only jumps on goes straight to the end of that
-//!   chain (both sides of a conditional jump), unless the block it went to is placed right
-//!   after it (it then falls into it, and a new `jmp` would only add bytes);
+//!   chain (both sides of a conditional jump), when the profile saw it taken, unless the
+//!   block it went to is placed right after it (it then falls into it, and a new `jmp` would
+//!   only add bytes);
 //! - useless branches: a conditional jump whose two sides arrive at the same block becomes a
 //!   jump there, which the emitter drops when that block is placed next;
-//! - jumps to returns: a jump to a block that only returns (not placed next) becomes a copy
-//!   of that `ret`;
+//! - jumps to returns: a jump that ran, to a block that only returns (not placed next),
+//!   becomes a copy of that `ret`;
 //! - conditional tail calls: a conditional jump to a block that only tail-calls a function
 //!   (`jcc T; ... T: jmp func`) becomes `jcc func`, when the profile saw that edge run and
 //!   the layout did not place T right after the branch. Then the path to `func` took the
@@ -264,7 +265,9 @@ pub fn function_changes(
                 to,
                 tail_call: false,
             }) => {
-                let falls_into_target = places.is_next(b, f.block_at(to));
+                // Only a jump that ran pays; elsewhere a new target only changes sizes.
+                let falls_into_target = places.is_next(b, f.block_at(to))
+                    || edge_count(f, counts, b, EdgeKind::Taken) == 0;
                 let (end, through) = if options.double_jumps && !falls_into_target {
                     chain_end(f, &observable, to)
                 } else {
@@ -348,15 +351,19 @@ fn cond_change(
     options: PeepholeOptions,
 ) -> Option<Change> {
     // A side the block falls into already costs no branch: going past it would add one.
-    let side = |to: Vaddr| {
-        if options.double_jumps && !places.is_next(b, f.block_at(to)) {
+    // A side that never ran saves nothing either.
+    let side = |to: Vaddr, kind: EdgeKind| {
+        if options.double_jumps
+            && !places.is_next(b, f.block_at(to))
+            && edge_count(f, counts, b, kind) > 0
+        {
             chain_end(f, observable, to)
         } else {
             (to, Vec::new())
         }
     };
-    let (t_end, t_through) = side(taken);
-    let (f_end, f_through) = side(fall);
+    let (t_end, t_through) = side(taken, EdgeKind::Taken);
+    let (f_end, f_through) = side(fall, EdgeKind::FallThrough);
     let mut bypassed: Vec<(EdgeKind, BlockId)> = t_through
         .iter()
         .map(|&x| (EdgeKind::Taken, x))

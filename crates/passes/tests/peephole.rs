@@ -78,8 +78,17 @@ fn layout(order: &[u32]) -> FunctionLayout {
     }
 }
 
+/// Every edge of `f` ran once.
+fn ran(f: &Function) -> FunctionCounts {
+    FunctionCounts {
+        blocks: vec![1; f.blocks.len()],
+        edges: f.blocks.iter().map(|b| vec![1; b.succs.len()]).collect(),
+        entries: 1,
+    }
+}
+
 fn changes(f: &Function, order: &[u32]) -> Vec<(u32, ExitChange, BlockExit)> {
-    function_changes(f, None, &layout(order), ALL)
+    function_changes(f, Some(&ran(f)), &layout(order), ALL)
         .into_iter()
         .map(|c| (c.block.0, c.change, c.exit))
         .collect()
@@ -107,10 +116,16 @@ fn a_branch_to_a_jump_goes_to_its_target_and_a_jump_to_a_ret_becomes_the_ret() {
 }
 
 #[test]
-fn nothing_changes_where_the_layout_already_falls_into_the_target() {
+fn nothing_changes_where_the_layout_already_falls_into_the_target_or_nothing_ran() {
     let f = chains();
     // b2 after b0 (b0's taken side is next: it falls into the jump); b3 after b1.
     assert_eq!(changes(&f, &[0, 2, 4, 1, 3]), vec![]);
+    let never = FunctionCounts {
+        edges: f.blocks.iter().map(|b| vec![0; b.succs.len()]).collect(),
+        ..ran(&f)
+    };
+    assert!(function_changes(&f, Some(&never), &layout(&[0, 1, 2, 3, 4]), ALL).is_empty());
+    assert!(function_changes(&f, None, &layout(&[0, 1, 2, 3, 4]), ALL).is_empty());
 }
 
 #[test]
