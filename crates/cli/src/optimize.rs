@@ -1349,6 +1349,22 @@ mod tests {
     }
 
     #[test]
+    fn bolt_peepholes_and_sctc_are_rivets() {
+        let (out, warnings) = translate(&[
+            "-peepholes=double-jumps,useless-branches",
+            "-simplify-conditional-tail-calls=0",
+        ]);
+        assert_eq!(
+            out,
+            [
+                "--peepholes=double-jumps,useless-branches",
+                "--simplify-conditional-tail-calls=0"
+            ]
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
     fn bolt_icf_is_rivets_icf() {
         let (out, warnings) = translate(&["-icf", "-icf=0"]);
         assert_eq!(out, ["--icf", "--icf=0"]);
