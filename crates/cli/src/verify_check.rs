@@ -437,7 +437,7 @@ impl Checker<'_> {
     /// The new addresses a branch of `f` to `to` may go to and do the same, judged on the
     /// input's code: `to`, then each block a chain of blocks holding only a `jmp` (or only
     /// padding) leads to; with `tail_calls`, also the function a block at the chain's end
-    /// that holds only a direct tail call jumps to. Translated.
+    /// that holds only a direct tail call jumps to. Translated (those that have a new address).
     fn equivalent_targets(
         &self,
         f: &Function,
@@ -466,7 +466,11 @@ impl Checker<'_> {
                 }
             }
         }
-        chain.into_iter().map(|a| self.tr(a)).collect()
+        // An address without a new one (code that stays) is simply no alternative.
+        Ok(chain
+            .into_iter()
+            .filter_map(|a| self.map.translate(self.program, a))
+            .collect())
     }
 
     /// Whether the output's end of a block whose input jumped to `target` (at `end`, its
