@@ -35,8 +35,14 @@ pub fn optimize_option_sets() -> Vec<Vec<&'static str>> {
             "-peepholes=all",
             "-simplify-conditional-tail-calls",
         ],
-        // The peepholes and conditional tail calls alone, over the default layout.
+        // The peepholes and conditional tail calls alone, over the default layout, in
+        // relocation mode and in place.
         vec!["--peepholes", "--simplify-conditional-tail-calls"],
+        vec![
+            NO_RELOCATIONS,
+            "--peepholes=double-jumps,useless-branches,jumps-to-returns",
+            "--simplify-conditional-tail-calls",
+        ],
         vec![
             "--reorder-blocks",
             "reverse",
