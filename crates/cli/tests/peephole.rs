@@ -107,6 +107,12 @@ fn each_shape_is_rewritten_once_verified_and_behaves_the_same() {
         "{}",
         String::from_utf8_lossy(&verified.stderr)
     );
+    // Each of the four changed ends was judged by the rules for changed ends.
+    let said = String::from_utf8_lossy(&verified.stdout);
+    assert!(
+        said.contains(", 4 branches changed by peepholes checked"),
+        "{said}"
+    );
 
     // The copied `ret` of double_jump (its second block: `lea 2(%rdi),%eax`, then the copy)
     // turned into `int3`: the verifier must notice rather than trust the rewrite.
