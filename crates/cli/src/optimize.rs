@@ -77,6 +77,24 @@ pub enum IslandsArg {
     Always,
 }
 
+/// Which of BOLT's peepholes `--peepholes` runs (BOLT's `-peepholes`, a comma-separated list).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeepholeArg {
+    /// None of them.
+    None,
+    /// A branch to a block that only jumps on goes straight to the end of the chain.
+    DoubleJumps,
+    /// BOLT's traps after indirect tail calls: not implemented by Rivet (ignored, warned).
+    TailcallTraps,
+    /// A conditional jump whose two sides lead to the same block becomes a jump (dropped when
+    /// that block comes next).
+    UselessBranches,
+    /// Rivet's own: a jump to a block that only returns becomes that `ret`.
+    JumpsToReturns,
+    /// double-jumps, useless-branches and jumps-to-returns.
+    All,
+}
+
 /// A `bool` option that also takes `=true`/`=false` (`=1`/`=0`), as BOLT's do.
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s {
@@ -196,6 +214,16 @@ pub struct OptimizeArgs {
     /// calls go to the kept copy and their old entries forward to it. x86-64, relocation mode.
     #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool)]
     pub icf: bool,
+    /// Peepholes over the finished layout (BOLT's `-peepholes`): a comma-separated list of
+    /// double-jumps, useless-branches, jumps-to-returns (Rivet's own), all, none;
+    /// `--peepholes` alone is `all`. x86-64. Off by default (docs/passes.md).
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 0..=1, require_equals = true, default_missing_value = "all")]
+    pub peepholes: Vec<PeepholeArg>,
+    /// A conditional jump to a block that only tail-calls a function becomes a conditional
+    /// jump to that function, where the profile saw it taken (BOLT's SCTC). x86-64. Off by
+    /// default (docs/passes.md).
+    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool)]
+    pub simplify_conditional_tail_calls: bool,
     /// Only optimize these functions (comma-separated names or regular expressions, matched
     /// against whole names; `name/N` profile names work too).
     #[arg(long, value_delimiter = ',')]
@@ -242,6 +270,8 @@ const BOLT_OPTIONS: &[(&str, bool)] = &[
     ("align-blocks-threshold", true),
     ("plt", true),
     ("icf", false),
+    ("peepholes", true),
+    ("simplify-conditional-tail-calls", false),
 ];
 
 /// BOLT options that Rivet honours by design, silently: DWARF is always updated.
@@ -533,6 +563,43 @@ fn icf_mode(args: &OptimizeArgs, program: &Program, warnings: &mut Vec<String>) 
     true
 }
 
+/// The rewrites `--peepholes` and `--simplify-conditional-tail-calls` ask for, on code they
+/// are implemented for (x86-64); a warning for what is asked and not done.
+fn peephole_options(
+    args: &OptimizeArgs,
+    program: &Program,
+    warnings: &mut Vec<String>,
+) -> rivet_passes::peephole::PeepholeOptions {
+    let mut o = rivet_passes::peephole::PeepholeOptions {
+        conditional_tail_calls: args.simplify_conditional_tail_calls,
+        ..Default::default()
+    };
+    for p in &args.peepholes {
+        match p {
+            PeepholeArg::None => {}
+            PeepholeArg::DoubleJumps => o.double_jumps = true,
+            PeepholeArg::UselessBranches => o.useless_branches = true,
+            PeepholeArg::JumpsToReturns => o.jumps_to_returns = true,
+            PeepholeArg::TailcallTraps => warnings.push(
+                "--peepholes=tailcall-traps is not implemented by Rivet; ignored".to_string(),
+            ),
+            PeepholeArg::All => {
+                o.double_jumps = true;
+                o.useless_branches = true;
+                o.jumps_to_returns = true;
+            }
+        }
+    }
+    if o.any() && program.info.isa != rivet_arch::Isa::X86_64 {
+        warnings.push(
+            "--peepholes and --simplify-conditional-tail-calls are implemented for x86-64 only; nothing is changed"
+                .to_string(),
+        );
+        return Default::default();
+    }
+    o
+}
+
 /// What `--icf` did, for the summary.
 struct FoldReport {
     folding: rivet_passes::icf::Folding,
@@ -675,7 +742,9 @@ pub fn run_with(
     // functions that move need theirs, and the emitter reads those again from the input
     // (every function's rows held to the end were 0.11 GiB of the 2.76 GiB peak of the 50 MB
     // program of bench/scale, docs/scale.md).
-    let cfi = if args.icf {
+    // A copied `ret` and a conditional tail call must run in the unwind state of the
+    // instruction they stand for: the peepholes compare rows too.
+    let cfi = if args.icf || !args.peepholes.is_empty() || args.simplify_conditional_tail_calls {
         CfiRows::Keep
     } else {
         CfiRows::Check
@@ -716,15 +785,20 @@ pub fn run_with(
         (only.is_empty() || only.matches(&program, &names, f)) && !skip.matches(&program, &names, f)
     };
     let icf = icf_mode(args, &program, &mut warnings);
+    let peepholes = peephole_options(args, &program, &mut warnings);
     let folding = std::sync::Mutex::new(None);
     let code = |addr: rivet_elf::Vaddr, len: u64| elf.bytes_at(addr, len);
     let build = |movable: &[bool], in_place: bool| {
-        if !icf || in_place {
-            return optimized_layout(&program, &attached, &options, movable, &selected, in_place);
-        }
-        folded_layout(
-            &program, &attached, &options, movable, &selected, &code, &folding,
-        )
+        let mut layout = if !icf || in_place {
+            optimized_layout(&program, &attached, &options, movable, &selected, in_place)
+        } else {
+            folded_layout(
+                &program, &attached, &options, movable, &selected, &code, &folding,
+            )
+        };
+        // Over the final block order: whether a branch pays depends on what comes next.
+        rivet_passes::peephole::apply(&program, &attached.functions, &mut layout, peepholes);
+        layout
     };
     let rewrite_options = RewriteOptions {
         layout: LayoutSource::Custom {
@@ -886,6 +960,15 @@ pub fn run_with(
         },
         "warnings": warnings,
     });
+    let peephole_counts = rivet_passes::peephole::PeepholeCounts::of_layout(&output.layout);
+    if peepholes.any() {
+        json["peepholes"] = serde_json::json!({
+            "double_jumps": peephole_counts.double_jumps,
+            "useless_branches": peephole_counts.useless_branches,
+            "jumps_to_returns": peephole_counts.jumps_to_returns,
+            "conditional_tail_calls": peephole_counts.conditional_tail_calls,
+        });
+    }
     if let Some(f) = &fold_summary {
         json["icf"] = serde_json::json!({
             "folded": f.folded,
@@ -985,6 +1068,13 @@ pub fn run_with(
                     f.address_taken
                 );
             }
+        }
+        if peepholes.any() {
+            let c = &peephole_counts;
+            println!(
+                "  peepholes: {} double jumps, {} useless branches, {} jumps to returns; {} conditional tail calls",
+                c.double_jumps, c.useless_branches, c.jumps_to_returns, c.conditional_tail_calls
+            );
         }
         if s.calls_via_got > 0 {
             println!(
@@ -1253,6 +1343,22 @@ mod tests {
                 "--split-all-cold",
                 "--split-eh=0",
                 "--dyno-stats",
+            ]
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn bolt_peepholes_and_sctc_are_rivets() {
+        let (out, warnings) = translate(&[
+            "-peepholes=double-jumps,useless-branches",
+            "-simplify-conditional-tail-calls=0",
+        ]);
+        assert_eq!(
+            out,
+            [
+                "--peepholes=double-jumps,useless-branches",
+                "--simplify-conditional-tail-calls=0"
             ]
         );
         assert!(warnings.is_empty(), "{warnings:?}");

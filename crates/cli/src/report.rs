@@ -248,6 +248,7 @@ fn read_optimized(
         layout.functions[f.id.0 as usize] = Some(FunctionLayout {
             fragments: groups.into_iter().map(|g| g.1).collect(),
             aligned: Vec::new(),
+            changed_exits: Vec::new(),
         });
     }
     Ok(Optimized { new_start, layout })

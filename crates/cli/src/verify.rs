@@ -58,8 +58,17 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
         ))
         .hint("the file is not what Rivet wrote for this input (modified, corrupted, or made from another binary)")
     })?;
+    // Only outputs of `--peepholes` / `--simplify-conditional-tail-calls` have such ends.
+    let changed = if report.peepholes > 0 {
+        format!(
+            ", {} branches changed by peepholes checked against the input's",
+            report.peepholes
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "{}: ok ({} functions, {} blocks, {} instructions, {} references, {} source lines checked)",
+        "{}: ok ({} functions, {} blocks, {} instructions, {} references, {} source lines checked{changed})",
         args.output.display(),
         report.functions,
         report.blocks,

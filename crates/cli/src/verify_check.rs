@@ -34,6 +34,9 @@ pub struct VerifyReport {
     pub lines: usize,
     /// Folded pairs (`--icf`) checked identical.
     pub folds: usize,
+    /// Block ends a peephole changed (`--peepholes`, `--simplify-conditional-tail-calls`),
+    /// each checked to do what the input's branch did.
+    pub peepholes: usize,
 }
 
 struct Checker<'a> {
@@ -308,10 +311,36 @@ impl Checker<'_> {
                     Some(new) if matches!(new.flow(), Flow::Jump { target } if self.lands_at(target, want)) =>
                         {}
                     Some(new) if self.goes_through_slot(last, new) => {}
+                    // `--peepholes`: straight to a later block of a chain of jumps, or the
+                    // copy of the `ret` the chain ends with; judged on the input's code.
+                    _ if b.terminator == Terminator::Jump
+                        && self.peephole_jump(f, target, end, first)? =>
+                    {
+                        report.peepholes += 1;
+                    }
                     _ => return Err(format!("{}: does not jump to {want}", block_name())),
                 }
             }
             (_, Flow::CondJump { target }) => {
+                // `--peepholes=useless-branches`: both sides lead to the same block, and the
+                // output goes there without a test.
+                if b.terminator == Terminator::CondJump {
+                    let sides = (
+                        self.equivalent_targets(f, target, false)?,
+                        self.equivalent_targets(f, fall_old, false)?,
+                    );
+                    for &x in sides.0.iter().filter(|x| sides.1.contains(x)) {
+                        let jumps_there = first.is_some_and(|new| {
+                            matches!(new.flow(), Flow::Jump { target } if self.lands_at(target, x))
+                        });
+                        let no_test =
+                            !first.is_some_and(|new| matches!(new.flow(), Flow::CondJump { .. }));
+                        if jumps_there || (no_test && self.reaches(end, x)?) {
+                            report.peepholes += 1;
+                            return Ok(());
+                        }
+                    }
+                }
                 let Some(jcc) = first else {
                     return Err(format!("{}: conditional jump missing", block_name()));
                 };
@@ -339,6 +368,31 @@ impl Checker<'_> {
                 let inverted = jcc.condition() == last.inverted_condition()
                     && self.branches_to(x, fl)?
                     && continues_to(t)?;
+                // `--peepholes=double-jumps` and `--simplify-conditional-tail-calls`: each
+                // side may go to a later block of its chain of jumps, the taken side to the
+                // function a tail-call-only block at its end calls.
+                let changed = !same && !inverted && b.terminator == Terminator::CondJump && {
+                    let ts = self.equivalent_targets(f, target, true)?;
+                    let fs = self.equivalent_targets(f, fall_old, false)?;
+                    let any = |a: &[Vaddr], c: &[Vaddr]| -> Result<bool, String> {
+                        for &p in a {
+                            if self.branches_to(x, p)? {
+                                for &q in c {
+                                    if continues_to(q)? {
+                                        return Ok(true);
+                                    }
+                                }
+                            }
+                        }
+                        Ok(false)
+                    };
+                    (jcc.condition() == last.condition() && any(&ts, &fs)?)
+                        || (jcc.condition() == last.inverted_condition() && any(&fs, &ts)?)
+                };
+                if changed {
+                    report.peepholes += 1;
+                    return Ok(());
+                }
                 // A conditional jump over the jump right after it (AArch64's far form of a
                 // conditional branch, `b.!cond 1f; b target; 1:`) is that jump taken on the
                 // opposite condition, continuing where the skip lands.
@@ -378,6 +432,95 @@ impl Checker<'_> {
             _ => return Err(format!("{}: unexpected terminator", block_name())),
         }
         Ok(())
+    }
+
+    /// The new addresses a branch of `f` to `to` may go to and do the same, judged on the
+    /// input's code: `to`, then each block a chain of blocks holding only a `jmp` (or only
+    /// padding) leads to; with `tail_calls`, also the function a block at the chain's end
+    /// that holds only a direct tail call jumps to. Translated (those that have a new address).
+    fn equivalent_targets(
+        &self,
+        f: &Function,
+        to: Vaddr,
+        tail_calls: bool,
+    ) -> Result<Vec<Vaddr>, String> {
+        let mut chain = vec![to];
+        let mut at = to;
+        while let Some(b) = f.block_at(at).map(|b| f.block(b)) {
+            match f.passes_straight_to(b) {
+                Some(next) if !chain.contains(&next) && f.block_at(next).is_some() => {
+                    chain.push(next);
+                    at = next;
+                }
+                _ => {
+                    if tail_calls
+                        && let Some(rivet_ir::BlockExit::Jump {
+                            to: callee,
+                            tail_call: true,
+                        }) = f.block_exit(b)
+                        && f.kept_insts(b).count() == 1
+                    {
+                        chain.push(callee);
+                    }
+                    break;
+                }
+            }
+        }
+        // An address without a new one (code that stays) is simply no alternative.
+        Ok(chain
+            .into_iter()
+            .filter_map(|a| self.map.translate(self.program, a))
+            .collect())
+    }
+
+    /// Whether the output's end of a block whose input jumped to `target` (at `end`, its
+    /// first instruction `first`) does what the jump did, as `--peepholes` may write it: a
+    /// jump to, or a fall into, a later block of the chain of jumps from `target`, or a copy
+    /// of the `ret` of a block holding only that, at the chain's end.
+    fn peephole_jump(
+        &self,
+        f: &Function,
+        target: Vaddr,
+        end: Vaddr,
+        first: Option<&Inst>,
+    ) -> Result<bool, String> {
+        for want in self.equivalent_targets(f, target, false)? {
+            if self.reaches(end, want)? {
+                return Ok(true);
+            }
+            if first.is_some_and(
+                |new| matches!(new.flow(), Flow::Jump { target } if self.lands_at(target, want)),
+            ) {
+                return Ok(true);
+            }
+        }
+        let Some(new) = first.filter(|new| new.flow() == Flow::Return) else {
+            return Ok(false);
+        };
+        // The chain's last block, in the input: it must hold only a return.
+        let mut at = target;
+        let mut steps = 0;
+        while let Some(b) = f.block_at(at).map(|b| f.block(b)) {
+            match f.passes_straight_to(b) {
+                Some(next) if steps < 64 && f.block_at(next).is_some() => {
+                    at = next;
+                    steps += 1;
+                }
+                _ => {
+                    let kept: Vec<&Inst> = f.kept_insts(b).collect();
+                    return Ok(match kept[..] {
+                        [ret]
+                            if b.terminator == Terminator::Return && ret.flow() == Flow::Return =>
+                        {
+                            self.input.bytes_at(ret.addr(), u64::from(ret.len()))
+                                == self.out.bytes_at(new.addr(), u64::from(new.len()))
+                        }
+                        _ => false,
+                    });
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// Blocks that fall through: the successor must follow or be jumped to.

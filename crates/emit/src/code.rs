@@ -92,6 +92,11 @@ enum Item {
     },
     /// An original instruction, copied (PC-relative field recomputed).
     Copy { inst: u32 },
+    /// The `ret` of another block (`inst`), copied in place of a jump to that block
+    /// (`BlockExit::Return`); it runs in the unwind state of the jump it replaces, at
+    /// `state_at`, which the peephole checked is the `ret`'s own. Its original address stays
+    /// that of its own block's copy.
+    CopiedReturn { inst: u32, state_at: Vaddr },
     /// An original direct call or jump into a PLT stub, written as the same transfer through
     /// the stub's GOT slot (see `ViaSlots`).
     ViaSlot { inst: u32, slot: Vaddr },
@@ -149,7 +154,9 @@ impl Item {
             Item::Align { pad, .. } => u64::from(pad),
             Item::Probe { shape, .. } => u64::from(shape.size()),
             Item::IndirectProbe { size, .. } => u64::from(size),
-            Item::Copy { inst } => u64::from(f.insts[inst as usize].len()),
+            Item::Copy { inst } | Item::CopiedReturn { inst, .. } => {
+                u64::from(f.insts[inst as usize].len())
+            }
             Item::ViaSlot { inst, .. } => {
                 let inst = &f.insts[inst as usize];
                 u64::from(inst.isa().via_slot_size())
@@ -324,7 +331,7 @@ impl FragmentPlan {
                     }
                     // A re-created terminator follows the `Replaced` item of its original
                     // and carries its address; an added jump carries its successor's.
-                    Item::Branch { state_at, .. } => (
+                    Item::Branch { state_at, .. } | Item::CopiedReturn { state_at, .. } => (
                         state_at,
                         None,
                         replaced.filter(|&i: &u32| f.insts[i as usize].addr() == state_at),
@@ -383,6 +390,8 @@ pub struct PlanOptions<'a> {
     pub block_alignment: u16,
     /// Calls into PLT stubs to write through the stubs' GOT slots.
     pub via_slots: Option<&'a ViaSlots>,
+    /// Blocks whose exits the peepholes changed (`FunctionLayout::changed_exits`).
+    pub changed_exits: &'a [rivet_ir::layout::ChangedExit],
     /// Where the fragment will land, when that is known before any fragment is placed: the
     /// first fragment of a function rewritten in place starts where the function did.
     pub known_place: Option<KnownPlace<'a>>,
@@ -432,7 +441,11 @@ pub fn plan_fragment(
         via_slots,
         known_place,
         exits,
+        changed_exits,
     } = options;
+    let exit_of = |b: BlockId| {
+        rivet_ir::layout::changed_exit(changed_exits, b).or_else(|| f.block_exit(f.block(b)))
+    };
     let slot_for = |inst: u32| via_slots.and_then(|v| v.slot_for(&f.insts[inst as usize]));
     // Plans of every fragment live until the end of the rewrite: size them for this
     // fragment's blocks, not the whole function.
@@ -585,8 +598,7 @@ pub fn plan_fragment(
         // A BTI landing pad stays first: an indirect branch may land only on it. (A block
         // that is only its pad falls through: a pad is never a branch.)
         if probes.is_some_and(|p| p.at(ProbeAt::BlockStart(b)).next().is_some())
-            && (block.insts.len() > 1
-                || matches!(f.block_exit(block), Some(BlockExit::FallThrough { .. })))
+            && (block.insts.len() > 1 || matches!(exit_of(b), Some(BlockExit::FallThrough { .. })))
             && f.insts[first as usize]
                 .isa()
                 .keeps_first(&f.insts[first as usize])
@@ -596,7 +608,7 @@ pub fn plan_fragment(
         }
         probe_items(&mut items, ProbeAt::BlockStart(b), block.start);
         let insts = f.block_insts(block);
-        let (Some(last), Some(exit)) = (insts.last(), f.block_exit(block)) else {
+        let (Some(last), Some(exit)) = (insts.last(), exit_of(b)) else {
             return Err(EmitError::Unsupported {
                 what: "empty block",
                 at: block.start,
@@ -704,6 +716,13 @@ pub fn plan_fragment(
                 copy(&mut items, first, last_index);
                 end_probes(&mut items);
                 copy(&mut items, last_index, block.insts.end);
+            }
+            BlockExit::Return { ret } => {
+                copy_body(&mut items);
+                items.push(Item::CopiedReturn {
+                    inst: ret,
+                    state_at: last.addr(),
+                });
             }
         }
     }
@@ -1342,6 +1361,14 @@ pub fn encode_fragment(
                         reason: e.reason.to_string(),
                     })
                 })?;
+            }
+            Item::CopiedReturn { inst, .. } => {
+                // A return has no operand that depends on where it is.
+                let inst = &f.insts[inst as usize];
+                let bytes = elf
+                    .bytes_at(inst.addr(), u64::from(inst.len()))
+                    .ok_or(EmitError::Unreadable { at: inst.addr() })?;
+                out.extend_from_slice(bytes);
             }
             Item::Copy { inst } => {
                 let inst = &f.insts[inst as usize];

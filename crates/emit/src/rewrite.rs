@@ -821,9 +821,12 @@ fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary:
             continue;
         }
         let aligned = fl.aligned.clone();
+        // Changed exits stay right in any order: they only name other blocks or functions.
+        let changed_exits = fl.changed_exits.clone();
         layout.functions[f.id.0 as usize] = Some(rivet_ir::layout::FunctionLayout {
             fragments: vec![(0..f.blocks.len() as u32).map(rivet_ir::BlockId).collect()],
             aligned,
+            changed_exits,
         });
         layout.cold_order.retain(|r| r.function != f.id);
         summary.warnings.push(format!(
@@ -961,6 +964,9 @@ fn plan_fragments(
                                 program,
                             }),
                             exits: layout_ref.exits,
+                            changed_exits: layout_ref
+                                .function(r.function)
+                                .map_or(&[][..], |fl| &fl.changed_exits),
                         },
                     ),
                 )

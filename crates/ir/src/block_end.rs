@@ -40,6 +40,10 @@ pub enum BlockExit {
     /// The terminator says conditional jump but the instruction is not one; the emitter
     /// refuses the function.
     Malformed { at: Vaddr },
+    /// Never the input's: a jump replaced by a copy of the return instruction `ret` (an
+    /// index into `Function::insts`) of the block it went to, which does nothing else
+    /// (`ExitChange::JumpToReturn`).
+    Return { ret: u32 },
 }
 
 /// The branches the emitter writes at the end of a block, given the block placed after it.
@@ -71,7 +75,7 @@ impl BlockExit {
     /// (re-created, inverted or dropped) rather than copying it.
     pub fn recreates_last(&self) -> bool {
         match self {
-            BlockExit::Jump { .. } => true,
+            BlockExit::Jump { .. } | BlockExit::Return { .. } => true,
             BlockExit::Cond { invertible, .. } => *invertible,
             _ => false,
         }
@@ -79,7 +83,8 @@ impl BlockExit {
 
     /// The branches that end the block when `is_next(addr)` says whether the code at `addr`
     /// is the block placed after it. `None` for a block the emitter copies as it is or
-    /// refuses (`Copied`, `Malformed`, a conditional jump that cannot be inverted).
+    /// refuses (`Copied`, `Malformed`, a conditional jump that cannot be inverted), and for a
+    /// copied `Return`.
     pub fn written(&self, is_next: impl Fn(Vaddr) -> bool) -> Option<WrittenEnd> {
         Some(match *self {
             BlockExit::FallThrough { to } if is_next(to) => WrittenEnd::Nothing,
@@ -108,7 +113,10 @@ impl BlockExit {
                     WrittenEnd::CondThenJump { taken, fall }
                 }
             }
-            BlockExit::Cond { .. } | BlockExit::Copied | BlockExit::Malformed { .. } => {
+            BlockExit::Cond { .. }
+            | BlockExit::Copied
+            | BlockExit::Malformed { .. }
+            | BlockExit::Return { .. } => {
                 return None;
             }
         })

@@ -9,7 +9,8 @@
 //! The simple strategies live here too: the identity and reversed orders, and seeded random
 //! layouts, used to prove the rewriter correct and to randomize layout in benchmarks.
 
-use crate::program::{BlockId, FuncId, Program};
+use crate::block_end::BlockExit;
+use crate::program::{BlockId, EdgeKind, FuncId, Function, Program};
 
 /// One fragment of one function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -51,6 +52,34 @@ pub struct AlignedBlock {
     pub max_padding: u8,
 }
 
+/// Which peephole changed a block's exit (`rivet_passes::peephole`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExitChange {
+    /// A branch to a block that only jumps on goes straight to where that jump leads.
+    DoubleJump,
+    /// A conditional jump whose two sides arrive at the same block became a jump there (or
+    /// nothing, when that block is placed next).
+    UselessBranch,
+    /// A jump to a block that only returns became a copy of that return.
+    JumpToReturn,
+    /// A conditional jump to a block that only tail-calls a function became a conditional
+    /// jump to that function (BOLT's SCTC).
+    ConditionalTailCall,
+}
+
+/// A block whose exit rewritten code writes otherwise than the input's branch says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangedExit {
+    pub block: BlockId,
+    /// The exit written instead of `Function::block_exit`'s.
+    pub exit: BlockExit,
+    pub change: ExitChange,
+    /// Blocks the block's runs no longer pass through, each with the kind of the block's own
+    /// edge that used to lead there (the first of a chain is that edge's target; the others
+    /// follow it): their profile counts drop by that edge's count (dyno stats).
+    pub bypassed: Vec<(EdgeKind, BlockId)>,
+}
+
 /// The block order of one rewritten function.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FunctionLayout {
@@ -58,6 +87,24 @@ pub struct FunctionLayout {
     pub fragments: Vec<Vec<BlockId>>,
     /// Blocks of the first fragment to align (hot loop heads), in no particular order.
     pub aligned: Vec<AlignedBlock>,
+    /// Blocks whose exits the peephole passes changed, sorted by block; empty without them.
+    pub changed_exits: Vec<ChangedExit>,
+}
+
+impl FunctionLayout {
+    /// How `b` leaves in rewritten code: its changed exit, if a pass changed it, else
+    /// `Function::block_exit`.
+    pub fn block_exit(&self, f: &Function, b: BlockId) -> Option<BlockExit> {
+        changed_exit(&self.changed_exits, b).or_else(|| f.block_exit(f.block(b)))
+    }
+}
+
+/// The exit `changes` (sorted by block) gives `b`, if any.
+pub fn changed_exit(changes: &[ChangedExit], b: BlockId) -> Option<BlockExit> {
+    changes
+        .binary_search_by_key(&b, |c| c.block)
+        .ok()
+        .map(|i| changes[i].exit)
 }
 
 /// Where rewritten code goes.
@@ -169,6 +216,17 @@ impl Layout {
                         a.block.0
                     ));
                 }
+            }
+            if !fl.changed_exits.is_sorted_by(|a, b| a.block < b.block)
+                || fl
+                    .changed_exits
+                    .iter()
+                    .any(|c| c.block.0 as usize >= f.blocks.len())
+            {
+                return bad(format!(
+                    "{}: changed exits unsorted or of no block",
+                    f.name()
+                ));
             }
             let first = fl.fragments.first().and_then(|fr| fr.first());
             if first.is_none_or(|b| !f.block(*b).is_entry || f.block(*b).start != f.range.start) {
@@ -362,6 +420,7 @@ pub fn build_layout(
         functions[f.id.0 as usize] = Some(FunctionLayout {
             fragments,
             aligned: Vec::new(),
+            changed_exits: Vec::new(),
         });
     }
     let mut rng = SplitMix64::new(seed);

@@ -59,7 +59,7 @@ use std::ops::{Add, AddAssign};
 
 use rivet_arch::FragmentExits;
 use rivet_elf::Vaddr;
-use rivet_ir::layout::{FunctionLayout, Layout, PltCalls};
+use rivet_ir::layout::{ChangedExit, FunctionLayout, Layout, PltCalls};
 use rivet_ir::{
     BlockExit, BlockId, CallTarget, EdgeKind, Function, PlacedNext, Program, Terminator, WrittenEnd,
 };
@@ -273,10 +273,20 @@ pub fn function_dyno_stats(
     match layout {
         None => {
             for b in 0..f.blocks.len() {
-                block_stats(f, counts, BlockId(b as u32), Placement::Original, &mut s);
+                let exit = f.block_exit(&f.blocks[b]);
+                block_stats(
+                    f,
+                    counts,
+                    BlockId(b as u32),
+                    Placement::Original,
+                    exit,
+                    &mut s,
+                );
             }
         }
         Some((fl, exits)) => {
+            let bypassed = bypassed_counts(f, counts, &fl.changed_exits);
+            let counts = bypassed.as_ref().unwrap_or(counts);
             let isa = f.insts.first().map(|i| i.isa());
             for fragment in &fl.fragments {
                 let placed = f.placed_next(fragment, true);
@@ -303,12 +313,38 @@ pub fn function_dyno_stats(
                         pos,
                         cond_form,
                     };
-                    block_stats(f, counts, b, placement, &mut s);
+                    block_stats(f, counts, b, placement, fl.block_exit(f, b), &mut s);
                 }
             }
         }
     }
     s
+}
+
+/// `counts` less the runs that changed exits (`ChangedExit::bypassed`) no longer make
+/// through the blocks they go past; `None` when nothing changed.
+fn bypassed_counts(
+    f: &Function,
+    counts: &FunctionCounts,
+    changes: &[ChangedExit],
+) -> Option<FunctionCounts> {
+    if changes.is_empty() {
+        return None;
+    }
+    let mut adjusted = counts.clone();
+    for change in changes {
+        for &(kind, x) in &change.bypassed {
+            let c = edge_count(f, counts, change.block, kind).unwrap_or(0);
+            if let Some(n) = adjusted.blocks.get_mut(x.0 as usize) {
+                *n = n.saturating_sub(c);
+            }
+            // The block only goes on to one place: its edge loses the same runs.
+            for e in adjusted.edges.get_mut(x.0 as usize).into_iter().flatten() {
+                *e = e.saturating_sub(c);
+            }
+        }
+    }
+    Some(adjusted)
 }
 
 /// The block whose instructions cover `addr`.
@@ -353,6 +389,7 @@ fn block_stats(
     counts: &FunctionCounts,
     b: BlockId,
     placement: Placement,
+    exit: Option<BlockExit>,
     s: &mut DynoStats,
 ) {
     let block = f.block(b);
@@ -363,7 +400,7 @@ fn block_stats(
         Placement::Rewritten { .. } => f.kept_insts(block).count() as u64,
     };
     s.instructions = s.instructions.saturating_add(n.saturating_mul(len));
-    let Some(exit) = f.block_exit(block) else {
+    let Some(exit) = exit else {
         return;
     };
     // What the emitter writes at the end of the block; the original code keeps its branches.
@@ -456,6 +493,8 @@ fn block_stats(
         },
         // The emitter refuses these; they execute no branch the stats know of.
         BlockExit::Malformed { .. } => {}
+        // A jump replaced by a copy of the `ret` it went to.
+        BlockExit::Return { .. } => s.returns = s.returns.saturating_add(n),
     }
 }
 

@@ -17,6 +17,8 @@
 //!   output's block address translation (`.rivet.bat`).
 //! - `icf`: identical code folding in safe mode: which functions are the same code (bytes
 //!   read through a closure the caller gives) and fold into one kept copy.
+//! - `peephole`: BOLT's peepholes (double jumps, useless branches; jumps to returns) and
+//!   simplified conditional tail calls, as changed block exits over a finished layout.
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
 //!   attached profile.
 
@@ -30,6 +32,7 @@ pub mod instrument;
 pub mod names;
 pub mod optimize;
 pub mod output_map;
+pub mod peephole;
 pub mod stale;
 
 use std::collections::HashSet;

@@ -279,7 +279,14 @@ fn layout_function(
         Some(a) if !in_place => blocks_to_align(f, counts, &fragments[0], a),
         _ => Vec::new(),
     };
-    (FunctionLayout { fragments, aligned }, hot_size)
+    (
+        FunctionLayout {
+            fragments,
+            aligned,
+            changed_exits: Vec::new(),
+        },
+        hot_size,
+    )
 }
 
 /// Moves every dead padding block (`Function::is_dead_padding`) right before its fall-through

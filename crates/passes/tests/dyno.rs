@@ -200,6 +200,7 @@ fn one_function_layout(fragments: Vec<Vec<u32>>) -> Layout {
                 .map(|fr| fr.into_iter().map(BlockId).collect())
                 .collect(),
             aligned: Vec::new(),
+            changed_exits: Vec::new(),
         })],
         hot_order: vec![FragmentRef {
             function: FuncId(0),

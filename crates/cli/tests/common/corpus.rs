@@ -31,6 +31,17 @@ pub fn optimize_option_sets() -> Vec<Vec<&'static str>> {
             "-hugify",
             // Identical code folding (x86-64; AArch64 warns and folds nothing).
             "-icf",
+            // Peepholes and conditional tail calls (x86-64; AArch64 warns, changes nothing).
+            "-peepholes=all",
+            "-simplify-conditional-tail-calls",
+        ],
+        // The peepholes and conditional tail calls alone, over the default layout, in
+        // relocation mode and in place.
+        vec!["--peepholes", "--simplify-conditional-tail-calls"],
+        vec![
+            NO_RELOCATIONS,
+            "--peepholes=double-jumps,useless-branches,jumps-to-returns",
+            "--simplify-conditional-tail-calls",
         ],
         vec![
             "--reorder-blocks",

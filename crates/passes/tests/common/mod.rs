@@ -109,6 +109,7 @@ fn with_reachability(mut blocks: Vec<Block>) -> Vec<Block> {
 }
 
 /// An executable with relocations holding `functions` (ids must be their indices).
+#[allow(dead_code)]
 pub fn program(functions: Vec<Function>) -> Program {
     Program {
         info: BinaryInfo {
@@ -129,6 +130,7 @@ pub fn program(functions: Vec<Function>) -> Program {
 }
 
 /// A profile of these per-function counts and no call graph.
+#[allow(dead_code)]
 pub fn profile(counts: Vec<Option<FunctionCounts>>) -> AttachedProfile {
     AttachedProfile {
         functions: counts,
