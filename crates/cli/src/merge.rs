@@ -24,12 +24,15 @@ use std::io::BufWriter;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use rivet_profile::counters::{CounterLayout, CounterMap, CountersError, is_counter_file};
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
 use rivet_profile::{fdata, native, yaml};
 
 use crate::error::UserError;
 use crate::files::PendingOutput;
-use crate::profile_use::{FormatArg, Input, hashes_from_binary, read_profile, yaml_with_hashes};
+use crate::profile_use::{
+    FormatArg, Input, hashes_from_binary, read_profile_bytes, yaml_with_hashes,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
@@ -138,8 +141,29 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
     };
     // One input at a time: read, fold in, drop.
     let mut sum: Option<Sum> = None;
+    let mut maps = MapCache::default();
     for (path, weight) in &specs {
-        match (read_profile(path)?, &mut sum) {
+        let input = match read_input(path, &mut maps)? {
+            Some(input) => input,
+            None => {
+                // A counter file: its records go straight into the sum, no profile is built.
+                let merger = match &mut sum {
+                    None if format == FormatArg::Yaml => return Err(located_as_yaml()),
+                    None => match sum.insert(Sum::Located(Merger::new())) {
+                        Sum::Located(merger) => merger,
+                        Sum::Yaml(_) => unreachable!("just made a located sum"),
+                    },
+                    Some(Sum::Located(merger)) => merger,
+                    Some(Sum::Yaml(_)) => return Err(yaml_with_located(path)),
+                };
+                let (map, counters) = maps.current();
+                merger
+                    .add_counters(map, counters, *weight)
+                    .map_err(|e| describe(&e))?;
+                continue;
+            }
+        };
+        match (input, &mut sum) {
             (Input::Located(p), None) => {
                 if format == FormatArg::Yaml {
                     return Err(located_as_yaml());
@@ -163,13 +187,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
             (Input::Yaml(y), Some(Sum::Yaml(merger))) => {
                 merger.add(y, *weight).map_err(|e| describe(&e))?
             }
-            _ => {
-                return Err(UserError::new(format!(
-                    "{}: BOLT YAML profiles cannot be merged with address-based ones (counter files, Rivet profiles, fdata)",
-                    path.display()
-                ))
-                .hint("merge the YAML profiles on their own, or give Rivet the fdata ones"));
-            }
+            _ => return Err(yaml_with_located(path)),
         }
     }
     let text = match sum {
@@ -223,6 +241,57 @@ fn write_streamed(
     })?;
     let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
     pending.finish(file, b"", 0o644)
+}
+
+fn yaml_with_located(path: &Path) -> UserError {
+    UserError::new(format!(
+        "{}: BOLT YAML profiles cannot be merged with address-based ones (counter files, Rivet profiles, fdata)",
+        path.display()
+    ))
+    .hint("merge the YAML profiles on their own, or give Rivet the fdata ones")
+}
+
+/// The last counter map decoded, and the counters of the last counter file read. Runs of one
+/// instrumentation carry the same map (they are told apart from other instrumentations by
+/// the map's bytes, not only its hash), so a merge of many decodes it once.
+#[derive(Default)]
+struct MapCache {
+    bytes: Vec<u8>,
+    map: CounterMap,
+    counters: Vec<u64>,
+}
+
+impl MapCache {
+    fn current(&self) -> (&CounterMap, &[u64]) {
+        (&self.map, &self.counters)
+    }
+}
+
+/// Reads one input: a counter file goes into `maps` (`None`), anything else is a profile.
+fn read_input(path: &Path, maps: &mut MapCache) -> Result<Option<Input>, UserError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        UserError::new(format!("cannot read {}: {e}", path.display()))
+            .hint("check the path and its permissions")
+    })?;
+    if !is_counter_file(&bytes) {
+        return read_profile_bytes(path, &bytes).map(Some);
+    }
+    let bad = |e: CountersError| {
+        UserError::new(format!("{}: {e}", path.display()))
+            .hint("a counter file is written by a binary from `rivet instrument`")
+    };
+    let layout = CounterLayout::read(&bytes).map_err(bad)?;
+    let map_bytes = &bytes[layout.map.clone()];
+    let same = maps.bytes == map_bytes
+        && maps.map.arch == layout.arch
+        && maps.map.counter_count as usize == layout.counters.len() / 8
+        && !maps.bytes.is_empty();
+    if !same {
+        maps.map = layout.decode_map(&bytes).map_err(bad)?;
+        maps.bytes = map_bytes.to_vec();
+    }
+    maps.counters = layout.counters(&bytes);
+    Ok(None)
 }
 
 fn located_as_yaml() -> UserError {
