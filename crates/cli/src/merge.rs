@@ -20,11 +20,14 @@
 //! written then.
 
 use std::ffi::{OsStr, OsString};
-use std::io::BufWriter;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rivet_profile::counters::{CounterLayout, CounterMap, CountersError, is_counter_file};
+use rivet_profile::counters::{
+    CounterLayout, CounterMap, CounterSum, CountersError, SumError, is_counter_file, site_tables,
+};
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
 use rivet_profile::{fdata, native, yaml};
 
@@ -49,13 +52,29 @@ pub struct MergeArgs {
     /// Where to write the merged profile.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
-    /// Output format (default: fdata for a .fdata output, YAML for .yaml, else Rivet's).
+    /// Output format (default: fdata for a .fdata output, YAML for .yaml, a counter file for
+    /// .counts, else Rivet's).
     #[arg(long, value_enum)]
-    pub format: Option<FormatArg>,
+    pub format: Option<MergeFormat>,
     /// The binary the profiles were taken on: the hashes of its functions' code go into the
     /// merged profile (Rivet's format), so that the next build of the program can use it.
     #[arg(long, value_name = "BINARY")]
     pub binary: Option<PathBuf>,
+}
+
+/// What `rivet merge` writes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeFormat {
+    /// Rivet's profile format (keeps the build-id and how the profile was taken).
+    Rivet,
+    /// BOLT's fdata (for llvm-bolt -data= and merge-fdata).
+    Fdata,
+    /// BOLT's YAML profile (YAML inputs only).
+    Yaml,
+    /// A counter file, the inputs' counters summed one by one (counter files of one
+    /// instrumented binary only, whole weights): the cheapest merge, which every command
+    /// that reads a profile reads.
+    Counters,
 }
 
 /// Splits `PATH:WEIGHT` into the path and its weight; anything else is a path of weight 1.
@@ -121,13 +140,27 @@ enum Sum {
 }
 
 pub fn run(args: &MergeArgs) -> Result<(), UserError> {
-    let format =
-        args.format
-            .unwrap_or_else(|| match args.output.extension().and_then(|e| e.to_str()) {
-                Some("fdata") => FormatArg::Fdata,
-                Some("yaml" | "yml") => FormatArg::Yaml,
-                _ => FormatArg::Rivet,
-            });
+    let format = match args.format.unwrap_or_else(|| {
+        match args.output.extension().and_then(|e| e.to_str()) {
+            Some("fdata") => MergeFormat::Fdata,
+            Some("yaml" | "yml") => MergeFormat::Yaml,
+            Some("counts") => MergeFormat::Counters,
+            _ => MergeFormat::Rivet,
+        }
+    }) {
+        MergeFormat::Rivet => FormatArg::Rivet,
+        MergeFormat::Fdata => FormatArg::Fdata,
+        MergeFormat::Yaml => FormatArg::Yaml,
+        MergeFormat::Counters => {
+            if args.binary.is_some() {
+                return Err(UserError::new(
+                    "--binary adds code hashes, which only Rivet's profile format holds",
+                )
+                .hint("write the merged profile with --format rivet"));
+            }
+            return sum_counters(&input_specs(args)?, &args.output);
+        }
+    };
     if args.binary.is_some() && format != FormatArg::Rivet {
         return Err(UserError::new(
             "--binary adds code hashes, which only Rivet's profile format holds",
@@ -241,6 +274,144 @@ fn write_streamed(
     })?;
     let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
     pending.finish(file, b"", 0o644)
+}
+
+/// `--format counters`: every input a counter file of one instrumentation, summed counter by
+/// counter (`CounterSum`), written as a counter file: the first input's header and map, then
+/// the sums. The map is never decoded nor held: the first input's is skimmed for its site
+/// tables (and checked against its hash) as it streams by, the others are compared with it a
+/// chunk at a time, and it is copied to the output file to file. One input is read at a time.
+fn sum_counters(specs: &[(PathBuf, Weight)], output: &Path) -> Result<(), UserError> {
+    let cannot_read = |path: &Path, e: std::io::Error| {
+        UserError::new(format!("cannot read {}: {e}", path.display()))
+            .hint("check the path and its permissions")
+    };
+    let bad = |path: &Path, e: SumError| {
+        let hint = match e {
+            SumError::SiteOverflow { .. } => {
+                "merge into a profile (--format rivet), which keeps every run's targets"
+            }
+            SumError::Counters(CountersError::DifferentInstrumentation) => {
+                "counter files sum only with runs of the same instrumented binary; merge into a profile (--format rivet) to mix instrumentations"
+            }
+            SumError::Counters(_) => "a counter file is written by a binary from `rivet instrument`",
+        };
+        let what = match e {
+            SumError::Counters(CountersError::DifferentInstrumentation) => format!(
+                "{} comes from another instrumented binary than {}",
+                path.display(),
+                specs[0].0.display()
+            ),
+            e => format!("{}: {e}", path.display()),
+        };
+        UserError::new(what).hint(hint)
+    };
+    let (first_path, _) = &specs[0];
+    let mut first = File::open(first_path).map_err(|e| cannot_read(first_path, e))?;
+    let (first_header, first_layout) = counter_header(first_path, &mut first)?;
+    let tables = site_tables(
+        BufReader::with_capacity(1 << 16, (&mut first).take(first_layout.map.len() as u64)),
+        &first_layout,
+    )
+    .map_err(|e| bad(first_path, e.into()))?;
+    let mut sum = CounterSum::new(tables, first_layout.counters.len() / 8);
+    let mut run = Vec::new();
+    for (k, (path, weight)) in specs.iter().enumerate() {
+        let times = weight.as_whole().ok_or_else(|| {
+            UserError::new(format!(
+                "{}: weight {weight}: counters are summed by whole weights only",
+                path.display()
+            ))
+            .hint("use a whole weight, or merge into a profile (--format rivet), which rounds each record")
+        })?;
+        let mut file = File::open(path).map_err(|e| cannot_read(path, e))?;
+        let (header, layout) = counter_header(path, &mut file)?;
+        if k > 0 {
+            let same = header == first_header
+                && same_bytes(&mut first, &mut file, &first_layout)
+                    .map_err(|e| cannot_read(path, e))?;
+            if !same {
+                return Err(bad(path, CountersError::DifferentInstrumentation.into()));
+            }
+        }
+        file.seek(SeekFrom::Start(layout.counters.start as u64))
+            .and_then(|_| {
+                // A chunk at a time: the run's bytes are never all held beside its counters.
+                let mut bytes = [0u8; 1 << 16];
+                let mut left = layout.counters.len();
+                run.clear();
+                while left > 0 {
+                    let n = left.min(bytes.len());
+                    file.read_exact(&mut bytes[..n])?;
+                    run.extend(
+                        bytes[..n]
+                            .chunks_exact(8)
+                            .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+                    );
+                    left -= n;
+                }
+                Ok(())
+            })
+            .map_err(|e| cannot_read(path, e))?;
+        sum.add(&run, times).map_err(|e| bad(path, e))?;
+    }
+    drop(run);
+    let io_error = |e: std::io::Error| {
+        UserError::new(format!("cannot write {}: {e}", output.display()))
+            .hint("check the free space of its file system")
+    };
+    let (pending, mut file) = PendingOutput::create(output)?;
+    // The prefix, file to file (the kernel copies it: copy_file_range).
+    first
+        .seek(SeekFrom::Start(0))
+        .and_then(|_| std::io::copy(&mut (&mut first).take(first_layout.counters.start as u64), &mut file))
+        .map_err(io_error)?;
+    let mut out = BufWriter::with_capacity(1 << 16, file);
+    for c in sum.counters() {
+        out.write_all(&c.to_le_bytes()).map_err(io_error)?;
+    }
+    let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
+    // 0600, as the runtime creates counter files: they describe what a program did.
+    pending.finish(file, b"", 0o600)
+}
+
+/// The header of the counter file `file` (read from its start) and where its parts lie.
+fn counter_header(path: &Path, file: &mut File) -> Result<([u8; 64], CounterLayout), UserError> {
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut header = [0u8; 64];
+    let read = file.read(&mut header).unwrap_or(0);
+    let layout = CounterLayout::from_header(&header[..read], len).map_err(|e| {
+        let e = match e {
+            CountersError::NotCounters => format!(
+                "{}: not a counter file; only counter files sum into a counter file",
+                path.display()
+            ),
+            e => format!("{}: {e}", path.display()),
+        };
+        UserError::new(e).hint("merge into a profile instead (--format rivet or fdata)")
+    })?;
+    Ok((header, layout))
+}
+
+/// Whether the bytes between the header and the counters of `a` and `b` (same layout) are
+/// the same; both are read from just after their headers.
+fn same_bytes(a: &mut File, b: &mut File, layout: &CounterLayout) -> std::io::Result<bool> {
+    const CHUNK: usize = 1 << 16;
+    let (mut x, mut y) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+    let mut at = layout.map.start as u64;
+    let end = layout.counters.start as u64;
+    a.seek(SeekFrom::Start(at))?;
+    b.seek(SeekFrom::Start(at))?;
+    while at < end {
+        let n = CHUNK.min((end - at) as usize);
+        a.read_exact(&mut x[..n])?;
+        b.read_exact(&mut y[..n])?;
+        if x[..n] != y[..n] {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
 }
 
 fn yaml_with_located(path: &Path) -> UserError {

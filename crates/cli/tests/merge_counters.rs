@@ -96,6 +96,30 @@ fn same_as_old_way(dir: &Path, files: &[PathBuf]) {
     }
 }
 
+/// `--format counters` (whole weights): a counter file whose profile is the old way's merge,
+/// whatever the order of the inputs.
+fn counters_sum_as_old_way(dir: &Path, files: &[PathBuf]) {
+    for weights in [&["1"][..], &["3", "1", "2"]] {
+        let inputs: Vec<(PathBuf, &str)> = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.clone(), weights[i % weights.len()]))
+            .collect();
+        let (native_old, _) = old_way(&inputs);
+        let out = dir.join("summed.counts");
+        let summed = new_way(&inputs, &out);
+        let reversed: Vec<_> = inputs.iter().rev().cloned().collect();
+        assert_eq!(new_way(&reversed, &out), summed, "reversed");
+        let (native_sum, _) = old_way(&[(out.clone(), "1")]);
+        assert_eq!(
+            String::from_utf8(native_sum).unwrap(),
+            String::from_utf8(native_old).unwrap(),
+            "{} weights {weights:?}",
+            dir.display()
+        );
+    }
+}
+
 #[test]
 fn corpus_counter_files_merge_as_their_profiles_do() {
     let corpus = corpus_dir();
@@ -134,6 +158,12 @@ fn corpus_counter_files_merge_as_their_profiles_do() {
                 .map_hash
         );
         same_as_old_way(&dir, &[a.clone(), b.clone()]);
+        counters_sum_as_old_way(&dir, &[a.clone(), b.clone(), a.clone()]);
+        // Another instrumentation does not sum as counters: one line, nothing written.
+        let out = dir.join("mixed.counts");
+        let r = rivet(&["merge", s(&a), s(&c), "-o", s(&out)]);
+        assert_one_error_line(&r, "another instrumented binary");
+        assert!(!out.exists());
         same_as_old_way(&dir, &[a, c, b]);
         checked += 1;
     }
@@ -158,6 +188,7 @@ fn sqlite_counter_files_merge_as_their_profiles_do() {
         })
         .collect();
     same_as_old_way(&dir, &files);
+    counters_sum_as_old_way(&dir, &files);
 }
 
 #[test]
@@ -192,6 +223,28 @@ fn bad_counter_files_give_one_line_and_no_output() {
     let r = rivet(&["merge", s(&good), s(&other), "-o", s(&out)]);
     assert_one_error_line(&r, "build-id");
     assert!(!out.exists());
+    // Counters sum by whole weights only, and only counter files.
+    let summed = dir.join("out.counts");
+    let half = format!("{}:0.5", s(&good));
+    let r = rivet(&["merge", s(&good), &half, "-o", s(&summed)]);
+    assert_one_error_line(&r, "whole weights");
+    let fdata_input = dir.join("good.fdata");
+    let r = rivet(&["merge", s(&good), "-o", s(&fdata_input)]);
+    assert!(r.status.success());
+    let r = rivet(&["merge", s(&good), s(&fdata_input), "-o", s(&summed)]);
+    assert_one_error_line(&r, "not a counter file");
+    for k in 0..3 {
+        let cut = dir.join(format!("cut{k}.counts"));
+        let r = rivet(&["merge", s(&good), s(&cut), "-o", s(&summed)]);
+        assert_one_error_line(&r, s(&cut));
+        let r = rivet(&["merge", s(&cut), s(&good), "-o", s(&summed)]);
+        assert_one_error_line(&r, s(&cut));
+    }
+    let r = rivet(&["merge", s(&bad), "-o", s(&summed)]);
+    assert_one_error_line(&r, "hash");
+    let r = rivet(&["merge", s(&good), s(&bad), "-o", s(&summed)]);
+    assert_one_error_line(&r, "another instrumented binary");
+    assert!(!summed.exists());
     // Not a profile at all.
     let foreign = dir.join("foreign.counts");
     std::fs::write(&foreign, b"\x7fELF not a counter file").unwrap();

@@ -515,10 +515,16 @@ pub struct CounterLayout {
 
 impl CounterLayout {
     pub fn read(data: &[u8]) -> Result<CounterLayout, CountersError> {
+        CounterLayout::from_header(data, data.len() as u64)
+    }
+
+    /// The layout of a file of `file_len` bytes that starts with `header` (its first
+    /// [`HEADER_SIZE`] bytes or more).
+    pub fn from_header(data: &[u8], file_len: u64) -> Result<CounterLayout, CountersError> {
         if !data.starts_with(MAGIC) {
             return Err(CountersError::NotCounters);
         }
-        if data.len() < HEADER_SIZE {
+        if data.len() < HEADER_SIZE || file_len < HEADER_SIZE as u64 {
             return Err(CountersError::Truncated("the header ends early"));
         }
         let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
@@ -542,7 +548,7 @@ impl CounterLayout {
             .checked_mul(8)
             .and_then(|n| n.checked_add(counters_offset))
             .ok_or_else(|| CountersError::Malformed("counter count out of range".into()))?;
-        if (data.len() as u64) < counters_end {
+        if file_len < counters_end {
             return Err(CountersError::Truncated("the counters end early"));
         }
         Ok(CounterLayout {
@@ -623,6 +629,211 @@ impl CounterFile {
     pub fn emit_branches<'m>(&'m self, add: impl FnMut(LocRef<'m>, LocRef<'m>, u64)) {
         emit_counted(&self.map, &self.counters, add);
     }
+}
+
+/// Runs of one instrumentation summed counter by counter (`rivet merge --format counters`):
+/// what merge-fdata does for fdata, with no profile built and no map decoded. Edge counters
+/// add up; an indirect call site's table is summed by target (a target's counts add, whatever
+/// pair each run gave it), its overflow pair adds. The caller checks that every run carries
+/// the first one's header and map byte for byte, and writes that prefix before [`counters`].
+///
+/// The profile of the sum is the sum of the runs' profiles whenever those are linear in the
+/// counters: runs whose counts are consistent (no thread stopped inside a block), and targets
+/// of indirect jumps reached from one jump each. A site whose runs together recorded more
+/// targets than its table holds cannot be summed exactly: that is an error, not a guess.
+///
+/// [`counters`]: CounterSum::counters
+#[derive(Debug)]
+pub struct CounterSum {
+    /// First word of every site table, sorted.
+    tables: Vec<u32>,
+    counters: Vec<u64>,
+}
+
+/// Why runs cannot be summed counter by counter.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SumError {
+    #[error(transparent)]
+    Counters(#[from] CountersError),
+    #[error(
+        "the indirect call site whose table is at counter {table} recorded more than {SITE_TARGETS} targets across the runs"
+    )]
+    SiteOverflow { table: u32 },
+}
+
+impl CounterSum {
+    /// An empty sum of `counter_count` counters whose site tables start at `tables` (from
+    /// [`site_tables`]).
+    pub fn new(mut tables: Vec<u32>, counter_count: usize) -> CounterSum {
+        tables.sort_unstable();
+        tables.dedup();
+        CounterSum {
+            tables,
+            counters: vec![0; counter_count],
+        }
+    }
+
+    /// Adds a run's counters, `times` over (a whole weight). On an error the sum is left as
+    /// it was.
+    pub fn add(&mut self, run: &[u64], times: u64) -> Result<(), SumError> {
+        if run.len() != self.counters.len() {
+            return Err(CountersError::DifferentInstrumentation.into());
+        }
+        // Site tables first: an overflow leaves the sum untouched.
+        let mut merged = Vec::with_capacity(self.tables.len());
+        for &table in &self.tables {
+            let words = table as usize..(table + SITE_WORDS) as usize;
+            merged.push(sum_site(
+                &self.counters[words.clone()],
+                &run[words],
+                times,
+                table,
+            )?);
+        }
+        for (sum, &c) in self.counters.iter_mut().zip(run) {
+            *sum = sum.saturating_add(c.saturating_mul(times));
+        }
+        for (&table, words) in self.tables.iter().zip(merged) {
+            self.counters[table as usize..(table + SITE_WORDS) as usize].copy_from_slice(&words);
+        }
+        Ok(())
+    }
+
+    /// The summed counters, as a counter file holds them after its prefix.
+    pub fn counters(&self) -> &[u64] {
+        &self.counters
+    }
+}
+
+/// Two site tables summed by target (the run's counts `times` over), targets in increasing
+/// order so that the result does not depend on the order of the runs.
+fn sum_site(sum: &[u64], run: &[u64], times: u64, table: u32) -> Result<[u64; SITE_WORDS as usize], SumError> {
+    let pairs = 2 * SITE_TARGETS as usize;
+    let mut targets: BTreeMap<u64, u64> = BTreeMap::new();
+    for (words, k) in [(sum, 1), (run, times)] {
+        for p in words[..pairs].chunks_exact(2) {
+            if p[0] != 0 && p[1] != 0 {
+                let c = targets.entry(p[0]).or_default();
+                *c = c.saturating_add(p[1].saturating_mul(k));
+            }
+        }
+    }
+    if targets.len() > SITE_TARGETS as usize {
+        return Err(SumError::SiteOverflow { table });
+    }
+    let mut words = [0u64; SITE_WORDS as usize];
+    for (k, (target, count)) in targets.into_iter().enumerate() {
+        words[2 * k] = target;
+        words[2 * k + 1] = count;
+    }
+    // The overflow pair: (0, count).
+    words[pairs + 1] = sum[pairs + 1].saturating_add(run[pairs + 1].saturating_mul(times));
+    Ok(words)
+}
+
+/// Reads a map as it streams by, hashing every byte and keeping nothing but what asks for it.
+struct Skim<R> {
+    inner: R,
+    hash: u64,
+    scratch: Vec<u8>,
+}
+
+impl<R: std::io::Read> Skim<R> {
+    fn fill(&mut self, n: usize) -> Result<(), CountersError> {
+        self.scratch.resize(n, 0);
+        self.inner
+            .read_exact(&mut self.scratch)
+            .map_err(|_| CountersError::Truncated("the map ends early"))?;
+        for &b in &self.scratch {
+            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Ok(())
+    }
+    fn u32(&mut self) -> Result<u32, CountersError> {
+        self.fill(4)?;
+        Ok(u32::from_le_bytes(self.scratch[..4].try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, CountersError> {
+        self.fill(8)?;
+        Ok(u64::from_le_bytes(self.scratch[..8].try_into().unwrap()))
+    }
+    /// Skips `count` items of `size` bytes, a chunk at a time.
+    fn skip(&mut self, count: u32, size: usize) -> Result<(), CountersError> {
+        let mut left = count as usize * size;
+        while left > 0 {
+            let n = left.min(1 << 16);
+            self.fill(n)?;
+            left -= n;
+        }
+        Ok(())
+    }
+    fn skip_bytes(&mut self) -> Result<(), CountersError> {
+        let n = self.u32()?;
+        self.skip(n, 1)
+    }
+}
+
+/// The first counter of every indirect call site's table in the map `map` streams (exactly
+/// `layout.map`'s bytes), checked against the header's hash and counter count, without
+/// decoding the map: what [`CounterSum`] needs of it.
+pub fn site_tables(
+    map: impl std::io::Read,
+    layout: &CounterLayout,
+) -> Result<Vec<u32>, CountersError> {
+    let mut r = Skim {
+        inner: map,
+        hash: 0xcbf2_9ce4_8422_2325,
+        scratch: Vec::new(),
+    };
+    r.skip_bytes()?; // build-id
+    r.skip_bytes()?; // binary name
+    let counter_count = r.u32()?;
+    for _ in 0..r.u32()? {
+        r.u64()?;
+        r.skip_bytes()?;
+    }
+    let moved = r.u32()?;
+    r.skip(moved, 16)?;
+    let mut tables = Vec::new();
+    for _ in 0..r.u32()? {
+        r.skip_bytes()?; // name
+        r.u64()?; // start
+        let vertices = r.u32()?;
+        r.skip(vertices, 8)?;
+        let edges = r.u32()?;
+        r.skip(edges, 29)?;
+        let calls = r.u32()?;
+        r.skip(calls, 20)?;
+        let jumps = r.u32()?;
+        r.skip(jumps, 16)?;
+        for _ in 0..r.u32()? {
+            r.u64()?;
+            let table = r.u32()?;
+            if table
+                .checked_add(SITE_WORDS)
+                .is_none_or(|end| end > counter_count)
+            {
+                return Err(CountersError::Malformed(
+                    "an indirect call table lies outside the counters".into(),
+                ));
+            }
+            tables.push(table);
+        }
+    }
+    if r.inner.read(&mut [0u8; 1]).map_or(true, |n| n != 0) {
+        return Err(CountersError::Malformed("bytes after the map".into()));
+    }
+    if r.hash != layout.map_hash {
+        return Err(CountersError::Malformed(
+            "the map does not match its hash".into(),
+        ));
+    }
+    if counter_count as usize != layout.counters.len() / 8 {
+        return Err(CountersError::Malformed(
+            "header and map disagree on the number of counters".into(),
+        ));
+    }
+    Ok(tables)
 }
 
 /// Counts of every edge of `f`: measured ones read from `counters`, the others solved by flow
