@@ -21,12 +21,12 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rivet_profile::counters::{
-    CounterLayout, CounterMap, CounterSum, CountersError, SumError, is_counter_file, site_tables,
+    CounterLayout, CounterMap, CountersError, HEADER_SIZE, is_counter_file,
 };
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
 use rivet_profile::{fdata, native, yaml};
@@ -52,29 +52,13 @@ pub struct MergeArgs {
     /// Where to write the merged profile.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
-    /// Output format (default: fdata for a .fdata output, YAML for .yaml, a counter file for
-    /// .counts, else Rivet's).
+    /// Output format (default: fdata for a .fdata output, YAML for .yaml, else Rivet's).
     #[arg(long, value_enum)]
-    pub format: Option<MergeFormat>,
+    pub format: Option<FormatArg>,
     /// The binary the profiles were taken on: the hashes of its functions' code go into the
     /// merged profile (Rivet's format), so that the next build of the program can use it.
     #[arg(long, value_name = "BINARY")]
     pub binary: Option<PathBuf>,
-}
-
-/// What `rivet merge` writes.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MergeFormat {
-    /// Rivet's profile format (keeps the build-id and how the profile was taken).
-    Rivet,
-    /// BOLT's fdata (for llvm-bolt -data= and merge-fdata).
-    Fdata,
-    /// BOLT's YAML profile (YAML inputs only).
-    Yaml,
-    /// A counter file, the inputs' counters summed one by one (counter files of one
-    /// instrumented binary only, whole weights): the cheapest merge, which every command
-    /// that reads a profile reads.
-    Counters,
 }
 
 /// Splits `PATH:WEIGHT` into the path and its weight; anything else is a path of weight 1.
@@ -140,27 +124,13 @@ enum Sum {
 }
 
 pub fn run(args: &MergeArgs) -> Result<(), UserError> {
-    let format = match args.format.unwrap_or_else(|| {
-        match args.output.extension().and_then(|e| e.to_str()) {
-            Some("fdata") => MergeFormat::Fdata,
-            Some("yaml" | "yml") => MergeFormat::Yaml,
-            Some("counts") => MergeFormat::Counters,
-            _ => MergeFormat::Rivet,
-        }
-    }) {
-        MergeFormat::Rivet => FormatArg::Rivet,
-        MergeFormat::Fdata => FormatArg::Fdata,
-        MergeFormat::Yaml => FormatArg::Yaml,
-        MergeFormat::Counters => {
-            if args.binary.is_some() {
-                return Err(UserError::new(
-                    "--binary adds code hashes, which only Rivet's profile format holds",
-                )
-                .hint("write the merged profile with --format rivet"));
-            }
-            return sum_counters(&input_specs(args)?, &args.output);
-        }
-    };
+    let format =
+        args.format
+            .unwrap_or_else(|| match args.output.extension().and_then(|e| e.to_str()) {
+                Some("fdata") => FormatArg::Fdata,
+                Some("yaml" | "yml") => FormatArg::Yaml,
+                _ => FormatArg::Rivet,
+            });
     if args.binary.is_some() && format != FormatArg::Rivet {
         return Err(UserError::new(
             "--binary adds code hashes, which only Rivet's profile format holds",
@@ -276,125 +246,103 @@ fn write_streamed(
     pending.finish(file, b"", 0o644)
 }
 
-/// `--format counters`: every input a counter file of one instrumentation, summed counter by
-/// counter (`CounterSum`), written as a counter file: the first input's header and map, then
-/// the sums. The map is never decoded nor held: the first input's is skimmed for its site
-/// tables (and checked against its hash) as it streams by, the others are compared with it a
-/// chunk at a time, and it is copied to the output file to file. One input is read at a time.
-fn sum_counters(specs: &[(PathBuf, Weight)], output: &Path) -> Result<(), UserError> {
-    let cannot_read = |path: &Path, e: std::io::Error| {
+fn yaml_with_located(path: &Path) -> UserError {
+    UserError::new(format!(
+        "{}: BOLT YAML profiles cannot be merged with address-based ones (counter files, Rivet profiles, fdata)",
+        path.display()
+    ))
+    .hint("merge the YAML profiles on their own, or give Rivet the fdata ones")
+}
+
+/// The last counter map decoded (with the file it came from and that file's header), and the
+/// counters of the last counter file read. Runs of one instrumentation carry the same map, told
+/// apart from other instrumentations by its bytes (compared a chunk at a time with the file the
+/// map was decoded from), not only by its hash; so a merge of many decodes it once, and holds
+/// no file whole.
+#[derive(Default)]
+struct MapCache {
+    source: Option<(PathBuf, [u8; HEADER_SIZE])>,
+    map: CounterMap,
+    counters: Vec<u64>,
+}
+
+impl MapCache {
+    fn current(&self) -> (&CounterMap, &[u64]) {
+        (&self.map, &self.counters)
+    }
+}
+
+/// Reads one input: a counter file goes into `maps` (`None`), anything else is a profile.
+fn read_input(path: &Path, maps: &mut MapCache) -> Result<Option<Input>, UserError> {
+    let cannot_read = |e: std::io::Error| {
         UserError::new(format!("cannot read {}: {e}", path.display()))
             .hint("check the path and its permissions")
     };
-    let bad = |path: &Path, e: SumError| {
-        let hint = match e {
-            SumError::SiteOverflow { .. } => {
-                "merge into a profile (--format rivet), which keeps every run's targets"
-            }
-            SumError::Counters(CountersError::DifferentInstrumentation) => {
-                "counter files sum only with runs of the same instrumented binary; merge into a profile (--format rivet) to mix instrumentations"
-            }
-            SumError::Counters(_) => "a counter file is written by a binary from `rivet instrument`",
-        };
-        let what = match e {
-            SumError::Counters(CountersError::DifferentInstrumentation) => format!(
-                "{} comes from another instrumented binary than {}",
-                path.display(),
-                specs[0].0.display()
-            ),
-            e => format!("{}: {e}", path.display()),
-        };
-        UserError::new(what).hint(hint)
+    let mut file = File::open(path).map_err(cannot_read)?;
+    let len = file.metadata().map_err(cannot_read)?.len();
+    let mut header = [0u8; HEADER_SIZE];
+    let got = read_up_to(&mut file, &mut header).map_err(cannot_read)?;
+    if !is_counter_file(&header[..got]) {
+        let mut bytes = header[..got].to_vec();
+        file.read_to_end(&mut bytes).map_err(cannot_read)?;
+        return read_profile_bytes(path, &bytes).map(Some);
+    }
+    let bad = |e: CountersError| {
+        UserError::new(format!("{}: {e}", path.display()))
+            .hint("a counter file is written by a binary from `rivet instrument`")
     };
-    let (first_path, _) = &specs[0];
-    let mut first = File::open(first_path).map_err(|e| cannot_read(first_path, e))?;
-    let (first_header, first_layout) = counter_header(first_path, &mut first)?;
-    let tables = site_tables(
-        BufReader::with_capacity(1 << 16, (&mut first).take(first_layout.map.len() as u64)),
-        &first_layout,
-    )
-    .map_err(|e| bad(first_path, e.into()))?;
-    let mut sum = CounterSum::new(tables, first_layout.counters.len() / 8);
-    let mut run = Vec::new();
-    for (k, (path, weight)) in specs.iter().enumerate() {
-        let times = weight.as_whole().ok_or_else(|| {
-            UserError::new(format!(
-                "{}: weight {weight}: counters are summed by whole weights only",
-                path.display()
-            ))
-            .hint("use a whole weight, or merge into a profile (--format rivet), which rounds each record")
-        })?;
-        let mut file = File::open(path).map_err(|e| cannot_read(path, e))?;
-        let (header, layout) = counter_header(path, &mut file)?;
-        if k > 0 {
-            let same = header == first_header
-                && same_bytes(&mut first, &mut file, &first_layout)
-                    .map_err(|e| cannot_read(path, e))?;
-            if !same {
-                return Err(bad(path, CountersError::DifferentInstrumentation.into()));
-            }
+    let layout = CounterLayout::from_header(&header[..got], len).map_err(bad)?;
+    let same = match &maps.source {
+        Some((source, source_header)) if *source_header == header => {
+            let mut source = File::open(source).map_err(cannot_read)?;
+            same_bytes(&mut source, &mut file, &layout).map_err(cannot_read)?
         }
-        file.seek(SeekFrom::Start(layout.counters.start as u64))
-            .and_then(|_| {
-                // A chunk at a time: the run's bytes are never all held beside its counters.
-                let mut bytes = [0u8; 1 << 16];
-                let mut left = layout.counters.len();
-                run.clear();
-                while left > 0 {
-                    let n = left.min(bytes.len());
-                    file.read_exact(&mut bytes[..n])?;
-                    run.extend(
-                        bytes[..n]
-                            .chunks_exact(8)
-                            .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
-                    );
-                    left -= n;
-                }
-                Ok(())
-            })
-            .map_err(|e| cannot_read(path, e))?;
-        sum.add(&run, times).map_err(|e| bad(path, e))?;
-    }
-    drop(run);
-    let io_error = |e: std::io::Error| {
-        UserError::new(format!("cannot write {}: {e}", output.display()))
-            .hint("check the free space of its file system")
+        _ => false,
     };
-    let (pending, mut file) = PendingOutput::create(output)?;
-    // The prefix, file to file (the kernel copies it: copy_file_range).
-    first
-        .seek(SeekFrom::Start(0))
-        .and_then(|_| std::io::copy(&mut (&mut first).take(first_layout.counters.start as u64), &mut file))
-        .map_err(io_error)?;
-    let mut out = BufWriter::with_capacity(1 << 16, file);
-    for c in sum.counters() {
-        out.write_all(&c.to_le_bytes()).map_err(io_error)?;
+    if !same {
+        maps.source = None;
+        let mut bytes = vec![0u8; layout.counters.start];
+        bytes[..HEADER_SIZE].copy_from_slice(&header);
+        file.seek(SeekFrom::Start(HEADER_SIZE as u64))
+            .and_then(|_| file.read_exact(&mut bytes[HEADER_SIZE..]))
+            .map_err(cannot_read)?;
+        maps.map = layout.decode_map(&bytes).map_err(bad)?;
+        maps.source = Some((path.to_path_buf(), header));
     }
-    let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
-    // 0600, as the runtime creates counter files: they describe what a program did.
-    pending.finish(file, b"", 0o600)
+    // The counters, a chunk at a time: their bytes are never all held beside them.
+    file.seek(SeekFrom::Start(layout.counters.start as u64))
+        .map_err(cannot_read)?;
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut left = layout.counters.len();
+    maps.counters.clear();
+    maps.counters.reserve(left / 8);
+    while left > 0 {
+        let n = left.min(chunk.len());
+        file.read_exact(&mut chunk[..n]).map_err(cannot_read)?;
+        maps.counters.extend(
+            chunk[..n]
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+        );
+        left -= n;
+    }
+    Ok(None)
 }
 
-/// The header of the counter file `file` (read from its start) and where its parts lie.
-fn counter_header(path: &Path, file: &mut File) -> Result<([u8; 64], CounterLayout), UserError> {
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut header = [0u8; 64];
-    let read = file.read(&mut header).unwrap_or(0);
-    let layout = CounterLayout::from_header(&header[..read], len).map_err(|e| {
-        let e = match e {
-            CountersError::NotCounters => format!(
-                "{}: not a counter file; only counter files sum into a counter file",
-                path.display()
-            ),
-            e => format!("{}: {e}", path.display()),
-        };
-        UserError::new(e).hint("merge into a profile instead (--format rivet or fdata)")
-    })?;
-    Ok((header, layout))
+/// Reads as much of `buf` as the file holds.
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read(&mut buf[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
 }
 
-/// Whether the bytes between the header and the counters of `a` and `b` (same layout) are
-/// the same; both are read from just after their headers.
+/// Whether the bytes between the header and the counters of `a` and `b` (same header, so
+/// same layout) are the same.
 fn same_bytes(a: &mut File, b: &mut File, layout: &CounterLayout) -> std::io::Result<bool> {
     const CHUNK: usize = 1 << 16;
     let (mut x, mut y) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
@@ -412,57 +360,6 @@ fn same_bytes(a: &mut File, b: &mut File, layout: &CounterLayout) -> std::io::Re
         at += n as u64;
     }
     Ok(true)
-}
-
-fn yaml_with_located(path: &Path) -> UserError {
-    UserError::new(format!(
-        "{}: BOLT YAML profiles cannot be merged with address-based ones (counter files, Rivet profiles, fdata)",
-        path.display()
-    ))
-    .hint("merge the YAML profiles on their own, or give Rivet the fdata ones")
-}
-
-/// The last counter map decoded, and the counters of the last counter file read. Runs of one
-/// instrumentation carry the same map (they are told apart from other instrumentations by
-/// the map's bytes, not only its hash), so a merge of many decodes it once.
-#[derive(Default)]
-struct MapCache {
-    bytes: Vec<u8>,
-    map: CounterMap,
-    counters: Vec<u64>,
-}
-
-impl MapCache {
-    fn current(&self) -> (&CounterMap, &[u64]) {
-        (&self.map, &self.counters)
-    }
-}
-
-/// Reads one input: a counter file goes into `maps` (`None`), anything else is a profile.
-fn read_input(path: &Path, maps: &mut MapCache) -> Result<Option<Input>, UserError> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        UserError::new(format!("cannot read {}: {e}", path.display()))
-            .hint("check the path and its permissions")
-    })?;
-    if !is_counter_file(&bytes) {
-        return read_profile_bytes(path, &bytes).map(Some);
-    }
-    let bad = |e: CountersError| {
-        UserError::new(format!("{}: {e}", path.display()))
-            .hint("a counter file is written by a binary from `rivet instrument`")
-    };
-    let layout = CounterLayout::read(&bytes).map_err(bad)?;
-    let map_bytes = &bytes[layout.map.clone()];
-    let same = maps.bytes == map_bytes
-        && maps.map.arch == layout.arch
-        && maps.map.counter_count as usize == layout.counters.len() / 8
-        && !maps.bytes.is_empty();
-    if !same {
-        maps.map = layout.decode_map(&bytes).map_err(bad)?;
-        maps.bytes = map_bytes.to_vec();
-    }
-    maps.counters = layout.counters(&bytes);
-    Ok(None)
 }
 
 fn located_as_yaml() -> UserError {

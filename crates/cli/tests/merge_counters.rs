@@ -63,9 +63,10 @@ fn train(inst: &Path, counts: &Path, args: &[&str], stdin: Option<&Path>) -> Pat
     if let Some(input) = stdin {
         cmd.stdin(std::fs::File::open(input).unwrap());
     }
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{} {args:?}", inst.display());
-    assert!(counts.exists());
+    // Some corpus programs exit with a status of their own (noreturn paths): what matters
+    // here is the counter file they leave.
+    cmd.output().unwrap();
+    assert!(counts.exists(), "{} {args:?}", inst.display());
     counts.to_path_buf()
 }
 
@@ -96,30 +97,6 @@ fn same_as_old_way(dir: &Path, files: &[PathBuf]) {
     }
 }
 
-/// `--format counters` (whole weights): a counter file whose profile is the old way's merge,
-/// whatever the order of the inputs.
-fn counters_sum_as_old_way(dir: &Path, files: &[PathBuf]) {
-    for weights in [&["1"][..], &["3", "1", "2"]] {
-        let inputs: Vec<(PathBuf, &str)> = files
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.clone(), weights[i % weights.len()]))
-            .collect();
-        let (native_old, _) = old_way(&inputs);
-        let out = dir.join("summed.counts");
-        let summed = new_way(&inputs, &out);
-        let reversed: Vec<_> = inputs.iter().rev().cloned().collect();
-        assert_eq!(new_way(&reversed, &out), summed, "reversed");
-        let (native_sum, _) = old_way(&[(out.clone(), "1")]);
-        assert_eq!(
-            String::from_utf8(native_sum).unwrap(),
-            String::from_utf8(native_old).unwrap(),
-            "{} weights {weights:?}",
-            dir.display()
-        );
-    }
-}
-
 #[test]
 fn corpus_counter_files_merge_as_their_profiles_do() {
     let corpus = corpus_dir();
@@ -139,12 +116,10 @@ fn corpus_counter_files_merge_as_their_profiles_do() {
         let a = train(&inst, &dir.join("a.counts"), &[], None);
         // A second run into the same file accumulates: other counts than one run's.
         let b = train(&inst, &dir.join("b.counts"), &[], None);
-        let status = Command::new(&inst)
+        Command::new(&inst)
             .env("RIVET_PROFILE", &b)
             .output()
-            .unwrap()
-            .status;
-        assert!(status.success());
+            .unwrap();
         // Another instrumentation of the same binary (main left out): another map, whose
         // profile still sums with the others.
         let other = instrument(&binary, &dir, "other", &["--skip-funcs", "main"]);
@@ -158,12 +133,6 @@ fn corpus_counter_files_merge_as_their_profiles_do() {
                 .map_hash
         );
         same_as_old_way(&dir, &[a.clone(), b.clone()]);
-        counters_sum_as_old_way(&dir, &[a.clone(), b.clone(), a.clone()]);
-        // Another instrumentation does not sum as counters: one line, nothing written.
-        let out = dir.join("mixed.counts");
-        let r = rivet(&["merge", s(&a), s(&c), "-o", s(&out)]);
-        assert_one_error_line(&r, "another instrumented binary");
-        assert!(!out.exists());
         same_as_old_way(&dir, &[a, c, b]);
         checked += 1;
     }
@@ -188,7 +157,6 @@ fn sqlite_counter_files_merge_as_their_profiles_do() {
         })
         .collect();
     same_as_old_way(&dir, &files);
-    counters_sum_as_old_way(&dir, &files);
 }
 
 #[test]
@@ -200,8 +168,11 @@ fn bad_counter_files_give_one_line_and_no_output() {
     let bytes = std::fs::read(&good).unwrap();
     let out = dir.join("out.rprof");
     let _ = std::fs::remove_file(&out);
-    // Truncated in the header, in the map and in the counters, after a good input.
-    for (k, len) in [40, 200, bytes.len() - 8].into_iter().enumerate() {
+    // Truncated in the header, in the map and in the counters, after a good input (the
+    // runtime's file runs to a page boundary past the counters' end).
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let counters_end = word(16) + 8 * word(24);
+    for (k, len) in [40, 200, counters_end - 8].into_iter().enumerate() {
         let cut = dir.join(format!("cut{k}.counts"));
         std::fs::write(&cut, &bytes[..len]).unwrap();
         let r = rivet(&["merge", s(&good), s(&cut), "-o", s(&out)]);
@@ -223,28 +194,6 @@ fn bad_counter_files_give_one_line_and_no_output() {
     let r = rivet(&["merge", s(&good), s(&other), "-o", s(&out)]);
     assert_one_error_line(&r, "build-id");
     assert!(!out.exists());
-    // Counters sum by whole weights only, and only counter files.
-    let summed = dir.join("out.counts");
-    let half = format!("{}:0.5", s(&good));
-    let r = rivet(&["merge", s(&good), &half, "-o", s(&summed)]);
-    assert_one_error_line(&r, "whole weights");
-    let fdata_input = dir.join("good.fdata");
-    let r = rivet(&["merge", s(&good), "-o", s(&fdata_input)]);
-    assert!(r.status.success());
-    let r = rivet(&["merge", s(&good), s(&fdata_input), "-o", s(&summed)]);
-    assert_one_error_line(&r, "not a counter file");
-    for k in 0..3 {
-        let cut = dir.join(format!("cut{k}.counts"));
-        let r = rivet(&["merge", s(&good), s(&cut), "-o", s(&summed)]);
-        assert_one_error_line(&r, s(&cut));
-        let r = rivet(&["merge", s(&cut), s(&good), "-o", s(&summed)]);
-        assert_one_error_line(&r, s(&cut));
-    }
-    let r = rivet(&["merge", s(&bad), "-o", s(&summed)]);
-    assert_one_error_line(&r, "hash");
-    let r = rivet(&["merge", s(&good), s(&bad), "-o", s(&summed)]);
-    assert_one_error_line(&r, "another instrumented binary");
-    assert!(!summed.exists());
     // Not a profile at all.
     let foreign = dir.join("foreign.counts");
     std::fs::write(&foreign, b"\x7fELF not a counter file").unwrap();

@@ -267,12 +267,6 @@ impl Weight {
         u128::from(self.units) == 10u128.pow(self.scale)
     }
 
-    /// The weight as a whole number, if it is one (3, 1.0), which scales counts exactly.
-    pub fn as_whole(self) -> Option<u64> {
-        let divisor = 10u64.pow(self.scale);
-        (self.units % divisor == 0).then(|| self.units / divisor)
-    }
-
     /// `count × weight`, rounded to the nearest integer (halves to even), saturating.
     pub fn apply(self, count: u64) -> u64 {
         if self.is_one() {
