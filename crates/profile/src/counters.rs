@@ -790,9 +790,9 @@ pub fn emit_counted<'m>(
 /// Whether every counter `f`'s edges read is zero: then so is every edge count (flow solved
 /// from zeros is zero), and the function adds nothing to a profile.
 fn never_ran(f: &FunctionMap, counters: &[u64]) -> bool {
-    f.edges.iter().all(|e| {
-        e.counter == INFERRED || counters.get(e.counter as usize).is_none_or(|&c| c == 0)
-    })
+    f.edges
+        .iter()
+        .all(|e| e.counter == INFERRED || counters.get(e.counter as usize).is_none_or(|&c| c == 0))
 }
 
 /// The records of [`to_profile`], handed to `add` one by one (a record may come more than
@@ -1064,7 +1064,11 @@ mod tests {
             symbols: vec![(0x10, "f".into()), (0x100, "g".into())],
             ..CounterMap::default()
         };
-        let runs: [&[u64]; 3] = [&[7, 3, 3, 0, 0, 0], &[5, 2, 3, 1, 1, 1], &[1, 1, 1, 0, 0, 0]];
+        let runs: [&[u64]; 3] = [
+            &[7, 3, 3, 0, 0, 0],
+            &[5, 2, 3, 1, 1, 1],
+            &[1, 1, 1, 0, 0, 0],
+        ];
         for weights in [["1", "1", "1"], ["3", "0.5", "0.25"]] {
             let mut old = Merger::new();
             let mut new = Merger::new();
