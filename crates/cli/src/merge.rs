@@ -21,7 +21,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -301,12 +301,11 @@ fn read_input(path: &Path, maps: &mut MapCache) -> Result<Option<Input>, UserErr
     };
     if !same {
         maps.source = None;
-        let mut bytes = vec![0u8; layout.counters.start];
-        bytes[..HEADER_SIZE].copy_from_slice(&header);
-        file.seek(SeekFrom::Start(HEADER_SIZE as u64))
-            .and_then(|_| file.read_exact(&mut bytes[HEADER_SIZE..]))
+        // Decoded as it streams in: the map's bytes are never all held beside the map.
+        file.seek(SeekFrom::Start(layout.map.start as u64))
             .map_err(cannot_read)?;
-        maps.map = layout.decode_map(&bytes).map_err(bad)?;
+        let stream = BufReader::with_capacity(1 << 16, (&mut file).take(layout.map.len() as u64));
+        maps.map = layout.decode_map_from(stream).map_err(bad)?;
         maps.source = Some((path.to_path_buf(), header));
     }
     // The counters, a chunk at a time: their bytes are never all held beside them.

@@ -248,20 +248,35 @@ impl Writer {
     }
 }
 
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
+/// Reads a map from a stream (a slice, or a file read as it goes), hashing every byte it takes
+/// with FNV-1a, so that the map is checked against its hash without being held whole.
+struct Reader<R> {
+    inner: R,
+    /// Bytes of the map not read yet.
+    left: usize,
+    hash: u64,
+    buf: Vec<u8>,
 }
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CountersError> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.data.len())
-            .ok_or(CountersError::Truncated("the map ends early"))?;
-        let s = &self.data[self.pos..end];
-        self.pos = end;
-        Ok(s)
+impl<R: std::io::Read> Reader<R> {
+    fn new(inner: R, len: usize) -> Reader<R> {
+        Reader {
+            inner,
+            left: len,
+            hash: FNV_OFFSET,
+            buf: Vec::new(),
+        }
+    }
+    fn take(&mut self, n: usize) -> Result<&[u8], CountersError> {
+        if n > self.left {
+            return Err(CountersError::Truncated("the map ends early"));
+        }
+        self.buf.resize(n, 0);
+        self.inner
+            .read_exact(&mut self.buf)
+            .map_err(|_| CountersError::Truncated("the map ends early"))?;
+        self.hash = fnv1a_from(self.hash, &self.buf);
+        self.left -= n;
+        Ok(&self.buf)
     }
     fn u8(&mut self) -> Result<u8, CountersError> {
         Ok(self.take(1)?[0])
@@ -272,28 +287,43 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Result<u64, CountersError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
     }
-    fn bytes(&mut self) -> Result<&'a [u8], CountersError> {
+    fn bytes(&mut self) -> Result<Vec<u8>, CountersError> {
         let n = self.u32()? as usize;
-        self.take(n)
+        Ok(self.take(n)?.to_vec())
     }
     fn string(&mut self) -> Result<String, CountersError> {
-        String::from_utf8(self.bytes()?.to_vec())
+        String::from_utf8(self.bytes()?)
             .map_err(|_| CountersError::Malformed("a name is not UTF-8".into()))
     }
     /// A count of items each at least `min_size` bytes long, checked against what is left.
     fn count(&mut self, min_size: usize) -> Result<usize, CountersError> {
         let n = self.u32()? as usize;
-        if n.saturating_mul(min_size) > self.data.len() - self.pos {
+        if n.saturating_mul(min_size) > self.left {
             return Err(CountersError::Truncated("a table is longer than the map"));
         }
         Ok(n)
     }
+    /// The hash of the whole map: what is left is read (a chunk at a time) and hashed too.
+    fn finish_hash(mut self) -> u64 {
+        while self.left > 0 {
+            if self.take(self.left.min(1 << 16)).is_err() {
+                break;
+            }
+        }
+        self.hash
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv1a_from(hash: u64, data: &[u8]) -> u64 {
+    data.iter().fold(hash, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 fn fnv1a(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    fnv1a_from(FNV_OFFSET, data)
 }
 
 impl CounterMap {
@@ -352,8 +382,28 @@ impl CounterMap {
 
     /// Decodes `encode_map`'s bytes, checking every index.
     pub fn decode_map(data: &[u8]) -> Result<CounterMap, CountersError> {
-        let mut r = Reader { data, pos: 0 };
-        let input_build_id = r.bytes()?.to_vec();
+        CounterMap::decode_from(&mut Reader::new(data, data.len()))
+    }
+
+    /// Decodes the `len` bytes of a map that `map` streams, checked against `hash` (a map
+    /// that does not match its hash is reported as such, whatever else is wrong with it).
+    pub fn decode_checked(
+        map: impl std::io::Read,
+        len: usize,
+        hash: u64,
+    ) -> Result<CounterMap, CountersError> {
+        let mut r = Reader::new(map, len);
+        let decoded = CounterMap::decode_from(&mut r);
+        if r.finish_hash() != hash {
+            return Err(CountersError::Malformed(
+                "the map does not match its hash".into(),
+            ));
+        }
+        decoded
+    }
+
+    fn decode_from<R: std::io::Read>(r: &mut Reader<R>) -> Result<CounterMap, CountersError> {
+        let input_build_id = r.bytes()?;
         let binary_name = r.string()?;
         let counter_count = r.u32()?;
         let nsym = r.count(12)?;
@@ -452,7 +502,7 @@ impl CounterMap {
             }
             functions.push(f);
         }
-        if r.pos != data.len() {
+        if r.left != 0 {
             return Err(CountersError::Malformed("bytes after the map".into()));
         }
         Ok(CounterMap {
@@ -561,13 +611,13 @@ impl CounterLayout {
 
     /// Decodes the map (checking it against its hash and the header).
     pub fn decode_map(&self, data: &[u8]) -> Result<CounterMap, CountersError> {
-        let map_bytes = &data[self.map.clone()];
-        if fnv1a(map_bytes) != self.map_hash {
-            return Err(CountersError::Malformed(
-                "the map does not match its hash".into(),
-            ));
-        }
-        let mut map = CounterMap::decode_map(map_bytes)?;
+        self.decode_map_from(&data[self.map.clone()])
+    }
+
+    /// Decodes the map from `map`, which streams the file's bytes from the map's start (the
+    /// map is never held whole).
+    pub fn decode_map_from(&self, map: impl std::io::Read) -> Result<CounterMap, CountersError> {
+        let mut map = CounterMap::decode_checked(map, self.map.len(), self.map_hash)?;
         map.arch = self.arch;
         if map.counter_count as usize != self.counters.len() / 8 {
             return Err(CountersError::Malformed(
