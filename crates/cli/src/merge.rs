@@ -8,6 +8,9 @@
 //! `PATH:1`. Inputs are read one at a time and folded into the sum before the next is read,
 //! and the sum is written out record by record in Rivet's format (fdata and YAML outputs are
 //! built whole first), so thousands of inputs merge in the memory of about one profile.
+//! Counter files build no profile at all: their records go straight into the sum
+//! (`Merger::add_counters`), and the map they carry is decoded once for all the runs of one
+//! instrumentation, as it streams in; the bytes written are those the profiles would give.
 //!
 //! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
 //! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
