@@ -8,6 +8,9 @@
 //! `PATH:1`. Inputs are read one at a time and folded into the sum before the next is read,
 //! and the sum is written out record by record in Rivet's format (fdata and YAML outputs are
 //! built whole first), so thousands of inputs merge in the memory of about one profile.
+//! Counter files build no profile at all: their records go straight into the sum
+//! (`Merger::add_counters`), and the map they carry is decoded once for all the runs of one
+//! instrumentation, as it streams in; the bytes written are those the profiles would give.
 //!
 //! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
 //! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
@@ -20,16 +23,22 @@
 //! written then.
 
 use std::ffi::{OsStr, OsString};
-use std::io::BufWriter;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use rivet_profile::counters::{
+    CounterLayout, CounterMap, CountersError, HEADER_SIZE, is_counter_file,
+};
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
 use rivet_profile::{fdata, native, yaml};
 
 use crate::error::UserError;
 use crate::files::PendingOutput;
-use crate::profile_use::{FormatArg, Input, hashes_from_binary, read_profile, yaml_with_hashes};
+use crate::profile_use::{
+    FormatArg, Input, hashes_from_binary, read_profile_bytes, yaml_with_hashes,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
@@ -138,8 +147,29 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
     };
     // One input at a time: read, fold in, drop.
     let mut sum: Option<Sum> = None;
+    let mut maps = MapCache::default();
     for (path, weight) in &specs {
-        match (read_profile(path)?, &mut sum) {
+        let input = match read_input(path, &mut maps)? {
+            Some(input) => input,
+            None => {
+                // A counter file: its records go straight into the sum, no profile is built.
+                let merger = match &mut sum {
+                    None if format == FormatArg::Yaml => return Err(located_as_yaml()),
+                    None => match sum.insert(Sum::Located(Merger::new())) {
+                        Sum::Located(merger) => merger,
+                        Sum::Yaml(_) => unreachable!("just made a located sum"),
+                    },
+                    Some(Sum::Located(merger)) => merger,
+                    Some(Sum::Yaml(_)) => return Err(yaml_with_located(path)),
+                };
+                let (map, counters) = maps.current();
+                merger
+                    .add_counters(map, counters, *weight)
+                    .map_err(|e| describe(&e))?;
+                continue;
+            }
+        };
+        match (input, &mut sum) {
             (Input::Located(p), None) => {
                 if format == FormatArg::Yaml {
                     return Err(located_as_yaml());
@@ -163,13 +193,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
             (Input::Yaml(y), Some(Sum::Yaml(merger))) => {
                 merger.add(y, *weight).map_err(|e| describe(&e))?
             }
-            _ => {
-                return Err(UserError::new(format!(
-                    "{}: BOLT YAML profiles cannot be merged with address-based ones (counter files, Rivet profiles, fdata)",
-                    path.display()
-                ))
-                .hint("merge the YAML profiles on their own, or give Rivet the fdata ones"));
-            }
+            _ => return Err(yaml_with_located(path)),
         }
     }
     let text = match sum {
@@ -223,6 +247,121 @@ fn write_streamed(
     })?;
     let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
     pending.finish(file, b"", 0o644)
+}
+
+fn yaml_with_located(path: &Path) -> UserError {
+    UserError::new(format!(
+        "{}: BOLT YAML profiles cannot be merged with address-based ones (counter files, Rivet profiles, fdata)",
+        path.display()
+    ))
+    .hint("merge the YAML profiles on their own, or give Rivet the fdata ones")
+}
+
+/// The last counter map decoded (with the file it came from and that file's header), and the
+/// counters of the last counter file read. Runs of one instrumentation carry the same map, told
+/// apart from other instrumentations by its bytes (compared a chunk at a time with the file the
+/// map was decoded from), not only by its hash; so a merge of many decodes it once, and holds
+/// no file whole.
+#[derive(Default)]
+struct MapCache {
+    source: Option<(PathBuf, [u8; HEADER_SIZE])>,
+    map: CounterMap,
+    counters: Vec<u64>,
+}
+
+impl MapCache {
+    fn current(&self) -> (&CounterMap, &[u64]) {
+        (&self.map, &self.counters)
+    }
+}
+
+/// Reads one input: a counter file goes into `maps` (`None`), anything else is a profile.
+fn read_input(path: &Path, maps: &mut MapCache) -> Result<Option<Input>, UserError> {
+    let cannot_read = |e: std::io::Error| {
+        UserError::new(format!("cannot read {}: {e}", path.display()))
+            .hint("check the path and its permissions")
+    };
+    let mut file = File::open(path).map_err(cannot_read)?;
+    let len = file.metadata().map_err(cannot_read)?.len();
+    let mut header = [0u8; HEADER_SIZE];
+    let got = read_up_to(&mut file, &mut header).map_err(cannot_read)?;
+    if !is_counter_file(&header[..got]) {
+        let mut bytes = header[..got].to_vec();
+        file.read_to_end(&mut bytes).map_err(cannot_read)?;
+        return read_profile_bytes(path, &bytes).map(Some);
+    }
+    let bad = |e: CountersError| {
+        UserError::new(format!("{}: {e}", path.display()))
+            .hint("a counter file is written by a binary from `rivet instrument`")
+    };
+    let layout = CounterLayout::from_header(&header[..got], len).map_err(bad)?;
+    let same = match &maps.source {
+        Some((source, source_header)) if *source_header == header => {
+            let mut source = File::open(source).map_err(cannot_read)?;
+            same_bytes(&mut source, &mut file, &layout).map_err(cannot_read)?
+        }
+        _ => false,
+    };
+    if !same {
+        maps.source = None;
+        // Decoded as it streams in: the map's bytes are never all held beside the map.
+        file.seek(SeekFrom::Start(layout.map.start as u64))
+            .map_err(cannot_read)?;
+        let stream = BufReader::with_capacity(1 << 16, (&mut file).take(layout.map.len() as u64));
+        maps.map = layout.decode_map_from(stream).map_err(bad)?;
+        maps.source = Some((path.to_path_buf(), header));
+    }
+    // The counters, a chunk at a time: their bytes are never all held beside them.
+    file.seek(SeekFrom::Start(layout.counters.start as u64))
+        .map_err(cannot_read)?;
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut left = layout.counters.len();
+    maps.counters.clear();
+    maps.counters.reserve(left / 8);
+    while left > 0 {
+        let n = left.min(chunk.len());
+        file.read_exact(&mut chunk[..n]).map_err(cannot_read)?;
+        maps.counters.extend(
+            chunk[..n]
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+        );
+        left -= n;
+    }
+    Ok(None)
+}
+
+/// Reads as much of `buf` as the file holds.
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read(&mut buf[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
+}
+
+/// Whether the bytes between the header and the counters of `a` and `b` (same header, so
+/// same layout) are the same.
+fn same_bytes(a: &mut File, b: &mut File, layout: &CounterLayout) -> std::io::Result<bool> {
+    const CHUNK: usize = 1 << 16;
+    let (mut x, mut y) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+    let mut at = layout.map.start as u64;
+    let end = layout.counters.start as u64;
+    a.seek(SeekFrom::Start(at))?;
+    b.seek(SeekFrom::Start(at))?;
+    while at < end {
+        let n = CHUNK.min((end - at) as usize);
+        a.read_exact(&mut x[..n])?;
+        b.read_exact(&mut y[..n])?;
+        if x[..n] != y[..n] {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
 }
 
 fn located_as_yaml() -> UserError {

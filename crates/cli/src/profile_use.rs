@@ -49,14 +49,19 @@ pub fn read_profile(path: &Path) -> Result<Input, UserError> {
         UserError::new(format!("cannot read {}: {e}", path.display()))
             .hint("check the path and its permissions")
     })?;
-    if is_counter_file(&bytes) {
-        let counts = CounterFile::parse(&bytes).map_err(|e| {
+    read_profile_bytes(path, &bytes)
+}
+
+/// [`read_profile`] of a file already read.
+pub fn read_profile_bytes(path: &Path, bytes: &[u8]) -> Result<Input, UserError> {
+    if is_counter_file(bytes) {
+        let counts = CounterFile::parse(bytes).map_err(|e| {
             UserError::new(format!("{}: {e}", path.display()))
                 .hint("a counter file is written by a binary from `rivet instrument`")
         })?;
         return Ok(Input::Located(counts.to_profile()));
     }
-    match read_any(&bytes) {
+    match read_any(bytes) {
         Ok(AnyProfile::Located { profile, .. }) => Ok(Input::Located(profile)),
         Ok(AnyProfile::Yaml(y)) => Ok(Input::Yaml(y)),
         Err(e) => Err(UserError::new(format!("{}: {e}", path.display())).hint(

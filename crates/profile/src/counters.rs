@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Architecture, Location, Mode, Origin, Profile};
+use crate::model::{Architecture, LocKind, Location, Mode, Origin, Profile};
 
 pub const MAGIC: &[u8; 8] = b"RIVETCNT";
 pub const VERSION: u32 = 1;
@@ -248,20 +248,35 @@ impl Writer {
     }
 }
 
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
+/// Reads a map from a stream (a slice, or a file read as it goes), hashing every byte it takes
+/// with FNV-1a, so that the map is checked against its hash without being held whole.
+struct Reader<R> {
+    inner: R,
+    /// Bytes of the map not read yet.
+    left: usize,
+    hash: u64,
+    buf: Vec<u8>,
 }
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CountersError> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.data.len())
-            .ok_or(CountersError::Truncated("the map ends early"))?;
-        let s = &self.data[self.pos..end];
-        self.pos = end;
-        Ok(s)
+impl<R: std::io::Read> Reader<R> {
+    fn new(inner: R, len: usize) -> Reader<R> {
+        Reader {
+            inner,
+            left: len,
+            hash: FNV_OFFSET,
+            buf: Vec::new(),
+        }
+    }
+    fn take(&mut self, n: usize) -> Result<&[u8], CountersError> {
+        if n > self.left {
+            return Err(CountersError::Truncated("the map ends early"));
+        }
+        self.buf.resize(n, 0);
+        self.inner
+            .read_exact(&mut self.buf)
+            .map_err(|_| CountersError::Truncated("the map ends early"))?;
+        self.hash = fnv1a_from(self.hash, &self.buf);
+        self.left -= n;
+        Ok(&self.buf)
     }
     fn u8(&mut self) -> Result<u8, CountersError> {
         Ok(self.take(1)?[0])
@@ -272,28 +287,43 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Result<u64, CountersError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
     }
-    fn bytes(&mut self) -> Result<&'a [u8], CountersError> {
+    fn bytes(&mut self) -> Result<Vec<u8>, CountersError> {
         let n = self.u32()? as usize;
-        self.take(n)
+        Ok(self.take(n)?.to_vec())
     }
     fn string(&mut self) -> Result<String, CountersError> {
-        String::from_utf8(self.bytes()?.to_vec())
+        String::from_utf8(self.bytes()?)
             .map_err(|_| CountersError::Malformed("a name is not UTF-8".into()))
     }
     /// A count of items each at least `min_size` bytes long, checked against what is left.
     fn count(&mut self, min_size: usize) -> Result<usize, CountersError> {
         let n = self.u32()? as usize;
-        if n.saturating_mul(min_size) > self.data.len() - self.pos {
+        if n.saturating_mul(min_size) > self.left {
             return Err(CountersError::Truncated("a table is longer than the map"));
         }
         Ok(n)
     }
+    /// The hash of the whole map: what is left is read (a chunk at a time) and hashed too.
+    fn finish_hash(mut self) -> u64 {
+        while self.left > 0 {
+            if self.take(self.left.min(1 << 16)).is_err() {
+                break;
+            }
+        }
+        self.hash
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv1a_from(hash: u64, data: &[u8]) -> u64 {
+    data.iter().fold(hash, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 fn fnv1a(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    fnv1a_from(FNV_OFFSET, data)
 }
 
 impl CounterMap {
@@ -352,8 +382,28 @@ impl CounterMap {
 
     /// Decodes `encode_map`'s bytes, checking every index.
     pub fn decode_map(data: &[u8]) -> Result<CounterMap, CountersError> {
-        let mut r = Reader { data, pos: 0 };
-        let input_build_id = r.bytes()?.to_vec();
+        CounterMap::decode_from(&mut Reader::new(data, data.len()))
+    }
+
+    /// Decodes the `len` bytes of a map that `map` streams, checked against `hash` (a map
+    /// that does not match its hash is reported as such, whatever else is wrong with it).
+    pub fn decode_checked(
+        map: impl std::io::Read,
+        len: usize,
+        hash: u64,
+    ) -> Result<CounterMap, CountersError> {
+        let mut r = Reader::new(map, len);
+        let decoded = CounterMap::decode_from(&mut r);
+        if r.finish_hash() != hash {
+            return Err(CountersError::Malformed(
+                "the map does not match its hash".into(),
+            ));
+        }
+        decoded
+    }
+
+    fn decode_from<R: std::io::Read>(r: &mut Reader<R>) -> Result<CounterMap, CountersError> {
+        let input_build_id = r.bytes()?;
         let binary_name = r.string()?;
         let counter_count = r.u32()?;
         let nsym = r.count(12)?;
@@ -452,7 +502,7 @@ impl CounterMap {
             }
             functions.push(f);
         }
-        if r.pos != data.len() {
+        if r.left != 0 {
             return Err(CountersError::Malformed("bytes after the map".into()));
         }
         Ok(CounterMap {
@@ -499,12 +549,32 @@ pub fn is_counter_file(data: &[u8]) -> bool {
     data.starts_with(MAGIC)
 }
 
-impl CounterFile {
-    pub fn parse(data: &[u8]) -> Result<CounterFile, CountersError> {
+/// Where the parts of a counter file lie, as its header says, checked against the file's
+/// size; nothing is decoded yet. A merge of many runs of one instrumentation reads every
+/// header, decodes one map, and only reads the counters of the others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterLayout {
+    pub arch: CounterArch,
+    /// The map's bytes in the file.
+    pub map: std::ops::Range<usize>,
+    /// The hash the header records for the map.
+    pub map_hash: u64,
+    /// The counters' bytes in the file (8 per counter).
+    pub counters: std::ops::Range<usize>,
+}
+
+impl CounterLayout {
+    pub fn read(data: &[u8]) -> Result<CounterLayout, CountersError> {
+        CounterLayout::from_header(data, data.len() as u64)
+    }
+
+    /// The layout of a file of `file_len` bytes that starts with `header` (its first
+    /// [`HEADER_SIZE`] bytes or more).
+    pub fn from_header(data: &[u8], file_len: u64) -> Result<CounterLayout, CountersError> {
         if !data.starts_with(MAGIC) {
             return Err(CountersError::NotCounters);
         }
-        if data.len() < HEADER_SIZE {
+        if data.len() < HEADER_SIZE || file_len < HEADER_SIZE as u64 {
             return Err(CountersError::Truncated("the header ends early"));
         }
         let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
@@ -528,30 +598,51 @@ impl CounterFile {
             .checked_mul(8)
             .and_then(|n| n.checked_add(counters_offset))
             .ok_or_else(|| CountersError::Malformed("counter count out of range".into()))?;
-        if (data.len() as u64) < counters_end {
+        if file_len < counters_end {
             return Err(CountersError::Truncated("the counters end early"));
         }
-        let map_bytes = &data[HEADER_SIZE..map_end as usize];
-        if fnv1a(map_bytes) != map_hash {
-            return Err(CountersError::Malformed(
-                "the map does not match its hash".into(),
-            ));
-        }
-        let mut map = CounterMap::decode_map(map_bytes)?;
-        map.arch = arch;
-        if u64::from(map.counter_count) != counter_count {
+        Ok(CounterLayout {
+            arch,
+            map: HEADER_SIZE..map_end as usize,
+            map_hash,
+            counters: counters_offset as usize..counters_end as usize,
+        })
+    }
+
+    /// Decodes the map (checking it against its hash and the header).
+    pub fn decode_map(&self, data: &[u8]) -> Result<CounterMap, CountersError> {
+        self.decode_map_from(&data[self.map.clone()])
+    }
+
+    /// Decodes the map from `map`, which streams the file's bytes from the map's start (the
+    /// map is never held whole).
+    pub fn decode_map_from(&self, map: impl std::io::Read) -> Result<CounterMap, CountersError> {
+        let mut map = CounterMap::decode_checked(map, self.map.len(), self.map_hash)?;
+        map.arch = self.arch;
+        if map.counter_count as usize != self.counters.len() / 8 {
             return Err(CountersError::Malformed(
                 "header and map disagree on the number of counters".into(),
             ));
         }
-        let counters = data[counters_offset as usize..counters_end as usize]
+        Ok(map)
+    }
+
+    /// The counter values.
+    pub fn counters(&self, data: &[u8]) -> Vec<u64> {
+        data[self.counters.clone()]
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+            .collect()
+    }
+}
+
+impl CounterFile {
+    pub fn parse(data: &[u8]) -> Result<CounterFile, CountersError> {
+        let layout = CounterLayout::read(data)?;
         Ok(CounterFile {
-            map,
-            map_hash,
-            counters,
+            map: layout.decode_map(data)?,
+            map_hash: layout.map_hash,
+            counters: layout.counters(data),
         })
     }
 
@@ -577,7 +668,16 @@ impl CounterFile {
 
     /// The profile of the input binary these counters describe.
     pub fn to_profile(&self) -> Profile {
-        to_profile(&self.map, &self.counters, &self.edge_counts())
+        let mut profile = profile_header(&self.map);
+        self.emit_branches(|from, to, count| {
+            profile.add_branch(from.to_location(), to.to_location(), count, 0)
+        });
+        profile
+    }
+
+    /// The records of [`CounterFile::to_profile`], one by one (see [`emit_branches`]).
+    pub fn emit_branches<'m>(&'m self, add: impl FnMut(LocRef<'m>, LocRef<'m>, u64)) {
+        emit_counted(&self.map, &self.counters, add);
     }
 }
 
@@ -656,10 +756,45 @@ pub fn vertex_counts(f: &FunctionMap, edge_counts: &[u64]) -> Vec<u64> {
     counts
 }
 
-/// The branch-mode profile of the instrumented functions: CFG edges (taken and fall-through,
-/// from the last instruction of a block), calls and tail calls to their targets, jumps between
-/// split parts, and entries from code the profile does not see (`[unknown]` callers).
-pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) -> Profile {
+/// A location as [`emit_branches`] hands it out: borrowed from the map, so that a caller that
+/// sums records (a merge) allocates nothing per record. Orders like [`Location`] (kind, name,
+/// offset), so records sorted either way come out alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LocRef<'a> {
+    pub kind: LocKind,
+    pub name: &'a str,
+    pub offset: u64,
+}
+
+impl<'a> LocRef<'a> {
+    pub fn symbol(name: &'a str, offset: u64) -> LocRef<'a> {
+        LocRef {
+            kind: LocKind::Symbol,
+            name,
+            offset,
+        }
+    }
+
+    /// `[unknown]`, as [`Location::unknown`].
+    pub fn unknown() -> LocRef<'static> {
+        LocRef {
+            kind: LocKind::External,
+            name: "[unknown]",
+            offset: 0,
+        }
+    }
+
+    pub fn to_location(self) -> Location {
+        Location {
+            kind: self.kind,
+            name: self.name.to_string(),
+            offset: self.offset,
+        }
+    }
+}
+
+/// The header of the profile `map`'s counters give (no records).
+pub fn profile_header(map: &CounterMap) -> Profile {
     let mut profile = Profile::new(Mode::Branches);
     profile.origin = Origin::Instrumentation;
     profile.build_id = (!map.input_build_id.is_empty()).then(|| hex(&map.input_build_id));
@@ -670,6 +805,56 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
         CounterArch::X86_64 => None,
         CounterArch::Aarch64 => Some(Architecture::Aarch64),
     };
+    profile
+}
+
+/// The branch-mode profile of the instrumented functions: CFG edges (taken and fall-through,
+/// from the last instruction of a block), calls and tail calls to their targets, jumps between
+/// split parts, and entries from code the profile does not see (`[unknown]` callers).
+pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) -> Profile {
+    let mut profile = profile_header(map);
+    emit_branches(
+        map,
+        counters,
+        |i, _| Some(edge_counts[i].clone()),
+        |from, to, count| profile.add_branch(from.to_location(), to.to_location(), count, 0),
+    );
+    profile
+}
+
+/// [`emit_branches`] of `counters`, solving each function's edges as it comes to it and
+/// skipping those that never ran.
+pub fn emit_counted<'m>(
+    map: &'m CounterMap,
+    counters: &[u64],
+    add: impl FnMut(LocRef<'m>, LocRef<'m>, u64),
+) {
+    emit_branches(
+        map,
+        counters,
+        |_, f| (!never_ran(f, counters)).then(|| solve_edges(f, counters)),
+        add,
+    );
+}
+
+/// Whether every counter `f`'s edges read is zero: then so is every edge count (flow solved
+/// from zeros is zero), and the function adds nothing to a profile.
+fn never_ran(f: &FunctionMap, counters: &[u64]) -> bool {
+    f.edges
+        .iter()
+        .all(|e| e.counter == INFERRED || counters.get(e.counter as usize).is_none_or(|&c| c == 0))
+}
+
+/// The records of [`to_profile`], handed to `add` one by one (a record may come more than
+/// once: its counts add up). `edge_counts(i, f)` gives the edge counts of function `i` of the
+/// map (`solve_edges`), or `None` for a function that never ran; [`CounterFile::emit_branches`]
+/// solves them as it goes, skipping functions whose counters are all zero.
+pub fn emit_branches<'m>(
+    map: &'m CounterMap,
+    counters: &[u64],
+    edge_counts: impl Fn(usize, &FunctionMap) -> Option<Vec<u64>>,
+    mut add: impl FnMut(LocRef<'m>, LocRef<'m>, u64),
+) {
     // Location of an address: inside an instrumented function, or at a known symbol.
     let mut starts: Vec<(u64, &str)> = map
         .symbols
@@ -679,16 +864,16 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
         .collect();
     starts.sort_unstable();
     starts.dedup_by_key(|s| s.0);
-    let locate = |addr: u64| -> Location {
+    let locate = |addr: u64| -> LocRef<'m> {
         let pos = starts.partition_point(|s| s.0 <= addr);
         match pos.checked_sub(1).map(|i| starts[i]) {
-            Some((start, name)) => Location::symbol(name, addr - start),
-            None => Location::unknown(),
+            Some((start, name)) => LocRef::symbol(name, addr - start),
+            None => LocRef::unknown(),
         }
     };
     // A function starting exactly at an address (recorded indirect call targets), an address
     // of the instrumented binary: moved functions are translated back.
-    let function_at = |addr: u64| -> Option<(u64, Location)> {
+    let function_at = |addr: u64| -> Option<(u64, LocRef<'m>)> {
         let addr = match map.moved_entries.binary_search_by_key(&addr, |m| m.0) {
             Ok(k) => map.moved_entries[k].1,
             Err(_) => addr,
@@ -697,18 +882,23 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
         starts
             .get(pos)
             .filter(|s| s.0 == addr)
-            .map(|s| (addr, Location::symbol(s.1, 0)))
+            .map(|s| (addr, LocRef::symbol(s.1, 0)))
     };
-    // Entries into each function from its known callers (calls and tail calls).
+    // Entries into each function from its known callers (calls and tail calls), and the
+    // entries each function counted.
     let mut known_entries: BTreeMap<u64, u64> = BTreeMap::new();
-    for (f, counts) in map.functions.iter().zip(edge_counts) {
-        let vcounts = vertex_counts(f, counts);
-        let here = |addr: u64| Location::symbol(f.name.clone(), addr.wrapping_sub(f.start));
+    let mut entered: Vec<(&'m FunctionMap, u64)> = Vec::new();
+    for (i, f) in map.functions.iter().enumerate() {
+        let Some(counts) = edge_counts(i, f) else {
+            continue;
+        };
+        let vcounts = vertex_counts(f, &counts);
+        let here = |addr: u64| LocRef::symbol(&f.name, addr.wrapping_sub(f.start));
         // An indirect call or tail call at `site`, run `count` times: its recorded targets,
         // the rest to `[unknown]`.
-        let indirect_site = |profile: &mut Profile,
+        let indirect_site = |add: &mut dyn FnMut(LocRef<'m>, LocRef<'m>, u64),
                              known_entries: &mut BTreeMap<u64, u64>,
-                             from: Location,
+                             from: LocRef<'m>,
                              site: u64,
                              count: u64| {
             let mut known = 0u64;
@@ -716,23 +906,24 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
                 for (target, n) in site_targets(counters, f.indirect[k].1) {
                     if let Some((target, to)) = function_at(target) {
                         *known_entries.entry(target).or_default() += n;
-                        profile.add_branch(from.clone(), to, n, 0);
+                        add(from, to, n);
                         known += n;
                     }
                 }
             }
             if count > known {
-                profile.add_branch(from, Location::unknown(), count - known, 0);
+                add(from, LocRef::unknown(), count - known);
             }
         };
-        for (e, &c) in f.edges.iter().zip(counts) {
+        let mut entries = 0u64;
+        for (e, &c) in f.edges.iter().zip(&counts) {
             if c == 0 {
                 continue;
             }
             match e.kind {
-                EdgeKind::Flow => profile.add_branch(here(e.from_addr), here(e.to_addr), c, 0),
+                EdgeKind::Flow => add(here(e.from_addr), here(e.to_addr), c),
                 EdgeKind::TailCall if e.to_addr == 0 => indirect_site(
-                    &mut profile,
+                    &mut add,
                     &mut known_entries,
                     here(e.from_addr),
                     e.from_addr,
@@ -742,8 +933,9 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
                     if e.kind == EdgeKind::TailCall {
                         *known_entries.entry(e.to_addr).or_default() += c;
                     }
-                    profile.add_branch(here(e.from_addr), locate(e.to_addr), c, 0);
+                    add(here(e.from_addr), locate(e.to_addr), c);
                 }
+                EdgeKind::Entry if e.to_addr == f.start => entries = entries.saturating_add(c),
                 _ => {}
             }
         }
@@ -753,34 +945,28 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
                 continue;
             }
             if call.target == 0 {
-                indirect_site(&mut profile, &mut known_entries, here(call.at), call.at, c);
+                indirect_site(&mut add, &mut known_entries, here(call.at), call.at, c);
                 continue;
             }
             *known_entries.entry(call.target).or_default() += c;
-            profile.add_branch(here(call.at), locate(call.target), c, 0);
+            add(here(call.at), locate(call.target), c);
         }
-        indirect_jumps(f, counts, &mut profile);
+        indirect_jumps(f, &counts, &mut add);
+        if entries > 0 {
+            entered.push((f, entries));
+        }
     }
     // Entries not explained by known callers come from `[unknown]`.
-    for (f, counts) in map.functions.iter().zip(edge_counts) {
-        let entries: u64 = f
-            .edges
-            .iter()
-            .zip(counts)
-            .filter(|(e, _)| e.kind == EdgeKind::Entry && e.to_addr == f.start)
-            .map(|(_, c)| *c)
-            .sum();
+    for (f, entries) in entered {
         let known = known_entries.get(&f.start).copied().unwrap_or(0);
         if entries > known {
-            profile.add_branch(
-                Location::unknown(),
-                Location::symbol(f.name.clone(), 0),
+            add(
+                LocRef::unknown(),
+                LocRef::symbol(&f.name, 0),
                 entries - known,
-                0,
             );
         }
     }
-    profile
 }
 
 /// The (target, count) pairs recorded in the site table at word `table`; targets that found
@@ -799,7 +985,14 @@ fn site_targets(counters: &[u64], table: u32) -> Vec<(u64, u64)> {
 
 /// Edges of indirect jumps: each target's count split among the jumps that can reach it, in
 /// proportion to how often each jump ran (exact when a target has one jump, the usual switch).
-fn indirect_jumps(f: &FunctionMap, counts: &[u64], profile: &mut Profile) {
+fn indirect_jumps<'m>(
+    f: &'m FunctionMap,
+    counts: &[u64],
+    add: &mut impl FnMut(LocRef<'m>, LocRef<'m>, u64),
+) {
+    if f.jumps.is_empty() {
+        return;
+    }
     let jumps: BTreeMap<u64, u64> = f
         .edges
         .iter()
@@ -811,7 +1004,7 @@ fn indirect_jumps(f: &FunctionMap, counts: &[u64], profile: &mut Profile) {
     for &(jump, target) in &f.jumps {
         sources.entry(target).or_default().push(jump);
     }
-    let here = |addr: u64| Location::symbol(f.name.clone(), addr.wrapping_sub(f.start));
+    let here = |addr: u64| LocRef::symbol(&f.name, addr.wrapping_sub(f.start));
     for (e, &count) in f.edges.iter().zip(counts) {
         if e.kind != EdgeKind::IndirectTarget || count == 0 {
             continue;
@@ -832,7 +1025,7 @@ fn indirect_jumps(f: &FunctionMap, counts: &[u64], profile: &mut Profile) {
             };
             left -= share.min(left);
             if share > 0 {
-                profile.add_branch(here(*s), here(e.to_addr), share, 0);
+                add(here(*s), here(e.to_addr), share);
             }
         }
     }
@@ -896,6 +1089,54 @@ mod tests {
         // returned takes the difference, every other edge is exact.
         let counts = solve_edges(&f, &[5, 2, 3]);
         assert_eq!(counts, vec![3, 2, 1, 2, 5, 2, 2]);
+    }
+
+    #[test]
+    fn merging_counters_directly_matches_merging_their_profiles() {
+        use crate::merge::{Merger, Weight};
+        let mut never = looping();
+        never.name = "h".into();
+        never.start = 0x200;
+        never.vertices = vec![0, 0x200, 0x20a, 0x210, 0x220];
+        for e in &mut never.edges {
+            if e.counter != INFERRED {
+                e.counter += 3;
+            }
+            e.from_addr = e.from_addr.wrapping_add(0x1f0);
+            e.to_addr = e.to_addr.wrapping_add(0x1f0);
+        }
+        never.calls[0].at = 0x205;
+        let map = CounterMap {
+            input_build_id: vec![1, 2],
+            binary_name: "prog".into(),
+            counter_count: 6,
+            functions: vec![looping(), never],
+            symbols: vec![(0x10, "f".into()), (0x100, "g".into())],
+            ..CounterMap::default()
+        };
+        let runs: [&[u64]; 3] = [
+            &[7, 3, 3, 0, 0, 0],
+            &[5, 2, 3, 1, 1, 1],
+            &[1, 1, 1, 0, 0, 0],
+        ];
+        for weights in [["1", "1", "1"], ["3", "0.5", "0.25"]] {
+            let mut old = Merger::new();
+            let mut new = Merger::new();
+            for (run, w) in runs.iter().zip(weights) {
+                let w: Weight = w.parse().unwrap();
+                let file = CounterFile {
+                    map: map.clone(),
+                    map_hash: 0,
+                    counters: run.to_vec(),
+                };
+                old.add(file.to_profile(), w).unwrap();
+                new.add_counters(&map, run, w).unwrap();
+            }
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            old.write_native(&mut a).unwrap();
+            new.write_native(&mut b).unwrap();
+            assert_eq!(String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap());
+        }
     }
 
     #[test]

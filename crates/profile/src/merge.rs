@@ -34,6 +34,7 @@ use std::fmt::{self, Write as _};
 use std::io::Write;
 use std::str::FromStr;
 
+use crate::counters::{self, CounterMap, LocRef};
 use crate::fdata;
 use crate::model::{
     Architecture, BranchCount, FunctionHash, LocKind, Location, Mode, Origin, Profile,
@@ -485,6 +486,47 @@ impl Merger {
         Ok(())
     }
 
+    /// Adds the profile an instrumented run's `counters` give (see
+    /// [`counters::emit_counted`]), as [`Merger::add`] of `CounterFile::to_profile` would,
+    /// byte for byte, but without building that profile: records go straight into the sum
+    /// (weight 1) or through a table of borrowed keys (another weight, which rounds each
+    /// record of the input before the sum). `map` may be shared by every run of one
+    /// instrumentation, decoded once.
+    pub fn add_counters(
+        &mut self,
+        map: &CounterMap,
+        counters_of_run: &[u64],
+        weight: Weight,
+    ) -> Result<(), MergeError> {
+        let input = self.inputs + 1;
+        let mut head = counters::profile_header(map);
+        self.check_header(&mut head, input)?;
+        self.inputs = input;
+        if weight.is_one() {
+            counters::emit_counted(map, counters_of_run, |from, to, count| {
+                let key = (self.loc_ref(from), self.loc_ref(to));
+                let sum = self.branches.entry(key).or_default();
+                sum.count = sum.count.saturating_add(count);
+            });
+            return Ok(());
+        }
+        let mut run: BTreeMap<(LocRef<'_>, LocRef<'_>), u64> = BTreeMap::new();
+        counters::emit_counted(map, counters_of_run, |from, to, count| {
+            let c = run.entry((from, to)).or_default();
+            *c = c.saturating_add(count);
+        });
+        for ((from, to), count) in run {
+            // Records of a run are never 0; one that rounds to 0 is left out.
+            let count = weight.apply(count);
+            if count != 0 {
+                let key = (self.loc_ref(from), self.loc_ref(to));
+                let sum = self.branches.entry(key).or_default();
+                sum.count = sum.count.saturating_add(count);
+            }
+        }
+        Ok(())
+    }
+
     /// The sum, as a profile. Its records are sorted like every profile's, so the numbering
     /// of names (the order they were first seen) leaves no trace.
     pub fn finish(self) -> Result<Profile, MergeError> {
@@ -596,6 +638,23 @@ impl Merger {
         }
         out.write_all(end.as_bytes())?;
         Ok(())
+    }
+
+    /// [`Merger::loc`] of a borrowed location: the name is copied only the first time.
+    fn loc_ref(&mut self, l: LocRef<'_>) -> Loc {
+        let name = match self.names.get(l.name) {
+            Some(&id) => id,
+            None => {
+                let next = self.names.len() as u32;
+                self.names.insert(Box::from(l.name), next);
+                next
+            }
+        };
+        Loc {
+            kind: l.kind,
+            name,
+            offset: l.offset,
+        }
     }
 
     fn loc(&mut self, l: Location) -> Loc {
