@@ -798,6 +798,24 @@ impl Isa {
         }
     }
 
+    /// How the indirect call `call` is promoted to compares against `targets` callees and a
+    /// direct call to each (`--indirect-call-promotion`), or why it cannot be. x86-64 only.
+    pub fn promotion_shape(
+        self,
+        call: &Inst,
+        targets: usize,
+        pic: bool,
+        noreturn: bool,
+    ) -> Result<crate::PromotionShape, crate::PromotionError> {
+        match self {
+            Isa::X86_64 => crate::PromotionShape::new(call, targets, pic, noreturn),
+            Isa::Aarch64 => Err(crate::PromotionError {
+                at: call.addr(),
+                reason: "indirect call promotion is implemented for x86-64 only",
+            }),
+        }
+    }
+
     /// Size of the sequence that records the target of the indirect `branch`, or why it
     /// cannot be recorded.
     pub fn indirect_probe_size(self, branch: &Inst) -> Result<u8, IndirectProbeError> {

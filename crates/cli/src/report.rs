@@ -249,6 +249,7 @@ fn read_optimized(
             fragments: groups.into_iter().map(|g| g.1).collect(),
             aligned: Vec::new(),
             changed_exits: Vec::new(),
+            promoted_calls: Vec::new(),
         });
     }
     Ok(Optimized { new_start, layout })

@@ -92,6 +92,14 @@ enum Item {
     },
     /// An original instruction, copied (PC-relative field recomputed).
     Copy { inst: u32 },
+    /// An indirect call promoted (`--indirect-call-promotion`): compares against its
+    /// hottest callees, a direct call to each, and the call itself as the fallback, all in
+    /// the call's unwind state; the instruction after the call follows (the join). The
+    /// callees are the plan's `promoted` entry for `inst`.
+    Promoted {
+        inst: u32,
+        shape: rivet_arch::PromotionShape,
+    },
     /// The `ret` of another block (`inst`), copied in place of a jump to that block
     /// (`BlockExit::Return`); it runs in the unwind state of the jump it replaces, at
     /// `state_at`, which the peephole checked is the `ret`'s own. Its original address stays
@@ -153,6 +161,7 @@ impl Item {
             | Item::Dropped { .. } => 0,
             Item::Align { pad, .. } => u64::from(pad),
             Item::Probe { shape, .. } => u64::from(shape.size()),
+            Item::Promoted { shape, .. } => shape.size(),
             Item::IndirectProbe { size, .. } => u64::from(size),
             Item::Copy { inst } | Item::CopiedReturn { inst, .. } => {
                 u64::from(f.insts[inst as usize].len())
@@ -208,6 +217,9 @@ pub struct FragmentPlan {
     pub inst_offsets: Vec<(u32, u32)>,
     /// Offset of each edge probe's block, by number.
     trampolines: HashMap<u32, u64>,
+    /// The callees (original entries, in compare order) of each promoted call of the
+    /// fragment, by instruction index; empty without promotion.
+    promoted: Vec<(u32, Vec<Vaddr>)>,
     /// Targets (original addresses) that branches of this fragment reach through veneers,
     /// which follow its code, from `veneer_start` on (`far_targets`).
     pub veneers: Vec<Vaddr>,
@@ -325,7 +337,11 @@ impl FragmentPlan {
                 let (state_at, inst, replaces) = match *item {
                     // Padding runs (when fallen into) in the state of the block it precedes.
                     Item::Align { state_at, .. } => (state_at, None, None),
-                    Item::Copy { inst } | Item::ViaSlot { inst, .. } => {
+                    // A promoted call's compares and direct calls stand for the call: one call
+                    // site (its landing pad and action), one unwind state.
+                    Item::Copy { inst }
+                    | Item::ViaSlot { inst, .. }
+                    | Item::Promoted { inst, .. } => {
                         replaced = None;
                         (f.insts[inst as usize].addr(), Some(inst), None)
                     }
@@ -392,6 +408,11 @@ pub struct PlanOptions<'a> {
     pub via_slots: Option<&'a ViaSlots>,
     /// Blocks whose exits the peepholes changed (`FunctionLayout::changed_exits`).
     pub changed_exits: &'a [rivet_ir::layout::ChangedExit],
+    /// Indirect calls to promote (`FunctionLayout::promoted_calls`).
+    pub promoted: &'a [rivet_ir::layout::PromotedCall],
+    /// The code is position-independent: promoted calls compare against addresses computed
+    /// from the instruction pointer, not immediates.
+    pub pic: bool,
     /// Where the fragment will land, when that is known before any fragment is placed: the
     /// first fragment of a function rewritten in place starts where the function did.
     pub known_place: Option<KnownPlace<'a>>,
@@ -442,7 +463,21 @@ pub fn plan_fragment(
         known_place,
         exits,
         changed_exits,
+        promoted,
+        pic,
     } = options;
+    let promotion = |inst: u32| {
+        let call = rivet_ir::layout::promoted_call(promoted, inst)?;
+        f.insts[inst as usize]
+            .isa()
+            .promotion_shape(
+                &f.insts[inst as usize],
+                call.targets.len(),
+                pic,
+                call.noreturn,
+            )
+            .ok()
+    };
     let exit_of = |b: BlockId| {
         rivet_ir::layout::changed_exit(changed_exits, b).or_else(|| f.block_exit(f.block(b)))
     };
@@ -511,7 +546,10 @@ pub fn plan_fragment(
                 .filter(|_| matches!(f.insts[inst as usize].flow(), Flow::Call { .. }))
             {
                 Some(slot) => items.push(Item::ViaSlot { inst, slot }),
-                None => items.push(Item::Copy { inst }),
+                None => match promotion(inst) {
+                    Some(shape) => items.push(Item::Promoted { inst, shape }),
+                    None => items.push(Item::Copy { inst }),
+                },
             }
             if probes.is_some()
                 && matches!(
@@ -916,6 +954,7 @@ pub fn plan_fragment(
             Item::Label(_) => label_at = Some(off),
             Item::Copy { inst }
             | Item::ViaSlot { inst, .. }
+            | Item::Promoted { inst, .. }
             | Item::Replaced { inst }
             | Item::Dropped { inst } => {
                 inst_offsets.push((inst, label_at.take().unwrap_or(off)));
@@ -924,8 +963,17 @@ pub fn plan_fragment(
         }
     }
     inst_offsets.sort_unstable_by_key(|x| x.0);
+    let promoted = items
+        .iter()
+        .filter_map(|item| match *item {
+            Item::Promoted { inst, .. } => rivet_ir::layout::promoted_call(promoted, inst)
+                .map(|c| (inst, c.targets.iter().map(|t| t.entry).collect())),
+            _ => None,
+        })
+        .collect();
     Ok(FragmentPlan {
         fragment,
+        promoted,
         items,
         offsets,
         size,
@@ -1447,6 +1495,46 @@ pub fn encode_fragment(
             }
             Item::ViaSlot { inst, slot } => {
                 isa.encode_via_slot(&f.insts[inst as usize], at, slot, &mut out)?;
+            }
+            Item::Promoted { inst, shape } => {
+                let call = &f.insts[inst as usize];
+                let unsupported = |reason: &str| {
+                    EmitError::Encode(EncodeError::Unsupported {
+                        at: call.addr(),
+                        reason: reason.to_string(),
+                    })
+                };
+                // The operand is copied several times; a code address inside it (none in
+                // compiler output: the operand names data) would need each copy patched.
+                if absolute_fields
+                    .iter()
+                    .any(|a| a.site >= call.addr() && a.site < call.end())
+                {
+                    return Err(unsupported("a code address inside a promoted call"));
+                }
+                let bytes = elf
+                    .bytes_at(call.addr(), u64::from(call.len()))
+                    .ok_or(EmitError::Unreadable { at: call.addr() })?;
+                let fallback_at = at + shape.fallback_offset();
+                let new_target = match call.pc_relative_target() {
+                    Some(t) => Some(translate(call.addr(), t)?),
+                    None => None,
+                };
+                let mut fallback = Vec::with_capacity(bytes.len());
+                isa.relocate(call, bytes, fallback_at, new_target, &mut fallback)?;
+                let entries = plan
+                    .promoted
+                    .iter()
+                    .find(|(i, _)| *i == inst)
+                    .map(|(_, t)| t.as_slice())
+                    .ok_or_else(|| unsupported("a promoted call without targets"))?;
+                let targets = entries
+                    .iter()
+                    .map(|&t| translate(call.addr(), t))
+                    .collect::<Result<Vec<_>, _>>()?;
+                shape
+                    .encode(call, at, &targets, &fallback, &mut out)
+                    .map_err(|e| unsupported(e.reason))?;
             }
             Item::Branch {
                 branch,

@@ -823,10 +823,12 @@ fn keep_scaled_tables_encodable(program: &Program, layout: &mut Layout, summary:
         let aligned = fl.aligned.clone();
         // Changed exits stay right in any order: they only name other blocks or functions.
         let changed_exits = fl.changed_exits.clone();
+        let promoted_calls = fl.promoted_calls.clone();
         layout.functions[f.id.0 as usize] = Some(rivet_ir::layout::FunctionLayout {
             fragments: vec![(0..f.blocks.len() as u32).map(rivet_ir::BlockId).collect()],
             aligned,
             changed_exits,
+            promoted_calls,
         });
         layout.cold_order.retain(|r| r.function != f.id);
         summary.warnings.push(format!(
@@ -967,6 +969,10 @@ fn plan_fragments(
                             changed_exits: layout_ref
                                 .function(r.function)
                                 .map_or(&[][..], |fl| &fl.changed_exits),
+                            promoted: layout_ref
+                                .function(r.function)
+                                .map_or(&[][..], |fl| &fl.promoted_calls),
+                            pic: program.info.kind != rivet_elf::ElfKind::Executable,
                         },
                     ),
                 )

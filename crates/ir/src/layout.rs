@@ -10,6 +10,8 @@
 //! layouts, used to prove the rewriter correct and to randomize layout in benchmarks.
 
 use crate::block_end::BlockExit;
+use rivet_elf::Vaddr;
+
 use crate::program::{BlockId, EdgeKind, FuncId, Function, Program};
 
 /// One fragment of one function.
@@ -80,6 +82,30 @@ pub struct ChangedExit {
     pub bypassed: Vec<(EdgeKind, BlockId)>,
 }
 
+/// A callee of a promoted indirect call site, with the calls the profile saw go there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromotedTarget {
+    pub function: FuncId,
+    /// The callee's entry in the input.
+    pub entry: Vaddr,
+    pub count: u64,
+}
+
+/// An indirect call that rewritten code makes through compares against its hottest profiled
+/// callees, a direct call to each, and the original call as the fallback
+/// (`rivet_passes::icp`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromotedCall {
+    /// Index of the indirect call in `Function::insts`.
+    pub inst: u32,
+    /// Compared in this order: the hottest first.
+    pub targets: Vec<PromotedTarget>,
+    /// Calls the profile saw the site make, to every target.
+    pub site_count: u64,
+    /// The call never returns (it ends its block): the direct calls need no way back.
+    pub noreturn: bool,
+}
+
 /// The block order of one rewritten function.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FunctionLayout {
@@ -89,14 +115,30 @@ pub struct FunctionLayout {
     pub aligned: Vec<AlignedBlock>,
     /// Blocks whose exits the peephole passes changed, sorted by block; empty without them.
     pub changed_exits: Vec<ChangedExit>,
+    /// Indirect calls promoted to direct calls, sorted by instruction; empty without
+    /// `--indirect-call-promotion`.
+    pub promoted_calls: Vec<PromotedCall>,
 }
 
 impl FunctionLayout {
+    /// The promotion of the indirect call at instruction `inst`, if it is promoted.
+    pub fn promoted(&self, inst: u32) -> Option<&PromotedCall> {
+        promoted_call(&self.promoted_calls, inst)
+    }
+
     /// How `b` leaves in rewritten code: its changed exit, if a pass changed it, else
     /// `Function::block_exit`.
     pub fn block_exit(&self, f: &Function, b: BlockId) -> Option<BlockExit> {
         changed_exit(&self.changed_exits, b).or_else(|| f.block_exit(f.block(b)))
     }
+}
+
+/// The promotion of instruction `inst` in `calls` (sorted by instruction), if any.
+pub fn promoted_call(calls: &[PromotedCall], inst: u32) -> Option<&PromotedCall> {
+    calls
+        .binary_search_by_key(&inst, |c| c.inst)
+        .ok()
+        .map(|i| &calls[i])
 }
 
 /// The exit `changes` (sorted by block) gives `b`, if any.
@@ -421,6 +463,7 @@ pub fn build_layout(
             fragments,
             aligned: Vec::new(),
             changed_exits: Vec::new(),
+            promoted_calls: Vec::new(),
         });
     }
     let mut rng = SplitMix64::new(seed);

@@ -17,6 +17,8 @@
 //!   output's block address translation (`.rivet.bat`).
 //! - `icf`: identical code folding in safe mode: which functions are the same code (bytes
 //!   read through a closure the caller gives) and fold into one kept copy.
+//! - `icp`: indirect call promotion: the hottest profiled callees of an indirect call site
+//!   compared and called directly, recorded on the layout for the emitter.
 //! - `peephole`: BOLT's peepholes (double jumps, useless branches; jumps to returns) and
 //!   simplified conditional tail calls, as changed block exits over a finished layout.
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
@@ -28,6 +30,7 @@ pub mod bolt_yaml;
 pub mod dyno;
 pub mod fragment_size;
 pub mod icf;
+pub mod icp;
 pub mod instrument;
 pub mod names;
 pub mod optimize;

@@ -284,6 +284,7 @@ fn layout_function(
             fragments,
             aligned,
             changed_exits: Vec::new(),
+            promoted_calls: Vec::new(),
         },
         hot_size,
     )

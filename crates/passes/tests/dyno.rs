@@ -201,6 +201,7 @@ fn one_function_layout(fragments: Vec<Vec<u32>>) -> Layout {
                 .collect(),
             aligned: Vec::new(),
             changed_exits: Vec::new(),
+            promoted_calls: Vec::new(),
         })],
         hot_order: vec![FragmentRef {
             function: FuncId(0),

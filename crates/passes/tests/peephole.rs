@@ -263,6 +263,7 @@ fn a_conditional_jump_to_a_tail_call_goes_to_the_callee_when_it_ran() {
     let plain = layout(&[0, 1, 2]);
     let changed = FunctionLayout {
         changed_exits: got,
+        promoted_calls: Vec::new(),
         ..layout(&[0, 1, 2])
     };
     let before = function_dyno_stats(&f, &c, Some((&plain, FragmentExits::Islands)));
@@ -313,6 +314,7 @@ fn a_bypassed_jump_leaves_the_dyno_stats() {
     let plain = layout(&[0, 1, 2, 3, 4]);
     let changed = FunctionLayout {
         changed_exits: function_changes(&f, Some(&c), &plain, ALL),
+        promoted_calls: Vec::new(),
         ..layout(&[0, 1, 2, 3, 4])
     };
     let before = function_dyno_stats(&f, &c, Some((&plain, FragmentExits::Islands)));

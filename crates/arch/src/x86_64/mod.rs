@@ -10,6 +10,7 @@ pub mod encode;
 pub mod inst;
 pub mod jump_table;
 pub mod probe;
+pub mod promote;
 pub mod relocs;
 
 use rivet_elf::Vaddr;
