@@ -816,6 +816,20 @@ impl Isa {
         }
     }
 
+    /// Reads decoded output `code` as the promoted form of the indirect call `call`
+    /// (`crate::x86_64::promote::read_promotion`); an error says why it is not one.
+    pub fn read_promotion(
+        self,
+        call: &Inst,
+        code: &[Inst],
+        noreturn: bool,
+    ) -> Result<crate::ReadPromotion, &'static str> {
+        match self {
+            Isa::X86_64 => crate::x86_64::promote::read_promotion(call, code, noreturn),
+            Isa::Aarch64 => Err("indirect call promotion is implemented for x86-64 only"),
+        }
+    }
+
     /// Size of the sequence that records the target of the indirect `branch`, or why it
     /// cannot be recorded.
     pub fn indirect_probe_size(self, branch: &Inst) -> Result<u8, IndirectProbeError> {

@@ -71,4 +71,4 @@ pub use isa::{BranchKind, BranchSizes, EntryFrame, FragmentExits, Isa};
 pub use probe::{Atomics, IndirectProbeError, ProbeShape};
 pub use x86_64::jump_table::RegisterId;
 pub use x86_64::probe::Flags;
-pub use x86_64::promote::{PromotionError, PromotionShape};
+pub use x86_64::promote::{PromotionError, PromotionShape, ReadPromotion};

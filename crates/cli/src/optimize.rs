@@ -95,6 +95,19 @@ pub enum PeepholeArg {
     All,
 }
 
+/// What `--indirect-call-promotion` promotes (BOLT's `-indirect-call-promotion`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IcpArg {
+    /// Nothing.
+    None,
+    /// Indirect calls: the hottest callees compared and called directly.
+    Calls,
+    /// Jump tables, hottest cases first: not implemented by Rivet (ignored, warned).
+    JumpTables,
+    /// Calls (jump tables are not implemented: warned).
+    All,
+}
+
 /// A `bool` option that also takes `=true`/`=false` (`=1`/`=0`), as BOLT's do.
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s {
@@ -224,6 +237,26 @@ pub struct OptimizeArgs {
     /// default (docs/passes.md).
     #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_bool)]
     pub simplify_conditional_tail_calls: bool,
+    /// Indirect call promotion (BOLT's `-indirect-call-promotion`, `-icp`): at a hot indirect
+    /// call site whose profiled callees are concentrated, compare the target with the hottest
+    /// ones and call them directly; the original call stays as the fallback. `calls` or
+    /// `all` (jump tables are not implemented). x86-64. Off by default (docs/passes.md).
+    #[arg(long, value_enum, default_value_t = IcpArg::None, require_equals = true)]
+    pub indirect_call_promotion: IcpArg,
+    /// Callees compared at most per promoted call site (BOLT's `-icp-calls-topn`).
+    #[arg(long, default_value_t = 3)]
+    pub icp_calls_topn: usize,
+    /// A promoted callee makes at least this percentage of its site's calls.
+    #[arg(long, default_value_t = 30.0)]
+    pub icp_calls_total_percent_threshold: f64,
+    /// A promoted callee makes at least this percentage of the calls the hotter promoted
+    /// callees leave.
+    #[arg(long, default_value_t = 50.0)]
+    pub icp_calls_remaining_percent_threshold: f64,
+    /// A call site is promoted only when the profile saw it make at least this many calls
+    /// (Rivet's; BOLT has none).
+    #[arg(long, default_value_t = 100)]
+    pub icp_min_calls: u64,
     /// Only optimize these functions (comma-separated names or regular expressions, matched
     /// against whole names; `name/N` profile names work too).
     #[arg(long, value_delimiter = ',')]
@@ -272,6 +305,17 @@ const BOLT_OPTIONS: &[(&str, bool)] = &[
     ("icf", false),
     ("peepholes", true),
     ("simplify-conditional-tail-calls", false),
+    ("indirect-call-promotion", true),
+    ("icp-calls-topn", true),
+    ("icp-calls-total-percent-threshold", true),
+    ("icp-calls-remaining-percent-threshold", true),
+];
+
+/// BOLT options that are other spellings of one above.
+const BOLT_ALIASES: &[(&str, &str)] = &[
+    ("icp", "indirect-call-promotion"),
+    ("indirect-call-promotion-calls-topn", "icp-calls-topn"),
+    ("indirect-call-promotion-topn", "icp-calls-topn"),
 ];
 
 /// BOLT options that Rivet honours by design, silently: DWARF is always updated.
@@ -309,6 +353,10 @@ pub fn translate_bolt_args(args: Vec<OsString>) -> (Vec<OsString>, Vec<String>) 
         if BOLT_IMPLIED.contains(&name) {
             continue;
         }
+        let name = BOLT_ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == name)
+            .map_or(name, |(_, n)| n);
         match BOLT_OPTIONS.iter().find(|(n, _)| *n == name) {
             Some(&(_, takes_value)) => {
                 let value = match value {
@@ -600,6 +648,38 @@ fn peephole_options(
     o
 }
 
+/// What `--indirect-call-promotion` asks for, where it is implemented (x86-64 calls); a
+/// warning for what is asked and not done.
+fn icp_options(
+    args: &OptimizeArgs,
+    program: &Program,
+    warnings: &mut Vec<String>,
+) -> rivet_passes::icp::IcpOptions {
+    let calls = matches!(args.indirect_call_promotion, IcpArg::Calls | IcpArg::All);
+    if matches!(
+        args.indirect_call_promotion,
+        IcpArg::JumpTables | IcpArg::All
+    ) {
+        warnings.push(
+            "--indirect-call-promotion: jump tables are not promoted by Rivet; ignored".to_string(),
+        );
+    }
+    if calls && program.info.isa != rivet_arch::Isa::X86_64 {
+        warnings.push(
+            "--indirect-call-promotion is implemented for x86-64 only; nothing is changed"
+                .to_string(),
+        );
+        return Default::default();
+    }
+    rivet_passes::icp::IcpOptions {
+        calls,
+        topn: args.icp_calls_topn,
+        total_percent: args.icp_calls_total_percent_threshold,
+        remaining_percent: args.icp_calls_remaining_percent_threshold,
+        min_calls: args.icp_min_calls,
+    }
+}
+
 /// What `--icf` did, for the summary.
 struct FoldReport {
     folding: rivet_passes::icf::Folding,
@@ -761,6 +841,16 @@ pub fn run_with(
             stale_notice(&profile, report, &args.profile, &args.binary)
         );
     }
+    // The callees of each indirect call site, for promotion (the attached counts keep only
+    // caller-callee totals).
+    let icp = icp_options(args, &program, &mut warnings);
+    // A profile of another build names sites at offsets that may have moved: none are used
+    // (a wrong callee would still be correct code, only slower).
+    let call_sites = if icp.calls && profile.stale.is_none() {
+        rivet_passes::icp::CallSites::of_profile(&program, &names, &profile.profile)
+    } else {
+        Default::default()
+    };
     // Its counts now live in `attached`; a large profile's records would stay at the peak.
     drop(profile);
     clock.lap("attach profile");
@@ -787,6 +877,7 @@ pub fn run_with(
     let icf = icf_mode(args, &program, &mut warnings);
     let peepholes = peephole_options(args, &program, &mut warnings);
     let folding = std::sync::Mutex::new(None);
+    let icp_report = std::sync::Mutex::new(rivet_passes::icp::IcpReport::default());
     let code = |addr: rivet_elf::Vaddr, len: u64| elf.bytes_at(addr, len);
     let build = |movable: &[bool], in_place: bool| {
         let mut layout = if !icf || in_place {
@@ -798,6 +889,8 @@ pub fn run_with(
         };
         // Over the final block order: whether a branch pays depends on what comes next.
         rivet_passes::peephole::apply(&program, &attached.functions, &mut layout, peepholes);
+        let promoted = rivet_passes::icp::apply(&program, &call_sites, &mut layout, icp);
+        *icp_report.lock().unwrap_or_else(|e| e.into_inner()) = promoted;
         layout
     };
     let rewrite_options = RewriteOptions {
@@ -969,6 +1062,21 @@ pub fn run_with(
             "conditional_tail_calls": peephole_counts.conditional_tail_calls,
         });
     }
+    let icp_summary = icp.calls.then(|| {
+        let r = *icp_report.lock().unwrap_or_else(|e| e.into_inner());
+        let written = promoted_in_output(&output);
+        (r, written)
+    });
+    if let Some((r, (sites, targets, calls))) = icp_summary {
+        json["indirect_call_promotion"] = serde_json::json!({
+            "profiled_sites": r.profiled_sites,
+            "profiled_calls": r.profiled_calls,
+            "promoted_sites": sites,
+            "promoted_targets": targets,
+            "promoted_calls": calls,
+            "refused_sites": r.refused_sites,
+        });
+    }
     if let Some(f) = &fold_summary {
         json["icf"] = serde_json::json!({
             "folded": f.folded,
@@ -1068,6 +1176,14 @@ pub fn run_with(
                     f.address_taken
                 );
             }
+        }
+        if let Some((r, (sites, targets, calls))) = icp_summary {
+            println!(
+                "  indirect call promotion: {sites} of {} profiled indirect call sites promoted ({targets} callees compared); {calls} of {} calls ({:.1}%) now direct",
+                r.profiled_sites,
+                r.profiled_calls,
+                100.0 * calls as f64 / r.profiled_calls.max(1) as f64
+            );
         }
         if peepholes.any() {
             let c = &peephole_counts;
@@ -1301,6 +1417,24 @@ fn print_unoptimized(u: &UnoptimizedFunctions) {
             println!("    {:>9} entries  {}: {}", f.entries, f.name, f.reason);
         }
     }
+}
+
+/// Promoted call sites of the functions the output rewrote, callees compared, and the calls
+/// of the profiled run that they now make directly.
+fn promoted_in_output(output: &rivet_emit::rewrite::RewriteOutput) -> (usize, usize, u64) {
+    let mut out = (0, 0, 0);
+    for (i, fl) in output.layout.functions.iter().enumerate() {
+        let Some(fl) = fl else { continue };
+        if !output.map.is_rewritten(FuncId(i as u32)) {
+            continue;
+        }
+        for p in &fl.promoted_calls {
+            out.0 += 1;
+            out.1 += p.targets.len();
+            out.2 += p.targets.iter().map(|t| t.count).sum::<u64>();
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -67,6 +67,14 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
     } else {
         String::new()
     };
+    let changed = if report.promoted_calls > 0 {
+        format!(
+            "{changed}, {} promoted indirect calls checked against the input's",
+            report.promoted_calls
+        )
+    } else {
+        changed
+    };
     println!(
         "{}: ok ({} functions, {} blocks, {} instructions, {} references, {} source lines checked{changed})",
         args.output.display(),

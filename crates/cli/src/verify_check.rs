@@ -37,6 +37,9 @@ pub struct VerifyReport {
     /// Block ends a peephole changed (`--peepholes`, `--simplify-conditional-tail-calls`),
     /// each checked to do what the input's branch did.
     pub peepholes: usize,
+    /// Indirect calls written as compares and direct calls (`--indirect-call-promotion`),
+    /// each checked to call what the input's call did.
+    pub promoted_calls: usize,
 }
 
 struct Checker<'a> {
@@ -51,6 +54,8 @@ struct Checker<'a> {
     guarded: bool,
     /// Functions folded into another (`--icf`), by `FuncId`: their old bodies are dead code.
     folded: Vec<bool>,
+    /// The new address of every function's entry (for promoted calls), built when needed.
+    new_entries: std::sync::OnceLock<HashSet<Vaddr>>,
 }
 
 impl Checker<'_> {
@@ -242,6 +247,51 @@ impl Checker<'_> {
         }
     }
 
+    /// Checks that `code` (the output where the input's indirect `call` of `f` was written) is
+    /// that call promoted: each compared address is the new entry of a function of the input
+    /// and is what its `je` calls directly, the fallback is the input's call unchanged, every
+    /// path goes on right after the sequence. Returns the instructions the sequence takes.
+    fn promoted_call(
+        &self,
+        f: &Function,
+        call: &Inst,
+        code: &[Inst],
+        noreturn: bool,
+    ) -> Result<usize, String> {
+        let read = self
+            .program
+            .info
+            .isa
+            .read_promotion(call, code, noreturn)
+            .map_err(|why| {
+                format!(
+                    "{}: `{}` of {} became `{}` ({why})",
+                    call.addr(),
+                    call.to_asm(),
+                    f.name(),
+                    code.first().map_or("nothing".into(), Inst::to_asm)
+                )
+            })?;
+        self.same_instruction(call, &code[read.fallback])?;
+        let entries = self.new_entries.get_or_init(|| {
+            self.program
+                .functions
+                .iter()
+                .filter_map(|g| self.map.translate(self.program, g.range.start))
+                .collect()
+        });
+        for t in &read.targets {
+            if !entries.contains(t) {
+                return Err(format!(
+                    "{}: the promoted call of {} compares with and calls {t}, which is no function's new entry",
+                    call.addr(),
+                    f.name()
+                ));
+            }
+        }
+        Ok(read.insts)
+    }
+
     fn check_block(
         &self,
         f: &Function,
@@ -260,13 +310,26 @@ impl Checker<'_> {
         if recreated {
             body.pop();
         }
-        // Enough bytes for every instruction to be one longer (a call through a GOT slot).
-        let body_len: u64 = body.iter().map(|i| u64::from(i.len()) + 1).sum();
+        // Enough bytes for every instruction to be one longer (a call through a GOT slot), and
+        // for indirect calls to be promoted (compares and direct calls).
+        let body_len: u64 = body
+            .iter()
+            .map(|i| {
+                u64::from(i.len())
+                    + if i.flow() == Flow::IndirectCall {
+                        256
+                    } else {
+                        1
+                    }
+            })
+            .sum();
         let decoded = self.decode_at(new_start, body_len + 16)?;
         let mut widened = false;
+        // Output instructions beyond one per input instruction (promoted calls).
+        let mut extra = 0usize;
         for (k, old) in body.iter().enumerate() {
             let new = decoded
-                .get(k)
+                .get(k + extra)
                 .ok_or_else(|| format!("block {} of {} is truncated", b.start, f.name()))?;
             if widened {
                 // The second word of a widened address, checked with the first.
@@ -284,13 +347,22 @@ impl Checker<'_> {
                 report.instructions += 1;
                 continue;
             }
+            if old.flow() == Flow::IndirectCall && self.same_instruction(old, new).is_err() {
+                let noreturn = b.terminator == Terminator::NoReturnCall
+                    && insts.last().is_some_and(|l| l.addr() == old.addr());
+                let taken = self.promoted_call(f, old, &decoded[k + extra..], noreturn)?;
+                extra += taken - 1;
+                report.promoted_calls += 1;
+                report.instructions += 1;
+                continue;
+            }
             self.same_instruction(old, new)?;
             report.instructions += 1;
         }
         let end = body
             .len()
             .checked_sub(1)
-            .map_or(new_start, |k| decoded[k].end());
+            .map_or(new_start, |k| decoded[k + extra].end());
         if !recreated {
             return Ok(());
         }
@@ -299,7 +371,7 @@ impl Checker<'_> {
         let fall_old = last.end();
         // What the output does after the body: a jump, a conditional jump (and a jump), or
         // nothing when the successor is the next block of the layout.
-        let first = decoded.get(body.len());
+        let first = decoded.get(body.len() + extra);
         let block_name = || format!("block {} of {}", b.start, f.name());
         match (&b.terminator, last.flow()) {
             (Terminator::Jump | Terminator::TailCall { .. }, Flow::Jump { target }) => {
@@ -540,6 +612,18 @@ impl Checker<'_> {
         } else {
             match self.decode_at(new_last, 16)?.first() {
                 Some(new) if self.goes_through_slot(last, new) => new.end(),
+                // A promoted call (checked with the block) goes on at its join.
+                Some(new)
+                    if last.flow() == Flow::IndirectCall
+                        && self.same_instruction(last, new).is_err() =>
+                {
+                    self.program
+                        .info
+                        .isa
+                        .read_promotion(last, &self.decode_at(new_last, 256)?, false)
+                        .map_err(|why| format!("{}: {why}", last.addr()))?
+                        .join
+                }
                 _ => new_last + u64::from(last.len()),
             }
         };
@@ -705,6 +789,7 @@ pub fn check(
         via_slots: ViaSlots::of_program(program),
         guarded: program.info.isa.branch_targets_guarded(out),
         folded: folded.clone(),
+        new_entries: std::sync::OnceLock::new(),
     };
     let mut report = VerifyReport::default();
     for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {

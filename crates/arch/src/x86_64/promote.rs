@@ -372,6 +372,180 @@ fn encode(
     Ok(encoder.take_buffer())
 }
 
+/// A promoted call site as read back from code (`read_promotion`), for verification.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadPromotion {
+    /// Instructions the sequence takes, the fallback included.
+    pub insts: usize,
+    /// The compared addresses, in compare order; each `je` goes to a direct call of it.
+    pub targets: Vec<Vaddr>,
+    /// Position of the fallback (the original call) in the sequence.
+    pub fallback: usize,
+    /// Where every path through the sequence goes on: right after it.
+    pub join: Vaddr,
+}
+
+/// The value of an operand, compared structurally (a RIP-relative operand by the address it
+/// names, so copies at different places compare equal).
+fn same_operand(a: &Instruction, a_op: u32, b: &Instruction, b_op: u32) -> bool {
+    match (a.op_kind(a_op), b.op_kind(b_op)) {
+        (OpKind::Register, OpKind::Register) => a.op_register(a_op) == b.op_register(b_op),
+        (OpKind::Memory, OpKind::Memory) => {
+            a.memory_base() == b.memory_base()
+                && a.memory_index() == b.memory_index()
+                && a.memory_index_scale() == b.memory_index_scale()
+                && a.memory_displacement64() == b.memory_displacement64()
+                && a.segment_prefix() == b.segment_prefix()
+        }
+        _ => false,
+    }
+}
+
+fn uses_r11(i: &Instruction, op: u32) -> bool {
+    match i.op_kind(op) {
+        OpKind::Register => i.op_register(op) == Register::R11,
+        OpKind::Memory => i.memory_base() == Register::R11 || i.memory_index() == Register::R11,
+        _ => false,
+    }
+}
+
+/// Reads `code` (decoded output, starting where the indirect `call` of the input was
+/// written) as a promoted call site: compares of the value `call` would call against
+/// constants, each followed by a `je` to a direct call of that same constant; the fallback
+/// (the instruction whose position this returns, for the caller to compare with `call`);
+/// direct calls that reach the join, right after the sequence, by falling into it or by a
+/// `jmp` there. `noreturn`: the input's call never returns, so nothing needs to come back.
+/// Decoded independently of how the emitter wrote it; anything else is an error.
+pub fn read_promotion(
+    call: &Inst,
+    code: &[Inst],
+    noreturn: bool,
+) -> Result<ReadPromotion, &'static str> {
+    let c = &call.x86().raw;
+    if c.code() != Code::Call_rm64 {
+        return Err("not a 64-bit indirect call");
+    }
+    let raw = |k: usize| code.get(k).map(|i| &i.x86().raw);
+    let mut k = 0;
+    // `mov OP, %r11`: later compares may read r11 for OP.
+    let mut loaded = false;
+    if let Some(m) = raw(0)
+        && m.code() == Code::Mov_r64_rm64
+        && m.op0_register() == Register::R11
+        && same_operand(m, 1, c, 0)
+        && !uses_r11(c, 0)
+    {
+        loaded = true;
+        k = 1;
+    }
+    let mut compares: Vec<(Vaddr, Vaddr)> = Vec::new();
+    loop {
+        let Some(i) = raw(k) else {
+            return Err("the sequence is cut short");
+        };
+        let constant = match i.code() {
+            Code::Cmp_rm64_imm32 => {
+                let reads_op = same_operand(i, 0, c, 0)
+                    || (loaded
+                        && i.op0_kind() == OpKind::Register
+                        && i.op0_register() == Register::R11);
+                if !reads_op {
+                    return Err("a compare of something else than the call's target");
+                }
+                k += 1;
+                Vaddr(i.immediate32to64() as u64)
+            }
+            Code::Lea_r64_m
+                if i.op0_register() == Register::R11
+                    && i.memory_base() == Register::RIP
+                    && i.memory_index() == Register::None =>
+            {
+                let Some(cmp) = raw(k + 1) else {
+                    return Err("the sequence is cut short");
+                };
+                if cmp.code() != Code::Cmp_rm64_r64
+                    || cmp.op1_register() != Register::R11
+                    || !same_operand(cmp, 0, c, 0)
+                    || uses_r11(c, 0)
+                {
+                    return Err("an address in r11 compared with something else");
+                }
+                k += 2;
+                Vaddr(i.memory_displacement64())
+            }
+            _ => break,
+        };
+        let je = raw(k).ok_or("the sequence is cut short")?;
+        if !matches!(je.code(), Code::Je_rel8_64 | Code::Je_rel32_64) {
+            return Err("a compare not followed by je");
+        }
+        compares.push((constant, Vaddr(je.near_branch_target())));
+        k += 1;
+    }
+    if compares.is_empty() {
+        return Err("no compare");
+    }
+    let fallback = k;
+    let fallback_end = code[fallback].end();
+    k += 1;
+    // The direct calls: the sequence ends with the last of them.
+    let end = compares
+        .iter()
+        .map(|&(_, label)| label + CALL)
+        .max()
+        .unwrap_or(fallback_end);
+    let mut calls_at: Vec<(Vaddr, Vaddr)> = Vec::new();
+    let mut jumps: Vec<Vaddr> = Vec::new();
+    let mut previous_returns_here = false;
+    while code.get(k).is_some_and(|i| i.addr() < end) {
+        let i = &code[k].x86().raw;
+        match i.code() {
+            Code::Call_rel32_64 => {
+                if previous_returns_here {
+                    return Err("a call returns into the next direct call");
+                }
+                calls_at.push((code[k].addr(), Vaddr(i.near_branch_target())));
+                previous_returns_here = !noreturn;
+            }
+            Code::Jmp_rel8_64 | Code::Jmp_rel32_64 => {
+                jumps.push(Vaddr(i.near_branch_target()));
+                previous_returns_here = false;
+            }
+            _ => return Err("an unexpected instruction among the direct calls"),
+        }
+        k += 1;
+    }
+    if code.get(k - 1).is_none_or(|i| i.end() != end) {
+        return Err("the direct calls do not end where the sequence does");
+    }
+    // The fallback must not run into a direct call.
+    if !noreturn
+        && code
+            .get(fallback + 1)
+            .is_none_or(|i| !matches!(i.x86().raw.code(), Code::Jmp_rel8_64 | Code::Jmp_rel32_64))
+    {
+        return Err("the fallback runs into a direct call");
+    }
+    if jumps.iter().any(|&j| j != end) {
+        return Err("a jump that does not go to the join");
+    }
+    for &(constant, label) in &compares {
+        if label < fallback_end {
+            return Err("a je into the compares");
+        }
+        match calls_at.iter().find(|(at, _)| *at == label) {
+            Some(&(_, target)) if target == constant => {}
+            _ => return Err("a je that does not go to a direct call of the compared address"),
+        }
+    }
+    Ok(ReadPromotion {
+        insts: k,
+        targets: compares.iter().map(|c| c.0).collect(),
+        fallback,
+        join: end,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,5 +655,36 @@ mod tests {
                 )
                 .is_err()
         );
+    }
+
+    #[test]
+    fn written_sequences_read_back_and_corruptions_do_not() {
+        let cases: [(&[u8], bool); 4] = [
+            (&[0xff, 0xd0], false),
+            (&[0xff, 0x50, 0x08], false),
+            (&[0xff, 0x50, 0x08], true),
+            (&[0x41, 0xff, 0x53, 0x10], false),
+        ];
+        for (bytes, pic) in cases {
+            for noreturn in [false, true] {
+                let call = decode_all(bytes, Vaddr(0x1000))[0];
+                let shape = PromotionShape::new(&call, 2, pic, noreturn).unwrap();
+                let at = Vaddr(0x40_0000);
+                let targets = [Vaddr(0x40_1000), Vaddr(0x40_2000)];
+                let mut out = Vec::new();
+                shape.encode(&call, at, &targets, bytes, &mut out).unwrap();
+                let code = decode_all(&out, at);
+                let read = read_promotion(&call, &code, noreturn).unwrap();
+                assert_eq!(read.targets, targets);
+                assert_eq!(read.insts, code.len());
+                assert_eq!(read.join, at + out.len() as u64);
+                assert_eq!(code[read.fallback].len(), call.len());
+                // A direct call to another function than the one compared.
+                let last = out.len() - 4;
+                out[last] ^= 0x10;
+                let code = decode_all(&out, at);
+                assert!(read_promotion(&call, &code, noreturn).is_err());
+            }
+        }
     }
 }
