@@ -1229,6 +1229,22 @@ impl AddressMap {
                             new.len() == via_slot_size && new.indirect_slot() == Some(slot)
                         })
                 });
+                // A promoted indirect call (`--indirect-call-promotion`) is a longer sequence
+                // that goes on at its join.
+                if inst.flow() == Flow::IndirectCall
+                    && let Some(bytes) =
+                        output.bytes_at(at, 256).or_else(|| output.bytes_at(at, 64))
+                    && let decoded = isa.decode_all(bytes, at)
+                    && decoded.first().is_some_and(|new| {
+                        new.len() != inst.len() || new.mnemonic_name() != inst.mnemonic_name()
+                    })
+                    && let Ok(read) = isa
+                        .read_promotion(inst, &decoded, false)
+                        .or_else(|_| isa.read_promotion(inst, &decoded, true))
+                {
+                    at = read.join;
+                    continue;
+                }
                 at = at
                     + if through_slot {
                         u64::from(via_slot_size)
