@@ -1016,24 +1016,7 @@ pub fn run_with(
                 println!("  {line}");
             }
         }
-        if s.veneers > 0 {
-            println!(
-                "  {} veneers for calls and jumps beyond a branch's reach",
-                s.veneers
-            );
-        }
-        if s.landing_pads > 0 {
-            println!(
-                "  {} landing pads for veneers into code without one (BTI)",
-                s.landing_pads
-            );
-        }
-        if s.veneers_bypassed > 0 {
-            println!(
-                "  {} calls and jumps sent past the linker's veneers to their destinations",
-                s.veneers_bypassed
-            );
-        }
+        crate::rewrite::print_branch_reach(s);
         if options.splitting == Splitting::Off && args.split_functions.is_none() {
             println!(
                 "  functions not split: a block without samples may still run (--split-functions splits anyway)"
