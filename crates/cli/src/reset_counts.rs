@@ -89,7 +89,8 @@ pub fn run(args: &ResetCountsArgs) -> Result<(), UserError> {
         .write(true)
         .open(path)
         .map_err(cannot)?;
-    // The header and map are checked on a copy: the same checks every reader makes.
+    // The header and map (in the file, or in the instrumented binary it names) are checked on
+    // a copy: the same checks every reader makes.
     let bytes = std::fs::read(path).map_err(cannot)?;
     let parsed = CounterFile::parse_with(&bytes, args.instrumented.as_deref())
         .map_err(|e| crate::profile_use::bad_counters(path, e))?;
