@@ -75,8 +75,10 @@ fn instrumented_identity(output: &Path) -> Result<PathBuf, UserError> {
     })?;
     let path = dir.join(name);
     if path.as_os_str().len() > rivet_profile::counters::MAX_IDENTITY_PATH {
-        return Err(UserError::new(format!("the output path {} is too long", path.display()))
-            .hint("use a path of at most 4096 bytes"));
+        return Err(
+            UserError::new(format!("the output path {} is too long", path.display()))
+                .hint("use a path of at most 4096 bytes"),
+        );
     }
     Ok(path)
 }

@@ -233,9 +233,15 @@ fn version_2_files_find_their_map_in_the_instrumented_binary() {
     assert_eq!(word(16), 4096);
     let recorded = std::fs::canonicalize(&inst).unwrap();
     let path_len = u32::from_le_bytes(bytes[64..68].try_into().unwrap()) as usize;
-    assert_eq!(&bytes[68..68 + path_len], recorded.as_os_str().as_encoded_bytes());
+    assert_eq!(
+        &bytes[68..68 + path_len],
+        recorded.as_os_str().as_encoded_bytes()
+    );
     // The instrumented binary has the map, in a section that is not loaded.
-    let sections = Command::new("readelf").args(["-SW", s(&inst)]).output().unwrap();
+    let sections = Command::new("readelf")
+        .args(["-SW", s(&inst)])
+        .output()
+        .unwrap();
     let sections = String::from_utf8_lossy(&sections.stdout);
     let line = sections.lines().find(|l| l.contains(".rivet.map")).unwrap();
     assert!(!line.contains(" A "), "{line}");
@@ -250,7 +256,14 @@ fn version_2_files_find_their_map_in_the_instrumented_binary() {
     let (native_old, _) = old_way(&[(a1.clone(), "1"), (b.clone(), "1")]);
     assert_eq!(v2, native_old);
     let optimize = |profile: &Path, extra: &[&str], out: &Path| {
-        let mut argv = vec!["optimize", s(&binary), "--profile", s(profile), "-o", s(out)];
+        let mut argv = vec![
+            "optimize",
+            s(&binary),
+            "--profile",
+            s(profile),
+            "-o",
+            s(out),
+        ];
         argv.extend_from_slice(extra);
         rivet(&argv)
     };
@@ -270,12 +283,23 @@ fn version_2_files_find_their_map_in_the_instrumented_binary() {
     let r = rivet(&["merge", s(&a), s(&b), "-o", s(&out)]);
     assert_one_error_line(&r, "which is missing");
     let stderr = String::from_utf8_lossy(&r.stderr);
-    assert!(stderr.contains(s(&recorded)) && stderr.contains("map hash"), "{stderr}");
+    assert!(
+        stderr.contains(s(&recorded)) && stderr.contains("map hash"),
+        "{stderr}"
+    );
     assert!(stderr.contains("--instrumented"), "{stderr}");
     assert!(!out.exists());
     // A version 1 file needs no binary.
     assert!(rivet(&["merge", s(&a1), "-o", s(&out)]).status.success());
-    let r = rivet(&["merge", s(&a), s(&b), "--instrumented", s(&moved), "-o", s(&out)]);
+    let r = rivet(&[
+        "merge",
+        s(&a),
+        s(&b),
+        "--instrumented",
+        s(&moved),
+        "-o",
+        s(&out),
+    ]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert_eq!(std::fs::read(&out).unwrap(), v2);
     assert_one_error_line(&optimize(&a, &[], &fast), "which is missing");

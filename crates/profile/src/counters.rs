@@ -246,9 +246,7 @@ pub enum CountersError {
     )]
     Version(u32),
     /// A version 2 file whose instrumented binary cannot give the map.
-    #[error(
-        "its map is in the instrumented binary {binary} (map hash {hash:016x}), which {why}"
-    )]
+    #[error("its map is in the instrumented binary {binary} (map hash {hash:016x}), which {why}")]
     MapElsewhere {
         binary: String,
         hash: u64,
@@ -795,7 +793,10 @@ impl CounterLayout {
                 "has a {MAP_SECTION} section of another size"
             )));
         }
-        Ok((path, std::io::BufReader::with_capacity(1 << 16, file.take(len))))
+        Ok((
+            path,
+            std::io::BufReader::with_capacity(1 << 16, file.take(len)),
+        ))
     }
 
     /// Decodes the map from `map`, which streams the map's bytes (the map is never held
@@ -830,7 +831,10 @@ pub fn find_section(
     use std::io::SeekFrom;
     let mut ehdr = [0u8; 64];
     file.seek(SeekFrom::Start(0))?;
-    if file.read_exact(&mut ehdr).is_err() || &ehdr[..4] != b"\x7fELF" || ehdr[4] != 2 || ehdr[5] != 1
+    if file.read_exact(&mut ehdr).is_err()
+        || &ehdr[..4] != b"\x7fELF"
+        || ehdr[4] != 2
+        || ehdr[5] != 1
     {
         return Ok(None);
     }
@@ -848,7 +852,9 @@ pub fn find_section(
             return Ok(None);
         };
         std::io::Seek::seek(file, SeekFrom::Start(at))?;
-        Ok(std::io::Read::read_exact(file, &mut shdr).ok().map(|_| shdr))
+        Ok(std::io::Read::read_exact(file, &mut shdr)
+            .ok()
+            .map(|_| shdr))
     };
     let Some(first) = section(file, 0)? else {
         return Ok(None);

@@ -8,8 +8,8 @@
 //! path's file name, so that several instrumented objects of one process keep their own
 //! files; with per-process files, `.PID` appended), creates it with mode 0600 and without
 //! following symlinks, writes the file's prepared first bytes (header, and the path of the
-//! binary that holds the map) when the file is new, and maps the file's counter area `MAP_SHARED | MAP_FIXED` over the counter segment. From then on every
-//! increment lands in the page cache of the file: a program killed with SIGKILL, crashing, or
+//! binary that holds the map) when the file is new, and maps the file's counter area
+//! `MAP_SHARED | MAP_FIXED` over the counter segment. From then on every increment lands in the page cache of the file: a program killed with SIGKILL, crashing, or
 //! forking (children inherit the shared mapping and add to the same counts) leaves a complete
 //! profile, with no dump at exit, no thread and no watcher process. An existing file of the
 //! same instrumentation accumulates; one of another is left alone with a message on stderr,
