@@ -1406,6 +1406,58 @@ mod tests {
     }
 
     #[test]
+    fn version_2_files_name_the_binary_that_holds_their_map() {
+        let map = CounterMap {
+            input_build_id: vec![0xab],
+            binary_name: "prog".into(),
+            counter_count: 3,
+            functions: vec![looping()],
+            symbols: vec![(0x10, "f".into())],
+            ..CounterMap::default()
+        };
+        let binary = std::path::Path::new("/nonexistent/dir/prog.inst");
+        let prefix = map.file_prefix(binary).unwrap();
+        assert_eq!(prefix.counters_offset, 4096);
+        assert_eq!(prefix.bytes.len(), 4096);
+        let mut file = prefix.bytes.clone();
+        for c in [7u64, 3, 3] {
+            file.extend_from_slice(&c.to_le_bytes());
+        }
+        let layout = CounterLayout::read(&file).unwrap();
+        assert_eq!(layout.version, VERSION);
+        assert_eq!(layout.instrumented.as_deref(), Some(binary));
+        assert_eq!(layout.counters(&file), vec![7, 3, 3]);
+        // The section holds the map the header describes.
+        let section = &prefix.map_section;
+        assert_eq!(&section[..8], MAP_MAGIC);
+        assert_eq!(section[8..16], layout.map_hash.to_le_bytes());
+        assert_eq!(section.len() - MAP_SECTION_HEADER, layout.map_size);
+        let decoded = layout
+            .decode_map_from(&section[MAP_SECTION_HEADER..])
+            .unwrap();
+        assert_eq!(decoded, map);
+        // A binary that is not there is named, with the map's hash.
+        match CounterFile::parse(&file) {
+            Err(CountersError::MapElsewhere {
+                binary: b,
+                hash,
+                why,
+            }) => {
+                assert_eq!(b, binary.display().to_string());
+                assert_eq!(hash, layout.map_hash);
+                assert_eq!(why, "is missing");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Every truncation is an error, never a panic; so is a path too long to record.
+        for len in 0..file.len() {
+            assert!(CounterLayout::read(&file[..len]).is_err(), "len {len}");
+        }
+        let long = std::path::PathBuf::from("/".repeat(MAX_IDENTITY_PATH + 1));
+        assert!(map.file_prefix(&long).is_none());
+    }
+
+    #[test]
     fn map_and_file_round_trip() {
         let map = CounterMap {
             arch: CounterArch::X86_64,
