@@ -9,8 +9,10 @@
 //! and the sum is written out record by record in Rivet's format (fdata and YAML outputs are
 //! built whole first), so thousands of inputs merge in the memory of about one profile.
 //! Counter files build no profile at all: their records go straight into the sum
-//! (`Merger::add_counters`), and the map they carry is decoded once for all the runs of one
-//! instrumentation, as it streams in; the bytes written are those the profiles would give.
+//! (`Merger::add_counters`), and their map (in the instrumented binary the file names, or
+//! `--instrumented`; in the file itself for version 1 files) is decoded once for all the runs
+//! of one instrumentation, as it streams in; the bytes written are those the profiles would
+//! give. The merged profile needs no binary: it is how counts outlive the instrumented binary.
 //!
 //! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
 //! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
