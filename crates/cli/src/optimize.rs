@@ -119,6 +119,10 @@ pub struct OptimizeArgs {
     /// The profile: a counter file of `rivet instrument`, a Rivet profile, or BOLT fdata.
     #[arg(long, visible_alias = "data")]
     pub profile: PathBuf,
+    /// The instrumented binary whose runs wrote the counter file (it holds the file's map),
+    /// when it is no longer where `rivet instrument -o` wrote it.
+    #[arg(long, value_name = "PATH")]
+    pub instrumented: Option<std::path::PathBuf>,
     /// Block order inside each function.
     #[arg(long, value_enum, default_value_t = BlockOrderArg::ExtTsp)]
     pub reorder_blocks: BlockOrderArg,
@@ -735,7 +739,13 @@ pub fn run_with(
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     crate::files::refuse_rivet_output(&elf, &args.binary)?;
-    let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
+    let profile = load_profile(
+        &args.profile,
+        &args.binary,
+        &elf,
+        args.force,
+        args.instrumented.as_deref(),
+    )?;
     clock.lap("read binary and profile");
     let (pending, file) = PendingOutput::create(&args.output)?;
     // Identical code folding compares the unwind rows of every function; otherwise only the
