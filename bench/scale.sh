@@ -248,7 +248,7 @@ run_size() {
     if has_tool rivet; then
         if measure "$size" rivet instrument "$w" "$RIVET" instrument "$prog" -o "$w/prog.rinst" --profile "$w/r0.counts" &&
             train rivet "$w/prog.rinst" "$w/r1.counts" "$w/r2.counts"; then
-            rm -f "$w/prog.rinst"
+            # prog.rinst stays until the merges are done: it holds the counter files' map.
             measure "$size" rivet merge "$w" "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$w/r.prof" && rp="$w/r.prof"
             # kept (as fdata) for optimize-synth of the sizes too big to instrument
             "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$CACHE/profile-$size.fdata" --format fdata \

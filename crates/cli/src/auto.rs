@@ -907,7 +907,7 @@ fn check_binary(
 fn merge_profiles(runs: &[Run], dest: &Path, hashes_of: Option<&Path>) -> Result<(), UserError> {
     let mut located = Vec::new();
     for run in runs {
-        match read_profile(&run.profile)? {
+        match read_profile(&run.profile, None)? {
             Input::Located(p) => located.push(p),
             Input::Yaml(_) => {
                 return Err(UserError::new("a counter file read as a YAML profile")

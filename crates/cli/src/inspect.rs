@@ -39,6 +39,10 @@ pub struct InspectArgs {
     /// hottest functions.
     #[arg(long)]
     pub profile: Option<PathBuf>,
+    /// The instrumented binary whose runs wrote the counter file (it holds the file's map),
+    /// when it is no longer where `rivet instrument -o` wrote it.
+    #[arg(long, value_name = "PATH")]
+    pub instrumented: Option<std::path::PathBuf>,
     /// With --profile: how many hot functions to list.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
@@ -302,7 +306,13 @@ pub fn run(args: &InspectArgs) -> Result<(), UserError> {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
     if let Some(path) = &args.profile {
-        let loaded = profile_use::load_profile(path, &args.binary, &elf, args.force)?;
+        let loaded = profile_use::load_profile(
+            path,
+            &args.binary,
+            &elf,
+            args.force,
+            args.instrumented.as_deref(),
+        )?;
         let (attached, stale) = profile_use::attach_loaded(&program, &loaded)?;
         if let Some(report) = &stale {
             eprintln!(

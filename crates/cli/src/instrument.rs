@@ -62,6 +62,27 @@ fn default_profile(output: &Path) -> PathBuf {
     abs.with_file_name(name)
 }
 
+/// Where counter files say the instrumented binary is (its map is there): the output, with
+/// its directory canonical (the output itself does not exist yet), so that the path holds
+/// from any directory and through the symbolic links the directory was reached by.
+fn instrumented_identity(output: &Path) -> Result<PathBuf, UserError> {
+    let abs = std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf());
+    let dir = abs.parent().unwrap_or(Path::new("/"));
+    let name = abs.file_name().unwrap_or_default();
+    let dir = std::fs::canonicalize(dir).map_err(|e| {
+        UserError::new(format!("cannot resolve {}: {e}", dir.display()))
+            .hint("write the output to an existing directory")
+    })?;
+    let path = dir.join(name);
+    if path.as_os_str().len() > rivet_profile::counters::MAX_IDENTITY_PATH {
+        return Err(
+            UserError::new(format!("the output path {} is too long", path.display()))
+                .hint("use a path of at most 4096 bytes"),
+        );
+    }
+    Ok(path)
+}
+
 pub fn run(args: &InstrumentArgs) -> Result<(), UserError> {
     run_with(args, true).map(|_| ())
 }
@@ -150,10 +171,13 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let identity = instrumented_identity(&args.output)?;
     let file_prefix = |kept: &dyn Fn(rivet_ir::FuncId) -> bool, moved: &[(u64, u64)]| {
-        plan.counter_map(&program, kept, &build_id, &binary_name, moved)
-            .file_prefix()
-            .0
+        let prefix = plan
+            .counter_map(&program, kept, &build_id, &binary_name, moved)
+            .file_prefix(&identity)
+            .expect("the path's length is checked above");
+        (prefix.bytes, prefix.map_section)
     };
     let instrumentation = Instrumentation {
         probes: &probes,

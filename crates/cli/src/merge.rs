@@ -9,8 +9,10 @@
 //! and the sum is written out record by record in Rivet's format (fdata and YAML outputs are
 //! built whole first), so thousands of inputs merge in the memory of about one profile.
 //! Counter files build no profile at all: their records go straight into the sum
-//! (`Merger::add_counters`), and the map they carry is decoded once for all the runs of one
-//! instrumentation, as it streams in; the bytes written are those the profiles would give.
+//! (`Merger::add_counters`), and their map (in the instrumented binary the file names, or
+//! `--instrumented`; in the file itself for version 1 files) is decoded once for all the runs
+//! of one instrumentation, as it streams in; the bytes written are those the profiles would
+//! give. The merged profile needs no binary: it is how counts outlive the instrumented binary.
 //!
 //! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
 //! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
@@ -29,7 +31,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rivet_profile::counters::{
-    CounterLayout, CounterMap, CountersError, HEADER_SIZE, is_counter_file,
+    CounterLayout, CounterMap, HEADER_SIZE, PREFIX_READ, is_counter_file,
 };
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
 use rivet_profile::{fdata, native, yaml};
@@ -37,7 +39,7 @@ use rivet_profile::{fdata, native, yaml};
 use crate::error::UserError;
 use crate::files::PendingOutput;
 use crate::profile_use::{
-    FormatArg, Input, hashes_from_binary, read_profile_bytes, yaml_with_hashes,
+    FormatArg, Input, bad_counters, hashes_from_binary, read_profile_bytes, yaml_with_hashes,
 };
 
 #[derive(clap::Args, Debug)]
@@ -62,6 +64,10 @@ pub struct MergeArgs {
     /// merged profile (Rivet's format), so that the next build of the program can use it.
     #[arg(long, value_name = "BINARY")]
     pub binary: Option<PathBuf>,
+    /// The instrumented binary whose runs wrote the counter files (it holds their map), when
+    /// it is no longer where `rivet instrument -o` wrote it.
+    #[arg(long, value_name = "PATH")]
+    pub instrumented: Option<PathBuf>,
 }
 
 /// Splits `PATH:WEIGHT` into the path and its weight; anything else is a path of weight 1.
@@ -149,7 +155,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
     let mut sum: Option<Sum> = None;
     let mut maps = MapCache::default();
     for (path, weight) in &specs {
-        let input = match read_input(path, &mut maps)? {
+        let input = match read_input(path, args.instrumented.as_deref(), &mut maps)? {
             Some(input) => input,
             None => {
                 // A counter file: its records go straight into the sum, no profile is built.
@@ -257,16 +263,25 @@ fn yaml_with_located(path: &Path) -> UserError {
     .hint("merge the YAML profiles on their own, or give Rivet the fdata ones")
 }
 
-/// The last counter map decoded (with the file it came from and that file's header), and the
-/// counters of the last counter file read. Runs of one instrumentation carry the same map, told
-/// apart from other instrumentations by its bytes (compared a chunk at a time with the file the
-/// map was decoded from), not only by its hash; so a merge of many decodes it once, and holds
-/// no file whole.
+/// The last counter map decoded (with where it came from and the header of the file that
+/// named it), and the counters of the last counter file read. Runs of one instrumentation
+/// need the same map; so a merge of many decodes it once, and holds no file whole. A version 1
+/// file carries its map: a later file's is compared byte for byte (a chunk at a time) with the
+/// file the map was decoded from, not only by its hash. A version 2 file names the binary that
+/// holds it: the same header (so the same map hash) and the same binary need nothing read.
 #[derive(Default)]
 struct MapCache {
-    source: Option<(PathBuf, [u8; HEADER_SIZE])>,
+    source: Option<(MapSource, [u8; HEADER_SIZE])>,
     map: CounterMap,
     counters: Vec<u64>,
+}
+
+#[derive(PartialEq, Eq)]
+enum MapSource {
+    /// A version 1 counter file.
+    CounterFile(PathBuf),
+    /// An instrumented binary.
+    Binary(PathBuf),
 }
 
 impl MapCache {
@@ -276,40 +291,62 @@ impl MapCache {
 }
 
 /// Reads one input: a counter file goes into `maps` (`None`), anything else is a profile.
-fn read_input(path: &Path, maps: &mut MapCache) -> Result<Option<Input>, UserError> {
+/// `instrumented` holds the map of version 2 counter files, when given.
+fn read_input(
+    path: &Path,
+    instrumented: Option<&Path>,
+    maps: &mut MapCache,
+) -> Result<Option<Input>, UserError> {
     let cannot_read = |e: std::io::Error| {
         UserError::new(format!("cannot read {}: {e}", path.display()))
             .hint("check the path and its permissions")
     };
     let mut file = File::open(path).map_err(cannot_read)?;
     let len = file.metadata().map_err(cannot_read)?.len();
-    let mut header = [0u8; HEADER_SIZE];
-    let got = read_up_to(&mut file, &mut header).map_err(cannot_read)?;
-    if !is_counter_file(&header[..got]) {
-        let mut bytes = header[..got].to_vec();
-        file.read_to_end(&mut bytes).map_err(cannot_read)?;
-        return read_profile_bytes(path, &bytes).map(Some);
+    let mut prefix = vec![0u8; PREFIX_READ];
+    let got = read_up_to(&mut file, &mut prefix).map_err(cannot_read)?;
+    prefix.truncate(got);
+    if !is_counter_file(&prefix) {
+        file.read_to_end(&mut prefix).map_err(cannot_read)?;
+        return read_profile_bytes(path, &prefix, instrumented).map(Some);
     }
-    let bad = |e: CountersError| {
-        UserError::new(format!("{}: {e}", path.display()))
-            .hint("a counter file is written by a binary from `rivet instrument`")
+    let layout = CounterLayout::from_header(&prefix, len).map_err(|e| bad_counters(path, e))?;
+    let mut header = [0u8; HEADER_SIZE];
+    header.copy_from_slice(&prefix[..HEADER_SIZE]);
+    let source = match layout.map_binary(instrumented) {
+        Some(binary) => MapSource::Binary(binary.to_path_buf()),
+        None => MapSource::CounterFile(path.to_path_buf()),
     };
-    let layout = CounterLayout::from_header(&header[..got], len).map_err(bad)?;
-    let same = match &maps.source {
-        Some((source, source_header)) if *source_header == header => {
-            let mut source = File::open(source).map_err(cannot_read)?;
-            same_bytes(&mut source, &mut file, &layout).map_err(cannot_read)?
+    let same = match (&maps.source, &source) {
+        (Some((old, old_header)), MapSource::Binary(_)) => *old_header == header && *old == source,
+        (Some((MapSource::CounterFile(old), old_header)), MapSource::CounterFile(_))
+            if *old_header == header =>
+        {
+            let mut old = File::open(old).map_err(cannot_read)?;
+            same_bytes(&mut old, &mut file, &layout).map_err(cannot_read)?
         }
         _ => false,
     };
     if !same {
         maps.source = None;
         // Decoded as it streams in: the map's bytes are never all held beside the map.
-        file.seek(SeekFrom::Start(layout.map.start as u64))
-            .map_err(cannot_read)?;
-        let stream = BufReader::with_capacity(1 << 16, (&mut file).take(layout.map.len() as u64));
-        maps.map = layout.decode_map_from(stream).map_err(bad)?;
-        maps.source = Some((path.to_path_buf(), header));
+        maps.map = match &source {
+            MapSource::Binary(_) => {
+                let (_, stream) = layout
+                    .open_map(instrumented)
+                    .map_err(|e| bad_counters(path, e))?;
+                layout.decode_map_from(stream)
+            }
+            MapSource::CounterFile(_) => {
+                file.seek(SeekFrom::Start(layout.map.start as u64))
+                    .map_err(cannot_read)?;
+                let stream =
+                    BufReader::with_capacity(1 << 16, (&mut file).take(layout.map.len() as u64));
+                layout.decode_map_from(stream)
+            }
+        }
+        .map_err(|e| bad_counters(path, e))?;
+        maps.source = Some((source, header));
     }
     // The counters, a chunk at a time: their bytes are never all held beside them.
     file.seek(SeekFrom::Start(layout.counters.start as u64))

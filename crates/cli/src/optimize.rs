@@ -132,6 +132,10 @@ pub struct OptimizeArgs {
     /// The profile: a counter file of `rivet instrument`, a Rivet profile, or BOLT fdata.
     #[arg(long, visible_alias = "data")]
     pub profile: PathBuf,
+    /// The instrumented binary whose runs wrote the counter file (it holds the file's map),
+    /// when it is no longer where `rivet instrument -o` wrote it.
+    #[arg(long, value_name = "PATH")]
+    pub instrumented: Option<std::path::PathBuf>,
     /// Block order inside each function.
     #[arg(long, value_enum, default_value_t = BlockOrderArg::ExtTsp)]
     pub reorder_blocks: BlockOrderArg,
@@ -815,7 +819,13 @@ pub fn run_with(
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
     crate::files::refuse_rivet_output(&elf, &args.binary)?;
-    let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
+    let profile = load_profile(
+        &args.profile,
+        &args.binary,
+        &elf,
+        args.force,
+        args.instrumented.as_deref(),
+    )?;
     clock.lap("read binary and profile");
     let (pending, file) = PendingOutput::create(&args.output)?;
     // Identical code folding compares the unwind rows of every function; otherwise only the
@@ -1124,24 +1134,7 @@ pub fn run_with(
                 println!("  {line}");
             }
         }
-        if s.veneers > 0 {
-            println!(
-                "  {} veneers for calls and jumps beyond a branch's reach",
-                s.veneers
-            );
-        }
-        if s.landing_pads > 0 {
-            println!(
-                "  {} landing pads for veneers into code without one (BTI)",
-                s.landing_pads
-            );
-        }
-        if s.veneers_bypassed > 0 {
-            println!(
-                "  {} calls and jumps sent past the linker's veneers to their destinations",
-                s.veneers_bypassed
-            );
-        }
+        crate::rewrite::print_branch_reach(s);
         if options.splitting == Splitting::Off && args.split_functions.is_none() {
             println!(
                 "  functions not split: a block without samples may still run (--split-functions splits anyway)"

@@ -18,7 +18,7 @@ use rivet_passes::attach::{AttachedProfile, attach};
 use rivet_passes::bolt_yaml::from_bolt_yaml;
 use rivet_passes::stale::{FunctionMatchKind, StaleReport, attach_stale};
 use rivet_profile::Profile;
-use rivet_profile::counters::{CounterFile, is_counter_file};
+use rivet_profile::counters::{CounterFile, CountersError, is_counter_file};
 use rivet_profile::native::{AnyProfile, read_any};
 use rivet_profile::yaml;
 
@@ -43,22 +43,37 @@ pub enum Input {
     Yaml(yaml::YamlProfile),
 }
 
-/// Reads any profile Rivet knows; counter files become profiles of the input binary.
-pub fn read_profile(path: &Path) -> Result<Input, UserError> {
+/// Reads any profile Rivet knows; counter files become profiles of the input binary (the map
+/// of a version 2 file is read from `instrumented` when given, else from the instrumented
+/// binary the file names).
+pub fn read_profile(path: &Path, instrumented: Option<&Path>) -> Result<Input, UserError> {
     let bytes = std::fs::read(path).map_err(|e| {
         UserError::new(format!("cannot read {}: {e}", path.display()))
             .hint("check the path and its permissions")
     })?;
-    read_profile_bytes(path, &bytes)
+    read_profile_bytes(path, &bytes, instrumented)
+}
+
+/// The error line of a counter file that cannot be read, with the hint that fits.
+pub fn bad_counters(path: &Path, e: CountersError) -> UserError {
+    let hint = match &e {
+        CountersError::MapElsewhere { .. } => {
+            "pass --instrumented PATH to the binary that wrote it (or merge the counters into a profile, `rivet merge`, while the binary is at hand: profiles need no binary)"
+        }
+        _ => "a counter file is written by a binary from `rivet instrument`",
+    };
+    UserError::new(format!("{}: {e}", path.display())).hint(hint)
 }
 
 /// [`read_profile`] of a file already read.
-pub fn read_profile_bytes(path: &Path, bytes: &[u8]) -> Result<Input, UserError> {
+pub fn read_profile_bytes(
+    path: &Path,
+    bytes: &[u8],
+    instrumented: Option<&Path>,
+) -> Result<Input, UserError> {
     if is_counter_file(bytes) {
-        let counts = CounterFile::parse(bytes).map_err(|e| {
-            UserError::new(format!("{}: {e}", path.display()))
-                .hint("a counter file is written by a binary from `rivet instrument`")
-        })?;
+        let counts =
+            CounterFile::parse_with(bytes, instrumented).map_err(|e| bad_counters(path, e))?;
         return Ok(Input::Located(counts.to_profile()));
     }
     match read_any(bytes) {
@@ -142,9 +157,10 @@ pub fn load_profile(
     binary: &Path,
     elf: &ElfFile<'_>,
     force: bool,
+    instrumented: Option<&Path>,
 ) -> Result<Loaded, UserError> {
     let ours = elf.build_id().map(hex);
-    let profile = match read_profile(path)? {
+    let profile = match read_profile(path, instrumented)? {
         Input::Located(p) => p,
         Input::Yaml(y) => {
             let theirs = &y.header.build_id;

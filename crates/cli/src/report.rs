@@ -43,6 +43,10 @@ pub struct ReportArgs {
     /// Its profile (counter file, Rivet profile, or BOLT fdata).
     #[arg(long, visible_alias = "data")]
     pub profile: PathBuf,
+    /// The instrumented binary whose runs wrote the counter file (it holds the file's map),
+    /// when it is no longer where `rivet instrument -o` wrote it.
+    #[arg(long, value_name = "PATH")]
+    pub instrumented: Option<std::path::PathBuf>,
     /// The binary `rivet optimize` made from it: adds dyno stats and a heatmap after.
     #[arg(long)]
     pub optimized: Option<PathBuf>,
@@ -387,7 +391,13 @@ solid #ccc;border-radius:6px;padding:.6em 1em}.card b{display:block;font-size:1.
 pub fn run(args: &ReportArgs) -> Result<(), UserError> {
     let mapped = map_input(&args.binary)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
-    let profile = load_profile(&args.profile, &args.binary, &elf, args.force)?;
+    let profile = load_profile(
+        &args.profile,
+        &args.binary,
+        &elf,
+        args.force,
+        args.instrumented.as_deref(),
+    )?;
     let optimized_map = args.optimized.as_deref().map(map_input).transpose()?;
     let optimized_elf = match (&optimized_map, &args.optimized) {
         (Some(m), Some(p)) => Some(ElfFile::parse(m.bytes()).map_err(|e| elf_error(p, &e))?),

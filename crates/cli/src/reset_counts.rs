@@ -27,6 +27,10 @@ pub struct ResetCountsArgs {
     /// phase that ends now. Without it they are discarded.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+    /// The instrumented binary that writes the file (it holds the file's map), when it is no
+    /// longer where `rivet instrument -o` wrote it.
+    #[arg(long, value_name = "PATH")]
+    pub instrumented: Option<PathBuf>,
 }
 
 fn bad_file(path: &Path, why: impl std::fmt::Display) -> UserError {
@@ -85,9 +89,11 @@ pub fn run(args: &ResetCountsArgs) -> Result<(), UserError> {
         .write(true)
         .open(path)
         .map_err(cannot)?;
-    // The header and map are checked on a copy: the same checks every reader makes.
+    // The header and map (in the file, or in the instrumented binary it names) are checked on
+    // a copy: the same checks every reader makes.
     let bytes = std::fs::read(path).map_err(cannot)?;
-    let parsed = CounterFile::parse(&bytes).map_err(|e| bad_file(path, e))?;
+    let parsed = CounterFile::parse_with(&bytes, args.instrumented.as_deref())
+        .map_err(|e| crate::profile_use::bad_counters(path, e))?;
     let offset = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
     let end = offset + 8 * parsed.counters.len() as u64;
     if offset % 4096 != 0 {

@@ -9,21 +9,9 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{build_instrument_program, instrument_and_train, rivet, s, scratch};
-
-fn symbol(bin: &Path, name: &str) -> u64 {
-    let out = Command::new("nm").arg(bin).output().expect("nm (binutils)");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-            f.next()?;
-            (f.next()? == name).then_some(addr)
-        })
-        .unwrap_or_else(|| panic!("no symbol {name} in {}", bin.display()))
-}
+use common::{
+    build_instrument_program, instrument_and_train, nm_symbol as symbol, rivet, s, scratch,
+};
 
 fn run(bin: &Path, arg: &str) -> std::process::Output {
     let out = Command::new(bin).arg(arg).output().unwrap();

@@ -3,6 +3,11 @@
 //! a profile (`CounterFile::to_profile`) and the profiles summed by `Merger::add`, on corpus
 //! programs and on SQLite, with weights, in any order, and across two instrumentations of one
 //! binary. Bad counter files give one error line and leave no output.
+//!
+//! Counter files of version 2 hold no map: it is in the instrumented binary (`.rivet.map`),
+//! found where the file says or given by `--instrumented`. They merge to the bytes the same
+//! counters give in a version 1 file (which carries the map), and a binary missing, changed or
+//! not instrumented is one error line.
 
 mod common;
 
@@ -179,8 +184,9 @@ fn bad_counter_files_give_one_line_and_no_output() {
         assert_one_error_line(&r, s(&cut));
         assert!(!out.exists());
     }
-    // The same map with a flipped byte: its hash no longer matches.
-    let mut flipped = bytes.clone();
+    // The same map with a flipped byte (in a version 1 file, which carries it): its hash no
+    // longer matches.
+    let mut flipped = self_contained(&good);
     flipped[100] ^= 0x40;
     let bad = dir.join("flipped.counts");
     std::fs::write(&bad, &flipped).unwrap();
@@ -200,4 +206,123 @@ fn bad_counter_files_give_one_line_and_no_output() {
     let r = rivet(&["merge", s(&good), s(&foreign), "-o", s(&out)]);
     assert_one_error_line(&r, s(&foreign));
     assert!(!out.exists());
+}
+
+/// The version 1 file (map inside) of the same counters as the counter file at `path`.
+fn self_contained(path: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    let file = CounterFile::parse(&bytes).unwrap();
+    let (mut out, _) = file.map.file_prefix_self_contained();
+    for c in &file.counters {
+        out.extend_from_slice(&c.to_le_bytes());
+    }
+    out
+}
+
+#[test]
+fn version_2_files_find_their_map_in_the_instrumented_binary() {
+    let binary = corpus_dir().join("switch_dense.gcc.O2.pie");
+    let dir = scratch("merge-counters", "v2");
+    let inst = instrument(&binary, &dir, "prog", &[]);
+    let a = train(&inst, &dir.join("a.counts"), &[], None);
+    let b = train(&inst, &dir.join("b.counts"), &["x", "y"], None);
+    let bytes = std::fs::read(&a).unwrap();
+    // Version 2, no map: a page of header and path, then the counters.
+    assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    assert_eq!(word(16), 4096);
+    let recorded = std::fs::canonicalize(&inst).unwrap();
+    let path_len = u32::from_le_bytes(bytes[64..68].try_into().unwrap()) as usize;
+    assert_eq!(
+        &bytes[68..68 + path_len],
+        recorded.as_os_str().as_encoded_bytes()
+    );
+    // The instrumented binary has the map, in a section that is not loaded.
+    let sections = Command::new("readelf")
+        .args(["-SW", s(&inst)])
+        .output()
+        .unwrap();
+    let sections = String::from_utf8_lossy(&sections.stdout);
+    let line = sections.lines().find(|l| l.contains(".rivet.map")).unwrap();
+    assert!(!line.contains(" A "), "{line}");
+    // The same counters in a version 1 file merge to the same bytes, alone or mixed.
+    let a1 = dir.join("a1.counts");
+    std::fs::write(&a1, self_contained(&a)).unwrap();
+    assert_eq!(std::fs::read(&a1).unwrap()[8..12], 1u32.to_le_bytes());
+    let out = dir.join("out.rprof");
+    let v2 = new_way(&[(a.clone(), "1"), (b.clone(), "1")], &out);
+    assert_eq!(new_way(&[(a1.clone(), "1"), (b.clone(), "1")], &out), v2);
+    assert_eq!(new_way(&[(b.clone(), "1"), (a1.clone(), "1")], &out), v2);
+    let (native_old, _) = old_way(&[(a1.clone(), "1"), (b.clone(), "1")]);
+    assert_eq!(v2, native_old);
+    let optimize = |profile: &Path, extra: &[&str], out: &Path| {
+        let mut argv = vec![
+            "optimize",
+            s(&binary),
+            "--profile",
+            s(profile),
+            "-o",
+            s(out),
+        ];
+        argv.extend_from_slice(extra);
+        rivet(&argv)
+    };
+    let fast = dir.join("fast");
+    let r = optimize(&a, &[], &fast);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let fast_bytes = std::fs::read(&fast).unwrap();
+    let fast1 = dir.join("fast1");
+    assert!(optimize(&a1, &[], &fast1).status.success());
+    assert_eq!(std::fs::read(&fast1).unwrap(), fast_bytes);
+
+    // The binary moved: one line naming it and its map hash, with the hint; --instrumented
+    // finds it, for merge and optimize, with the same bytes.
+    let moved = dir.join("moved.inst");
+    std::fs::rename(&inst, &moved).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let r = rivet(&["merge", s(&a), s(&b), "-o", s(&out)]);
+    assert_one_error_line(&r, "which is missing");
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        stderr.contains(s(&recorded)) && stderr.contains("map hash"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--instrumented"), "{stderr}");
+    assert!(!out.exists());
+    // A version 1 file needs no binary.
+    assert!(rivet(&["merge", s(&a1), "-o", s(&out)]).status.success());
+    let r = rivet(&[
+        "merge",
+        s(&a),
+        s(&b),
+        "--instrumented",
+        s(&moved),
+        "-o",
+        s(&out),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(std::fs::read(&out).unwrap(), v2);
+    assert_one_error_line(&optimize(&a, &[], &fast), "which is missing");
+    let r = optimize(&a, &["--instrumented", s(&moved)], &fast);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(std::fs::read(&fast).unwrap(), fast_bytes);
+
+    // Another instrumentation where the binary was: its map's hash differs.
+    instrument(&binary, &dir, "prog", &["--skip-funcs", "main"]);
+    let _ = std::fs::remove_file(&out);
+    let r = rivet(&["merge", s(&a), "-o", s(&out)]);
+    assert_one_error_line(&r, "which differs (its map hash is ");
+    // A binary that is not instrumented.
+    let r = rivet(&["merge", s(&a), "--instrumented", s(&binary), "-o", s(&out)]);
+    assert_one_error_line(&r, "has no .rivet.map section");
+    assert!(!out.exists());
+    // Truncated in the path and in the counters.
+    let counters_end = (word(16) + 8 * word(24)) as usize;
+    for (k, len) in [66, 100, counters_end - 8].into_iter().enumerate() {
+        let cut = dir.join(format!("cut{k}.counts"));
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let r = rivet(&["merge", s(&cut), "--instrumented", s(&moved), "-o", s(&out)]);
+        assert_one_error_line(&r, s(&cut));
+        assert!(!out.exists());
+    }
 }

@@ -10,7 +10,9 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{build_instrument_program, instrument_and_train, rivet, s, scratch};
+use common::{
+    build_instrument_program, instrument_and_train, nm_symbol as symbol, rivet, s, scratch,
+};
 
 fn optimize_json(bin: &Path, counts: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec![
@@ -35,21 +37,6 @@ fn run(bin: &Path, arg: &str) -> Vec<u8> {
     let out = Command::new(bin).arg(arg).output().unwrap();
     assert!(out.status.success(), "{} {arg}", bin.display());
     out.stdout
-}
-
-/// The address of symbol `name` in `bin`.
-fn symbol(bin: &Path, name: &str) -> u64 {
-    let out = Command::new("nm").arg(bin).output().expect("nm (binutils)");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
-            f.next()?;
-            (f.next()? == name).then_some(addr)
-        })
-        .unwrap_or_else(|| panic!("no symbol {name} in {}", bin.display()))
 }
 
 #[test]

@@ -203,6 +203,8 @@ fn aarch64_lua_and_sqlite_rewritten_behave_the_same() {
         for layout in seeds.clone().unwrap_or_else(|| vec![default.clone()]) {
             let layout: Vec<&str> = layout.iter().map(String::as_str).collect();
             run_aarch64_workload(name, input, &layout);
+            // Printed so that a long acceptance run (`--nocapture`) shows what it covered.
+            eprintln!("aarch64 {name} {layout:?}: same results");
         }
     }
 }
@@ -376,5 +378,6 @@ fn aarch64_lua_with_bti_enforced_rewritten_behaves_the_same() {
             String::from_utf8_lossy(&run.stderr)
         );
         std::fs::remove_file(&rewritten).unwrap();
+        eprintln!("aarch64 lua-clang-bti {layout:?}: same results");
     }
 }

@@ -150,9 +150,16 @@ impl RewriteOptions<'_> {
 pub const HOT_START: &str = "__hot_start";
 pub const HOT_END: &str = "__hot_end";
 
-/// Builds the counter file's header and map for the functions a predicate accepts (the ones
-/// rewritten), given the (new, input) entry address of every moved function.
-pub type FilePrefixFn<'a> = dyn Fn(&dyn Fn(FuncId) -> bool, &[(u64, u64)]) -> Vec<u8> + Sync + 'a;
+/// Builds, for the functions a predicate accepts (the ones rewritten), given the (new, input)
+/// entry address of every moved function: the counter file's first bytes, which the runtime
+/// writes (padded to a page multiple), and the contents of the output's counter map section
+/// (`rivet_profile::counters::MAP_SECTION`, not loaded; empty for none).
+pub type FilePrefixFn<'a> =
+    dyn Fn(&dyn Fn(FuncId) -> bool, &[(u64, u64)]) -> (Vec<u8>, Vec<u8>) + Sync + 'a;
+
+/// Name of the section that holds the counter map of an instrumented output
+/// (`rivet_profile::counters::MAP_SECTION`; emit does not depend on the profile crate).
+pub const COUNTER_MAP_SECTION: &str = ".rivet.map";
 
 /// Instrumentation to write into the output: probes per function, and what the runtime needs.
 #[allow(missing_debug_implementations)]
@@ -160,8 +167,8 @@ pub struct Instrumentation<'a> {
     /// Per `FuncId`: the probes of functions to instrument.
     pub probes: &'a [Option<&'a FunctionProbes>],
     pub counters: u32,
-    /// The counter file's header and map (padded to a page multiple), for the functions the
-    /// predicate accepts: the ones actually rewritten.
+    /// The counter file's first bytes and the map section, for the functions the predicate
+    /// accepts: the ones actually rewritten.
     pub file_prefix: &'a FilePrefixFn<'a>,
     /// Profile path used when `RIVET_PROFILE` is not set at run time.
     pub default_path: &'a str,
@@ -501,7 +508,7 @@ pub fn rewrite(
     };
     summary.hugify = hugify.as_ref().map(|h| h.range);
     let tables_start = match (&runtime, &hugify) {
-        (Some((addr, code)), _) => align(*addr + code.bytes.len() as u64, 8),
+        (Some((addr, code, _)), _) => align(*addr + code.bytes.len() as u64, 8),
         (None, Some(h)) => align(h.at + h.code.bytes.len() as u64, 8),
         (None, None) => align(text.bounds.cold_end, 8),
     };
@@ -523,7 +530,7 @@ pub fn rewrite(
         absolute_fields: &refs.in_moved_code,
         address_parts: &refs.parts_in_moved_code,
         counters: counters.map(|c| c.0),
-        recorder: runtime.as_ref().map(|(_, code)| code.recorder),
+        recorder: runtime.as_ref().map(|(_, code, _)| code.recorder),
     };
     let EncodedText {
         hot_text,
@@ -545,11 +552,11 @@ pub fn rewrite(
     // runtime.
     let runtime_entry = runtime
         .as_ref()
-        .and_then(|(_, code)| code.entry_stub)
+        .and_then(|(_, code, _)| code.entry_stub)
         .or_else(|| hugify.as_ref().and_then(|h| h.code.entry_stub));
     let runtime_init = runtime
         .as_ref()
-        .and_then(|(_, code)| code.init_stub)
+        .and_then(|(_, code, _)| code.init_stub)
         .or_else(|| hugify.as_ref().and_then(|h| h.code.init_stub));
     let entry = runtime_entry.or_else(|| {
         map.translate(program, elf.entry)
@@ -568,7 +575,9 @@ pub fn rewrite(
         &map,
         &section_of,
     ));
-    if let Some((addr, code)) = runtime {
+    let mut counter_map_section = Vec::new();
+    if let Some((addr, code, map_section)) = runtime {
+        counter_map_section = map_section;
         sections.add(NewSection::new(
             ".rivet.runtime",
             object::elf::SHT_PROGBITS.0,
@@ -644,6 +653,18 @@ pub fn rewrite(
     add_debug_sections(debug_sections, &mut sections, &mut summary);
     // The address translation table (not for instrumented code: probes sit inside blocks,
     // which the table's block-start granularity cannot describe).
+    // Instrumented code gets its counter map instead: kept once here, out of the loaded image,
+    // rather than in every counter file.
+    if !counter_map_section.is_empty() {
+        sections.add(NewSection::new(
+            COUNTER_MAP_SECTION,
+            object::elf::SHT_PROGBITS.0,
+            0,
+            Vaddr(0),
+            counter_map_section,
+            8,
+        ));
+    }
     if instrumentation.is_none() {
         sections.add(NewSection::new(
             crate::bat::SECTION,
@@ -1644,7 +1665,7 @@ fn build_runtime(
     at: Vaddr,
     counters: Vaddr,
     counters_size: u64,
-) -> Result<(Vaddr, rivet_runtime::RuntimeCode), RewriteError> {
+) -> Result<(Vaddr, rivet_runtime::RuntimeCode, Vec<u8>), RewriteError> {
     let mut moved: Vec<(u64, u64)> = program
         .functions
         .iter()
@@ -1655,7 +1676,7 @@ fn build_runtime(
         })
         .collect();
     moved.sort_unstable();
-    let prefix = (i.file_prefix)(&|f| layout.is_rewritten(f), &moved);
+    let (prefix, map_section) = (i.file_prefix)(&|f| layout.is_rewritten(f), &moved);
     let translate = |v: Vaddr| map.translate(program, v).unwrap_or(v);
     let (entry, init) = if program.info.kind == rivet_elf::ElfKind::SharedLibrary {
         let init = elf
@@ -1688,7 +1709,7 @@ fn build_runtime(
         init,
     })
     .map_err(|e| RewriteError::Instrument(e.to_string()))?;
-    Ok((at, code))
+    Ok((at, code, map_section))
 }
 
 fn align(v: Vaddr, a: u64) -> Vaddr {

@@ -10,15 +10,24 @@
 //! others follow (Knuth's counter placement). Edges no probe can count (a call that did not
 //! return) are always tree edges; they all touch vertex 0, so they never close a cycle.
 //!
-//! The file (`RIVETCNT`, little-endian) is self-describing, so a profile needs neither the
-//! instrumented binary nor a side file:
+//! The file (`RIVETCNT`, little-endian) names the map it needs; the map itself lives once, in
+//! the instrumented binary, so a counter file is little more than its counters:
 //!
 //! ```text
 //! 0   magic "RIVETCNT"      8   version u32      12  architecture u32 (`CounterArch`)
 //! 16  counters_offset u64 (page multiple)       24  counter_count u64
 //! 32  map_size u64                              40  map_hash u64 (FNV-1a of the map)
-//! 48  reserved [16]         64  map (map_size bytes), zero padding, then the counters (u64)
+//! 48  reserved [16]         64  identity: path_len u32, then the path (bytes), zero padding,
+//!                               then the counters (u64) at counters_offset
 //! ```
+//!
+//! The path is where `rivet instrument -o` wrote the instrumented binary (made absolute and
+//! canonical when it was written): readers look for the map there, in the non-allocated
+//! section [`MAP_SECTION`] (so the instrumented process never maps it), and take it only when
+//! the section's hash is the header's; `--instrumented PATH` names the binary instead (a
+//! binary moved, or counters fetched from a fleet). Version 1 files, written before, hold the
+//! map themselves at offset 64 (`map_size` bytes, then the padding) and read as they always did
+//! ([`CounterMap::file_prefix_self_contained`] still writes them, for tests and tools).
 //!
 //! The architecture is that of the instrumented binary: 0 x86-64 (what the field, reserved and
 //! zero before AArch64 was instrumented, always held), 1 AArch64.
@@ -32,8 +41,19 @@ use std::collections::BTreeMap;
 use crate::model::{Architecture, LocKind, Location, Mode, Origin, Profile};
 
 pub const MAGIC: &[u8; 8] = b"RIVETCNT";
-pub const VERSION: u32 = 1;
+/// The version `rivet instrument` writes: the map is in the instrumented binary.
+pub const VERSION: u32 = 2;
+/// The version whose files carry their map (still read).
+pub const VERSION_SELF_CONTAINED: u32 = 1;
 pub const HEADER_SIZE: usize = 64;
+/// The section of an instrumented binary that holds its counter map (not allocated: the
+/// process never maps it): [`MAP_MAGIC`], the map's hash (u64), its size (u64), the map.
+pub const MAP_SECTION: &str = ".rivet.map";
+pub const MAP_MAGIC: &[u8; 8] = b"RIVETMAP";
+/// Bytes of [`MAP_SECTION`] before the map.
+pub const MAP_SECTION_HEADER: usize = 24;
+/// Longest instrumented-binary path a counter file records (a Linux path).
+pub const MAX_IDENTITY_PATH: usize = 4096;
 /// Counter index of an edge without a counter (a spanning-tree edge, inferred).
 pub const INFERRED: u32 = u32::MAX;
 /// Vertex 0 of every counting graph: outside the function.
@@ -221,8 +241,17 @@ pub struct CounterMap {
 pub enum CountersError {
     #[error("not a Rivet counter file (no RIVETCNT magic)")]
     NotCounters,
-    #[error("counter file version {0} is not supported (this Rivet reads version {VERSION})")]
+    #[error(
+        "counter file version {0} is not supported (this Rivet reads versions {VERSION_SELF_CONTAINED} and {VERSION})"
+    )]
     Version(u32),
+    /// A version 2 file whose instrumented binary cannot give the map.
+    #[error("its map is in the instrumented binary {binary} (map hash {hash:016x}), which {why}")]
+    MapElsewhere {
+        binary: String,
+        hash: u64,
+        why: String,
+    },
     #[error("counter file is truncated: {0}")]
     Truncated(&'static str),
     #[error("counter file is malformed: {0}")]
@@ -516,24 +545,68 @@ impl CounterMap {
         })
     }
 
-    /// What the runtime writes when it creates the file: the header and the map, padded to
-    /// `counters_offset` (the returned offset, a page multiple).
-    pub fn file_prefix(&self) -> (Vec<u8>, u64) {
-        let map = self.encode_map();
-        let counters_offset = (HEADER_SIZE as u64 + map.len() as u64).div_ceil(PAGE) * PAGE;
+    /// The first 64 bytes of a counter file, version `version`, of `map_size`, `map_hash`.
+    fn header(&self, version: u32, counters_offset: u64, map: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(counters_offset as usize);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&self.arch.code().to_le_bytes());
         out.extend_from_slice(&counters_offset.to_le_bytes());
         out.extend_from_slice(&u64::from(self.counter_count).to_le_bytes());
         out.extend_from_slice(&(map.len() as u64).to_le_bytes());
-        out.extend_from_slice(&fnv1a(&map).to_le_bytes());
+        out.extend_from_slice(&fnv1a(map).to_le_bytes());
         out.resize(HEADER_SIZE, 0);
+        out
+    }
+
+    /// What the runtime of the binary instrumented to `instrumented` writes when it creates
+    /// the file (the header and the path, padded to the counters' offset, a page multiple),
+    /// and the contents of the binary's [`MAP_SECTION`]. `None` when the path is longer than
+    /// [`MAX_IDENTITY_PATH`].
+    pub fn file_prefix(&self, instrumented: &std::path::Path) -> Option<CounterPrefix> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = instrumented.as_os_str().as_bytes();
+        if path.len() > MAX_IDENTITY_PATH {
+            return None;
+        }
+        let map = self.encode_map();
+        let counters_offset = (HEADER_SIZE as u64 + 4 + path.len() as u64).div_ceil(PAGE) * PAGE;
+        let mut bytes = self.header(VERSION, counters_offset, &map);
+        bytes.extend_from_slice(&(path.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(path);
+        bytes.resize(counters_offset as usize, 0);
+        let mut section = Vec::with_capacity(MAP_SECTION_HEADER + map.len());
+        section.extend_from_slice(MAP_MAGIC);
+        section.extend_from_slice(&fnv1a(&map).to_le_bytes());
+        section.extend_from_slice(&(map.len() as u64).to_le_bytes());
+        section.extend_from_slice(&map);
+        Some(CounterPrefix {
+            bytes,
+            counters_offset,
+            map_section: section,
+        })
+    }
+
+    /// The prefix of a version 1 file, which carries the map (header, map, padding to the
+    /// returned counters' offset), as Rivet wrote them before the map moved to the binary.
+    pub fn file_prefix_self_contained(&self) -> (Vec<u8>, u64) {
+        let map = self.encode_map();
+        let counters_offset = (HEADER_SIZE as u64 + map.len() as u64).div_ceil(PAGE) * PAGE;
+        let mut out = self.header(VERSION_SELF_CONTAINED, counters_offset, &map);
         out.extend_from_slice(&map);
         out.resize(counters_offset as usize, 0);
         (out, counters_offset)
     }
+}
+
+/// What `rivet instrument` puts in an instrumented binary for its counter file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterPrefix {
+    /// The file's first `counters_offset` bytes, which the runtime writes.
+    pub bytes: Vec<u8>,
+    pub counters_offset: u64,
+    /// The contents of [`MAP_SECTION`].
+    pub map_section: Vec<u8>,
 }
 
 /// A counter file read back: its map and counter values.
@@ -554,22 +627,31 @@ pub fn is_counter_file(data: &[u8]) -> bool {
 /// header, decodes one map, and only reads the counters of the others.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CounterLayout {
+    pub version: u32,
     pub arch: CounterArch,
-    /// The map's bytes in the file.
+    /// The map's bytes in the file (version 1; empty in version 2, whose map is elsewhere).
     pub map: std::ops::Range<usize>,
+    /// The map's size, wherever it is.
+    pub map_size: usize,
     /// The hash the header records for the map.
     pub map_hash: u64,
     /// The counters' bytes in the file (8 per counter).
     pub counters: std::ops::Range<usize>,
+    /// Version 2: the instrumented binary that holds the map, as the file records it.
+    pub instrumented: Option<std::path::PathBuf>,
 }
+
+/// How many of a counter file's first bytes [`CounterLayout::from_header`] may need: the
+/// header and the longest identity.
+pub const PREFIX_READ: usize = HEADER_SIZE + 4 + MAX_IDENTITY_PATH;
 
 impl CounterLayout {
     pub fn read(data: &[u8]) -> Result<CounterLayout, CountersError> {
         CounterLayout::from_header(data, data.len() as u64)
     }
 
-    /// The layout of a file of `file_len` bytes that starts with `header` (its first
-    /// [`HEADER_SIZE`] bytes or more).
+    /// The layout of a file of `file_len` bytes that starts with `data` (its first
+    /// [`PREFIX_READ`] bytes or more, or the whole file when it is shorter).
     pub fn from_header(data: &[u8], file_len: u64) -> Result<CounterLayout, CountersError> {
         if !data.starts_with(MAGIC) {
             return Err(CountersError::NotCounters);
@@ -580,7 +662,7 @@ impl CounterLayout {
         let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(data[o..o + 8].try_into().unwrap());
         let version = u32_at(8);
-        if version != VERSION {
+        if version != VERSION && version != VERSION_SELF_CONTAINED {
             return Err(CountersError::Version(version));
         }
         let arch = CounterArch::from_code(u32_at(12)).ok_or_else(|| {
@@ -590,10 +672,37 @@ impl CounterLayout {
         let counter_count = u64_at(24);
         let map_size = u64_at(32);
         let map_hash = u64_at(40);
-        let map_end = (HEADER_SIZE as u64)
-            .checked_add(map_size)
+        // What lies between the header and the counters: the map, or the binary's path.
+        let (map, instrumented, prefix_end) = if version == VERSION_SELF_CONTAINED {
+            let end = (HEADER_SIZE as u64).checked_add(map_size);
+            (HEADER_SIZE..end.unwrap_or(u64::MAX) as usize, None, end)
+        } else {
+            use std::os::unix::ffi::OsStrExt;
+            let short = CountersError::Truncated("the instrumented binary's path ends early");
+            let len = data
+                .get(HEADER_SIZE..HEADER_SIZE + 4)
+                .ok_or(short.clone())
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)?;
+            if len == 0 || len > MAX_IDENTITY_PATH {
+                return Err(CountersError::Malformed(
+                    "the instrumented binary's path is empty or too long".into(),
+                ));
+            }
+            let start = HEADER_SIZE + 4;
+            let path = data.get(start..start + len).ok_or(short)?;
+            let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(path));
+            (
+                HEADER_SIZE..HEADER_SIZE,
+                Some(path),
+                Some((start + len) as u64),
+            )
+        };
+        prefix_end
             .filter(|&e| e <= counters_offset)
             .ok_or_else(|| CountersError::Malformed("the map overlaps the counters".into()))?;
+        if map_size > usize::MAX as u64 / 2 {
+            return Err(CountersError::Malformed("map size out of range".into()));
+        }
         let counters_end = counter_count
             .checked_mul(8)
             .and_then(|n| n.checked_add(counters_offset))
@@ -602,22 +711,98 @@ impl CounterLayout {
             return Err(CountersError::Truncated("the counters end early"));
         }
         Ok(CounterLayout {
+            version,
             arch,
-            map: HEADER_SIZE..map_end as usize,
+            map,
+            map_size: map_size as usize,
             map_hash,
             counters: counters_offset as usize..counters_end as usize,
+            instrumented,
         })
     }
 
-    /// Decodes the map (checking it against its hash and the header).
-    pub fn decode_map(&self, data: &[u8]) -> Result<CounterMap, CountersError> {
-        self.decode_map_from(&data[self.map.clone()])
+    /// Decodes the map (checking it against its hash and the header): from the file's own
+    /// bytes (version 1), else from the instrumented binary (`instrumented` when given, else
+    /// the one the file records).
+    pub fn decode_map(
+        &self,
+        data: &[u8],
+        instrumented: Option<&std::path::Path>,
+    ) -> Result<CounterMap, CountersError> {
+        match self.version {
+            VERSION_SELF_CONTAINED => self.decode_map_from(&data[self.map.clone()]),
+            _ => {
+                let (_, stream) = self.open_map(instrumented)?;
+                self.decode_map_from(stream)
+            }
+        }
     }
 
-    /// Decodes the map from `map`, which streams the file's bytes from the map's start (the
-    /// map is never held whole).
+    /// The binary a version 2 file's map is to be read from: `instrumented` when given, else
+    /// the recorded one (`None` for a version 1 file).
+    pub fn map_binary<'a>(
+        &'a self,
+        instrumented: Option<&'a std::path::Path>,
+    ) -> Option<&'a std::path::Path> {
+        (self.version != VERSION_SELF_CONTAINED)
+            .then(|| instrumented.or(self.instrumented.as_deref()))
+            .flatten()
+    }
+
+    /// Opens the map of a version 2 file in its binary (see [`CounterLayout::map_binary`]):
+    /// the binary's path and a stream of the map's bytes, once the binary's map section is
+    /// found to have the header's hash and size.
+    pub fn open_map(
+        &self,
+        instrumented: Option<&std::path::Path>,
+    ) -> Result<(std::path::PathBuf, impl std::io::Read + use<>), CountersError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let path = self
+            .map_binary(instrumented)
+            .ok_or_else(|| CountersError::Malformed("the file records no binary".into()))?
+            .to_path_buf();
+        let elsewhere = |why: String| CountersError::MapElsewhere {
+            binary: path.display().to_string(),
+            hash: self.map_hash,
+            why,
+        };
+        let mut file = std::fs::File::open(&path).map_err(|e| {
+            elsewhere(if e.kind() == std::io::ErrorKind::NotFound {
+                "is missing".into()
+            } else {
+                format!("cannot be read ({e})")
+            })
+        })?;
+        let (offset, size) = find_section(&mut file, MAP_SECTION)
+            .map_err(|e| elsewhere(format!("cannot be read ({e})")))?
+            .ok_or_else(|| elsewhere(format!("has no {MAP_SECTION} section")))?;
+        let mut head = [0u8; MAP_SECTION_HEADER];
+        let read_head = file
+            .seek(SeekFrom::Start(offset))
+            .and_then(|_| file.read_exact(&mut head));
+        if size < MAP_SECTION_HEADER as u64 || read_head.is_err() || &head[..8] != MAP_MAGIC {
+            return Err(elsewhere(format!("has a malformed {MAP_SECTION} section")));
+        }
+        let hash = u64::from_le_bytes(head[8..16].try_into().unwrap());
+        let len = u64::from_le_bytes(head[16..24].try_into().unwrap());
+        if hash != self.map_hash {
+            return Err(elsewhere(format!("differs (its map hash is {hash:016x})")));
+        }
+        if len != self.map_size as u64 || len > size - MAP_SECTION_HEADER as u64 {
+            return Err(elsewhere(format!(
+                "has a {MAP_SECTION} section of another size"
+            )));
+        }
+        Ok((
+            path,
+            std::io::BufReader::with_capacity(1 << 16, file.take(len)),
+        ))
+    }
+
+    /// Decodes the map from `map`, which streams the map's bytes (the map is never held
+    /// whole).
     pub fn decode_map_from(&self, map: impl std::io::Read) -> Result<CounterMap, CountersError> {
-        let mut map = CounterMap::decode_checked(map, self.map.len(), self.map_hash)?;
+        let mut map = CounterMap::decode_checked(map, self.map_size, self.map_hash)?;
         map.arch = self.arch;
         if map.counter_count as usize != self.counters.len() / 8 {
             return Err(CountersError::Malformed(
@@ -636,11 +821,92 @@ impl CounterLayout {
     }
 }
 
+/// The (file offset, size) of the contents of the section called `name` of a 64-bit
+/// little-endian ELF file (x86-64, AArch64), read from its section headers alone; `None` when
+/// the file is not such an ELF file or has no such section.
+pub fn find_section(
+    file: &mut (impl std::io::Read + std::io::Seek),
+    name: &str,
+) -> std::io::Result<Option<(u64, u64)>> {
+    use std::io::SeekFrom;
+    let mut ehdr = [0u8; 64];
+    file.seek(SeekFrom::Start(0))?;
+    if file.read_exact(&mut ehdr).is_err()
+        || &ehdr[..4] != b"\x7fELF"
+        || ehdr[4] != 2
+        || ehdr[5] != 1
+    {
+        return Ok(None);
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap());
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let shoff = u64_at(&ehdr, 0x28);
+    let shentsize = u16_at(&ehdr, 0x3a) as u64;
+    if shoff == 0 || shentsize < 64 {
+        return Ok(None);
+    }
+    let section = |file: &mut _, i: u64| -> std::io::Result<Option<[u8; 64]>> {
+        let mut shdr = [0u8; 64];
+        let Some(at) = i.checked_mul(shentsize).and_then(|o| o.checked_add(shoff)) else {
+            return Ok(None);
+        };
+        std::io::Seek::seek(file, SeekFrom::Start(at))?;
+        Ok(std::io::Read::read_exact(file, &mut shdr)
+            .ok()
+            .map(|_| shdr))
+    };
+    let Some(first) = section(file, 0)? else {
+        return Ok(None);
+    };
+    // Counts too large for the ELF header's fields are in section 0 (SHN_XINDEX).
+    let count = match u16_at(&ehdr, 0x3c) {
+        0 => u64_at(&first, 32),
+        n => u64::from(n),
+    };
+    let strndx = match u16_at(&ehdr, 0x3e) {
+        0xffff => u64::from(u32_at(&first, 40)),
+        n => u64::from(n),
+    };
+    let Some(strtab) = section(file, strndx)? else {
+        return Ok(None);
+    };
+    let (str_off, str_size) = (u64_at(&strtab, 24), u64_at(&strtab, 32));
+    let mut wanted = name.as_bytes().to_vec();
+    wanted.push(0);
+    let mut got = vec![0u8; wanted.len()];
+    for i in 1..count.min(1 << 20) {
+        let Some(shdr) = section(file, i)? else {
+            return Ok(None);
+        };
+        let name_at = u64::from(u32_at(&shdr, 0));
+        if name_at + wanted.len() as u64 > str_size {
+            continue;
+        }
+        file.seek(SeekFrom::Start(str_off + name_at))?;
+        if file.read_exact(&mut got).is_ok() && got == wanted {
+            // SHT_NOBITS has no contents in the file.
+            return Ok((u32_at(&shdr, 4) != 8).then(|| (u64_at(&shdr, 24), u64_at(&shdr, 32))));
+        }
+    }
+    Ok(None)
+}
+
 impl CounterFile {
+    /// Reads a counter file; a version 2 file's map comes from the instrumented binary it
+    /// records.
     pub fn parse(data: &[u8]) -> Result<CounterFile, CountersError> {
+        CounterFile::parse_with(data, None)
+    }
+
+    /// [`CounterFile::parse`], a version 2 file's map taken from `instrumented` when given.
+    pub fn parse_with(
+        data: &[u8],
+        instrumented: Option<&std::path::Path>,
+    ) -> Result<CounterFile, CountersError> {
         let layout = CounterLayout::read(data)?;
         Ok(CounterFile {
-            map: layout.decode_map(data)?,
+            map: layout.decode_map(data, instrumented)?,
             map_hash: layout.map_hash,
             counters: layout.counters(data),
         })
@@ -1140,6 +1406,58 @@ mod tests {
     }
 
     #[test]
+    fn version_2_files_name_the_binary_that_holds_their_map() {
+        let map = CounterMap {
+            input_build_id: vec![0xab],
+            binary_name: "prog".into(),
+            counter_count: 3,
+            functions: vec![looping()],
+            symbols: vec![(0x10, "f".into())],
+            ..CounterMap::default()
+        };
+        let binary = std::path::Path::new("/nonexistent/dir/prog.inst");
+        let prefix = map.file_prefix(binary).unwrap();
+        assert_eq!(prefix.counters_offset, 4096);
+        assert_eq!(prefix.bytes.len(), 4096);
+        let mut file = prefix.bytes.clone();
+        for c in [7u64, 3, 3] {
+            file.extend_from_slice(&c.to_le_bytes());
+        }
+        let layout = CounterLayout::read(&file).unwrap();
+        assert_eq!(layout.version, VERSION);
+        assert_eq!(layout.instrumented.as_deref(), Some(binary));
+        assert_eq!(layout.counters(&file), vec![7, 3, 3]);
+        // The section holds the map the header describes.
+        let section = &prefix.map_section;
+        assert_eq!(&section[..8], MAP_MAGIC);
+        assert_eq!(section[8..16], layout.map_hash.to_le_bytes());
+        assert_eq!(section.len() - MAP_SECTION_HEADER, layout.map_size);
+        let decoded = layout
+            .decode_map_from(&section[MAP_SECTION_HEADER..])
+            .unwrap();
+        assert_eq!(decoded, map);
+        // A binary that is not there is named, with the map's hash.
+        match CounterFile::parse(&file) {
+            Err(CountersError::MapElsewhere {
+                binary: b,
+                hash,
+                why,
+            }) => {
+                assert_eq!(b, binary.display().to_string());
+                assert_eq!(hash, layout.map_hash);
+                assert_eq!(why, "is missing");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Every truncation is an error, never a panic; so is a path too long to record.
+        for len in 0..file.len() {
+            assert!(CounterLayout::read(&file[..len]).is_err(), "len {len}");
+        }
+        let long = std::path::PathBuf::from("/".repeat(MAX_IDENTITY_PATH + 1));
+        assert!(map.file_prefix(&long).is_none());
+    }
+
+    #[test]
     fn map_and_file_round_trip() {
         let map = CounterMap {
             arch: CounterArch::X86_64,
@@ -1150,7 +1468,7 @@ mod tests {
             symbols: vec![(0x10, "f".into()), (0x100, "g".into())],
             moved_entries: vec![(0x9010, 0x10)],
         };
-        let (mut file, offset) = map.file_prefix();
+        let (mut file, offset) = map.file_prefix_self_contained();
         assert_eq!(offset % 4096, 0);
         file.extend_from_slice(&7u64.to_le_bytes());
         file.extend_from_slice(&3u64.to_le_bytes());
@@ -1165,7 +1483,7 @@ mod tests {
             arch: CounterArch::Aarch64,
             ..map.clone()
         };
-        let (mut arm_file, _) = arm.file_prefix();
+        let (mut arm_file, _) = arm.file_prefix_self_contained();
         arm_file.extend_from_slice(&file[offset as usize..]);
         assert_eq!(arm_file[12..16], 1u32.to_le_bytes());
         let arm_parsed = CounterFile::parse(&arm_file).unwrap();

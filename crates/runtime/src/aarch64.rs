@@ -531,7 +531,7 @@ pub(crate) fn generate(
     let (existing, ready, sparse, write_more) = (a.label(), a.label(), a.label(), a.label());
     a.ldr(9, SP, STAT_BUF + STAT_SIZE_OFFSET);
     a.cbnz(9, existing);
-    // 5a. A new file: the header and map, then every counter page allocated.
+    // 5a. A new file: its first bytes (header and identity), then every counter page allocated.
     a.adr_label(MESSAGE, msg_write);
     a.mov_imm(SCRATCH_A, 0);
     a.bind(write_more);

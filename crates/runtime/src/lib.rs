@@ -7,9 +7,9 @@
 //! time; a `RIVET_PROFILE` ending in `/` names a directory, where the file takes the default
 //! path's file name, so that several instrumented objects of one process keep their own
 //! files; with per-process files, `.PID` appended), creates it with mode 0600 and without
-//! following symlinks, writes the self-describing header and map when the file is new, and maps
-//! the file's counter area `MAP_SHARED | MAP_FIXED` over the counter segment. From then on every
-//! increment lands in the page cache of the file: a program killed with SIGKILL, crashing, or
+//! following symlinks, writes the file's prepared first bytes (header, and the path of the
+//! binary that holds the map) when the file is new, and maps the file's counter area
+//! `MAP_SHARED | MAP_FIXED` over the counter segment. From then on every increment lands in the page cache of the file: a program killed with SIGKILL, crashing, or
 //! forking (children inherit the shared mapping and add to the same counts) leaves a complete
 //! profile, with no dump at exit, no thread and no watcher process. An existing file of the
 //! same instrumentation accumulates; one of another is left alone with a message on stderr,
@@ -69,7 +69,8 @@ pub struct RuntimeParams<'a> {
     /// bytes of writable memory follow it.
     pub counters: Vaddr,
     pub counters_size: u64,
-    /// The file's header and map, padded to the counters' offset in the file (a page multiple).
+    /// The file's first bytes (header and identity; version 1 files: header and map), padded to
+    /// the counters' offset in the file (a page multiple).
     pub file_prefix: &'a [u8],
     /// The profile path used when `RIVET_PROFILE` is not set.
     pub default_path: &'a str,
@@ -690,7 +691,7 @@ fn generate_x86_64(params: &RuntimeParams<'_>) -> Result<RuntimeCode, RuntimeErr
     a.mov(rax, qword_ptr(rsp + STAT_BUF + STAT_SIZE_OFFSET))?;
     a.test(rax, rax)?;
     a.jnz(existing)?;
-    // 5a. A new file: write the header and map, then size it.
+    // 5a. A new file: write its first bytes (header and identity), then size it.
     a.lea(rbx, ptr(msg_write))?;
     a.xor(r14d, r14d)?;
     let mut write_more = a.create_label();

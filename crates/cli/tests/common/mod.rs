@@ -385,3 +385,19 @@ pub fn seed_layouts(seeds: std::ops::RangeInclusive<u32>) -> Vec<Vec<String>> {
     }
     layouts
 }
+
+/// The address of symbol `name` in `bin`, as `nm` lists it; panics when there is none.
+#[allow(dead_code)] // only the tests that look up symbols use it
+pub fn nm_symbol(bin: &Path, name: &str) -> u64 {
+    let out = Command::new("nm").arg(bin).output().expect("nm (binutils)");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            f.next()?;
+            (f.next()? == name).then_some(addr)
+        })
+        .unwrap_or_else(|| panic!("no symbol {name} in {}", bin.display()))
+}
