@@ -20,6 +20,7 @@ mod error;
 mod files;
 mod profile_use;
 mod run_prefix;
+mod summary;
 
 // Command modules.
 mod aggregate;

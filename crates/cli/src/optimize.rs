@@ -1134,7 +1134,7 @@ pub fn run_with(
                 println!("  {line}");
             }
         }
-        crate::rewrite::print_branch_reach(s);
+        crate::summary::print_branch_reach(s);
         if options.splitting == Splitting::Off && args.split_functions.is_none() {
             println!(
                 "  functions not split: a block without samples may still run (--split-functions splits anyway)"

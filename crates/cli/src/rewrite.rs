@@ -203,7 +203,7 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
         "  {} references patched, {} unwind frames, {} LSDAs",
         s.patched_references, s.frames, s.lsdas
     );
-    print_branch_reach(s);
+    crate::summary::print_branch_reach(s);
     if s.old_entries_not_forwarded > 0 {
         println!(
             "  {} old entries left as they were (another entry lies within their first {} bytes)",
@@ -224,28 +224,5 @@ fn print_summary(args: &RewriteArgs, s: &Summary) {
     }
     for w in &s.warnings {
         eprintln!("rivet: warning: {w}");
-    }
-}
-
-/// The summary lines, shared by `rewrite` and `optimize`, about branches whose targets moved
-/// beyond their reach or past a linker's veneer (AArch64; all zero on x86-64).
-pub(crate) fn print_branch_reach(s: &Summary) {
-    if s.veneers > 0 {
-        println!(
-            "  {} veneers for calls and jumps beyond a branch's reach",
-            s.veneers
-        );
-    }
-    if s.landing_pads > 0 {
-        println!(
-            "  {} landing pads for veneers into code without one (BTI)",
-            s.landing_pads
-        );
-    }
-    if s.veneers_bypassed > 0 {
-        println!(
-            "  {} calls and jumps sent past the linker's veneers to their destinations",
-            s.veneers_bypassed
-        );
     }
 }
