@@ -82,8 +82,10 @@ for v in $OLD_V $NEW_V; do
     b="$C/build-$v"
     real="$CACHE_ROOT/real/sqlite3-$OLD_DEB-gcc"
     if [[ ! -f $b/.complete ]]; then
+        # An assignment, so that a failure inside amalgamation stops the script (set -e).
+        amalg=$(amalgamation "$v")
         rm -rf "$b" && mkdir -p "$b"
-        write_sqlite_shell_build "$b" "$(amalgamation "$v")" gcc "-O2 -g -fno-reorder-blocks-and-partition " -Wl,--emit-relocs
+        write_sqlite_shell_build "$b" "$amalg" gcc "-O2 -g -fno-reorder-blocks-and-partition " -Wl,--emit-relocs
         if [[ $v == "$OLD_V" && -f $real/.complete ]] && cmp -s "$b/Makefile" "$real/Makefile"; then
             cp "$real/sqlite3" "$b/sqlite3" # the same build, already made by build-real-programs.sh
             echo "reused $real/sqlite3" >"$b/build.log"
@@ -131,6 +133,7 @@ done
 # The stale output against the fresh one directly (the kept share's error is then that of
 # one ratio, not of two).
 for pair in "new.rivet-fresh new.rivet-stale" "new.bolt-fresh new.bolt-stale"; do
+    # shellcheck disable=SC2086 # two binaries
     set -- $pair
     echo "== $1 vs $2"
     { "$RIVET" bench "./$1" "./$2" --runs "$ROUNDS" -- "${cmd[@]}" || true; } | tail -1
