@@ -13,7 +13,7 @@
 #     the per-round ratios with its sign-test interval) on the train input.
 # The upper bound of what Rivet could gain by building the pass is what BOLT's removes.
 # Programs: Lua and SQLite, gcc and clang builds, and cppcheck (C++), from
-# scripts/build-real-programs.sh. llvm-bolt is told to skip what it cannot rewrite (Lua gcc's
+# scripts/build-real-programs.sh. llvm-bolt is told to skip what it cannot rewrite (both Lua builds'
 # luaV_execute), as in bench/optimize.sh.
 #
 # Usage: bench/frame-opt.sh [ROUNDS]   (ROUNDS defaults to 15); prints Markdown for docs/passes.md
@@ -83,7 +83,7 @@ for name in $PROGRAMS; do
     # cppcheck reads its cfg/ beside the executable.
     [[ $(family "$name") == cppcheck ]] && ln -s "$CPPCHECK_TREE/cfg" "$dir/cfg"
     skip=()
-    [[ $name == lua-gcc ]] && skip=(-skip-funcs=luaV_execute/1)
+    [[ $name == lua-* ]] && skip=(-skip-funcs=luaV_execute/1)
     log "$name: training"
     "$RIVET" instrument "$BIN" -o "$dir/inst" --profile "$dir/P" >"$dir/instrument.log" 2>&1 ||
         die "rivet instrument failed on $name: $(tail -n 3 "$dir/instrument.log")"
