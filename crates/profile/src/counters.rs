@@ -1158,14 +1158,16 @@ impl IndexedMap {
         file.seek(SeekFrom::Start(map_offset))
             .map_err(|e| damaged(e.to_string()))?;
         let stream = std::io::BufReader::with_capacity(1 << 16, (&mut file).take(index.head_len));
-        let mut r = Reader::new(stream, index.head_len as usize);
+        // Sized as the whole map, so that the head's table counts are checked as a full decode
+        // checks them; only the head is streamed (reading past it fails as a short map).
+        let mut r = Reader::new(stream, layout.map_size);
         let head = CounterMap::decode_head(&mut r);
-        let whole = r.left == 0;
-        if r.finish_hash() != index.head_hash {
+        let whole = layout.map_size - r.left == index.head_len as usize;
+        if !whole || r.hash != index.head_hash {
             return Err(damaged("the map's head does not match it".into()));
         }
         let (mut map, nfunc) = head?;
-        if !whole || nfunc != index.entries.len() {
+        if nfunc != index.entries.len() {
             return Err(damaged("the map's head is not the one it describes".into()));
         }
         if map.counter_count as usize != layout.counters.len() / 8 {
