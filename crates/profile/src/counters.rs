@@ -29,6 +29,14 @@
 //! map themselves at offset 64 (`map_size` bytes, then the padding) and read as they always did
 //! ([`CounterMap::file_prefix_self_contained`] still writes them, for tests and tools).
 //!
+//! Beside the map, the binary holds [`INDEX_SECTION`] ([`MapIndex`]): per function its start,
+//! name, where its graph lies in the map and which counters its edges read, tied to the map by
+//! its hash. A reader that only needs the profile ([`IndexedMap`], [`CounterFile::parse_ran`])
+//! decodes the map's head and the graphs of the functions whose counters are not all zero;
+//! the others are known by start and name, which is all [`emit_branches`] asks of a function
+//! that never ran, so the records are those of a full decode. Binaries without the index
+//! (older instrumentations) have their map decoded whole.
+//!
 //! The architecture is that of the instrumented binary: 0 x86-64 (what the field, reserved and
 //! zero before AArch64 was instrumented, always held), 1 AArch64.
 //!
@@ -1073,7 +1081,7 @@ impl MapIndex {
         let mut entries = Vec::with_capacity(count);
         for e in body[20..table_end].chunks_exact(INDEX_ENTRY) {
             let graph_start = u64_at(e, 8);
-            let graph_end = graph_start + u64::from(u32_at(e, 16));
+            let graph_end = graph_start.saturating_add(u64::from(u32_at(e, 16)));
             let counters = u32_at(e, 28) as usize..u32_at(e, 32) as usize;
             let name_start = u32_at(e, 36) as usize;
             let name = name_start..name_start + u32_at(e, 40) as usize;
@@ -1835,6 +1843,67 @@ mod tests {
         }
         let long = std::path::PathBuf::from("/".repeat(MAX_IDENTITY_PATH + 1));
         assert!(map.file_prefix(&long).is_none());
+    }
+
+    #[test]
+    fn the_index_describes_the_map_and_rejects_damage() {
+        let mut never = looping();
+        never.name = "h".into();
+        never.start = 0x200;
+        never.vertices = vec![0, 0x200, 0x20a, 0x210, 0x220];
+        for e in &mut never.edges {
+            if e.counter != INFERRED {
+                e.counter += 3;
+            }
+            e.from_addr = e.from_addr.wrapping_add(0x1f0);
+            e.to_addr = e.to_addr.wrapping_add(0x1f0);
+        }
+        never.calls[0].at = 0x205;
+        let map = CounterMap {
+            input_build_id: vec![0xab],
+            binary_name: "prog".into(),
+            counter_count: 6,
+            functions: vec![looping(), never],
+            symbols: vec![(0x10, "f".into())],
+            ..CounterMap::default()
+        };
+        let prefix = map
+            .file_prefix(std::path::Path::new("/x/prog.inst"))
+            .unwrap();
+        let section = &prefix.index_section;
+        let map_bytes = &prefix.map_section[MAP_SECTION_HEADER..];
+        let hash = fnv1a(map_bytes);
+        let index = MapIndex::parse(section, hash, map_bytes.len(), 6).unwrap();
+        // Each entry finds its function's graph, hash and counters (f reads 0..3, h 3..6).
+        assert_eq!(index.entries.len(), 2);
+        for (e, f) in index.entries.iter().zip(&map.functions) {
+            assert_eq!(e.start, f.start);
+            assert_eq!(&index.names[e.name.clone()], f.name);
+            let graph = &map_bytes[e.graph.start as usize..e.graph.end as usize];
+            assert_eq!(fnv1a(graph), e.graph_hash);
+            let mut r = Reader::new(graph, graph.len());
+            assert_eq!(&CounterMap::decode_function(&mut r, 6).unwrap(), f);
+        }
+        assert_eq!(index.entries[0].counters, 0..3);
+        assert_eq!(index.entries[1].counters, 3..6);
+        assert_eq!(
+            fnv1a(&map_bytes[..index.head_len as usize]),
+            index.head_hash
+        );
+        // Another map, fewer counters, every truncation and every flipped byte: an error.
+        assert!(MapIndex::parse(section, hash ^ 1, map_bytes.len(), 6).is_err());
+        assert!(MapIndex::parse(section, hash, map_bytes.len(), 5).is_err());
+        for len in 0..section.len() {
+            assert!(MapIndex::parse(&section[..len], hash, map_bytes.len(), 6).is_err());
+        }
+        for at in 0..section.len() {
+            let mut bad = section.clone();
+            bad[at] ^= 0x01;
+            assert!(
+                MapIndex::parse(&bad, hash, map_bytes.len(), 6).is_err(),
+                "byte {at}"
+            );
+        }
     }
 
     #[test]
