@@ -304,6 +304,8 @@ struct Reader<R> {
     /// Bytes of the map not read yet.
     left: usize,
     hash: u64,
+    /// False for bytes already checked against their hash (a graph read whole).
+    hashing: bool,
     buf: Vec<u8>,
 }
 impl<R: std::io::Read> Reader<R> {
@@ -312,7 +314,16 @@ impl<R: std::io::Read> Reader<R> {
             inner,
             left: len,
             hash: FNV_OFFSET,
+            hashing: true,
             buf: Vec::new(),
+        }
+    }
+
+    /// A reader of bytes whose hash is already checked.
+    fn unhashed(inner: R, len: usize) -> Reader<R> {
+        Reader {
+            hashing: false,
+            ..Reader::new(inner, len)
         }
     }
     fn take(&mut self, n: usize) -> Result<&[u8], CountersError> {
@@ -323,7 +334,9 @@ impl<R: std::io::Read> Reader<R> {
         self.inner
             .read_exact(&mut self.buf)
             .map_err(|_| CountersError::Truncated("the map ends early"))?;
-        self.hash = fnv1a_from(self.hash, &self.buf);
+        if self.hashing {
+            self.hash = fnv1a_from(self.hash, &self.buf);
+        }
         self.left -= n;
         Ok(&self.buf)
     }
@@ -1243,7 +1256,7 @@ impl IndexedMap {
             if fnv1a(&buf) != e.graph_hash {
                 return Err(damaged(format!("the graph of {name} does not match it")));
             }
-            let mut r = Reader::new(&buf[..], buf.len());
+            let mut r = Reader::unhashed(&buf[..], buf.len());
             let f = CounterMap::decode_function(&mut r, self.map.counter_count)?;
             if r.left != 0 || f.name != name || f.start != e.start {
                 return Err(damaged(format!(
@@ -1348,27 +1361,48 @@ pub fn solve_edges(f: &FunctionMap, counters: &[u64]) -> Vec<u64> {
                 .then(|| i128::from(counters.get(e.counter as usize).copied().unwrap_or(0)))
         })
         .collect();
-    let mut incident: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, e) in f.edges.iter().enumerate() {
-        incident[e.from as usize].push(i);
-        if e.to != e.from {
-            incident[e.to as usize].push(i);
+    // Edges incident to each vertex (a self loop once), packed: vertex v's are
+    // `incident[first[v]..first[v + 1]]`.
+    let ends = |e: &MapEdge| {
+        [
+            Some(e.from as usize),
+            (e.to != e.from).then_some(e.to as usize),
+        ]
+    };
+    let mut first = vec![0usize; n + 1];
+    for e in &f.edges {
+        for v in ends(e).into_iter().flatten() {
+            first[v + 1] += 1;
         }
     }
-    let unknown_at = |v: usize, value: &[Option<i128>]| {
-        incident[v].iter().filter(|&&i| value[i].is_none()).count()
-    };
-    let mut queue: Vec<usize> = (0..n).filter(|&v| unknown_at(v, &value) == 1).collect();
+    for v in 0..n {
+        first[v + 1] += first[v];
+    }
+    let mut fill = first.clone();
+    let mut incident = vec![0usize; first[n]];
+    // Per vertex: how many of its edges are unknown, and the xor of their indices (the edge
+    // itself when one is left), so that a hub (the outside vertex) is not rescanned per edge.
+    let mut unknown = vec![0u32; n];
+    let mut unknown_xor = vec![0usize; n];
+    for (i, e) in f.edges.iter().enumerate() {
+        for v in ends(e).into_iter().flatten() {
+            incident[fill[v]] = i;
+            fill[v] += 1;
+            if value[i].is_none() {
+                unknown[v] += 1;
+                unknown_xor[v] ^= i;
+            }
+        }
+    }
+    let mut queue: Vec<usize> = (0..n).filter(|&v| unknown[v] == 1).collect();
     while let Some(v) = queue.pop() {
-        let unknown: Vec<usize> = incident[v]
-            .iter()
-            .copied()
-            .filter(|&i| value[i].is_none())
-            .collect();
-        let [edge] = unknown[..] else { continue };
+        if unknown[v] != 1 {
+            continue;
+        }
+        let edge = unknown_xor[v];
         // in - out = 0 at v; a self loop contributes to both sides and cancels.
         let mut balance: i128 = 0;
-        for &i in &incident[v] {
+        for &i in &incident[first[v]..first[v + 1]] {
             let e = &f.edges[i];
             if i == edge || e.from == e.to {
                 continue;
@@ -1390,7 +1424,9 @@ pub fn solve_edges(f: &FunctionMap, counters: &[u64]) -> Vec<u64> {
             balance
         });
         for w in [e.from as usize, e.to as usize] {
-            if unknown_at(w, &value) == 1 {
+            unknown[w] -= 1;
+            unknown_xor[w] ^= edge;
+            if unknown[w] == 1 {
                 queue.push(w);
             }
         }
