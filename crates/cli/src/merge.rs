@@ -13,7 +13,8 @@
 //! `--instrumented`; in the file itself for version 1 files) is decoded once for all the runs
 //! of one instrumentation, as it streams in; when the binary indexes its map per function
 //! (`.rivet.mapidx`), only the graphs of functions that ran in some input are decoded. The
-//! bytes written are those the profiles would give. The merged profile needs no binary: it is how counts outlive the instrumented binary.
+//! bytes written are those the profiles would give. The merged profile needs no binary: it is
+//! how counts outlive the instrumented binary.
 //!
 //! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
 //! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
@@ -386,13 +387,13 @@ fn read_input(
         );
         left -= n;
     }
-    if let Some(indexed) = &mut maps.indexed {
-        if let Err(e) = indexed.decode_ran(&maps.counters) {
-            // A half-decoded map is not to be reused by a later input.
-            maps.source = None;
-            maps.indexed = None;
-            return Err(bad_counters(path, e));
-        }
+    if let Some(indexed) = &mut maps.indexed
+        && let Err(e) = indexed.decode_ran(&maps.counters)
+    {
+        // A half-decoded map is not to be reused by a later input.
+        maps.source = None;
+        maps.indexed = None;
+        return Err(bad_counters(path, e));
     }
     Ok(None)
 }

@@ -155,9 +155,12 @@ pub const HOT_END: &str = "__hot_end";
 /// writes (padded to a page multiple), and the non-allocated sections (name, contents) that
 /// describe the counters to readers (`rivet_profile::counters::MAP_SECTION` and its index;
 /// emit does not depend on the profile crate, so the caller names them).
-pub type FilePrefixFn<'a> = dyn Fn(&dyn Fn(FuncId) -> bool, &[(u64, u64)]) -> (Vec<u8>, Vec<(&'static str, Vec<u8>)>)
-    + Sync
-    + 'a;
+pub type FilePrefixFn<'a> =
+    dyn Fn(&dyn Fn(FuncId) -> bool, &[(u64, u64)]) -> (Vec<u8>, CounterSections) + Sync + 'a;
+
+/// Non-allocated sections (name, contents) an instrumented output carries for readers of its
+/// counter files.
+pub type CounterSections = Vec<(&'static str, Vec<u8>)>;
 
 /// Instrumentation to write into the output: probes per function, and what the runtime needs.
 #[allow(missing_debug_implementations)]
@@ -1663,14 +1666,7 @@ fn build_runtime(
     at: Vaddr,
     counters: Vaddr,
     counters_size: u64,
-) -> Result<
-    (
-        Vaddr,
-        rivet_runtime::RuntimeCode,
-        Vec<(&'static str, Vec<u8>)>,
-    ),
-    RewriteError,
-> {
+) -> Result<(Vaddr, rivet_runtime::RuntimeCode, CounterSections), RewriteError> {
     let mut moved: Vec<(u64, u64)> = program
         .functions
         .iter()
