@@ -13,6 +13,7 @@ use rivet_emit::rewrite::{Instrumentation, RewriteError, RewriteOptions, check_i
 use rivet_ir::layout::LayoutStrategy;
 use rivet_ir::probes::{FunctionProbes, ProbeAt};
 use rivet_passes::instrument_program;
+use rivet_profile::counters;
 
 use crate::error::{UserError, elf_error, rewrite_error};
 use crate::files::{PendingOutput, map_input, mode_of, same_file};
@@ -177,7 +178,12 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             .counter_map(&program, kept, &build_id, &binary_name, moved)
             .file_prefix(&identity)
             .expect("the path's length is checked above");
-        (prefix.bytes, prefix.map_section)
+        // The map, and its per-function index (so readers decode only what ran).
+        let sections = vec![
+            (counters::MAP_SECTION, prefix.map_section),
+            (counters::INDEX_SECTION, prefix.index_section),
+        ];
+        (prefix.bytes, sections)
     };
     let instrumentation = Instrumentation {
         probes: &probes,

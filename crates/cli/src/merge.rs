@@ -11,8 +11,10 @@
 //! Counter files build no profile at all: their records go straight into the sum
 //! (`Merger::add_counters`), and their map (in the instrumented binary the file names, or
 //! `--instrumented`; in the file itself for version 1 files) is decoded once for all the runs
-//! of one instrumentation, as it streams in; the bytes written are those the profiles would
-//! give. The merged profile needs no binary: it is how counts outlive the instrumented binary.
+//! of one instrumentation, as it streams in; when the binary indexes its map per function
+//! (`.rivet.mapidx`), only the graphs of functions that ran in some input are decoded. The
+//! bytes written are those the profiles would give. The merged profile needs no binary: it is
+//! how counts outlive the instrumented binary.
 //!
 //! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
 //! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
@@ -31,7 +33,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rivet_profile::counters::{
-    CounterLayout, CounterMap, HEADER_SIZE, PREFIX_READ, is_counter_file,
+    CounterLayout, CounterMap, HEADER_SIZE, IndexedMap, PREFIX_READ, is_counter_file,
 };
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
 use rivet_profile::{fdata, native, yaml};
@@ -269,10 +271,16 @@ fn yaml_with_located(path: &Path) -> UserError {
 /// file carries its map: a later file's is compared byte for byte (a chunk at a time) with the
 /// file the map was decoded from, not only by its hash. A version 2 file names the binary that
 /// holds it: the same header (so the same map hash) and the same binary need nothing read.
+///
+/// A binary that indexes its map ([`IndexedMap`]) gives the map piecewise: each run's counters
+/// say which functions ran, and only the graphs of those not decoded for an earlier run are
+/// read, so the union over the runs is decoded, once each.
 #[derive(Default)]
 struct MapCache {
     source: Option<(MapSource, [u8; HEADER_SIZE])>,
     map: CounterMap,
+    /// The map of the current source when its binary has an index (`map` is unused then).
+    indexed: Option<IndexedMap>,
     counters: Vec<u64>,
 }
 
@@ -286,7 +294,10 @@ enum MapSource {
 
 impl MapCache {
     fn current(&self) -> (&CounterMap, &[u64]) {
-        (&self.map, &self.counters)
+        match &self.indexed {
+            Some(indexed) => (indexed.map(), &self.counters),
+            None => (&self.map, &self.counters),
+        }
     }
 }
 
@@ -329,13 +340,24 @@ fn read_input(
     };
     if !same {
         maps.source = None;
+        maps.indexed = None;
+        // The old map goes before the next is decoded.
+        maps.map = CounterMap::default();
         // Decoded as it streams in: the map's bytes are never all held beside the map.
         maps.map = match &source {
             MapSource::Binary(_) => {
-                let (_, stream) = layout
-                    .open_map(instrumented)
-                    .map_err(|e| bad_counters(path, e))?;
-                layout.decode_map_from(stream)
+                match IndexedMap::open(&layout, instrumented).map_err(|e| bad_counters(path, e))? {
+                    Some(indexed) => {
+                        maps.indexed = Some(indexed);
+                        Ok(CounterMap::default())
+                    }
+                    None => {
+                        let (_, stream) = layout
+                            .open_map(instrumented)
+                            .map_err(|e| bad_counters(path, e))?;
+                        layout.decode_map_from(stream)
+                    }
+                }
             }
             MapSource::CounterFile(_) => {
                 file.seek(SeekFrom::Start(layout.map.start as u64))
@@ -364,6 +386,14 @@ fn read_input(
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
         );
         left -= n;
+    }
+    if let Some(indexed) = &mut maps.indexed
+        && let Err(e) = indexed.decode_ran(&maps.counters)
+    {
+        // A half-decoded map is not to be reused by a later input.
+        maps.source = None;
+        maps.indexed = None;
+        return Err(bad_counters(path, e));
     }
     Ok(None)
 }

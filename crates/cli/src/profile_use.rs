@@ -60,6 +60,9 @@ pub fn bad_counters(path: &Path, e: CountersError) -> UserError {
         CountersError::MapElsewhere { .. } => {
             "pass --instrumented PATH to the binary that wrote it (or merge the counters into a profile, `rivet merge`, while the binary is at hand: profiles need no binary)"
         }
+        CountersError::BadIndex { .. } => {
+            "instrument the program again; or remove the index (objcopy --remove-section=.rivet.mapidx) and the whole map is read instead"
+        }
         _ => "a counter file is written by a binary from `rivet instrument`",
     };
     UserError::new(format!("{}: {e}", path.display())).hint(hint)
@@ -73,7 +76,7 @@ pub fn read_profile_bytes(
 ) -> Result<Input, UserError> {
     if is_counter_file(bytes) {
         let counts =
-            CounterFile::parse_with(bytes, instrumented).map_err(|e| bad_counters(path, e))?;
+            CounterFile::parse_ran(bytes, instrumented).map_err(|e| bad_counters(path, e))?;
         return Ok(Input::Located(counts.to_profile()));
     }
     match read_any(bytes) {

@@ -326,3 +326,266 @@ fn version_2_files_find_their_map_in_the_instrumented_binary() {
         assert!(!out.exists());
     }
 }
+
+/// A copy of the instrumented binary at `inst` as an older `rivet instrument` wrote it: the
+/// index section's name changed (same length), so no reader finds it.
+fn without_index(inst: &Path, out: &Path) -> PathBuf {
+    let mut bytes = std::fs::read(inst).unwrap();
+    let name = b".rivet.mapidx\0";
+    let at = bytes
+        .windows(name.len())
+        .rposition(|w| w == name)
+        .expect("the index section is named");
+    bytes[at..at + name.len()].copy_from_slice(b".rivet.mapold\0");
+    std::fs::write(out, &bytes).unwrap();
+    out.to_path_buf()
+}
+
+/// The (file offset, size) of section `name` of the binary at `path`.
+fn section(path: &Path, name: &str) -> (usize, usize) {
+    let mut file = std::fs::File::open(path).unwrap();
+    let (offset, size) = rivet_profile::counters::find_section(&mut file, name)
+        .unwrap()
+        .unwrap();
+    (offset as usize, size as usize)
+}
+
+#[test]
+fn the_map_index_gives_the_bytes_of_a_full_decode() {
+    use rivet_profile::counters::{CounterLayout, INDEX_SECTION, IndexedMap, MAP_SECTION};
+    // Its error paths (cold, split off by gcc) never run.
+    let binary = corpus_dir().join("cold_split.gcc.O2.pie");
+    let dir = scratch("merge-counters", "index");
+    let inst = instrument(&binary, &dir, "prog", &[]);
+    let a = train(&inst, &dir.join("a.counts"), &[], None);
+    let b = train(&inst, &dir.join("b.counts"), &["x", "y", "z"], None);
+    let old = without_index(&inst, &dir.join("old.inst"));
+    // The index is a section of its own, not loaded; an older binary has none.
+    let sections = Command::new("readelf")
+        .args(["-SW", s(&inst)])
+        .output()
+        .unwrap();
+    let sections = String::from_utf8_lossy(&sections.stdout);
+    let line = sections
+        .lines()
+        .find(|l| l.contains(INDEX_SECTION))
+        .unwrap();
+    assert!(!line.contains(" A "), "{line}");
+    let mut file = std::fs::File::open(&old).unwrap();
+    assert_eq!(
+        rivet_profile::counters::find_section(&mut file, INDEX_SECTION).unwrap(),
+        None
+    );
+
+    // Some instrumented functions never ran: only those that ran in some run are decoded,
+    // the union over the runs, each once.
+    let full_a = CounterFile::parse(&std::fs::read(&a).unwrap()).unwrap();
+    let full_b = CounterFile::parse(&std::fs::read(&b).unwrap()).unwrap();
+    let ran = |file: &CounterFile, i: usize| {
+        file.map.functions[i].edges.iter().any(|e| {
+            file.counters
+                .get(e.counter as usize)
+                .is_some_and(|&c| c != 0)
+        })
+    };
+    let total = full_a.map.functions.len();
+    let ran_a = (0..total).filter(|&i| ran(&full_a, i)).count();
+    let ran_union = (0..total)
+        .filter(|&i| ran(&full_a, i) || ran(&full_b, i))
+        .count();
+    assert!(
+        ran_a > 0 && ran_union < total,
+        "{ran_a} {ran_union} {total}"
+    );
+    let bytes_a = std::fs::read(&a).unwrap();
+    let layout = CounterLayout::read(&bytes_a).unwrap();
+    let mut indexed = IndexedMap::open(&layout, None).unwrap().unwrap();
+    assert_eq!(indexed.decoded(), 0);
+    assert_eq!(indexed.map().functions.len(), total);
+    indexed.decode_ran(&full_a.counters).unwrap();
+    assert_eq!(indexed.decoded(), ran_a);
+    indexed.decode_ran(&full_b.counters).unwrap();
+    indexed.decode_ran(&full_a.counters).unwrap();
+    assert_eq!(indexed.decoded(), ran_union);
+    for (got, full) in indexed.map().functions.iter().zip(&full_a.map.functions) {
+        assert_eq!((got.start, &got.name), (full.start, &full.name));
+        assert!(got.edges.is_empty() || got == full, "{}", full.name);
+    }
+    assert!(
+        IndexedMap::open(&layout, Some(&old)).unwrap().is_none(),
+        "no index, no indexed map"
+    );
+
+    // Merged through the index (v2 files, this binary) and through a full decode (the same
+    // files read with the older binary; their version 1 copies): the same bytes, in Rivet's
+    // format and as fdata, weighted or not, alone, together and mixed.
+    let a1 = dir.join("a1.counts");
+    std::fs::write(&a1, self_contained(&a)).unwrap();
+    let b1 = dir.join("b1.counts");
+    std::fs::write(&b1, self_contained(&b)).unwrap();
+    let merge = |inputs: &[&Path], extra: &[&str], out: &Path| {
+        let mut argv = vec!["merge"];
+        argv.extend(inputs.iter().map(|p| s(p)));
+        argv.extend(extra);
+        argv.extend(["-o", s(out)]);
+        let r = rivet(&argv);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        std::fs::read(out).unwrap()
+    };
+    let no_index = ["--instrumented", s(&old)];
+    for out in [dir.join("m.rprof"), dir.join("m.fdata")] {
+        for inputs in [
+            vec![a.as_path()],
+            vec![a.as_path(), b.as_path()],
+            vec![b.as_path(), a.as_path(), b.as_path()],
+        ] {
+            let indexed = merge(&inputs, &[], &out);
+            assert_eq!(merge(&inputs, &no_index, &out), indexed, "{inputs:?}");
+            let v1: Vec<&Path> = inputs
+                .iter()
+                .map(|p| if *p == a { a1.as_path() } else { b1.as_path() })
+                .collect();
+            assert_eq!(merge(&v1, &[], &out), indexed, "{v1:?}");
+        }
+        let weighted = [format!("{}:3", s(&a)), format!("{}:0.5", s(&b))];
+        let weighted: Vec<&Path> = weighted.iter().map(Path::new).collect();
+        let indexed = merge(&weighted, &[], &out);
+        assert_eq!(merge(&weighted, &no_index, &out), indexed);
+        let mixed = [format!("{}:3", s(&a1)), format!("{}:0.5", s(&b))];
+        let mixed: Vec<&Path> = mixed.iter().map(Path::new).collect();
+        assert_eq!(merge(&mixed, &[], &out), indexed);
+    }
+    let (native_old, _) = old_way(&[(a.clone(), "1"), (b.clone(), "1")]);
+    assert_eq!(merge(&[&a, &b], &[], &dir.join("m.rprof")), native_old);
+
+    // Optimized from a counter file: the same binary either way.
+    let optimize = |extra: &[&str], out: &Path| {
+        let mut argv = vec!["optimize", s(&binary), "--profile", s(&a), "-o", s(out)];
+        argv.extend_from_slice(extra);
+        let r = rivet(&argv);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        std::fs::read(out).unwrap()
+    };
+    let fast = dir.join("fast");
+    assert_eq!(optimize(&[], &fast), optimize(&no_index, &fast));
+
+    // A damaged index is one error line naming it, with the hint, and no output: in its
+    // header, its body, and a graph of a function that ran which no longer matches it.
+    let (at, size) = section(&inst, INDEX_SECTION);
+    let (map_at, _) = section(&inst, MAP_SECTION);
+    let first_ran = (0..total).find(|&i| ran(&full_a, i)).unwrap();
+    let name = full_a.map.functions[first_ran].name.as_bytes();
+    let image = std::fs::read(&inst).unwrap();
+    let mut graph = name.len().to_le_bytes()[..4].to_vec();
+    graph.extend_from_slice(name);
+    let graph_at = map_at
+        + image[map_at..]
+            .windows(graph.len())
+            .position(|w| w == graph.as_slice())
+            .unwrap();
+    let out = dir.join("out.rprof");
+    for (k, (flip, says)) in [
+        (at + 3, "no RIVETIDX header"),
+        (at + 17, "indexes another map"),
+        (at + 24, "its size"),
+        (at + size / 2, "does not match its hash"),
+        (graph_at + graph.len(), "does not match it"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut bad = image.clone();
+        bad[flip] ^= 0x10;
+        let bad_inst = dir.join(format!("bad{k}.inst"));
+        std::fs::write(&bad_inst, &bad).unwrap();
+        let _ = std::fs::remove_file(&out);
+        let r = rivet(&[
+            "merge",
+            s(&a),
+            "--instrumented",
+            s(&bad_inst),
+            "-o",
+            s(&out),
+        ]);
+        assert_one_error_line(&r, says);
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(
+            stderr.contains(".rivet.mapidx") && stderr.contains("instrument the program again"),
+            "{stderr}"
+        );
+        assert!(!out.exists());
+        let r = rivet(&[
+            "optimize",
+            s(&binary),
+            "--profile",
+            s(&a),
+            "--instrumented",
+            s(&bad_inst),
+            "-o",
+            s(&fast),
+        ]);
+        assert_one_error_line(&r, says);
+    }
+}
+
+#[test]
+fn reset_counts_finds_a_moved_binary_through_instrumented() {
+    let binary = corpus_dir().join("switch_dense.gcc.O2.pie");
+    let dir = scratch("merge-counters", "reset-moved");
+    let inst = instrument(&binary, &dir, "prog", &[]);
+    let counts = train(&inst, &dir.join("a.counts"), &[], None);
+    let before = CounterFile::parse(&std::fs::read(&counts).unwrap()).unwrap();
+    assert!(before.counters.iter().any(|&c| c != 0));
+    let moved = dir.join("moved.inst");
+    std::fs::rename(&inst, &moved).unwrap();
+    // Without the binary: one line naming where it was, and nothing touched.
+    let phase = dir.join("phase.counts");
+    let _ = std::fs::remove_file(&phase);
+    let r = rivet(&["reset-counts", s(&counts), "-o", s(&phase)]);
+    assert_one_error_line(&r, "which is missing");
+    assert!(String::from_utf8_lossy(&r.stderr).contains("--instrumented"));
+    assert!(!phase.exists());
+    let untouched = CounterFile::parse_with(&std::fs::read(&counts).unwrap(), Some(&moved));
+    assert_eq!(untouched.unwrap().counters, before.counters);
+    // With it: the counts move to the phase file, the counter file is zeroed in place.
+    let r = rivet(&[
+        "reset-counts",
+        s(&counts),
+        "--instrumented",
+        s(&moved),
+        "-o",
+        s(&phase),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let after = CounterFile::parse_with(&std::fs::read(&counts).unwrap(), Some(&moved)).unwrap();
+    let taken = CounterFile::parse_with(&std::fs::read(&phase).unwrap(), Some(&moved)).unwrap();
+    assert_eq!(taken.counters, before.counters);
+    let site_words: std::collections::BTreeSet<usize> = before
+        .map
+        .functions
+        .iter()
+        .flat_map(|f| f.indirect.iter())
+        .flat_map(|&(_, first)| (0..7).map(move |p| (first + 2 * p) as usize))
+        .collect();
+    for (i, &c) in after.counters.iter().enumerate() {
+        if !site_words.contains(&i) {
+            assert_eq!(c, 0, "counter {i}");
+        }
+    }
+    // The phase merges, through --instrumented, to the profile of the counts before.
+    let out = dir.join("phase.rprof");
+    let r = rivet(&[
+        "merge",
+        s(&phase),
+        "--instrumented",
+        s(&moved),
+        "-o",
+        s(&out),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let mut expected = Vec::new();
+    let mut merger = Merger::new();
+    merger.add(before.to_profile(), Weight::ONE).unwrap();
+    merger.write_native(&mut expected).unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), expected);
+}

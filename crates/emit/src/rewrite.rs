@@ -152,14 +152,15 @@ pub const HOT_END: &str = "__hot_end";
 
 /// Builds, for the functions a predicate accepts (the ones rewritten), given the (new, input)
 /// entry address of every moved function: the counter file's first bytes, which the runtime
-/// writes (padded to a page multiple), and the contents of the output's counter map section
-/// (`rivet_profile::counters::MAP_SECTION`, not loaded; empty for none).
+/// writes (padded to a page multiple), and the non-allocated sections (name, contents) that
+/// describe the counters to readers (`rivet_profile::counters::MAP_SECTION` and its index;
+/// emit does not depend on the profile crate, so the caller names them).
 pub type FilePrefixFn<'a> =
-    dyn Fn(&dyn Fn(FuncId) -> bool, &[(u64, u64)]) -> (Vec<u8>, Vec<u8>) + Sync + 'a;
+    dyn Fn(&dyn Fn(FuncId) -> bool, &[(u64, u64)]) -> (Vec<u8>, CounterSections) + Sync + 'a;
 
-/// Name of the section that holds the counter map of an instrumented output
-/// (`rivet_profile::counters::MAP_SECTION`; emit does not depend on the profile crate).
-pub const COUNTER_MAP_SECTION: &str = ".rivet.map";
+/// Non-allocated sections (name, contents) an instrumented output carries for readers of its
+/// counter files.
+pub type CounterSections = Vec<(&'static str, Vec<u8>)>;
 
 /// Instrumentation to write into the output: probes per function, and what the runtime needs.
 #[allow(missing_debug_implementations)]
@@ -575,9 +576,9 @@ pub fn rewrite(
         &map,
         &section_of,
     ));
-    let mut counter_map_section = Vec::new();
-    if let Some((addr, code, map_section)) = runtime {
-        counter_map_section = map_section;
+    let mut counter_map_sections = Vec::new();
+    if let Some((addr, code, map_sections)) = runtime {
+        counter_map_sections = map_sections;
         sections.add(NewSection::new(
             ".rivet.runtime",
             object::elf::SHT_PROGBITS.0,
@@ -655,13 +656,13 @@ pub fn rewrite(
     // which the table's block-start granularity cannot describe).
     // Instrumented code gets its counter map instead: kept once here, out of the loaded image,
     // rather than in every counter file.
-    if !counter_map_section.is_empty() {
+    for (name, contents) in counter_map_sections {
         sections.add(NewSection::new(
-            COUNTER_MAP_SECTION,
+            name,
             object::elf::SHT_PROGBITS.0,
             0,
             Vaddr(0),
-            counter_map_section,
+            contents,
             8,
         ));
     }
@@ -1665,7 +1666,7 @@ fn build_runtime(
     at: Vaddr,
     counters: Vaddr,
     counters_size: u64,
-) -> Result<(Vaddr, rivet_runtime::RuntimeCode, Vec<u8>), RewriteError> {
+) -> Result<(Vaddr, rivet_runtime::RuntimeCode, CounterSections), RewriteError> {
     let mut moved: Vec<(u64, u64)> = program
         .functions
         .iter()
@@ -1676,7 +1677,7 @@ fn build_runtime(
         })
         .collect();
     moved.sort_unstable();
-    let (prefix, map_section) = (i.file_prefix)(&|f| layout.is_rewritten(f), &moved);
+    let (prefix, map_sections) = (i.file_prefix)(&|f| layout.is_rewritten(f), &moved);
     let translate = |v: Vaddr| map.translate(program, v).unwrap_or(v);
     let (entry, init) = if program.info.kind == rivet_elf::ElfKind::SharedLibrary {
         let init = elf
@@ -1709,7 +1710,7 @@ fn build_runtime(
         init,
     })
     .map_err(|e| RewriteError::Instrument(e.to_string()))?;
-    Ok((at, code, map_section))
+    Ok((at, code, map_sections))
 }
 
 fn align(v: Vaddr, a: u64) -> Vaddr {

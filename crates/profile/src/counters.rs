@@ -29,6 +29,14 @@
 //! map themselves at offset 64 (`map_size` bytes, then the padding) and read as they always did
 //! ([`CounterMap::file_prefix_self_contained`] still writes them, for tests and tools).
 //!
+//! Beside the map, the binary holds [`INDEX_SECTION`] ([`MapIndex`]): per function its start,
+//! name, where its graph lies in the map and which counters its edges read, tied to the map by
+//! its hash. A reader that only needs the profile ([`IndexedMap`], [`CounterFile::parse_ran`])
+//! decodes the map's head and the graphs of the functions whose counters are not all zero;
+//! the others are known by start and name, which is all [`emit_branches`] asks of a function
+//! that never ran, so the records are those of a full decode. Binaries without the index
+//! (older instrumentations) have their map decoded whole.
+//!
 //! The architecture is that of the instrumented binary: 0 x86-64 (what the field, reserved and
 //! zero before AArch64 was instrumented, always held), 1 AArch64.
 //!
@@ -52,6 +60,15 @@ pub const MAP_SECTION: &str = ".rivet.map";
 pub const MAP_MAGIC: &[u8; 8] = b"RIVETMAP";
 /// Bytes of [`MAP_SECTION`] before the map.
 pub const MAP_SECTION_HEADER: usize = 24;
+/// The section of an instrumented binary that indexes its map per function (not allocated):
+/// see [`MapIndex`].
+pub const INDEX_SECTION: &str = ".rivet.mapidx";
+pub const INDEX_MAGIC: &[u8; 8] = b"RIVETIDX";
+/// Bytes of [`INDEX_SECTION`] before its body: magic, the body's hash, the map's hash, the
+/// body's size.
+pub const INDEX_HEADER: usize = 32;
+/// Bytes of one function's entry in the index.
+const INDEX_ENTRY: usize = 44;
 /// Longest instrumented-binary path a counter file records (a Linux path).
 pub const MAX_IDENTITY_PATH: usize = 4096;
 /// Counter index of an edge without a counter (a spanning-tree edge, inferred).
@@ -258,6 +275,9 @@ pub enum CountersError {
     Malformed(String),
     #[error("counter files come from different instrumentations (map hashes differ)")]
     DifferentInstrumentation,
+    /// The instrumented binary's [`INDEX_SECTION`] cannot be trusted.
+    #[error("the map index ({INDEX_SECTION}) of {binary} is damaged: {why}")]
+    BadIndex { binary: String, why: String },
 }
 
 struct Writer(Vec<u8>);
@@ -284,6 +304,8 @@ struct Reader<R> {
     /// Bytes of the map not read yet.
     left: usize,
     hash: u64,
+    /// False for bytes already checked against their hash (a graph read whole).
+    hashing: bool,
     buf: Vec<u8>,
 }
 impl<R: std::io::Read> Reader<R> {
@@ -292,7 +314,16 @@ impl<R: std::io::Read> Reader<R> {
             inner,
             left: len,
             hash: FNV_OFFSET,
+            hashing: true,
             buf: Vec::new(),
+        }
+    }
+
+    /// A reader of bytes whose hash is already checked.
+    fn unhashed(inner: R, len: usize) -> Reader<R> {
+        Reader {
+            hashing: false,
+            ..Reader::new(inner, len)
         }
     }
     fn take(&mut self, n: usize) -> Result<&[u8], CountersError> {
@@ -303,7 +334,9 @@ impl<R: std::io::Read> Reader<R> {
         self.inner
             .read_exact(&mut self.buf)
             .map_err(|_| CountersError::Truncated("the map ends early"))?;
-        self.hash = fnv1a_from(self.hash, &self.buf);
+        if self.hashing {
+            self.hash = fnv1a_from(self.hash, &self.buf);
+        }
         self.left -= n;
         Ok(&self.buf)
     }
@@ -358,6 +391,12 @@ fn fnv1a(data: &[u8]) -> u64 {
 impl CounterMap {
     /// The map's bytes (the part of the file after the header).
     pub fn encode_map(&self) -> Vec<u8> {
+        self.encode_map_spans().0
+    }
+
+    /// [`CounterMap::encode_map`], and where its parts lie: the length of its head (everything
+    /// before the first function's graph) and each function's graph, in map order.
+    fn encode_map_spans(&self) -> (Vec<u8>, usize, Vec<std::ops::Range<usize>>) {
         let mut w = Writer(Vec::new());
         w.bytes(&self.input_build_id);
         w.bytes(self.binary_name.as_bytes());
@@ -373,7 +412,10 @@ impl CounterMap {
             w.u64(*old);
         }
         w.u32(self.functions.len() as u32);
+        let head = w.0.len();
+        let mut spans = Vec::with_capacity(self.functions.len());
         for f in &self.functions {
+            let graph_start = w.0.len();
             w.bytes(f.name.as_bytes());
             w.u64(f.start);
             w.u32(f.vertices.len() as u32);
@@ -405,8 +447,9 @@ impl CounterMap {
                 w.u64(*site);
                 w.u32(*table);
             }
+            spans.push(graph_start..w.0.len());
         }
-        w.0
+        (w.0, head, spans)
     }
 
     /// Decodes `encode_map`'s bytes, checking every index.
@@ -432,6 +475,23 @@ impl CounterMap {
     }
 
     fn decode_from<R: std::io::Read>(r: &mut Reader<R>) -> Result<CounterMap, CountersError> {
+        let (mut map, nfunc) = CounterMap::decode_head(r)?;
+        map.functions.reserve(nfunc);
+        for _ in 0..nfunc {
+            let f = CounterMap::decode_function(r, map.counter_count)?;
+            map.functions.push(f);
+        }
+        if r.left != 0 {
+            return Err(CountersError::Malformed("bytes after the map".into()));
+        }
+        Ok(map)
+    }
+
+    /// The map's head: everything but the functions' graphs (`functions` is left empty), and
+    /// how many graphs follow.
+    fn decode_head<R: std::io::Read>(
+        r: &mut Reader<R>,
+    ) -> Result<(CounterMap, usize), CountersError> {
         let input_build_id = r.bytes()?;
         let binary_name = r.string()?;
         let counter_count = r.u32()?;
@@ -445,104 +505,106 @@ impl CounterMap {
             .map(|_| Ok((r.u64()?, r.u64()?)))
             .collect::<Result<Vec<_>, CountersError>>()?;
         let nfunc = r.count(24)?;
-        let mut functions = Vec::with_capacity(nfunc);
-        for _ in 0..nfunc {
-            let name = r.string()?;
-            let start = r.u64()?;
-            let nv = r.count(8)?;
-            let vertices = (0..nv).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
-            let ne = r.count(29)?;
-            let mut edges = Vec::with_capacity(ne);
-            for _ in 0..ne {
-                let from = r.u32()?;
-                let to = r.u32()?;
-                let kind = EdgeKind::from_u8(r.u8()?)
-                    .ok_or_else(|| CountersError::Malformed("unknown edge kind".into()))?;
-                let from_addr = r.u64()?;
-                let to_addr = r.u64()?;
-                let counter = r.u32()?;
-                if from as usize >= nv || to as usize >= nv {
-                    return Err(CountersError::Malformed(format!(
-                        "an edge of {name} names a vertex it does not have"
-                    )));
-                }
-                if counter != INFERRED && counter >= counter_count {
-                    return Err(CountersError::Malformed(format!(
-                        "an edge of {name} names counter {counter} of {counter_count}"
-                    )));
-                }
-                edges.push(MapEdge {
-                    from,
-                    to,
-                    kind,
-                    from_addr,
-                    to_addr,
-                    counter,
-                });
-            }
-            let nc = r.count(20)?;
-            let mut calls = Vec::with_capacity(nc);
-            for _ in 0..nc {
-                let vertex = r.u32()?;
-                if vertex as usize >= nv {
-                    return Err(CountersError::Malformed(format!(
-                        "a call of {name} names a vertex it does not have"
-                    )));
-                }
-                calls.push(MapCall {
-                    vertex,
-                    at: r.u64()?,
-                    target: r.u64()?,
-                });
-            }
-            let nj = r.count(16)?;
-            let jumps = (0..nj)
-                .map(|_| Ok((r.u64()?, r.u64()?)))
-                .collect::<Result<Vec<_>, CountersError>>()?;
-            let ni = r.count(12)?;
-            let mut indirect = Vec::with_capacity(ni);
-            for _ in 0..ni {
-                let site = r.u64()?;
-                let table = r.u32()?;
-                if table
-                    .checked_add(SITE_WORDS)
-                    .is_none_or(|end| end > counter_count)
-                {
-                    return Err(CountersError::Malformed(format!(
-                        "an indirect call table of {name} lies outside the counters"
-                    )));
-                }
-                indirect.push((site, table));
-            }
-            let f = FunctionMap {
-                name,
-                start,
-                vertices,
-                edges,
-                calls,
-                jumps,
-                indirect,
-            };
-            if !f.addresses_inside() {
-                return Err(CountersError::Malformed(format!(
-                    "{} names code before its start",
-                    f.name
-                )));
-            }
-            functions.push(f);
-        }
-        if r.left != 0 {
-            return Err(CountersError::Malformed("bytes after the map".into()));
-        }
-        Ok(CounterMap {
+        let map = CounterMap {
             arch: CounterArch::default(),
             input_build_id,
             binary_name,
             counter_count,
-            functions,
+            functions: Vec::new(),
             symbols,
             moved_entries,
-        })
+        };
+        Ok((map, nfunc))
+    }
+
+    /// One function's counting graph, every index checked.
+    fn decode_function<R: std::io::Read>(
+        r: &mut Reader<R>,
+        counter_count: u32,
+    ) -> Result<FunctionMap, CountersError> {
+        let name = r.string()?;
+        let start = r.u64()?;
+        let nv = r.count(8)?;
+        let vertices = (0..nv).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+        let ne = r.count(29)?;
+        let mut edges = Vec::with_capacity(ne);
+        for _ in 0..ne {
+            let from = r.u32()?;
+            let to = r.u32()?;
+            let kind = EdgeKind::from_u8(r.u8()?)
+                .ok_or_else(|| CountersError::Malformed("unknown edge kind".into()))?;
+            let from_addr = r.u64()?;
+            let to_addr = r.u64()?;
+            let counter = r.u32()?;
+            if from as usize >= nv || to as usize >= nv {
+                return Err(CountersError::Malformed(format!(
+                    "an edge of {name} names a vertex it does not have"
+                )));
+            }
+            if counter != INFERRED && counter >= counter_count {
+                return Err(CountersError::Malformed(format!(
+                    "an edge of {name} names counter {counter} of {counter_count}"
+                )));
+            }
+            edges.push(MapEdge {
+                from,
+                to,
+                kind,
+                from_addr,
+                to_addr,
+                counter,
+            });
+        }
+        let nc = r.count(20)?;
+        let mut calls = Vec::with_capacity(nc);
+        for _ in 0..nc {
+            let vertex = r.u32()?;
+            if vertex as usize >= nv {
+                return Err(CountersError::Malformed(format!(
+                    "a call of {name} names a vertex it does not have"
+                )));
+            }
+            calls.push(MapCall {
+                vertex,
+                at: r.u64()?,
+                target: r.u64()?,
+            });
+        }
+        let nj = r.count(16)?;
+        let jumps = (0..nj)
+            .map(|_| Ok((r.u64()?, r.u64()?)))
+            .collect::<Result<Vec<_>, CountersError>>()?;
+        let ni = r.count(12)?;
+        let mut indirect = Vec::with_capacity(ni);
+        for _ in 0..ni {
+            let site = r.u64()?;
+            let table = r.u32()?;
+            if table
+                .checked_add(SITE_WORDS)
+                .is_none_or(|end| end > counter_count)
+            {
+                return Err(CountersError::Malformed(format!(
+                    "an indirect call table of {name} lies outside the counters"
+                )));
+            }
+            indirect.push((site, table));
+        }
+        let f = FunctionMap {
+            name,
+            start,
+            vertices,
+            edges,
+            calls,
+            jumps,
+            indirect,
+        };
+        if !f.addresses_inside() {
+            return Err(CountersError::Malformed(format!(
+                "{} names code before its start",
+                f.name
+            )));
+        }
+        Ok(f)
     }
 
     /// The first 64 bytes of a counter file, version `version`, of `map_size`, `map_hash`.
@@ -569,7 +631,8 @@ impl CounterMap {
         if path.len() > MAX_IDENTITY_PATH {
             return None;
         }
-        let map = self.encode_map();
+        let (map, head, spans) = self.encode_map_spans();
+        let map_index = self.encode_index(&map, head, &spans);
         let counters_offset = (HEADER_SIZE as u64 + 4 + path.len() as u64).div_ceil(PAGE) * PAGE;
         let mut bytes = self.header(VERSION, counters_offset, &map);
         bytes.extend_from_slice(&(path.len() as u32).to_le_bytes());
@@ -584,7 +647,45 @@ impl CounterMap {
             bytes,
             counters_offset,
             map_section: section,
+            index_section: map_index,
         })
+    }
+
+    /// The contents of [`INDEX_SECTION`] for `map` (this map's encoding, whose head is `head`
+    /// bytes long and whose graphs lie at `spans`).
+    fn encode_index(&self, map: &[u8], head: usize, spans: &[std::ops::Range<usize>]) -> Vec<u8> {
+        let mut body = Writer(Vec::new());
+        body.u64(head as u64);
+        body.u64(fnv1a(&map[..head]));
+        body.u32(self.functions.len() as u32);
+        let mut names_len = 0u32;
+        for (f, span) in self.functions.iter().zip(spans) {
+            // The counters the edges read; an edge-less or all-inferred function has none.
+            let counted = f.edges.iter().map(|e| e.counter).filter(|&c| c != INFERRED);
+            let (lo, hi) = counted.fold((u32::MAX, 0u32), |(lo, hi), c| {
+                (lo.min(c), hi.max(c.saturating_add(1)))
+            });
+            let (lo, hi) = if lo > hi { (0, 0) } else { (lo, hi) };
+            body.u64(f.start);
+            body.u64(span.start as u64);
+            body.u32((span.end - span.start) as u32);
+            body.u64(fnv1a(&map[span.clone()]));
+            body.u32(lo);
+            body.u32(hi);
+            body.u32(names_len);
+            body.u32(f.name.len() as u32);
+            names_len += f.name.len() as u32;
+        }
+        for f in &self.functions {
+            body.0.extend_from_slice(f.name.as_bytes());
+        }
+        let mut out = Vec::with_capacity(INDEX_HEADER + body.0.len());
+        out.extend_from_slice(INDEX_MAGIC);
+        out.extend_from_slice(&fnv1a(&body.0).to_le_bytes());
+        out.extend_from_slice(&fnv1a(map).to_le_bytes());
+        out.extend_from_slice(&(body.0.len() as u64).to_le_bytes());
+        out.extend_from_slice(&body.0);
+        out
     }
 
     /// The prefix of a version 1 file, which carries the map (header, map, padding to the
@@ -607,6 +708,8 @@ pub struct CounterPrefix {
     pub counters_offset: u64,
     /// The contents of [`MAP_SECTION`].
     pub map_section: Vec<u8>,
+    /// The contents of [`INDEX_SECTION`].
+    pub index_section: Vec<u8>,
 }
 
 /// A counter file read back: its map and counter values.
@@ -757,6 +860,26 @@ impl CounterLayout {
         instrumented: Option<&std::path::Path>,
     ) -> Result<(std::path::PathBuf, impl std::io::Read + use<>), CountersError> {
         use std::io::{Read, Seek, SeekFrom};
+        let (path, mut file, at) = self.locate_map(instrumented)?;
+        file.seek(SeekFrom::Start(at))
+            .map_err(|e| CountersError::MapElsewhere {
+                binary: path.display().to_string(),
+                hash: self.map_hash,
+                why: format!("cannot be read ({e})"),
+            })?;
+        Ok((
+            path,
+            std::io::BufReader::with_capacity(1 << 16, file.take(self.map_size as u64)),
+        ))
+    }
+
+    /// The binary of [`CounterLayout::open_map`], open, and the file offset of its map's first
+    /// byte, once its map section is found to have the header's hash and size.
+    fn locate_map(
+        &self,
+        instrumented: Option<&std::path::Path>,
+    ) -> Result<(std::path::PathBuf, std::fs::File, u64), CountersError> {
+        use std::io::{Read, Seek, SeekFrom};
         let path = self
             .map_binary(instrumented)
             .ok_or_else(|| CountersError::Malformed("the file records no binary".into()))?
@@ -793,10 +916,7 @@ impl CounterLayout {
                 "has a {MAP_SECTION} section of another size"
             )));
         }
-        Ok((
-            path,
-            std::io::BufReader::with_capacity(1 << 16, file.take(len)),
-        ))
+        Ok((path, file, offset + MAP_SECTION_HEADER as u64))
     }
 
     /// Decodes the map from `map`, which streams the map's bytes (the map is never held
@@ -892,7 +1012,288 @@ pub fn find_section(
     Ok(None)
 }
 
+/// One function's entry in a [`MapIndex`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct IndexEntry {
+    start: u64,
+    /// Its graph's bytes in the map.
+    graph: std::ops::Range<u64>,
+    graph_hash: u64,
+    /// The counters its edges read (empty for none): all zero means it never ran.
+    counters: std::ops::Range<usize>,
+    /// Its name in [`MapIndex::names`].
+    name: std::ops::Range<usize>,
+}
+
+/// The contents of [`INDEX_SECTION`], which `rivet instrument` writes beside the map so that
+/// a reader decodes only the graphs of functions that ran. Little-endian:
+///
+/// ```text
+/// 0   magic "RIVETIDX"   8   body_hash u64 (FNV-1a of the body)
+/// 16  map_hash u64 (the map it indexes)   24  body_len u64
+/// 32  body: head_len u64, head_hash u64 (the map's bytes before the first graph),
+///     function_count u32, then per function (map order) start u64, graph_offset u64 (in the
+///     map), graph_len u32, graph_hash u64, counters_start u32, counters_end u32,
+///     name_offset u32, name_len u32; then the names (UTF-8, one after another)
+/// ```
+///
+/// The map hash ties the index to the map (and so to the counter files' headers); the head and
+/// each graph carry their own hashes, checked when they are read, so a reader that never reads
+/// the whole map still reads nothing unchecked. An older instrumented binary has no index: its
+/// map is decoded whole, to the same records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapIndex {
+    head_len: u64,
+    head_hash: u64,
+    entries: Vec<IndexEntry>,
+    names: String,
+}
+
+impl MapIndex {
+    /// Reads an index section, checked against the map it must index (`map_hash`,
+    /// `map_size` bytes) and the number of counters; `Err` holds why it cannot be trusted.
+    pub fn parse(
+        section: &[u8],
+        map_hash: u64,
+        map_size: usize,
+        counter_count: usize,
+    ) -> Result<MapIndex, String> {
+        let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        if section.len() < INDEX_HEADER || &section[..8] != INDEX_MAGIC {
+            return Err("no RIVETIDX header".into());
+        }
+        if u64_at(section, 16) != map_hash {
+            return Err(format!(
+                "it indexes another map (map hash {:016x}, the map's is {map_hash:016x})",
+                u64_at(section, 16)
+            ));
+        }
+        let body = &section[INDEX_HEADER..];
+        if u64_at(section, 24) != body.len() as u64 {
+            return Err("its size is not the one it records".into());
+        }
+        if fnv1a(body) != u64_at(section, 8) {
+            return Err("it does not match its hash".into());
+        }
+        if body.len() < 20 {
+            return Err("it ends early".into());
+        }
+        let head_len = u64_at(body, 0);
+        let head_hash = u64_at(body, 8);
+        let count = u32_at(body, 16) as usize;
+        let table_end = count
+            .checked_mul(INDEX_ENTRY)
+            .and_then(|n| n.checked_add(20))
+            .filter(|&end| end <= body.len())
+            .ok_or("its table is longer than the section")?;
+        let names = std::str::from_utf8(&body[table_end..]).map_err(|_| "a name is not UTF-8")?;
+        if head_len > map_size as u64 {
+            return Err("the map's head is longer than the map".into());
+        }
+        let mut entries = Vec::with_capacity(count);
+        for e in body[20..table_end].chunks_exact(INDEX_ENTRY) {
+            let graph_start = u64_at(e, 8);
+            let graph_end = graph_start.saturating_add(u64::from(u32_at(e, 16)));
+            let counters = u32_at(e, 28) as usize..u32_at(e, 32) as usize;
+            let name_start = u32_at(e, 36) as usize;
+            let name = name_start..name_start + u32_at(e, 40) as usize;
+            if graph_start < head_len || graph_end > map_size as u64 {
+                return Err("a function's graph lies outside the map".into());
+            }
+            if counters.start > counters.end || counters.end > counter_count {
+                return Err("a function's counters lie outside the counters".into());
+            }
+            if names.get(name.clone()).is_none() {
+                return Err("a function's name lies outside the names".into());
+            }
+            entries.push(IndexEntry {
+                start: u64_at(e, 0),
+                graph: graph_start..graph_end,
+                graph_hash: u64_at(e, 20),
+                counters,
+                name,
+            });
+        }
+        Ok(MapIndex {
+            head_len,
+            head_hash,
+            entries,
+            names: names.to_string(),
+        })
+    }
+}
+
+/// A version 2 file's map read through its binary's [`MapIndex`]: every function is known by
+/// its start and name from the start, its graph decoded only once some run's counters show it
+/// ran ([`IndexedMap::decode_ran`]). Functions not decoded yet have no vertices and no edges,
+/// which is how [`emit_branches`] sees a function that never ran: so the records are those of
+/// the whole map, for every run whose functions that ran were decoded.
+#[derive(Debug)]
+pub struct IndexedMap {
+    index: MapIndex,
+    binary: std::path::PathBuf,
+    file: std::fs::File,
+    /// File offset of the map's first byte in the binary.
+    map_offset: u64,
+    map: CounterMap,
+    decoded: Vec<bool>,
+}
+
+impl IndexedMap {
+    /// The indexed map of `layout`'s file (a version 2 file), from `instrumented` when given,
+    /// else the binary it records; `None` when that binary has no index (written by an older
+    /// Rivet): the map is then decoded whole.
+    pub fn open(
+        layout: &CounterLayout,
+        instrumented: Option<&std::path::Path>,
+    ) -> Result<Option<IndexedMap>, CountersError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let (binary, mut file, map_offset) = layout.locate_map(instrumented)?;
+        let damaged = |why: String| CountersError::BadIndex {
+            binary: binary.display().to_string(),
+            why,
+        };
+        let Some((offset, size)) =
+            find_section(&mut file, INDEX_SECTION).map_err(|e| damaged(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let file_len = file.metadata().map_err(|e| damaged(e.to_string()))?.len();
+        if offset.checked_add(size).is_none_or(|end| end > file_len) {
+            return Err(damaged("the section lies outside the file".into()));
+        }
+        let mut section = vec![0u8; size as usize];
+        file.seek(SeekFrom::Start(offset))
+            .and_then(|_| file.read_exact(&mut section))
+            .map_err(|e| damaged(e.to_string()))?;
+        let index = MapIndex::parse(
+            &section,
+            layout.map_hash,
+            layout.map_size,
+            layout.counters.len() / 8,
+        )
+        .map_err(damaged)?;
+        drop(section);
+        // The head: build-id, names, symbols, moved entries, the number of graphs.
+        file.seek(SeekFrom::Start(map_offset))
+            .map_err(|e| damaged(e.to_string()))?;
+        let stream = std::io::BufReader::with_capacity(1 << 16, (&mut file).take(index.head_len));
+        // Sized as the whole map, so that the head's table counts are checked as a full decode
+        // checks them; only the head is streamed (reading past it fails as a short map).
+        let mut r = Reader::new(stream, layout.map_size);
+        let head = CounterMap::decode_head(&mut r);
+        let whole = layout.map_size - r.left == index.head_len as usize;
+        if !whole || r.hash != index.head_hash {
+            return Err(damaged("the map's head does not match it".into()));
+        }
+        let (mut map, nfunc) = head?;
+        if nfunc != index.entries.len() {
+            return Err(damaged("the map's head is not the one it describes".into()));
+        }
+        if map.counter_count as usize != layout.counters.len() / 8 {
+            return Err(CountersError::Malformed(
+                "header and map disagree on the number of counters".into(),
+            ));
+        }
+        map.arch = layout.arch;
+        map.functions = index
+            .entries
+            .iter()
+            .map(|e| FunctionMap {
+                name: index.names[e.name.clone()].to_string(),
+                start: e.start,
+                vertices: Vec::new(),
+                edges: Vec::new(),
+                calls: Vec::new(),
+                jumps: Vec::new(),
+                indirect: Vec::new(),
+            })
+            .collect();
+        let decoded = vec![false; index.entries.len()];
+        Ok(Some(IndexedMap {
+            index,
+            binary,
+            file,
+            map_offset,
+            map,
+            decoded,
+        }))
+    }
+
+    /// The map: every function's start and name, and the graphs decoded so far.
+    pub fn map(&self) -> &CounterMap {
+        &self.map
+    }
+
+    /// How many functions' graphs are decoded.
+    pub fn decoded(&self) -> usize {
+        self.decoded.iter().filter(|&&d| d).count()
+    }
+
+    /// Decodes the graph of every function that ran in `counters` (a counter its edges read is
+    /// not zero) and is not decoded yet, each checked against its hash in the index.
+    pub fn decode_ran(&mut self, counters: &[u64]) -> Result<(), CountersError> {
+        use std::os::unix::fs::FileExt;
+        let damaged = |why: String| CountersError::BadIndex {
+            binary: self.binary.display().to_string(),
+            why,
+        };
+        let mut buf = Vec::new();
+        for (i, e) in self.index.entries.iter().enumerate() {
+            if self.decoded[i]
+                || counters
+                    .get(e.counters.clone())
+                    .is_none_or(|c| c.iter().all(|&c| c == 0))
+            {
+                continue;
+            }
+            buf.resize((e.graph.end - e.graph.start) as usize, 0);
+            self.file
+                .read_exact_at(&mut buf, self.map_offset + e.graph.start)
+                .map_err(|err| damaged(err.to_string()))?;
+            let name = &self.index.names[e.name.clone()];
+            if fnv1a(&buf) != e.graph_hash {
+                return Err(damaged(format!("the graph of {name} does not match it")));
+            }
+            let mut r = Reader::unhashed(&buf[..], buf.len());
+            let f = CounterMap::decode_function(&mut r, self.map.counter_count)?;
+            if r.left != 0 || f.name != name || f.start != e.start {
+                return Err(damaged(format!(
+                    "the graph of {name} is not the one it names"
+                )));
+            }
+            self.map.functions[i] = f;
+            self.decoded[i] = true;
+        }
+        Ok(())
+    }
+}
+
 impl CounterFile {
+    /// Reads a counter file for its profile: as [`CounterFile::parse_with`], but a version 2
+    /// file whose binary has a [`MapIndex`] decodes only the graphs of functions that ran
+    /// (the others keep their start and name, all a profile needs of them). Not for callers
+    /// that need every function's graph (`reset-counts` needs every call site's table).
+    pub fn parse_ran(
+        data: &[u8],
+        instrumented: Option<&std::path::Path>,
+    ) -> Result<CounterFile, CountersError> {
+        let layout = CounterLayout::read(data)?;
+        if layout.version != VERSION_SELF_CONTAINED
+            && let Some(mut indexed) = IndexedMap::open(&layout, instrumented)?
+        {
+            let counters = layout.counters(data);
+            indexed.decode_ran(&counters)?;
+            return Ok(CounterFile {
+                map: indexed.map,
+                map_hash: layout.map_hash,
+                counters,
+            });
+        }
+        CounterFile::parse_with(data, instrumented)
+    }
+
     /// Reads a counter file; a version 2 file's map comes from the instrumented binary it
     /// records.
     pub fn parse(data: &[u8]) -> Result<CounterFile, CountersError> {
@@ -960,27 +1361,48 @@ pub fn solve_edges(f: &FunctionMap, counters: &[u64]) -> Vec<u64> {
                 .then(|| i128::from(counters.get(e.counter as usize).copied().unwrap_or(0)))
         })
         .collect();
-    let mut incident: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, e) in f.edges.iter().enumerate() {
-        incident[e.from as usize].push(i);
-        if e.to != e.from {
-            incident[e.to as usize].push(i);
+    // Edges incident to each vertex (a self loop once), packed: vertex v's are
+    // `incident[first[v]..first[v + 1]]`.
+    let ends = |e: &MapEdge| {
+        [
+            Some(e.from as usize),
+            (e.to != e.from).then_some(e.to as usize),
+        ]
+    };
+    let mut first = vec![0usize; n + 1];
+    for e in &f.edges {
+        for v in ends(e).into_iter().flatten() {
+            first[v + 1] += 1;
         }
     }
-    let unknown_at = |v: usize, value: &[Option<i128>]| {
-        incident[v].iter().filter(|&&i| value[i].is_none()).count()
-    };
-    let mut queue: Vec<usize> = (0..n).filter(|&v| unknown_at(v, &value) == 1).collect();
+    for v in 0..n {
+        first[v + 1] += first[v];
+    }
+    let mut fill = first.clone();
+    let mut incident = vec![0usize; first[n]];
+    // Per vertex: how many of its edges are unknown, and the xor of their indices (the edge
+    // itself when one is left), so that a hub (the outside vertex) is not rescanned per edge.
+    let mut unknown = vec![0u32; n];
+    let mut unknown_xor = vec![0usize; n];
+    for (i, e) in f.edges.iter().enumerate() {
+        for v in ends(e).into_iter().flatten() {
+            incident[fill[v]] = i;
+            fill[v] += 1;
+            if value[i].is_none() {
+                unknown[v] += 1;
+                unknown_xor[v] ^= i;
+            }
+        }
+    }
+    let mut queue: Vec<usize> = (0..n).filter(|&v| unknown[v] == 1).collect();
     while let Some(v) = queue.pop() {
-        let unknown: Vec<usize> = incident[v]
-            .iter()
-            .copied()
-            .filter(|&i| value[i].is_none())
-            .collect();
-        let [edge] = unknown[..] else { continue };
+        if unknown[v] != 1 {
+            continue;
+        }
+        let edge = unknown_xor[v];
         // in - out = 0 at v; a self loop contributes to both sides and cancels.
         let mut balance: i128 = 0;
-        for &i in &incident[v] {
+        for &i in &incident[first[v]..first[v + 1]] {
             let e = &f.edges[i];
             if i == edge || e.from == e.to {
                 continue;
@@ -1002,7 +1424,9 @@ pub fn solve_edges(f: &FunctionMap, counters: &[u64]) -> Vec<u64> {
             balance
         });
         for w in [e.from as usize, e.to as usize] {
-            if unknown_at(w, &value) == 1 {
+            unknown[w] -= 1;
+            unknown_xor[w] ^= edge;
+            if unknown[w] == 1 {
                 queue.push(w);
             }
         }
@@ -1455,6 +1879,67 @@ mod tests {
         }
         let long = std::path::PathBuf::from("/".repeat(MAX_IDENTITY_PATH + 1));
         assert!(map.file_prefix(&long).is_none());
+    }
+
+    #[test]
+    fn the_index_describes_the_map_and_rejects_damage() {
+        let mut never = looping();
+        never.name = "h".into();
+        never.start = 0x200;
+        never.vertices = vec![0, 0x200, 0x20a, 0x210, 0x220];
+        for e in &mut never.edges {
+            if e.counter != INFERRED {
+                e.counter += 3;
+            }
+            e.from_addr = e.from_addr.wrapping_add(0x1f0);
+            e.to_addr = e.to_addr.wrapping_add(0x1f0);
+        }
+        never.calls[0].at = 0x205;
+        let map = CounterMap {
+            input_build_id: vec![0xab],
+            binary_name: "prog".into(),
+            counter_count: 6,
+            functions: vec![looping(), never],
+            symbols: vec![(0x10, "f".into())],
+            ..CounterMap::default()
+        };
+        let prefix = map
+            .file_prefix(std::path::Path::new("/x/prog.inst"))
+            .unwrap();
+        let section = &prefix.index_section;
+        let map_bytes = &prefix.map_section[MAP_SECTION_HEADER..];
+        let hash = fnv1a(map_bytes);
+        let index = MapIndex::parse(section, hash, map_bytes.len(), 6).unwrap();
+        // Each entry finds its function's graph, hash and counters (f reads 0..3, h 3..6).
+        assert_eq!(index.entries.len(), 2);
+        for (e, f) in index.entries.iter().zip(&map.functions) {
+            assert_eq!(e.start, f.start);
+            assert_eq!(&index.names[e.name.clone()], f.name);
+            let graph = &map_bytes[e.graph.start as usize..e.graph.end as usize];
+            assert_eq!(fnv1a(graph), e.graph_hash);
+            let mut r = Reader::new(graph, graph.len());
+            assert_eq!(&CounterMap::decode_function(&mut r, 6).unwrap(), f);
+        }
+        assert_eq!(index.entries[0].counters, 0..3);
+        assert_eq!(index.entries[1].counters, 3..6);
+        assert_eq!(
+            fnv1a(&map_bytes[..index.head_len as usize]),
+            index.head_hash
+        );
+        // Another map, fewer counters, every truncation and every flipped byte: an error.
+        assert!(MapIndex::parse(section, hash ^ 1, map_bytes.len(), 6).is_err());
+        assert!(MapIndex::parse(section, hash, map_bytes.len(), 5).is_err());
+        for len in 0..section.len() {
+            assert!(MapIndex::parse(&section[..len], hash, map_bytes.len(), 6).is_err());
+        }
+        for at in 0..section.len() {
+            let mut bad = section.clone();
+            bad[at] ^= 0x01;
+            assert!(
+                MapIndex::parse(&bad, hash, map_bytes.len(), 6).is_err(),
+                "byte {at}"
+            );
+        }
     }
 
     #[test]
