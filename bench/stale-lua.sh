@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # stale-lua.sh -- a profile of one Lua release used on the next (stale profiles, issue 37).
 #
-#   bench/stale-lua.sh LUA_GIT [OUT_DIR] [ROUNDS]
+#   bench/stale-lua.sh [OUT_DIR] [ROUNDS]
 #
-# LUA_GIT is a clone of https://github.com/lua/lua (upstream's history, with its release
-# tags). Lua 5.4.4 and 5.4.6 (5.4.5 was withdrawn; 5.4.6 is the release after 5.4.4) are
-# built alike, as scripts/build-real-programs.sh builds Lua (gcc -O2 -g
-# -fno-reorder-blocks-and-partition, --emit-relocs, the fixed string-hash seed), from the
-# tags' files. Both are instrumented and trained on the benchmark's training inputs
+# Lua 5.4.4 and 5.4.6 (5.4.5 was withdrawn; 5.4.6 is the release after 5.4.4) come from a
+# package registry: the sdists of PyPI's `lupa` 2.0 and 2.2 bundle upstream Lua's source tree
+# as third-party/lua54 (5.4.4 and 5.4.6; checked file by file against upstream's v5.4.4 and
+# v5.4.6 tags: identical). The sdists are pinned by their sha256, and the script checks
+# LUA_VERSION_RELEASE in lua.h. They are cached in
+# ${RIVET_CACHE:-~/.cache/rivet}/stale-lua/lupa-<version>.tar.gz.
+# Both releases are built alike, as scripts/build-real-programs.sh builds Lua (gcc -O2 -g
+# -fno-reorder-blocks-and-partition, --emit-relocs, the fixed string-hash seed). Both are
+# instrumented and trained on the benchmark's training inputs
 # (bench/lua: binarytrees 14, fannkuch 9, strings 200000). Then 5.4.6 is optimized
 #   - with its own profile (fresh),
 #   - with 5.4.4's profile, matched by code hashes (stale),
@@ -21,22 +25,51 @@
 # (default /tmp/rivet-stale-lua).
 set -euo pipefail
 
-LUA_GIT=${1:?usage: bench/stale-lua.sh LUA_GIT [OUT_DIR] [ROUNDS]}
-OUT=${2:-/tmp/rivet-stale-lua}
-ROUNDS=${3:-20}
+OUT=${1:-/tmp/rivet-stale-lua}
+ROUNDS=${2:-20}
+CACHE="${RIVET_CACHE:-${HOME:-/tmp}/.cache/rivet}/stale-lua"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 RIVET=${RIVET:-$ROOT/target/release/rivet}
 BOLT=${BOLT:-llvm-bolt-19}
 [[ -x $RIVET ]] || { echo "stale-lua: $RIVET is missing (cargo build --release -p rivet)" >&2; exit 2; }
 command -v "$BOLT" >/dev/null || { echo "stale-lua: $BOLT is missing (apt-get install bolt-19)" >&2; exit 2; }
-mkdir -p "$OUT"
+command -v curl >/dev/null || { echo "stale-lua: curl is missing (apt-get install curl)" >&2; exit 2; }
+mkdir -p "$OUT" "$CACHE"
 cd "$OUT"
+
+# lupa's sdist that bundles each Lua release, where PyPI keeps it, and its sha256 (PyPI's digest).
+declare -A LUPA=([5.4.4]=2.0 [5.4.6]=2.2)
+PYPI=https://files.pythonhosted.org/packages
+declare -A LUPA_URL=(
+    [2.0]=$PYPI/5a/c2/34a30377e96ed0e1042067604b9c9cbb14eb8833583e2668c724c6eafe49/lupa-2.0.tar.gz
+    [2.2]=$PYPI/b6/13/3a0d2c231ae39bced22f14ded420915be1b88f030bfd2388900d89a74a4b/lupa-2.2.tar.gz
+)
+declare -A LUPA_SHA256=(
+    [2.0]=ad3fef486be7adddd349fe9a9c393789061312cf98ebc533b489be34f484cb79
+    [2.2]=665a006bcf8d9aacdfdb953824b929d06a0c55910a662b59be2f157ab4c8924d
+)
+# lua_source VERSION DIR: upstream Lua VERSION's source tree, unpacked into DIR.
+lua_source() {
+    local v=$1 dir=$2 lupa=${LUPA[$1]} tarball
+    tarball="$CACHE/lupa-$lupa.tar.gz"
+    if [[ ! -f $tarball ]]; then
+        curl -fsSL -o "$tarball.part" "${LUPA_URL[$lupa]}" ||
+            { echo "stale-lua: cannot download lupa $lupa's sdist from PyPI" >&2; exit 1; }
+        mv "$tarball.part" "$tarball"
+    fi
+    echo "${LUPA_SHA256[$lupa]}  $tarball" | sha256sum -c --quiet - ||
+        { echo "stale-lua: $tarball is not PyPI's lupa $lupa (sha256 differs; remove it)" >&2; exit 1; }
+    tar -xzf "$tarball" -C "$dir" --strip-components=3 "lupa-$lupa/third-party/lua54"
+    rm -f "$dir/.git"
+    grep -q "LUA_VERSION_RELEASE.*\"${v##*.}\"" "$dir/lua.h" ||
+        { echo "stale-lua: lupa $lupa does not hold Lua $v" >&2; exit 1; }
+}
 
 for v in 5.4.4 5.4.6; do
     if [[ ! -x build-$v/lua ]]; then
         rm -rf "src-$v" "build-$v"
         mkdir -p "src-$v" "build-$v"
-        git -C "$LUA_GIT" archive "v$v" | tar -x -C "src-$v"
+        lua_source "$v" "src-$v"
         objs=()
         for f in "src-$v"/*.c; do
             b=$(basename "$f" .c)
