@@ -91,6 +91,14 @@ fn promotes_verifies_and_behaves_the_same(pie: bool) {
     assert_eq!(icp["promoted_sites"], sites, "{summary}");
     assert_eq!(icp["promoted_targets"], sites, "one callee each: {summary}");
     assert_eq!(icp["promoted_calls"], calls, "{summary}");
+    // The dyno stats count the calls the compares take as direct.
+    let dyno = &summary["dyno_stats"];
+    assert_eq!(dyno["before"]["indirect calls"], 63023, "{summary}");
+    assert_eq!(dyno["after"]["indirect calls"], 63023 - calls, "{summary}");
+    assert_eq!(
+        dyno["after"]["function calls"], dyno["before"]["function calls"],
+        "{summary}"
+    );
     let share = calls as f64 / 63023.0;
     assert!(
         share > if pie { 0.73 } else { 0.80 },
