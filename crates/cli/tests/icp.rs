@@ -3,7 +3,8 @@
 //! counts the sites the thresholds pick, the output prints and exits as the input does on the
 //! training input and on another one (which also takes the program's other exit path), an
 //! exception thrown through a promoted call is still caught, `rivet verify` accepts the output
-//! and rejects it, in one line, once a compare is corrupted. BOLT's spellings are accepted,
+//! (also with the blocks reversed, so that a promoted call's block ends in a conditional jump
+//! and a jump) and rejects it, in one line, once a compare is corrupted. BOLT's spellings are accepted,
 //! jump tables are refused with a warning, and a stale profile promotes nothing.
 
 mod common;
@@ -135,6 +136,35 @@ fn promotes_verifies_and_behaves_the_same(pie: bool) {
     assert!(
         said.contains(&format!("{sites} promoted indirect calls checked")),
         "{said}"
+    );
+
+    // Blocks reversed: sum_areas' loop block, which holds a promoted call, ends in a conditional
+    // jump followed by a jump (neither successor comes next), which the checks must find past
+    // the promoted call's added instructions (cppcheck's ForwardTraversal::updateRange was
+    // refused before).
+    let reversed = dir.join("icp.reversed");
+    let summary = optimize_json(
+        &bin,
+        &counts,
+        &reversed,
+        &[
+            "--indirect-call-promotion=calls",
+            "--reorder-blocks=reverse",
+            "--verify",
+        ],
+    );
+    assert_eq!(
+        summary["indirect_call_promotion"]["promoted_sites"], sites,
+        "{summary}"
+    );
+    for arg in ["3001", "3000"] {
+        assert_eq!(run(&reversed, arg), run(&bin, arg), "icp.reversed {arg}");
+    }
+    let verified = rivet(&["verify", s(&bin), s(&reversed)]);
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
     );
 
     // Corrupt apply's compare so it compares another address than the one its je calls:
