@@ -19,7 +19,9 @@ use rivet_ir::layout::{Layout, PltCalls};
 use rivet_ir::{FuncId, Program};
 use rivet_layout::LandingPads;
 use rivet_passes::attach::AttachedProfile;
-use rivet_passes::dyno::{DynoStats, dyno_stats, format_comparison, move_plt_calls_via_got};
+use rivet_passes::dyno::{
+    DynoStats, count_promoted_calls, dyno_stats, format_comparison, move_plt_calls_via_got,
+};
 use rivet_passes::optimize::{
     BlockAlignment, BlockOrder, FunctionOrder, OptimizeOptions, Splitting, optimized_layout,
 };
@@ -991,6 +993,9 @@ pub fn run_with(
         &output.layout,
         rewrite_options.plt_calls,
     );
+    count_promoted_calls(&mut after, &program, &attached, &output.layout, |f| {
+        output.map.is_rewritten(f)
+    });
     let change = |b: u64, a: u64| {
         if b == 0 {
             0.0

@@ -420,7 +420,7 @@ impl Checker<'_> {
                     return Err(format!("{}: expected a conditional jump", block_name()));
                 };
                 let after = jcc.end();
-                let y = match decoded.get(body.len() + 1).map(Inst::flow) {
+                let y = match decoded.get(body.len() + extra + 1).map(Inst::flow) {
                     Some(Flow::Jump { target }) if !self.new_block_starts.contains(&after) => {
                         target
                     }
@@ -468,10 +468,10 @@ impl Checker<'_> {
                 // A conditional jump over the jump right after it (AArch64's far form of a
                 // conditional branch, `b.!cond 1f; b target; 1:`) is that jump taken on the
                 // opposite condition, continuing where the skip lands.
-                let skip = match decoded.get(body.len() + 1) {
+                let skip = match decoded.get(body.len() + extra + 1) {
                     Some(jump) if x == jump.end() => match jump.flow() {
                         Flow::Jump { target: z } => {
-                            let y2 = match decoded.get(body.len() + 2).map(Inst::flow) {
+                            let y2 = match decoded.get(body.len() + extra + 2).map(Inst::flow) {
                                 Some(Flow::Jump { target })
                                     if !self.new_block_starts.contains(&x) =>
                                 {

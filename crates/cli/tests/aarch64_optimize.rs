@@ -10,7 +10,8 @@
 //! Every option set of the x86-64 differential tests (`corpus::optimize_option_sets`: block
 //! and function orders, splitting, landing pads, alignments, hot text, llvm-bolt's spellings,
 //! in place) also runs on AArch64 programs profiled by their instrumented builds, with the
-//! warnings for the two options AArch64 does not have yet (`--plt`, `--hugify`).
+//! warnings for options AArch64 does not have yet (`--plt`, `--hugify`,
+//! `--indirect-call-promotion`).
 
 mod common;
 
@@ -245,6 +246,10 @@ fn every_option_set_optimizes_aarch64_programs_that_behave_the_same() {
                     "--plt: calls through the GOT are not implemented for AArch64",
                 ),
                 ("-hugify", "--hugify: no start-up code for Aarch64"),
+                (
+                    "-indirect-call-promotion=calls",
+                    "--indirect-call-promotion is implemented for x86-64 only",
+                ),
             ] {
                 assert_eq!(
                     set.contains(&option),

@@ -19,7 +19,9 @@
 //! - function calls: `call` instructions executed (direct, indirect, PLT; noreturn calls
 //!   included, tail calls not); indirect calls and PLT calls are the subsets through a
 //!   register or memory, and to a PLT stub (a PLT call made through the stub's GOT slot, as
-//!   `--plt` writes it, is an indirect call: `move_plt_calls_via_got`);
+//!   `--plt` writes it, is an indirect call: `move_plt_calls_via_got`; a promoted indirect
+//!   call that a compare takes is a direct one, and its compares, `je`s and jumps to the join
+//!   are counted like any others: `count_promoted_calls`);
 //! - tail calls: jumps to other functions (unconditional, and taken conditional ones);
 //! - returns;
 //! - taken / non-taken conditional branches (a taken conditional tail call is both a taken
@@ -58,10 +60,11 @@ use std::iter::Sum;
 use std::ops::{Add, AddAssign};
 
 use rivet_arch::FragmentExits;
-use rivet_elf::Vaddr;
+use rivet_elf::{ElfKind, Vaddr};
 use rivet_ir::layout::{ChangedExit, FunctionLayout, Layout, PltCalls};
 use rivet_ir::{
-    BlockExit, BlockId, CallTarget, EdgeKind, Function, PlacedNext, Program, Terminator, WrittenEnd,
+    BlockExit, BlockId, CallTarget, EdgeKind, FuncId, Function, PlacedNext, Program, Terminator,
+    WrittenEnd,
 };
 
 use crate::attach::{AttachedProfile, FunctionCounts};
@@ -226,6 +229,71 @@ pub fn move_plt_calls_via_got(
                 stats.plt_calls = stats.plt_calls.saturating_sub(n);
                 stats.indirect_calls = stats.indirect_calls.saturating_add(n);
             }
+        }
+    }
+}
+
+/// Counts, in `stats` (of `layout`), the code of the indirect calls `layout` promotes
+/// (`FunctionLayout::promoted_calls`): a run that a compare takes makes a direct call, so it
+/// leaves the indirect calls; every compare and `je` it passes runs (a conditional branch,
+/// taken by its callee's runs), as do the load or `lea`s of the compare's form and the `jmp`s
+/// to the join (after the fallback and after each direct call but the hottest, which falls
+/// into it). Each callee's runs are its count in the site table, the profile's, capped by the
+/// runs that reach its compare. Calls in all stay as many: each path makes one. Only the
+/// functions `rewritten` says the output rewrote hold the promoted code.
+pub fn count_promoted_calls(
+    stats: &mut DynoStats,
+    program: &Program,
+    profile: &AttachedProfile,
+    layout: &Layout,
+    rewritten: impl Fn(FuncId) -> bool,
+) {
+    let pic = program.info.kind != ElfKind::Executable;
+    for f in &program.functions {
+        if !rewritten(f.id) {
+            continue;
+        }
+        let (Some(Some(counts)), Some(fl)) = (
+            profile.functions.get(f.id.0 as usize),
+            layout.function(f.id),
+        ) else {
+            continue;
+        };
+        for p in &fl.promoted_calls {
+            let Some(call) = f.insts.get(p.inst as usize) else {
+                continue;
+            };
+            let Some(b) = block_holding(f, call.addr()) else {
+                continue;
+            };
+            let Ok(shape) = call
+                .isa()
+                .promotion_shape(call, p.targets.len(), pic, p.noreturn)
+            else {
+                continue;
+            };
+            let (once, per_compare) = shape.instructions();
+            let n = block_count(counts, b);
+            let mut remaining = n;
+            let mut added = once * n;
+            let mut jumps = 0u64;
+            for (k, t) in p.targets.iter().enumerate() {
+                let taken = t.count.min(remaining);
+                added += (per_compare + 1) * remaining;
+                stats.taken_conditional = stats.taken_conditional.saturating_add(taken);
+                stats.nontaken_conditional =
+                    stats.nontaken_conditional.saturating_add(remaining - taken);
+                if k > 0 && !p.noreturn {
+                    jumps += taken;
+                }
+                remaining -= taken;
+            }
+            if !p.noreturn {
+                jumps += remaining;
+            }
+            stats.instructions = stats.instructions.saturating_add(added + jumps);
+            stats.unconditional = stats.unconditional.saturating_add(jumps);
+            stats.indirect_calls = stats.indirect_calls.saturating_sub(n - remaining);
         }
     }
 }

@@ -6,12 +6,14 @@ mod common;
 use common::{fall, function, profile, program, taken};
 use rivet_elf::Vaddr;
 use rivet_ir::layout::{
-    FragmentRef, FunctionLayout, Layout, LayoutStrategy, PltCalls, build_layout, split_every_block,
+    FragmentRef, FunctionLayout, Layout, LayoutStrategy, PltCalls, PromotedCall, PromotedTarget,
+    build_layout, split_every_block,
 };
 use rivet_ir::{BlockId, Call, CallTarget, FuncId, Function, Program, Terminator};
 use rivet_passes::attach::{AttachedProfile, FunctionCounts};
 use rivet_passes::dyno::{
-    DynoStats, dyno_stats, format_comparison, function_dyno_stats, move_plt_calls_via_got,
+    DynoStats, count_promoted_calls, dyno_stats, format_comparison, function_dyno_stats,
+    move_plt_calls_via_got,
 };
 
 const PLT: Vaddr = Vaddr(0x5000);
@@ -630,6 +632,72 @@ fn plt_calls_made_through_the_got_count_as_indirect_calls() {
         ..whole.clone()
     };
     assert_eq!(stats(&in_place, PltCalls::All), (2, 0, 2));
+}
+
+/// `loop_fn`'s `call *%rax` (instruction 1, in B0, run 10 times) promoted to two callees
+/// that the site table says made `first` and `second` of its calls.
+fn promoted_loop(first: u64, second: u64) -> (Layout, AttachedProfile) {
+    let mut layout = one_function_layout(vec![vec![0, 1, 2]]);
+    let target = |count| PromotedTarget {
+        function: FuncId(0),
+        entry: Vaddr(0x1000),
+        count,
+    };
+    layout.functions[0].as_mut().unwrap().promoted_calls = vec![PromotedCall {
+        inst: 1,
+        targets: vec![target(first), target(second)],
+        site_count: 10,
+        noreturn: false,
+    }];
+    let prof = profile(vec![Some(FunctionCounts {
+        blocks: vec![10, 100, 10],
+        edges: vec![vec![10], vec![90, 10], vec![]],
+        entries: 10,
+    })]);
+    (layout, prof)
+}
+
+#[test]
+fn promoted_calls_taken_by_their_compares_count_as_direct() {
+    let p = single(loop_fn());
+    let (layout, prof) = promoted_loop(6, 3);
+    layout.validate(&p).unwrap();
+    let plain = dyno_stats(&p, &prof, Some(&layout));
+    assert_eq!(plain.indirect_calls, 10);
+    let promoted = |p: &Program, layout: &Layout, rewritten: bool| {
+        let mut s = dyno_stats(p, &prof, Some(layout));
+        count_promoted_calls(&mut s, p, &prof, layout, |_| rewritten);
+        s
+    };
+    let s = promoted(&p, &layout, true);
+    // 6 + 3 runs go direct; 1 takes the fallback. Calls in all stay 10.
+    assert_eq!(s.indirect_calls, 1);
+    assert_eq!(s.function_calls, plain.function_calls);
+    // The first je runs 10 times (6 taken), the second 4 (3 taken).
+    assert_eq!(s.taken_conditional, plain.taken_conditional + 9);
+    assert_eq!(s.nontaken_conditional, plain.nontaken_conditional + 5);
+    // Jumps to the join: after the second callee's call (3) and after the fallback (1).
+    assert_eq!(s.unconditional, plain.unconditional + 4);
+    // `cmp $T,%rax; je` twice for 10 and 4 runs, and the 4 jumps.
+    assert_eq!(s.instructions, plain.instructions + 2 * 10 + 2 * 4 + 4);
+
+    // With PIC each compare is `lea T(%rip),%r11; cmp %r11,%rax`.
+    let mut pie = p.clone();
+    pie.info.kind = rivet_elf::ElfKind::PieExecutable;
+    let s = promoted(&pie, &layout, true);
+    assert_eq!(s.instructions, plain.instructions + 3 * 10 + 3 * 4 + 4);
+
+    // A site table with more calls than reach a compare (a scaled or merged profile) is
+    // capped by the runs: no run counts twice, and none is left for the fallback.
+    let (capped, prof2) = promoted_loop(6, 30);
+    let mut s = dyno_stats(&p, &prof2, Some(&capped));
+    count_promoted_calls(&mut s, &p, &prof2, &capped, |_| true);
+    assert_eq!(s.indirect_calls, 0);
+    assert_eq!(s.taken_conditional, plain.taken_conditional + 10);
+    assert_eq!(s.unconditional, plain.unconditional + 4);
+
+    // A function the output did not rewrite keeps its indirect call.
+    assert_eq!(promoted(&p, &layout, false), plain);
 }
 
 /// AArch64 instruction words as bytes.

@@ -204,6 +204,17 @@ impl PromotionShape {
         self.head_size()
     }
 
+    /// Instructions that run once whichever way the sequence goes before its first compare
+    /// (the load into r11), and instructions of each compare before its `je` (the `lea` and
+    /// the `cmp` with PIC): what the dyno stats add for a promoted call.
+    pub fn instructions(&self) -> (u64, u64) {
+        match self.form {
+            Form::LoadOnce => (1, 1),
+            Form::Pic => (0, 2),
+            Form::ImmRegister | Form::ImmMemory => (0, 1),
+        }
+    }
+
     fn load_bytes(&self, call: &Inst, at: Vaddr) -> Result<Vec<u8>, PromotionError> {
         if self.form != Form::LoadOnce {
             return Ok(Vec::new());

@@ -34,6 +34,8 @@ pub fn optimize_option_sets() -> Vec<Vec<&'static str>> {
             // Peepholes and conditional tail calls (x86-64; AArch64 warns, changes nothing).
             "-peepholes=all",
             "-simplify-conditional-tail-calls",
+            // Indirect call promotion (x86-64; AArch64 warns and promotes nothing).
+            "-indirect-call-promotion=calls",
         ],
         // The peepholes and conditional tail calls alone, over the default layout, in
         // relocation mode and in place.
