@@ -92,6 +92,15 @@ impl Checker<'_> {
                 .ok_or_else(|| format!("{}: truncated", name()))?;
             self.same_instruction(old, new)
                 .map_err(|e| format!("{}: {e}", name()))?;
+            // `same_instruction` lets bytes differ wherever an address could be; an
+            // instruction naming none (an 8-bit immediate, say) must be its original exactly.
+            if old.pc_relative_target().is_none()
+                && old.absolute_constants().next().is_none()
+                && self.input.bytes_at(old.addr(), u64::from(old.len()))
+                    != self.out.bytes_at(new.addr(), u64::from(new.len()))
+            {
+                return Err(format!("{}: `{}` at {} differs from the original", name(), new.to_asm(), new.addr()));
+            }
             same_state(old, new)?;
         }
         let after = body.len();

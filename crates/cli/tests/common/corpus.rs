@@ -34,6 +34,8 @@ pub fn optimize_option_sets() -> Vec<Vec<&'static str>> {
             // Peepholes and conditional tail calls (x86-64; AArch64 warns, changes nothing).
             "-peepholes=all",
             "-simplify-conditional-tail-calls",
+            // Tail duplication (x86-64; AArch64 warns and copies nothing).
+            "-tail-duplication=cache",
         ],
         // The peepholes and conditional tail calls alone, over the default layout, in
         // relocation mode and in place.
