@@ -37,18 +37,22 @@ fn row_at(table: &EhFrameTable<'_>, addr: Vaddr) -> Result<Option<CfiRow>, Strin
 
 impl Checker<'_> {
     fn frames(&self) -> &Frames<'_> {
-        self.taildup_frames.get_or_init(|| {
-            match (self.input.eh_frame(), self.out.eh_frame()) {
+        self.taildup_frames
+            .get_or_init(|| match (self.input.eh_frame(), self.out.eh_frame()) {
                 (Ok(Some(i)), Ok(Some(o))) => Some((i, o)),
                 _ => None,
-            }
-        })
+            })
     }
 
     /// Whether the output at `end` (where the block's body ends) holds a copy of the block at
     /// `target` that does what the jump there did. `Ok(false)` when it does not look like one
     /// at all; an error when it is a copy that differs.
-    pub(super) fn tail_copy(&self, f: &Function, target: Vaddr, end: Vaddr) -> Result<bool, String> {
+    pub(super) fn tail_copy(
+        &self,
+        f: &Function,
+        target: Vaddr,
+        end: Vaddr,
+    ) -> Result<bool, String> {
         let Some(t) = f.block_at(target).map(|b| f.block(b)) else {
             return Ok(false);
         };
@@ -99,7 +103,12 @@ impl Checker<'_> {
                 && self.input.bytes_at(old.addr(), u64::from(old.len()))
                     != self.out.bytes_at(new.addr(), u64::from(new.len()))
             {
-                return Err(format!("{}: `{}` at {} differs from the original", name(), new.to_asm(), new.addr()));
+                return Err(format!(
+                    "{}: `{}` at {} differs from the original",
+                    name(),
+                    new.to_asm(),
+                    new.addr()
+                ));
             }
             same_state(old, new)?;
         }
@@ -117,7 +126,10 @@ impl Checker<'_> {
             return Ok(true);
         }
         let Flow::Jump { target: to } = last.flow() else {
-            return Err(format!("{}: the tail does not end in a jump or return", name()));
+            return Err(format!(
+                "{}: the tail does not end in a jump or return",
+                name()
+            ));
         };
         let want = self.tr(to)?;
         let copy_end = match after.checked_sub(1) {

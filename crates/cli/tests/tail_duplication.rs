@@ -11,7 +11,9 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{build_instrument_program, instrument_and_train, nm_symbol as symbol, rivet, s, scratch};
+use common::{
+    build_instrument_program, instrument_and_train, nm_symbol as symbol, rivet, s, scratch,
+};
 
 fn optimize_json(bin: &Path, counts: &Path, out: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec![

@@ -692,7 +692,13 @@ pub fn plan_fragment(
                     let written = exit.written(is_next);
                     if let Some(WrittenEnd::Jump { to }) = written {
                         let state_at = f.insts[tail_last as usize].addr();
-                        branch(&mut items, encoder, NewBranch::Jump, target_of(f, to), state_at)?;
+                        branch(
+                            &mut items,
+                            encoder,
+                            NewBranch::Jump,
+                            target_of(f, to),
+                            state_at,
+                        )?;
                     }
                     ends_unreached = !written.is_some_and(WrittenEnd::falls_into_next);
                 }

@@ -223,10 +223,7 @@ fn copyable_tail(f: &Function, t: BlockId, max_bytes: u64) -> Option<BlockExit> 
     if body.is_empty() && block.terminator != Terminator::Return {
         return None;
     }
-    let end = f
-        .block_insts(block)
-        .last()
-        .map_or(block.start, |i| i.end());
+    let end = f.block_insts(block).last().map_or(block.start, |i| i.end());
     let own = |target: Vaddr| target >= block.start && target < end;
     for inst in body {
         if inst.flow() != Flow::Next || inst.pc_relative_target().is_some_and(own) {
@@ -302,7 +299,11 @@ pub fn function_duplications(
         };
         let leaves_function = matches!(
             exit,
-            BlockExit::Return { .. } | BlockExit::Jump { tail_call: true, .. }
+            BlockExit::Return { .. }
+                | BlockExit::Jump {
+                    tail_call: true,
+                    ..
+                }
         );
         let wanted = match options.mode {
             TailDupMode::None => false,
