@@ -1509,6 +1509,24 @@ fn promoted_in_output(output: &rivet_emit::rewrite::RewriteOutput) -> (usize, us
     out
 }
 
+/// What the tail duplication of the output's layout did, recorded in `json`
+/// (`tail_duplication`), when the pass ran.
+fn tail_dup_summary(
+    options: rivet_passes::taildup::TailDupOptions,
+    c: rivet_passes::taildup::TailDupCounts,
+    json: &mut serde_json::Value,
+) -> Option<rivet_passes::taildup::TailDupCounts> {
+    if options.mode == rivet_passes::taildup::TailDupMode::None {
+        return None;
+    }
+    json["tail_duplication"] = serde_json::json!({
+        "duplicated": c.duplicated,
+        "bytes": c.bytes,
+        "jumps_removed": c.jumps_removed,
+    });
+    Some(c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1606,22 +1624,4 @@ mod tests {
         assert!(warnings[0].contains("-frame-opt=hot"));
         assert!(warnings[3].contains("-use-gnu-stack"));
     }
-}
-
-/// What the tail duplication of the output's layout did, recorded in `json`
-/// (`tail_duplication`), when the pass ran.
-fn tail_dup_summary(
-    options: rivet_passes::taildup::TailDupOptions,
-    c: rivet_passes::taildup::TailDupCounts,
-    json: &mut serde_json::Value,
-) -> Option<rivet_passes::taildup::TailDupCounts> {
-    if options.mode == rivet_passes::taildup::TailDupMode::None {
-        return None;
-    }
-    json["tail_duplication"] = serde_json::json!({
-        "duplicated": c.duplicated,
-        "bytes": c.bytes,
-        "jumps_removed": c.jumps_removed,
-    });
-    Some(c)
 }
