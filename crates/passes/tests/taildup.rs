@@ -1,6 +1,7 @@
 //! Tail duplication (`rivet_passes::taildup`) on hand-written x86-64 functions: the modes'
 //! rules (distance, tails that leave the function or jump on), each refusal (landing pad,
-//! size, unwind state, an edge that never ran, a tail placed next, a tail that calls), and the
+//! size, unwind state, an edge that never ran, a tail placed next, a tail that calls or traps,
+//! a jump-table target, an entry, an address-taken label, a tail reading its own address), and the
 //! counts the layout keeps.
 
 mod common;
@@ -11,7 +12,9 @@ use common::{fall, function, program, taken};
 use rivet_elf::eh_frame::{Cfa, CfiRow, SavedRegister};
 use rivet_elf::{Vaddr, VaddrRange};
 use rivet_ir::layout::{ExitChange, FunctionLayout, Layout};
-use rivet_ir::{BlockExit, BlockId, EdgeKind, Function, Terminator};
+use rivet_ir::{
+    BlockExit, BlockId, EdgeKind, Function, JumpTable, JumpTableKind, TableBound, Terminator,
+};
 use rivet_passes::attach::FunctionCounts;
 use rivet_passes::taildup::{TailDupMode, TailDupOptions, apply, function_duplications};
 
@@ -169,6 +172,49 @@ fn tails_that_cannot_be_copied_are_refused() {
     // A tail that calls (`call rel32` to itself: any call) is never copied.
     let call = shared_tail(1, &[0xe8, 0, 0, 0, 0], false);
     assert!(duplicated(&call, &[0, 1, 2, 3], TailDupMode::Aggressive).is_empty());
+}
+
+#[test]
+fn tails_whose_address_matters_or_that_trap_are_refused() {
+    // The control: the same tail, nothing special about it, is copied.
+    let plain = shared_tail(1, ADD5, false);
+    assert_eq!(duplicated(&plain, &[0, 1, 2, 3], TailDupMode::Cache).len(), 1);
+    let t = plain.block(BlockId(3)).start;
+    // A jump-table target: left alone on purpose (the pass copies only code that branches
+    // of this function alone reach, so a copy never has to agree with a table).
+    let mut table = shared_tail(1, ADD5, false);
+    table.jump_tables.push(JumpTable {
+        addr: Vaddr(0x8000),
+        entry_size: 8,
+        kind: JumpTableKind::Absolute,
+        jump_at: Vaddr(0x1000),
+        entries: vec![t],
+        bound: TableBound::Relocations,
+        default_target: None,
+    });
+    assert!(duplicated(&table, &[0, 1, 2, 3], TailDupMode::Aggressive).is_empty());
+    // A secondary entry and an address-taken label: something outside this jump reaches it.
+    let mut entry = shared_tail(1, ADD5, false);
+    entry.secondary_entries.push(t);
+    assert!(duplicated(&entry, &[0, 1, 2, 3], TailDupMode::Aggressive).is_empty());
+    let mut taken_address = shared_tail(1, ADD5, false);
+    taken_address.blocks[3].is_address_taken = true;
+    assert!(duplicated(&taken_address, &[0, 1, 2, 3], TailDupMode::Aggressive).is_empty());
+    // `lea -7(%rip),%rax` reads the tail's own address: in a copy it would read the
+    // original's, which differs from what the copied code ran at.
+    let own = shared_tail(1, &[0x48, 0x8d, 0x05, 0xf9, 0xff, 0xff, 0xff], false);
+    let lea = &own.insts[own.block(BlockId(3)).insts.start as usize];
+    assert_eq!(lea.pc_relative_target(), Some(own.block(BlockId(3)).start));
+    assert!(duplicated(&own, &[0, 1, 2, 3], TailDupMode::Aggressive).is_empty());
+    // A RIP-relative reference elsewhere (the function's entry) is re-encoded: copied.
+    let elsewhere_disp = (0x1000i64 - (t.get() as i64 + 7)) as i32;
+    let mut lea_entry = vec![0x48, 0x8d, 0x05];
+    lea_entry.extend_from_slice(&elsewhere_disp.to_le_bytes());
+    let elsewhere = shared_tail(1, &lea_entry, false);
+    assert_eq!(duplicated(&elsewhere, &[0, 1, 2, 3], TailDupMode::Cache).len(), 1);
+    // A trap (`ud2`) does not continue: never copied.
+    let trap = shared_tail(1, &[0x0f, 0x0b], false);
+    assert!(duplicated(&trap, &[0, 1, 2, 3], TailDupMode::Aggressive).is_empty());
 }
 
 #[test]
