@@ -178,7 +178,10 @@ fn tails_that_cannot_be_copied_are_refused() {
 fn tails_whose_address_matters_or_that_trap_are_refused() {
     // The control: the same tail, nothing special about it, is copied.
     let plain = shared_tail(1, ADD5, false);
-    assert_eq!(duplicated(&plain, &[0, 1, 2, 3], TailDupMode::Cache).len(), 1);
+    assert_eq!(
+        duplicated(&plain, &[0, 1, 2, 3], TailDupMode::Cache).len(),
+        1
+    );
     let t = plain.block(BlockId(3)).start;
     // A jump-table target: left alone on purpose (the pass copies only code that branches
     // of this function alone reach, so a copy never has to agree with a table).
@@ -211,7 +214,10 @@ fn tails_whose_address_matters_or_that_trap_are_refused() {
     let mut lea_entry = vec![0x48, 0x8d, 0x05];
     lea_entry.extend_from_slice(&elsewhere_disp.to_le_bytes());
     let elsewhere = shared_tail(1, &lea_entry, false);
-    assert_eq!(duplicated(&elsewhere, &[0, 1, 2, 3], TailDupMode::Cache).len(), 1);
+    assert_eq!(
+        duplicated(&elsewhere, &[0, 1, 2, 3], TailDupMode::Cache).len(),
+        1
+    );
     // A trap (`ud2`) does not continue: never copied.
     let trap = shared_tail(1, &[0x0f, 0x0b], false);
     assert!(duplicated(&trap, &[0, 1, 2, 3], TailDupMode::Aggressive).is_empty());
