@@ -1603,6 +1603,42 @@ mod tests {
     }
 
     #[test]
+    fn bolt_tail_duplication_is_rivets() {
+        let (out, warnings) = translate(&[
+            "-tail-duplication=cache",
+            "-tail-duplication",
+            "aggressive",
+            "-tail-duplication-maximum-duplication=32",
+        ]);
+        assert_eq!(
+            out,
+            [
+                "--tail-duplication=cache",
+                "--tail-duplication=aggressive",
+                "--tail-duplication-maximum-duplication=32"
+            ]
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // What it becomes parses, and the default is off.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: OptimizeArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["optimize", "app", "-o", "out", "--profile", "p.fdata"];
+            argv.extend_from_slice(extra);
+            <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.args.tail_duplication)
+        };
+        assert_eq!(parse(&[]).unwrap(), TailDupArg::None);
+        assert_eq!(
+            parse(&["--tail-duplication=cache"]).unwrap(),
+            TailDupArg::Cache
+        );
+        assert!(parse(&["--tail-duplication=sometimes"]).is_err());
+    }
+
+    #[test]
     fn separate_values_and_rivet_options_pass() {
         let (out, _) = translate(&["-data", "p.fdata", "--json", "-f", "--", "-icf"]);
         assert_eq!(out, ["--data=p.fdata", "--json", "-f", "--", "-icf"]);
