@@ -8,6 +8,8 @@ mod common;
 
 use std::sync::Arc;
 
+use rivet_arch::FragmentExits;
+
 use common::{fall, function, program, taken};
 use rivet_elf::eh_frame::{Cfa, CfiRow, SavedRegister};
 use rivet_elf::{Vaddr, VaddrRange};
@@ -16,6 +18,7 @@ use rivet_ir::{
     BlockExit, BlockId, EdgeKind, Function, JumpTable, JumpTableKind, TableBound, Terminator,
 };
 use rivet_passes::attach::FunctionCounts;
+use rivet_passes::dyno::function_dyno_stats;
 use rivet_passes::taildup::{TailDupMode, TailDupOptions, apply, function_duplications};
 
 fn row(start: u64, len: u64, offset: i64) -> CfiRow {
@@ -279,4 +282,25 @@ fn apply_records_the_copy_and_moves_the_edge_count_off_the_tail() {
         apply(&p, &counts, &mut in_place, options(TailDupMode::Cache)).duplicated,
         0
     );
+}
+
+#[test]
+fn the_dyno_stats_count_the_copy_and_not_the_jump() {
+    // b1 (10 runs) jumped to b3 (`add $5 ; ret`); with the copy b1 runs `xor ; add ; ret`
+    // and b3 runs only for its other way in: one instruction fewer per run of b1, no taken
+    // jump, and the copy's `add` counted.
+    let f = shared_tail(1, ADD5, false);
+    let c = FunctionCounts {
+        blocks: vec![20, 10, 10, 20],
+        edges: vec![vec![10, 10], vec![10], vec![10], vec![]],
+        entries: 20,
+    };
+    let plain = layout(&[0, 1, 2, 3]);
+    let mut changed = plain.clone();
+    changed.changed_exits = function_duplications(&f, &c, &plain, options(TailDupMode::Cache));
+    assert_eq!(changed.changed_exits.len(), 1);
+    let before = function_dyno_stats(&f, &c, Some((&plain, FragmentExits::Islands)));
+    let after = function_dyno_stats(&f, &c, Some((&changed, FragmentExits::Islands)));
+    assert_eq!(before.instructions - after.instructions, 10);
+    assert_eq!(before.unconditional - after.unconditional, 10);
 }
