@@ -5,8 +5,9 @@
 # program and mode
 #   - jumps replaced by a copy, bytes copied, taken jumps of the profile removed, and the dyno
 #     stats' taken branches and executed instructions (each run's --json summary),
-#   - executed instructions, I1 misses and branch mispredicts (cachegrind with
-#     bench/real-programs.sh's geometry and its branch simulator) on the small inputs,
+#   - executed instructions, I1 misses (8-way and fully associative) and branch mispredicts
+#     (cachegrind with bench/real-programs.sh's geometry and its branch simulator) on the small
+#     inputs,
 #   - CPU time of the mode over without (`rivet bench`: interleaved rounds, median of per-round
 #     ratios with its sign-test interval) on the full inputs.
 # Every output must print what the original prints, on the train and unseen inputs.
@@ -21,6 +22,9 @@
 #                                             MODES; a mode whose output is the plain file is
 #                                             skipped)
 #        BENCH_INPUTS="train unseen"
+#        CG_FA=fa            also cachegrind with a fully associative I1 (its misses are
+#                            capacity misses: conflict misses, which move with addresses, left
+#                            out; CG_FA= to skip)
 #        TAILDUP_WORK=dir    keep the work directory there (reused: a profile already there
 #                            is not trained again)
 #        RIVET_REAL_PATHS    see bench/real-programs.sh (read the cache, never build)
@@ -39,6 +43,7 @@ STAGES=${STAGES:-counts cachegrind bench}
 CG_MODES=${CG_MODES:-$MODES}
 BENCH_MODES=${BENCH_MODES:-$MODES}
 BENCH_INPUTS=${BENCH_INPUTS:-train unseen}
+CG_FA=${CG_FA-fa}
 if [[ -n ${TAILDUP_WORK:-} ]]; then
     WORK=$TAILDUP_WORK
     mkdir -p "$WORK"
@@ -97,27 +102,35 @@ for program in $PROGRAMS; do
     if staged cachegrind; then
         log "$program: cachegrind"
         for input in train unseen; do
-            cg_job "$program" "$input" plain "$dir/plain" "$dir" &
-            for mode in $CG_MODES; do
-                cmp -s "$dir/plain" "$dir/$mode" && continue
-                # As many at once as there are cores.
-                while [[ $(jobs -rp | wc -l) -ge $(nproc) ]]; do wait -n || true; done
-                cg_job "$program" "$input" "$mode" "$dir/$mode" "$dir" &
+            for mode in plain $CG_MODES; do
+                [[ $mode != plain ]] && cmp -s "$dir/plain" "$dir/$mode" && continue
+                for kind in cg $CG_FA; do
+                    # As many at once as there are cores.
+                    while [[ $(jobs -rp | wc -l) -ge $(nproc) ]]; do wait -n || true; done
+                    cg_job "$program" "$input" "$mode" "$dir/$mode" "$dir" "$kind" &
+                done
             done
             wait
         done
         for input in train unseen; do
             read -r ir_p i1_p _ mp_p < <(cg_sum "$dir" "$input" plain)
-            cg_rows+=("| $TITLE | $input | none | $(commas "$ir_p") | $(commas "$i1_p") | $(commas "$mp_p") |")
+            fa_p=-
+            [[ -n $CG_FA ]] && read -r _ fa_p _ _ < <(cg_sum "$dir" "$input" plain fa)
+            cg_rows+=("| $TITLE | $input | none | $(commas "$ir_p") | $(commas "$i1_p") | $(commas "$fa_p") | $(commas "$mp_p") |")
             for mode in $CG_MODES; do
                 if cmp -s "$dir/plain" "$dir/$mode"; then
-                    cg_rows+=("| $TITLE | $input | $mode | the same file | | |")
+                    cg_rows+=("| $TITLE | $input | $mode | the same file | | | |")
                     continue
                 fi
                 cmp -s "$dir/cg.$input.$mode.out" "$dir/cg.$input.plain.out" ||
                     die "$program: $mode prints something else under cachegrind ($input)"
                 read -r ir i1 _ mp < <(cg_sum "$dir" "$input" "$mode")
-                cg_rows+=("| $TITLE | $input | $mode | $(commas "$ir") ($(pct "$ir_p" "$ir")) | $(commas "$i1") ($(pct "$i1_p" "$i1")) | $(commas "$mp") ($(pct "$mp_p" "$mp")) |")
+                fa=-
+                if [[ -n $CG_FA ]]; then
+                    read -r _ fa _ _ < <(cg_sum "$dir" "$input" "$mode" fa)
+                    fa="$(commas "$fa") ($(pct "$fa_p" "$fa"))"
+                fi
+                cg_rows+=("| $TITLE | $input | $mode | $(commas "$ir") ($(pct "$ir_p" "$ir")) | $(commas "$i1") ($(pct "$i1_p" "$i1")) | $fa | $(commas "$mp") ($(pct "$mp_p" "$mp")) |")
             done
         done
     fi
@@ -145,8 +158,8 @@ echo "|---|---|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${count_rows[@]}"
 if staged cachegrind; then
     echo
-    echo "| program | input (small) | mode | executed instructions (cachegrind) | I1 misses (32 KiB 8-way) | branch mispredicts |"
-    echo "|---|---|---|---:|---:|---:|"
+    echo "| program | input (small) | mode | executed instructions (cachegrind) | I1 misses (32 KiB 8-way) | I1 misses, fully associative | branch mispredicts |"
+    echo "|---|---|---|---:|---:|---:|---:|"
     printf '%s\n' "${cg_rows[@]}"
 fi
 if staged bench; then
