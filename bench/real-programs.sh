@@ -20,8 +20,13 @@ export RIVET
 declare -A REAL
 # REAL_PROGRAMS (set by the sourcing script): the programs it needs, by build-real-programs.sh's
 # names; unset: all of them.
+# RIVET_REAL_PATHS: a file of build-real-programs.sh's output ("name path" lines), for a run
+# that must only read the cache, never build (a shared machine whose cache is complete).
 # shellcheck disable=SC2086 # a list of words
-while read -r name path; do REAL[$name]=$path; done < <(scripts/build-real-programs.sh ${REAL_PROGRAMS:-} 2>/dev/null)
+real_paths() {
+    if [[ -n ${RIVET_REAL_PATHS:-} ]]; then cat "$RIVET_REAL_PATHS"; else scripts/build-real-programs.sh ${REAL_PROGRAMS:-} 2>/dev/null; fi
+}
+while read -r name path; do REAL[$name]=$path; done < <(real_paths)
 export LC_ALL=C TZ=UTC
 
 # ---------------------------------------------------------------- inputs

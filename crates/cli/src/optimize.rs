@@ -97,6 +97,21 @@ pub enum PeepholeArg {
     All,
 }
 
+/// Which blocks `--tail-duplication` copies into the blocks that jump to them (BOLT's
+/// `-tail-duplication`; docs/passes.md).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TailDupArg {
+    /// Nothing.
+    None,
+    /// Tails that return or tail-call, more than 64 bytes away from the jump.
+    Moderate,
+    /// Also tails that jump on, at any distance.
+    Aggressive,
+    /// Only where the hot path loses a taken branch (tails that leave the function, or jump
+    /// on to the block placed after the copy).
+    Cache,
+}
+
 /// What `--indirect-call-promotion` promotes (BOLT's `-indirect-call-promotion`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IcpArg {
@@ -263,6 +278,18 @@ pub struct OptimizeArgs {
     /// (Rivet's; BOLT has none).
     #[arg(long, default_value_t = 100)]
     pub icp_min_calls: u64,
+    /// Tail duplication (BOLT's `-tail-duplication`): a hot jump to a small block that
+    /// returns, tail-calls or jumps on becomes a copy of that block. x86-64, relocation mode.
+    /// Off by default (docs/passes.md).
+    #[arg(long, value_enum, default_value_t = TailDupArg::None, require_equals = true)]
+    pub tail_duplication: TailDupArg,
+    /// Largest block `--tail-duplication` copies, in bytes (BOLT's
+    /// `-tail-duplication-maximum-duplication`).
+    #[arg(long, default_value_t = 24)]
+    pub tail_duplication_maximum_duplication: u64,
+    /// A jump is replaced by a copy only when the profile saw it taken at least this often.
+    #[arg(long, default_value_t = 1)]
+    pub tail_duplication_min_count: u64,
     /// Only optimize these functions (comma-separated names or regular expressions, matched
     /// against whole names; `name/N` profile names work too).
     #[arg(long, value_delimiter = ',')]
@@ -315,6 +342,8 @@ const BOLT_OPTIONS: &[(&str, bool)] = &[
     ("icp-calls-topn", true),
     ("icp-calls-total-percent-threshold", true),
     ("icp-calls-remaining-percent-threshold", true),
+    ("tail-duplication", true),
+    ("tail-duplication-maximum-duplication", true),
 ];
 
 /// BOLT options that are other spellings of one above.
@@ -654,6 +683,34 @@ fn peephole_options(
     o
 }
 
+/// What `--tail-duplication` asks for, where it is implemented (x86-64, relocation mode; the
+/// pass itself does nothing in place); a warning otherwise.
+fn tail_dup_options(
+    args: &OptimizeArgs,
+    program: &Program,
+    warnings: &mut Vec<String>,
+) -> rivet_passes::taildup::TailDupOptions {
+    use rivet_passes::taildup::{TailDupMode, TailDupOptions};
+    let mode = match args.tail_duplication {
+        TailDupArg::None => TailDupMode::None,
+        TailDupArg::Moderate => TailDupMode::Moderate,
+        TailDupArg::Aggressive => TailDupMode::Aggressive,
+        TailDupArg::Cache => TailDupMode::Cache,
+    };
+    let options = TailDupOptions {
+        mode,
+        max_bytes: args.tail_duplication_maximum_duplication,
+        min_count: args.tail_duplication_min_count,
+    };
+    if mode != TailDupMode::None && program.info.isa != rivet_arch::Isa::X86_64 {
+        warnings.push(
+            "--tail-duplication is implemented for x86-64 only; nothing is duplicated".to_string(),
+        );
+        return TailDupOptions::default();
+    }
+    options
+}
+
 /// What `--indirect-call-promotion` asks for, where it is implemented (x86-64 calls); a
 /// warning for what is asked and not done.
 fn icp_options(
@@ -836,7 +893,12 @@ pub fn run_with(
     // program of bench/scale, docs/scale.md).
     // A copied `ret` and a conditional tail call must run in the unwind state of the
     // instruction they stand for: the peepholes compare rows too.
-    let cfi = if args.icf || !args.peepholes.is_empty() || args.simplify_conditional_tail_calls {
+    // So must a duplicated tail.
+    let cfi = if args.icf
+        || !args.peepholes.is_empty()
+        || args.simplify_conditional_tail_calls
+        || args.tail_duplication != TailDupArg::None
+    {
         CfiRows::Keep
     } else {
         CfiRows::Check
@@ -888,6 +950,8 @@ pub fn run_with(
     };
     let icf = icf_mode(args, &program, &mut warnings);
     let peepholes = peephole_options(args, &program, &mut warnings);
+    let tail_dup = tail_dup_options(args, &program, &mut warnings);
+    let tail_dup_report = std::sync::Mutex::new(rivet_passes::taildup::TailDupCounts::default());
     let folding = std::sync::Mutex::new(None);
     let icp_report = std::sync::Mutex::new(rivet_passes::icp::IcpReport::default());
     let code = |addr: rivet_elf::Vaddr, len: u64| elf.bytes_at(addr, len);
@@ -901,6 +965,10 @@ pub fn run_with(
         };
         // Over the final block order: whether a branch pays depends on what comes next.
         rivet_passes::peephole::apply(&program, &attached.functions, &mut layout, peepholes);
+        // After the peepholes, which it leaves their blocks to (`taildup`'s module comment).
+        let duplicated =
+            rivet_passes::taildup::apply(&program, &attached.functions, &mut layout, tail_dup);
+        *tail_dup_report.lock().unwrap_or_else(|e| e.into_inner()) = duplicated;
         let promoted = rivet_passes::icp::apply(&program, &call_sites, &mut layout, icp);
         *icp_report.lock().unwrap_or_else(|e| e.into_inner()) = promoted;
         layout
@@ -1077,6 +1145,11 @@ pub fn run_with(
             "conditional_tail_calls": peephole_counts.conditional_tail_calls,
         });
     }
+    let tail_dup_counts = tail_dup_summary(
+        tail_dup,
+        *tail_dup_report.lock().unwrap_or_else(|e| e.into_inner()),
+        &mut json,
+    );
     let icp_summary = icp.calls.then(|| {
         let r = *icp_report.lock().unwrap_or_else(|e| e.into_inner());
         let written = promoted_in_output(&output);
@@ -1188,6 +1261,12 @@ pub fn run_with(
             println!(
                 "  peepholes: {} double jumps, {} useless branches, {} jumps to returns; {} conditional tail calls",
                 c.double_jumps, c.useless_branches, c.jumps_to_returns, c.conditional_tail_calls
+            );
+        }
+        if let Some(c) = tail_dup_counts {
+            println!(
+                "  tail duplication: {} jumps replaced by a copy of their target ({} bytes copied); {} taken jumps of the profiled run removed",
+                c.duplicated, c.bytes, c.jumps_removed
             );
         }
         if s.calls_via_got > 0 {
@@ -1435,6 +1514,24 @@ fn promoted_in_output(output: &rivet_emit::rewrite::RewriteOutput) -> (usize, us
     out
 }
 
+/// What the tail duplication of the output's layout did, recorded in `json`
+/// (`tail_duplication`), when the pass ran.
+fn tail_dup_summary(
+    options: rivet_passes::taildup::TailDupOptions,
+    c: rivet_passes::taildup::TailDupCounts,
+    json: &mut serde_json::Value,
+) -> Option<rivet_passes::taildup::TailDupCounts> {
+    if options.mode == rivet_passes::taildup::TailDupMode::None {
+        return None;
+    }
+    json["tail_duplication"] = serde_json::json!({
+        "duplicated": c.duplicated,
+        "bytes": c.bytes,
+        "jumps_removed": c.jumps_removed,
+    });
+    Some(c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1508,6 +1605,42 @@ mod tests {
         let (out, warnings) = translate(&["-hugify", "-hugify=1", "-hugify=false"]);
         assert_eq!(out, ["--hugify", "--hugify=1", "--hugify=false"]);
         assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn bolt_tail_duplication_is_rivets() {
+        let (out, warnings) = translate(&[
+            "-tail-duplication=cache",
+            "-tail-duplication",
+            "aggressive",
+            "-tail-duplication-maximum-duplication=32",
+        ]);
+        assert_eq!(
+            out,
+            [
+                "--tail-duplication=cache",
+                "--tail-duplication=aggressive",
+                "--tail-duplication-maximum-duplication=32"
+            ]
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // What it becomes parses, and the default is off.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: OptimizeArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["optimize", "app", "-o", "out", "--profile", "p.fdata"];
+            argv.extend_from_slice(extra);
+            <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.args.tail_duplication)
+        };
+        assert_eq!(parse(&[]).unwrap(), TailDupArg::None);
+        assert_eq!(
+            parse(&["--tail-duplication=cache"]).unwrap(),
+            TailDupArg::Cache
+        );
+        assert!(parse(&["--tail-duplication=sometimes"]).is_err());
     }
 
     #[test]

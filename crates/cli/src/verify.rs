@@ -75,6 +75,14 @@ pub fn run(args: &VerifyArgs) -> Result<(), UserError> {
     } else {
         changed
     };
+    let changed = if report.tail_copies > 0 {
+        format!(
+            "{changed}, {} duplicated tails checked against their originals",
+            report.tail_copies
+        )
+    } else {
+        changed
+    };
     println!(
         "{}: ok ({} functions, {} blocks, {} instructions, {} references, {} source lines checked{changed})",
         args.output.display(),

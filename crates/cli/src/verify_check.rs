@@ -14,6 +14,9 @@
 
 use std::collections::HashSet;
 
+#[path = "verify_taildup.rs"]
+mod taildup;
+
 use rivet_arch::{Flow, Inst};
 use rivet_discover::{DiscoverOptions, discover};
 use rivet_elf::lines::{LineTable, SourcePosition};
@@ -40,6 +43,9 @@ pub struct VerifyReport {
     /// Indirect calls written as compares and direct calls (`--indirect-call-promotion`),
     /// each checked to call what the input's call did.
     pub promoted_calls: usize,
+    /// Jumps replaced by a copy of their target (`--tail-duplication`), each copy checked
+    /// against the original block.
+    pub tail_copies: usize,
 }
 
 struct Checker<'a> {
@@ -56,6 +62,8 @@ struct Checker<'a> {
     folded: Vec<bool>,
     /// The new address of every function's entry (for promoted calls), built when needed.
     new_entries: std::sync::OnceLock<HashSet<Vaddr>>,
+    /// Unwind tables, read when a tail copy is checked (`verify_taildup.rs`).
+    taildup_frames: std::sync::OnceLock<taildup::Frames<'a>>,
 }
 
 impl Checker<'_> {
@@ -389,6 +397,10 @@ impl Checker<'_> {
                         && self.peephole_jump(f, target, end, first)? =>
                     {
                         report.peepholes += 1;
+                    }
+                    // `--tail-duplication`: a copy of the block jumped to.
+                    _ if b.terminator == Terminator::Jump && self.tail_copy(f, target, end)? => {
+                        report.tail_copies += 1;
                     }
                     _ => return Err(format!("{}: does not jump to {want}", block_name())),
                 }
@@ -790,6 +802,7 @@ pub fn check(
         guarded: program.info.isa.branch_targets_guarded(out),
         folded: folded.clone(),
         new_entries: std::sync::OnceLock::new(),
+        taildup_frames: std::sync::OnceLock::new(),
     };
     let mut report = VerifyReport::default();
     for f in program.functions.iter().filter(|f| map.is_rewritten(f.id)) {

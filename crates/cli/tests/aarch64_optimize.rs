@@ -239,7 +239,7 @@ fn every_option_set_optimizes_aarch64_programs_that_behave_the_same() {
                 stdout.lines().any(|l| l.starts_with("optimized ")),
                 "{what} {set:?}: {stdout}"
             );
-            // The two options AArch64 lacks say so, and nothing else warns of them.
+            // The options AArch64 lacks say so, and nothing else warns of them.
             for (option, warning) in [
                 (
                     "-plt=all",
@@ -249,6 +249,10 @@ fn every_option_set_optimizes_aarch64_programs_that_behave_the_same() {
                 (
                     "-indirect-call-promotion=calls",
                     "--indirect-call-promotion is implemented for x86-64 only",
+                ),
+                (
+                    "-tail-duplication=cache",
+                    "--tail-duplication is implemented for x86-64 only",
                 ),
             ] {
                 assert_eq!(

@@ -92,6 +92,11 @@ enum Item {
     },
     /// An original instruction, copied (PC-relative field recomputed).
     Copy { inst: u32 },
+    /// An instruction of another block, copied again at the end of a block that jumped
+    /// there (`--tail-duplication`): encoded like `Copy`, in its own unwind state (the pass
+    /// checked that the copy starts in the state its original does), but not where the
+    /// instruction's new address is: that stays the original's.
+    Duplicate { inst: u32 },
     /// An indirect call promoted (`--indirect-call-promotion`): compares against its
     /// hottest callees, a direct call to each, and the call itself as the fallback, all in
     /// the call's unwind state; the instruction after the call follows (the join). The
@@ -163,7 +168,7 @@ impl Item {
             Item::Probe { shape, .. } => u64::from(shape.size()),
             Item::Promoted { shape, .. } => shape.size(),
             Item::IndirectProbe { size, .. } => u64::from(size),
-            Item::Copy { inst } | Item::CopiedReturn { inst, .. } => {
+            Item::Copy { inst } | Item::CopiedReturn { inst, .. } | Item::Duplicate { inst } => {
                 u64::from(f.insts[inst as usize].len())
             }
             Item::ViaSlot { inst, .. } => {
@@ -353,6 +358,11 @@ impl FragmentPlan {
                         replaced.filter(|&i: &u32| f.insts[i as usize].addr() == state_at),
                     ),
                     Item::Probe { state_at, .. } => (state_at, None, None),
+                    // No call site: the pass copies no calls.
+                    Item::Duplicate { inst } => {
+                        replaced = None;
+                        (f.insts[inst as usize].addr(), None, None)
+                    }
                     Item::IndirectProbe { inst, .. } => (f.insts[inst as usize].addr(), None, None),
                     Item::Replaced { inst } => {
                         replaced = Some(inst);
@@ -665,6 +675,42 @@ pub fn plan_fragment(
         // address outside the function never does).
         let target_is_next = |target: Target| matches!(target, Target::Block(b) if placed_next.is_next(pos, Some(b)));
         let is_next = |addr| target_is_next(target_of(f, addr));
+        if let Some(tail) = rivet_ir::layout::duplicated_tail(changed_exits, b) {
+            // `--tail-duplication`: the jump to `tail` becomes a copy of it, its body then its
+            // own exit (`exit`, which is the tail's).
+            copy_body(&mut items);
+            let tail_block = f.block(tail);
+            let tail_last = tail_block.insts.end - 1;
+            for inst in tail_block.insts.start..tail_last {
+                if !f.is_dropped_padding(inst) {
+                    items.push(Item::Duplicate { inst });
+                }
+            }
+            match exit {
+                BlockExit::Return { ret } => items.push(Item::Duplicate { inst: ret }),
+                BlockExit::Jump { .. } => {
+                    let written = exit.written(is_next);
+                    if let Some(WrittenEnd::Jump { to }) = written {
+                        let state_at = f.insts[tail_last as usize].addr();
+                        branch(
+                            &mut items,
+                            encoder,
+                            NewBranch::Jump,
+                            target_of(f, to),
+                            state_at,
+                        )?;
+                    }
+                    ends_unreached = !written.is_some_and(WrittenEnd::falls_into_next);
+                }
+                _ => {
+                    return Err(EmitError::Unsupported {
+                        what: "a duplicated tail that does not return or jump",
+                        at: tail_block.start,
+                    });
+                }
+            }
+            continue;
+        }
         match exit {
             BlockExit::FallThrough { .. } | BlockExit::Jump { .. } => {
                 let tail_call_slot = match exit {
@@ -1434,7 +1480,7 @@ pub fn encode_fragment(
                     .ok_or(EmitError::Unreadable { at: inst.addr() })?;
                 out.extend_from_slice(bytes);
             }
-            Item::Copy { inst } => {
+            Item::Copy { inst } | Item::Duplicate { inst } => {
                 let inst = &f.insts[inst as usize];
                 let bytes = elf
                     .bytes_at(inst.addr(), u64::from(inst.len()))

@@ -67,6 +67,10 @@ pub enum ExitChange {
     /// A conditional jump to a block that only tail-calls a function became a conditional
     /// jump to that function (BOLT's SCTC).
     ConditionalTailCall,
+    /// A jump to a small block that ends the path (a return, a tail call, a jump) became a
+    /// copy of that block (`rivet_passes::taildup`): the block's instructions but its last,
+    /// then its exit, which the changed exit holds. The original stays for other ways in.
+    TailDuplicate { tail: BlockId },
 }
 
 /// A block whose exit rewritten code writes otherwise than the input's branch says.
@@ -139,6 +143,16 @@ pub fn promoted_call(calls: &[PromotedCall], inst: u32) -> Option<&PromotedCall>
         .binary_search_by_key(&inst, |c| c.inst)
         .ok()
         .map(|i| &calls[i])
+}
+
+/// The block whose copy `changes` (sorted by block) puts at the end of `b`, if any
+/// (`ExitChange::TailDuplicate`).
+pub fn duplicated_tail(changes: &[ChangedExit], b: BlockId) -> Option<BlockId> {
+    let i = changes.binary_search_by_key(&b, |c| c.block).ok()?;
+    match changes[i].change {
+        ExitChange::TailDuplicate { tail } => Some(tail),
+        _ => None,
+    }
 }
 
 /// The exit `changes` (sorted by block) gives `b`, if any.

@@ -14,7 +14,7 @@
 //! What each row counts:
 //! - executed instructions: block counts times block lengths, plus jumps the layout adds,
 //!   minus jumps it drops and, in rewritten code, minus the alignment `nop`s the emitter
-//!   leaves out;
+//!   leaves out, plus the bodies of duplicated tails (`--tail-duplication`);
 //! - function entries: entries at a function's start;
 //! - function calls: `call` instructions executed (direct, indirect, PLT; noreturn calls
 //!   included, tail calls not); indirect calls and PLT calls are the subsets through a
@@ -382,11 +382,31 @@ pub fn function_dyno_stats(
                         cond_form,
                     };
                     block_stats(f, counts, b, placement, fl.block_exit(f, b), &mut s);
+                    tail_copy_stats(f, counts, fl, b, &mut s);
                 }
             }
         }
     }
     s
+}
+
+/// The instructions of the tail `--tail-duplication` copied to the end of `b`, if it did: they
+/// run each time `b` does. (The copy's exit stands where `b`'s jump was, which `block_stats`
+/// counts; the original tail lost these runs in `bypassed_counts`.)
+fn tail_copy_stats(
+    f: &Function,
+    counts: &FunctionCounts,
+    fl: &FunctionLayout,
+    b: BlockId,
+    s: &mut DynoStats,
+) {
+    let Some(tail) = rivet_ir::layout::duplicated_tail(&fl.changed_exits, b) else {
+        return;
+    };
+    let body = f.kept_insts(f.block(tail)).count().saturating_sub(1) as u64;
+    s.instructions = s
+        .instructions
+        .saturating_add(block_count(counts, b).saturating_mul(body));
 }
 
 /// `counts` less the runs that changed exits (`ChangedExit::bypassed`) no longer make

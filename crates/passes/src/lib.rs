@@ -21,6 +21,8 @@
 //!   compared and called directly, recorded on the layout for the emitter.
 //! - `peephole`: BOLT's peepholes (double jumps, useless branches; jumps to returns) and
 //!   simplified conditional tail calls, as changed block exits over a finished layout.
+//! - `taildup`: tail duplication: a hot jump to a small block that ends the path replaced
+//!   by a copy of that block, as changed block exits over a finished layout.
 //! - `optimize`: the optimizing layout (block order, hot/cold split, function order) from an
 //!   attached profile.
 
@@ -37,6 +39,7 @@ pub mod optimize;
 pub mod output_map;
 pub mod peephole;
 pub mod stale;
+pub mod taildup;
 
 use std::collections::HashSet;
 

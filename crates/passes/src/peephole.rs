@@ -79,6 +79,8 @@ impl PeepholeCounts {
                 ExitChange::UselessBranch => c.useless_branches += 1,
                 ExitChange::JumpToReturn => c.jumps_to_returns += 1,
                 ExitChange::ConditionalTailCall => c.conditional_tail_calls += 1,
+                // Counted by `taildup::TailDupCounts`.
+                ExitChange::TailDuplicate { .. } => {}
             }
         }
         c
@@ -140,7 +142,7 @@ impl Places {
 }
 
 /// Blocks whose address something other than a branch of this function may use.
-fn observable(f: &Function) -> HashSet<Vaddr> {
+pub(crate) fn observable(f: &Function) -> HashSet<Vaddr> {
     let mut set: HashSet<Vaddr> = f
         .jump_tables
         .iter()
@@ -151,7 +153,7 @@ fn observable(f: &Function) -> HashSet<Vaddr> {
 }
 
 /// Whether `b` is ordinary code another block's branch may look through or copy from.
-fn ordinary(f: &Function, observable: &HashSet<Vaddr>, b: BlockId) -> bool {
+pub(crate) fn ordinary(f: &Function, observable: &HashSet<Vaddr>, b: BlockId) -> bool {
     let block = f.block(b);
     !block.is_entry
         && !block.is_landing_pad

@@ -36,6 +36,8 @@ pub fn optimize_option_sets() -> Vec<Vec<&'static str>> {
             "-simplify-conditional-tail-calls",
             // Indirect call promotion (x86-64; AArch64 warns and promotes nothing).
             "-indirect-call-promotion=calls",
+            // Tail duplication (x86-64; AArch64 warns and copies nothing).
+            "-tail-duplication=cache",
         ],
         // The peepholes and conditional tail calls alone, over the default layout, in
         // relocation mode and in place.
