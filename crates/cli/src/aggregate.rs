@@ -309,7 +309,7 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
                 Some("fdata") => FormatArg::Fdata,
                 _ => FormatArg::Rivet,
             });
-    if format == FormatArg::Yaml {
+    if matches!(format, FormatArg::Yaml | FormatArg::Counters) {
         return Err(UserError::new("aggregate writes Rivet profiles or fdata")
             .hint("use --format rivet or fdata"));
     }

@@ -16,6 +16,13 @@
 //! bytes written are those the profiles would give. The merged profile needs no binary: it is
 //! how counts outlive the instrumented binary.
 //!
+//! **Summed counter files** (`--format counters`, the default for a `.counts` output): counter
+//! files of one instrumented binary (same map hash) added counter by counter into one counter
+//! file (`rivet_profile::counter_sum`), which every reader of counter files takes as one run's.
+//! It is the profile of one process that ran all the runs: no map is decoded, no profile is
+//! built, each input is read a chunk at a time and the sum written a chunk at a time; counts
+//! add exactly (an overflow is an error) and weights must be whole numbers.
+//!
 //! With `--binary`, the functions' code hashes of the build the profiles were taken on go into
 //! the output (Rivet's format only), which lets `optimize` carry the profile over to a later
 //! build (stale matching, `rivet_passes::stale`). BOLT YAML inputs merged with `--binary` are
@@ -32,8 +39,10 @@ use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use rivet_profile::counter_sum::{SumError, SumInput, SumPlan, check_spilled, summed_prefix};
 use rivet_profile::counters::{
-    CounterLayout, CounterMap, HEADER_SIZE, IndexedMap, PREFIX_READ, is_counter_file,
+    CounterLayout, CounterMap, HEADER_SIZE, IndexedMap, PREFIX_READ, SpilledTarget,
+    VERSION_SELF_CONTAINED, is_counter_file, parse_spill,
 };
 use rivet_profile::merge::{MergeError, Merger, Weight, WriteError, YamlMerger};
 use rivet_profile::{fdata, native, yaml};
@@ -59,7 +68,8 @@ pub struct MergeArgs {
     /// Where to write the merged profile.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
-    /// Output format (default: fdata for a .fdata output, YAML for .yaml, else Rivet's).
+    /// Output format (default: fdata for a .fdata output, YAML for .yaml, a summed counter
+    /// file for .counts, else Rivet's).
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
     /// The binary the profiles were taken on: the hashes of its functions' code go into the
@@ -140,6 +150,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
             .unwrap_or_else(|| match args.output.extension().and_then(|e| e.to_str()) {
                 Some("fdata") => FormatArg::Fdata,
                 Some("yaml" | "yml") => FormatArg::Yaml,
+                Some("counts") => FormatArg::Counters,
                 _ => FormatArg::Rivet,
             });
     if args.binary.is_some() && format != FormatArg::Rivet {
@@ -149,6 +160,9 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
         .hint("write the merged profile with --format rivet"));
     }
     let specs = input_specs(args)?;
+    if format == FormatArg::Counters {
+        return sum_counter_files(args, &specs);
+    }
     let describe = |e: &MergeError| {
         UserError::new(e.render(&|i| specs[i - 1].0.display().to_string()))
             .hint("merge profiles of one build and of one kind")
@@ -172,7 +186,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
                 };
                 let (map, counters) = maps.current();
                 merger
-                    .add_counters(map, counters, *weight)
+                    .add_counters(map, counters, &maps.spilled, *weight)
                     .map_err(|e| describe(&e))?;
                 continue;
             }
@@ -229,6 +243,7 @@ pub fn run(args: &MergeArgs) -> Result<(), UserError> {
                 fdata::write(&merged).map_err(|e| UserError::new(e.to_string()))?
             }
             FormatArg::Yaml => return Err(located_as_yaml()),
+            FormatArg::Counters => unreachable!("summed before any profile is read"),
         },
     };
     let (pending, file) = PendingOutput::create(&args.output)?;
@@ -282,6 +297,8 @@ struct MapCache {
     /// The map of the current source when its binary has an index (`map` is unused then).
     indexed: Option<IndexedMap>,
     counters: Vec<u64>,
+    /// The spilled site targets of the last counter file read (a summed file's).
+    spilled: Vec<SpilledTarget>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -324,6 +341,12 @@ fn read_input(
     let layout = CounterLayout::from_header(&prefix, len).map_err(|e| bad_counters(path, e))?;
     let mut header = [0u8; HEADER_SIZE];
     header.copy_from_slice(&prefix[..HEADER_SIZE]);
+    if layout.version != VERSION_SELF_CONTAINED {
+        // The map is the binary's: runs and summed files of it (their version and spill count
+        // differ) need it decoded once.
+        header[8..12].fill(0);
+        header[48..].fill(0);
+    }
     let source = match layout.map_binary(instrumented) {
         Some(binary) => MapSource::Binary(binary.to_path_buf()),
         None => MapSource::CounterFile(path.to_path_buf()),
@@ -387,6 +410,9 @@ fn read_input(
         );
         left -= n;
     }
+    maps.spilled = read_spill(&mut file, &layout)
+        .map_err(cannot_read)?
+        .map_err(|e| bad_counters(path, e))?;
     if let Some(indexed) = &mut maps.indexed
         && let Err(e) = indexed.decode_ran(&maps.counters)
     {
@@ -396,6 +422,173 @@ fn read_input(
         return Err(bad_counters(path, e));
     }
     Ok(None)
+}
+
+/// The spilled site targets of a summed counter file (none for other versions), checked.
+fn read_spill(
+    file: &mut File,
+    layout: &CounterLayout,
+) -> std::io::Result<Result<Vec<SpilledTarget>, rivet_profile::counters::CountersError>> {
+    if layout.spill.is_empty() {
+        return Ok(Ok(Vec::new()));
+    }
+    let mut bytes = vec![0u8; layout.spill.len()];
+    file.seek(SeekFrom::Start(layout.spill.start as u64))?;
+    file.read_exact(&mut bytes)?;
+    Ok(parse_spill(&bytes, layout.counters.len() / 8))
+}
+
+/// A counter file opened for a sum.
+struct Summand {
+    path: PathBuf,
+    file: File,
+    layout: CounterLayout,
+    weight: u64,
+    spilled: Vec<SpilledTarget>,
+}
+
+/// The hint of every input a summed counter file cannot take.
+const AS_PROFILE: &str = "merge into a profile instead (-o merged.prof), which takes any mix of counter files and profiles";
+
+/// `--format counters`: the inputs, counter files of one instrumentation, summed counter by
+/// counter into a summed counter file, written atomically.
+fn sum_counter_files(args: &MergeArgs, specs: &[(PathBuf, Weight)]) -> Result<(), UserError> {
+    if args.binary.is_some() {
+        return Err(UserError::new(
+            "--binary adds code hashes, which only Rivet's profile format holds",
+        )
+        .hint("write the merged profile with --format rivet"));
+    }
+    let mut summands: Vec<Summand> = Vec::with_capacity(specs.len());
+    for (path, weight) in specs {
+        let cannot_read = |e: std::io::Error| {
+            UserError::new(format!("cannot read {}: {e}", path.display()))
+                .hint("check the path and its permissions")
+        };
+        let mut file = File::open(path).map_err(cannot_read)?;
+        let len = file.metadata().map_err(cannot_read)?.len();
+        let mut prefix = vec![0u8; PREFIX_READ];
+        let got = read_up_to(&mut file, &mut prefix).map_err(cannot_read)?;
+        prefix.truncate(got);
+        if !is_counter_file(&prefix) {
+            return Err(UserError::new(format!(
+                "{} is not a counter file: a summed counter file adds counter files only",
+                path.display()
+            ))
+            .hint(AS_PROFILE));
+        }
+        let layout = CounterLayout::from_header(&prefix, len).map_err(|e| bad_counters(path, e))?;
+        if layout.version == VERSION_SELF_CONTAINED {
+            return Err(UserError::new(format!(
+                "{} is a version 1 counter file (it carries its map): a summed counter file adds files whose map is in the instrumented binary",
+                path.display()
+            ))
+            .hint(AS_PROFILE));
+        }
+        let Some(weight) = weight.whole() else {
+            return Err(UserError::new(format!(
+                "{}:{weight}: a summed counter file holds whole counts, so its weights are whole numbers",
+                path.display()
+            ))
+            .hint("use a whole weight (2, 3); or merge into a profile instead (-o merged.prof), which rounds each record"));
+        };
+        if let Some(first) = summands.first() {
+            let (a, b) = (&first.layout, &layout);
+            if (a.arch, a.map_hash, a.map_size, a.counters.len())
+                != (b.arch, b.map_hash, b.map_size, b.counters.len())
+            {
+                return Err(UserError::new(format!(
+                    "{} comes from another instrumentation than {} (map hash {:016x}, not {:016x})",
+                    path.display(),
+                    first.path.display(),
+                    b.map_hash,
+                    a.map_hash
+                ))
+                .hint("sum the counter files of one instrumented binary; runs of different instrumentations merge into a profile (-o merged.prof)"));
+            }
+        }
+        let spilled = read_spill(&mut file, &layout)
+            .map_err(cannot_read)?
+            .map_err(|e| bad_counters(path, e))?;
+        summands.push(Summand {
+            path: path.clone(),
+            file,
+            layout,
+            weight,
+            spilled,
+        });
+    }
+    let first = &summands[0];
+    let plan = SumPlan::for_layout(&first.layout, args.instrumented.as_deref())
+        .map_err(|e| bad_counters(&first.path, e))?;
+    for s in &summands {
+        check_spilled(&plan, &s.spilled).map_err(|e| bad_counters(&s.path, e))?;
+    }
+    // The binary the sum names: the one given, else the least of those the inputs name (a
+    // rule that, like the sums, does not depend on the order or grouping of the inputs).
+    let binary = match &args.instrumented {
+        Some(given) => given.canonicalize().map_err(|e| {
+            UserError::new(format!("cannot read {}: {e}", given.display()))
+                .hint("--instrumented names the instrumented binary that holds the map")
+        })?,
+        None => summands
+            .iter()
+            .filter_map(|s| s.layout.instrumented.clone())
+            .min()
+            .unwrap_or_default(),
+    };
+    let prefix = summed_prefix(
+        first.layout.arch,
+        plan.counter_count,
+        first.layout.map_size,
+        first.layout.map_hash,
+        &binary,
+    )
+    .ok_or_else(|| {
+        UserError::new(format!(
+            "the path of the instrumented binary {} is too long for a counter file",
+            binary.display()
+        ))
+        .hint("move the instrumented binary to a shorter path and pass --instrumented PATH")
+    })?;
+    let mut inputs = Vec::with_capacity(summands.len());
+    let mut paths = Vec::with_capacity(summands.len());
+    for s in summands {
+        let mut file = s.file;
+        file.seek(SeekFrom::Start(s.layout.counters.start as u64))
+            .map_err(|e| {
+                UserError::new(format!("cannot read {}: {e}", s.path.display()))
+                    .hint("check the path and its permissions")
+            })?;
+        inputs.push(SumInput {
+            counters: file.take(s.layout.counters.len() as u64),
+            weight: s.weight,
+            spilled: s.spilled,
+        });
+        paths.push(s.path);
+    }
+    let io_error = |e: std::io::Error| {
+        UserError::new(format!("cannot write {}: {e}", args.output.display()))
+            .hint("check the free space of its file system")
+    };
+    let (pending, file) = PendingOutput::create(&args.output)?;
+    let mut out = BufWriter::with_capacity(1 << 17, file);
+    rivet_profile::counter_sum::write_summed(&plan, &prefix, &mut inputs, &mut out).map_err(
+        |e| match e {
+            SumError::Overflow { input, counter } => UserError::new(format!(
+                "{}: with it, counter {counter} of the sum passes 2^64 - 1",
+                paths[input].display()
+            ))
+            .hint("a summed counter file holds exact counts; merge into a profile instead (-o merged.prof), whose counts saturate"),
+            SumError::Read { input, error } => {
+                UserError::new(format!("cannot read {}: {error}", paths[input].display()))
+                    .hint("was the file cut short while being read? check it and try again")
+            }
+            SumError::Write(e) => io_error(e),
+        },
+    )?;
+    let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
+    pending.finish(file, b"", 0o644)
 }
 
 /// Reads as much of `buf` as the file holds.

@@ -34,6 +34,9 @@ pub enum FormatArg {
     Fdata,
     /// BOLT's YAML profile (YAML inputs only).
     Yaml,
+    /// A summed counter file (`rivet merge` of counter files of one instrumented binary;
+    /// the default for a .counts output): read like one run's counter file.
+    Counters,
 }
 
 /// A profile as read: address-based (counter files, Rivet profiles, fdata) or BOLT YAML,

@@ -94,6 +94,13 @@ pub fn run(args: &ResetCountsArgs) -> Result<(), UserError> {
     let bytes = std::fs::read(path).map_err(cannot)?;
     let parsed = CounterFile::parse_with(&bytes, args.instrumented.as_deref())
         .map_err(|e| crate::profile_use::bad_counters(path, e))?;
+    if bytes.get(8..12) == Some(&rivet_profile::counters::VERSION_SUMMED.to_le_bytes()[..]) {
+        return Err(UserError::new(format!(
+            "{} is a summed counter file (from `rivet merge`), which no run counts into",
+            path.display()
+        ))
+        .hint("reset the counter file an instrumented program counts into; a summed file is already apart from every run"));
+    }
     let offset = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
     let end = offset + 8 * parsed.counters.len() as u64;
     if offset % 4096 != 0 {

@@ -589,3 +589,270 @@ fn reset_counts_finds_a_moved_binary_through_instrumented() {
     merger.write_native(&mut expected).unwrap();
     assert_eq!(std::fs::read(&out).unwrap(), expected);
 }
+
+/// The profile of the element-wise sum of the runs `files` (each `times` over), in Rivet's
+/// format: every counter but the site tables' added slot by slot, every site's targets added by
+/// target and given to the reader as spilled targets (it takes any number of them), built
+/// here without `counter_sum`.
+fn element_wise_sum(files: &[(&Path, u64)]) -> Vec<u8> {
+    use rivet_profile::counters::{SITE_TARGETS, SITE_WORDS, SpilledTarget};
+    let runs: Vec<CounterFile> = files
+        .iter()
+        .map(|(p, _)| CounterFile::parse(&std::fs::read(p).unwrap()).unwrap())
+        .collect();
+    let mut tables: Vec<u32> = runs[0]
+        .map
+        .functions
+        .iter()
+        .flat_map(|f| f.indirect.iter().map(|&(_, t)| t))
+        .collect();
+    tables.sort_unstable();
+    let mut in_table = vec![false; runs[0].counters.len()];
+    for &t in &tables {
+        in_table[t as usize..(t + SITE_WORDS) as usize].fill(true);
+    }
+    let mut counters = vec![0u64; runs[0].counters.len()];
+    let mut targets: std::collections::BTreeMap<(u32, u64), u64> = Default::default();
+    for (run, &(_, times)) in runs.iter().zip(files) {
+        for (k, c) in run.counters.iter().enumerate() {
+            if !in_table[k] {
+                counters[k] += c * times;
+            }
+        }
+        for &t in &tables {
+            let words = &run.counters[t as usize..(t + SITE_WORDS) as usize];
+            for p in words[..2 * SITE_TARGETS as usize].chunks_exact(2) {
+                if p[0] != 0 && p[1] != 0 {
+                    *targets.entry((t, p[0])).or_default() += p[1] * times;
+                }
+            }
+            // The overflow pair: what no profile reads, added for a whole counter array.
+            counters[(t + SITE_WORDS - 1) as usize] += words[SITE_WORDS as usize - 1] * times;
+        }
+    }
+    let spilled = targets
+        .into_iter()
+        .map(|((table, target), count)| SpilledTarget {
+            table,
+            target,
+            count,
+        })
+        .collect();
+    let sum = CounterFile {
+        map: runs[0].map.clone(),
+        map_hash: runs[0].map_hash,
+        counters,
+        spilled,
+    };
+    let mut merger = Merger::new();
+    merger.add(sum.to_profile(), Weight::ONE).unwrap();
+    let mut out = Vec::new();
+    merger.write_native(&mut out).unwrap();
+    out
+}
+
+/// `rivet merge` of `inputs` (PATH[:WEIGHT]) into the summed counter file `out`; its bytes.
+fn summed(inputs: &[&str], out: &Path) -> Vec<u8> {
+    let mut argv = vec!["merge"];
+    argv.extend_from_slice(inputs);
+    argv.extend(["-o", s(out)]);
+    let r = rivet(&argv);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    std::fs::read(out).unwrap()
+}
+
+/// Number of spilled site targets a summed file records.
+fn spill_count(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes[48..56].try_into().unwrap())
+}
+
+/// Checks summed counter files of three runs `a`, `b`, `c` of one instrumentation in `dir`:
+/// version 3, the same bytes for any grouping and order, weights as repeats, and read back
+/// (merge to a profile, and as an input among runs) as the element-wise sum of the runs.
+/// Returns the spill count of a + b.
+fn check_sums(dir: &Path, a: &Path, b: &Path, c: &Path) -> u64 {
+    let ab = dir.join("ab.counts");
+    let sum_ab = summed(&[s(a), s(b)], &ab);
+    assert_eq!(sum_ab[8..12], 3u32.to_le_bytes(), "a summed file is version 3");
+    assert_eq!(summed(&[s(b), s(a)], &dir.join("ba.counts")), sum_ab);
+    // Associative and commutative: the same bytes for any grouping and order.
+    let left = summed(&[s(&ab), s(c)], &dir.join("ab_c.counts"));
+    let bc = dir.join("bc.counts");
+    summed(&[s(b), s(c)], &bc);
+    let right = summed(&[s(a), s(&bc)], &dir.join("a_bc.counts"));
+    let flat = summed(&[s(c), s(b), s(a)], &dir.join("cba.counts"));
+    assert_eq!(left, right, "{}", dir.display());
+    assert_eq!(left, flat, "{}", dir.display());
+    // A whole weight is a repeat.
+    let a2 = format!("{}:2", s(a));
+    assert_eq!(
+        summed(&[&a2, s(b)], &dir.join("a2b.counts")),
+        summed(&[s(a), s(b), s(a)], &dir.join("aba.counts"))
+    );
+    // Read back: the profile of the element-wise sum, alone and as an input among runs
+    // (which `merge` to a profile then sums as profiles).
+    let prof = dir.join("ab.rprof");
+    assert_eq!(
+        new_way(&[(ab.clone(), "1")], &prof),
+        element_wise_sum(&[(a, 1), (b, 1)]),
+        "{}",
+        dir.display()
+    );
+    assert_eq!(
+        new_way(&[(dir.join("a2b.counts"), "1")], &prof),
+        element_wise_sum(&[(a, 2), (b, 1)])
+    );
+    let (mixed, _) = old_way(&[(ab.clone(), "1"), (c.to_path_buf(), "1")]);
+    assert_eq!(
+        new_way(&[(ab.clone(), "1"), (c.to_path_buf(), "1")], &prof),
+        mixed
+    );
+    spill_count(&sum_ab)
+}
+
+#[test]
+fn summed_counter_files_are_exact_and_read_as_one_run() {
+    let corpus = corpus_dir();
+    for name in [
+        "computed_goto.clang.O2.pie",
+        "virtual_calls.gcc.O3.nopie",
+        "function_pointers.gcc.O2.nopie",
+    ] {
+        let binary = corpus.join(name);
+        let dir = scratch("merge-counters", &format!("sum-{name}"));
+        let inst = instrument(&binary, &dir, "prog", &[]);
+        let a = train(&inst, &dir.join("a.counts"), &[], None);
+        let b = train(&inst, &dir.join("b.counts"), &["x"], None);
+        let c = train(&inst, &dir.join("c.counts"), &["x", "y"], None);
+        check_sums(&dir, &a, &b, &c);
+        // optimize takes the summed file as it takes one run's, and as its profile.
+        let ab = dir.join("ab.counts");
+        let prof = dir.join("ab.rprof");
+        let profile_ab = new_way(&[(ab.clone(), "1")], &prof);
+        let optimized = |profile: &Path, out: &Path| {
+            let r = rivet(&[
+                "optimize",
+                s(&binary),
+                "--profile",
+                s(profile),
+                "-o",
+                s(out),
+            ]);
+            assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+            std::fs::read(out).unwrap()
+        };
+        assert_eq!(
+            optimized(&ab, &dir.join("from-counts")),
+            optimized(&prof, &dir.join("from-prof")),
+            "{name}"
+        );
+        let r = rivet(&["report", s(&binary), "--profile", s(&ab)]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        // The binary moved: --instrumented finds it, and the sum records where it is now.
+        let moved = dir.join("moved.inst");
+        std::fs::rename(&inst, &moved).unwrap();
+        let out = dir.join("moved-sum.counts");
+        let _ = std::fs::remove_file(&out);
+        let r = rivet(&["merge", s(&a), s(&b), "-o", s(&out)]);
+        assert_one_error_line(&r, "which is missing");
+        assert!(!out.exists());
+        let moved_sum = summed(&[s(&a), s(&b), "--instrumented", s(&moved)], &out);
+        let canonical = std::fs::canonicalize(&moved).unwrap();
+        let len = u32::from_le_bytes(moved_sum[64..68].try_into().unwrap()) as usize;
+        assert_eq!(
+            &moved_sum[68..68 + len],
+            canonical.as_os_str().as_encoded_bytes()
+        );
+        assert_eq!(new_way(&[(out.clone(), "1")], &prof), profile_ab, "{name}");
+    }
+}
+
+#[test]
+fn sqlite_sums_keep_every_target_of_every_site() {
+    // SQLite's two workloads together call more than seven targets from one site: the sum
+    // spills them, and reads back as the element-wise sum with all of them.
+    let sqlite = real_program("sqlite3-gcc");
+    let dir = scratch("merge-counters", "sum-sqlite3-gcc");
+    let inst = instrument(sqlite, &dir, "sqlite3", &[]);
+    let run = |sql: &str, tag: &str| {
+        let script = repo_root().join(format!("bench/sqlite/{sql}.sql"));
+        train(
+            &inst,
+            &dir.join(format!("{tag}.counts")),
+            &["-bail", ":memory:"],
+            Some(&script),
+        )
+    };
+    let a = run("workload", "a");
+    let b = run("unseen", "b");
+    let c = run("workload", "c");
+    assert!(check_sums(&dir, &a, &b, &c) > 0, "no site spilled");
+}
+
+#[test]
+fn bad_inputs_of_a_summed_file_give_one_line_and_no_output() {
+    let binary = corpus_dir().join("virtual_calls.gcc.O3.nopie");
+    let dir = scratch("merge-counters", "sum-bad");
+    let inst = instrument(&binary, &dir, "prog", &[]);
+    let good = train(&inst, &dir.join("good.counts"), &[], None);
+    let bytes = std::fs::read(&good).unwrap();
+    let out = dir.join("out.counts");
+    let fails = |inputs: &[&str], expect: &str| {
+        let _ = std::fs::remove_file(&out);
+        let mut argv = vec!["merge"];
+        argv.extend_from_slice(inputs);
+        argv.extend(["-o", s(&out)]);
+        assert_one_error_line(&rivet(&argv), expect);
+        assert!(!out.exists(), "{inputs:?}");
+    };
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let counters_end = word(16) + 8 * word(24);
+    for (k, len) in [40, 100, counters_end - 8].into_iter().enumerate() {
+        let cut = dir.join(format!("cut{k}.counts"));
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        fails(&[s(&good), s(&cut)], s(&cut));
+    }
+    // Another instrumentation of the binary: another map hash.
+    let other = instrument(&binary, &dir, "other", &["--skip-funcs", "main"]);
+    let other_counts = train(&other, &dir.join("other.counts"), &[], None);
+    fails(&[s(&good), s(&other_counts)], "another instrumentation");
+    // A profile among counter files, a version 1 file, a fractional weight.
+    let prof = dir.join("good.rprof");
+    new_way(&[(good.clone(), "1")], &prof);
+    fails(&[s(&good), s(&prof)], "is not a counter file");
+    let v1 = dir.join("v1.counts");
+    std::fs::write(&v1, self_contained(&good)).unwrap();
+    fails(&[s(&good), s(&v1)], "version 1");
+    let half = format!("{}:0.5", s(&good));
+    fails(&[s(&good), &half], "whole numbers");
+    fails(&[s(&good), s(&good), "--binary", s(&binary)], "--binary");
+    // A sum that does not fit 64 bits: refused, never clamped.
+    let first = (word(16)..counters_end)
+        .step_by(8)
+        .find(|&at| word(at) != 0)
+        .unwrap();
+    let mut huge = bytes.clone();
+    huge[first..first + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    let huge_path = dir.join("huge.counts");
+    std::fs::write(&huge_path, &huge).unwrap();
+    fails(&[s(&good), s(&huge_path)], "passes 2^64 - 1");
+    let times3 = format!("{}:3", s(&huge_path));
+    fails(&[&times3], "passes 2^64 - 1");
+    // A summed file cut in its spilled targets, or with bytes after them, or out of order.
+    let spilled_sum = dir.join("sum.counts");
+    let mut sum = summed(&[s(&good), s(&good)], &spilled_sum);
+    sum[48..56].copy_from_slice(&1u64.to_le_bytes());
+    let damaged = dir.join("damaged.counts");
+    std::fs::write(&damaged, &sum).unwrap();
+    fails(&[s(&damaged)], "spilled site targets end early");
+    sum[48..56].fill(0);
+    sum.push(0);
+    std::fs::write(&damaged, &sum).unwrap();
+    fails(&[s(&damaged)], "bytes after the spilled site targets");
+    // No run counts into a summed file.
+    let r = rivet(&["reset-counts", s(&spilled_sum)]);
+    assert_one_error_line(&r, "summed counter file");
+    // No input changed.
+    assert_eq!(std::fs::read(&good).unwrap(), bytes);
+    assert_eq!(std::fs::read(&huge_path).unwrap(), huge);
+}

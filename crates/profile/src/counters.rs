@@ -37,6 +37,13 @@
 //! that never ran, so the records are those of a full decode. Binaries without the index
 //! (older instrumentations) have their map decoded whole.
 //!
+//! Version 3 is a *summed counter file* (`rivet merge --format counters`, [`crate::counter_sum`]):
+//! the header and identity of version 2, with `spill_count` u64 at offset 48, the summed
+//! counters, then `spill_count` spilled site targets (table u64, target u64, count u64, sorted
+//! by table then target, no target or count zero): an indirect call site of a summed file can
+//! hold any number of targets; the first [`SITE_TARGETS`] (in increasing target order) stay in
+//! its table, the rest follow the counters. Its readers treat it as one run's file.
+//!
 //! The architecture is that of the instrumented binary: 0 x86-64 (what the field, reserved and
 //! zero before AArch64 was instrumented, always held), 1 AArch64.
 //!
@@ -53,6 +60,11 @@ pub const MAGIC: &[u8; 8] = b"RIVETCNT";
 pub const VERSION: u32 = 2;
 /// The version whose files carry their map (still read).
 pub const VERSION_SELF_CONTAINED: u32 = 1;
+/// The version of summed counter files (`rivet merge --format counters`): version 2 plus the
+/// site targets that did not fit a table, after the counters.
+pub const VERSION_SUMMED: u32 = 3;
+/// Bytes of one spilled site target of a summed file: table, target, count (u64 each).
+pub const SPILL_ENTRY: usize = 24;
 pub const HEADER_SIZE: usize = 64;
 /// The section of an instrumented binary that holds its counter map (not allocated: the
 /// process never maps it): [`MAP_MAGIC`], the map's hash (u64), its size (u64), the map.
@@ -68,7 +80,7 @@ pub const INDEX_MAGIC: &[u8; 8] = b"RIVETIDX";
 /// body's size.
 pub const INDEX_HEADER: usize = 32;
 /// Bytes of one function's entry in the index.
-const INDEX_ENTRY: usize = 44;
+pub(crate) const INDEX_ENTRY: usize = 44;
 /// Longest instrumented-binary path a counter file records (a Linux path).
 pub const MAX_IDENTITY_PATH: usize = 4096;
 /// Counter index of an edge without a counter (a spanning-tree edge, inferred).
@@ -212,7 +224,7 @@ pub enum CounterArch {
 }
 
 impl CounterArch {
-    fn code(self) -> u32 {
+    pub(crate) fn code(self) -> u32 {
         match self {
             CounterArch::X86_64 => 0,
             CounterArch::Aarch64 => 1,
@@ -259,7 +271,7 @@ pub enum CountersError {
     #[error("not a Rivet counter file (no RIVETCNT magic)")]
     NotCounters,
     #[error(
-        "counter file version {0} is not supported (this Rivet reads versions {VERSION_SELF_CONTAINED} and {VERSION})"
+        "counter file version {0} is not supported (this Rivet reads versions {VERSION_SELF_CONTAINED} to {VERSION_SUMMED})"
     )]
     Version(u32),
     /// A version 2 file whose instrumented binary cannot give the map.
@@ -376,9 +388,9 @@ impl<R: std::io::Read> Reader<R> {
     }
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
-fn fnv1a_from(hash: u64, data: &[u8]) -> u64 {
+pub(crate) fn fnv1a_from(hash: u64, data: &[u8]) -> u64 {
     data.iter().fold(hash, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -718,6 +730,19 @@ pub struct CounterFile {
     pub map: CounterMap,
     pub map_hash: u64,
     pub counters: Vec<u64>,
+    /// Site targets beyond their table's (a summed file's; empty for a run's own file).
+    pub spilled: Vec<SpilledTarget>,
+}
+
+/// A target of an indirect call site that its table, which holds [`SITE_TARGETS`], had no
+/// room for: a summed counter file lists them after its counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SpilledTarget {
+    /// First word of the site's table in the counters.
+    pub table: u32,
+    /// The target, as a table records it (an address of the instrumented binary).
+    pub target: u64,
+    pub count: u64,
 }
 
 /// True when `data` starts like a counter file.
@@ -740,6 +765,8 @@ pub struct CounterLayout {
     pub map_hash: u64,
     /// The counters' bytes in the file (8 per counter).
     pub counters: std::ops::Range<usize>,
+    /// The spilled site targets' bytes (a summed file's, [`SPILL_ENTRY`] each; else empty).
+    pub spill: std::ops::Range<usize>,
     /// Version 2: the instrumented binary that holds the map, as the file records it.
     pub instrumented: Option<std::path::PathBuf>,
 }
@@ -765,7 +792,7 @@ impl CounterLayout {
         let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(data[o..o + 8].try_into().unwrap());
         let version = u32_at(8);
-        if version != VERSION && version != VERSION_SELF_CONTAINED {
+        if !(VERSION_SELF_CONTAINED..=VERSION_SUMMED).contains(&version) {
             return Err(CountersError::Version(version));
         }
         let arch = CounterArch::from_code(u32_at(12)).ok_or_else(|| {
@@ -813,6 +840,22 @@ impl CounterLayout {
         if file_len < counters_end {
             return Err(CountersError::Truncated("the counters end early"));
         }
+        // A summed file ends with its spilled targets, and nothing after them.
+        let spill_end = match version {
+            VERSION_SUMMED => u64_at(48)
+                .checked_mul(SPILL_ENTRY as u64)
+                .and_then(|n| n.checked_add(counters_end))
+                .ok_or_else(|| CountersError::Malformed("spilled target count out of range".into()))?,
+            _ => counters_end,
+        };
+        if file_len < spill_end {
+            return Err(CountersError::Truncated("the spilled site targets end early"));
+        }
+        if version == VERSION_SUMMED && file_len > spill_end {
+            return Err(CountersError::Malformed(
+                "bytes after the spilled site targets".into(),
+            ));
+        }
         Ok(CounterLayout {
             version,
             arch,
@@ -820,6 +863,7 @@ impl CounterLayout {
             map_size: map_size as usize,
             map_hash,
             counters: counters_offset as usize..counters_end as usize,
+            spill: counters_end as usize..spill_end as usize,
             instrumented,
         })
     }
@@ -875,7 +919,7 @@ impl CounterLayout {
 
     /// The binary of [`CounterLayout::open_map`], open, and the file offset of its map's first
     /// byte, once its map section is found to have the header's hash and size.
-    fn locate_map(
+    pub(crate) fn locate_map(
         &self,
         instrumented: Option<&std::path::Path>,
     ) -> Result<(std::path::PathBuf, std::fs::File, u64), CountersError> {
@@ -939,6 +983,43 @@ impl CounterLayout {
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
             .collect()
     }
+
+    /// The spilled site targets of a summed file (`data` holds at least [`CounterLayout::spill`]),
+    /// checked: sorted by table then target without repeats, no target or count zero, every
+    /// table inside the counters.
+    pub fn spilled(&self, data: &[u8]) -> Result<Vec<SpilledTarget>, CountersError> {
+        parse_spill(&data[self.spill.clone()], self.counters.len() / 8)
+    }
+}
+
+/// Spilled site targets from their bytes ([`SPILL_ENTRY`] each), checked as
+/// [`CounterLayout::spilled`] says.
+pub fn parse_spill(bytes: &[u8], counter_count: usize) -> Result<Vec<SpilledTarget>, CountersError> {
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let mut out: Vec<SpilledTarget> = Vec::with_capacity(bytes.len() / SPILL_ENTRY);
+    for e in bytes.chunks_exact(SPILL_ENTRY) {
+        let table = u64_at(e, 0);
+        let s = SpilledTarget {
+            table: u32::try_from(table).unwrap_or(u32::MAX),
+            target: u64_at(e, 8),
+            count: u64_at(e, 16),
+        };
+        if table.saturating_add(u64::from(SITE_WORDS)) > counter_count as u64 {
+            return Err(CountersError::Malformed(
+                "a spilled site target's table lies outside the counters".into(),
+            ));
+        }
+        if s.target == 0 || s.count == 0 || out.last().is_some_and(|l| (l.table, l.target) >= (s.table, s.target)) {
+            return Err(CountersError::Malformed(
+                "the spilled site targets are not sorted, repeat, or hold a zero".into(),
+            ));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+impl CounterLayout {
 }
 
 /// The (file offset, size) of the contents of the section called `name` of a 64-bit
@@ -1284,11 +1365,13 @@ impl CounterFile {
             && let Some(mut indexed) = IndexedMap::open(&layout, instrumented)?
         {
             let counters = layout.counters(data);
+            let spilled = layout.spilled(data)?;
             indexed.decode_ran(&counters)?;
             return Ok(CounterFile {
                 map: indexed.map,
                 map_hash: layout.map_hash,
                 counters,
+                spilled,
             });
         }
         CounterFile::parse_with(data, instrumented)
@@ -1306,16 +1389,24 @@ impl CounterFile {
         instrumented: Option<&std::path::Path>,
     ) -> Result<CounterFile, CountersError> {
         let layout = CounterLayout::read(data)?;
+        let spilled = layout.spilled(data)?;
         Ok(CounterFile {
             map: layout.decode_map(data, instrumented)?,
             map_hash: layout.map_hash,
             counters: layout.counters(data),
+            spilled,
         })
     }
 
-    /// Adds another run's counters (same instrumentation).
+    /// Adds another run's counters (same instrumentation), slot by slot: for tests and tools
+    /// on runs whose site tables do not matter (a site table is not a sum of counters; a summed
+    /// counter file, [`crate::counter_sum`], merges them by target).
     pub fn add(&mut self, other: &CounterFile) -> Result<(), CountersError> {
-        if other.map_hash != self.map_hash || other.counters.len() != self.counters.len() {
+        if other.map_hash != self.map_hash
+            || other.counters.len() != self.counters.len()
+            || !self.spilled.is_empty()
+            || !other.spilled.is_empty()
+        {
             return Err(CountersError::DifferentInstrumentation);
         }
         for (a, b) in self.counters.iter_mut().zip(&other.counters) {
@@ -1344,7 +1435,7 @@ impl CounterFile {
 
     /// The records of [`CounterFile::to_profile`], one by one (see [`emit_branches`]).
     pub fn emit_branches<'m>(&'m self, add: impl FnMut(LocRef<'m>, LocRef<'m>, u64)) {
-        emit_counted(&self.map, &self.counters, add);
+        emit_counted(&self.map, &self.counters, &self.spilled, add);
     }
 }
 
@@ -1506,22 +1597,26 @@ pub fn to_profile(map: &CounterMap, counters: &[u64], edge_counts: &[Vec<u64>]) 
     emit_branches(
         map,
         counters,
+        &[],
         |i, _| Some(edge_counts[i].clone()),
         |from, to, count| profile.add_branch(from.to_location(), to.to_location(), count, 0),
     );
     profile
 }
 
-/// [`emit_branches`] of `counters`, solving each function's edges as it comes to it and
-/// skipping those that never ran.
+/// [`emit_branches`] of `counters` (and the site targets `spilled` beyond their tables: a
+/// summed file's), solving each function's edges as it comes to it and skipping those that
+/// never ran.
 pub fn emit_counted<'m>(
     map: &'m CounterMap,
     counters: &[u64],
+    spilled: &[SpilledTarget],
     add: impl FnMut(LocRef<'m>, LocRef<'m>, u64),
 ) {
     emit_branches(
         map,
         counters,
+        spilled,
         |_, f| (!never_ran(f, counters)).then(|| solve_edges(f, counters)),
         add,
     );
@@ -1542,6 +1637,7 @@ fn never_ran(f: &FunctionMap, counters: &[u64]) -> bool {
 pub fn emit_branches<'m>(
     map: &'m CounterMap,
     counters: &[u64],
+    spilled: &[SpilledTarget],
     edge_counts: impl Fn(usize, &FunctionMap) -> Option<Vec<u64>>,
     mut add: impl FnMut(LocRef<'m>, LocRef<'m>, u64),
 ) {
@@ -1593,7 +1689,7 @@ pub fn emit_branches<'m>(
                              count: u64| {
             let mut known = 0u64;
             if let Ok(k) = f.indirect.binary_search_by_key(&site, |x| x.0) {
-                for (target, n) in site_targets(counters, f.indirect[k].1) {
+                for (target, n) in site_targets(counters, spilled, f.indirect[k].1) {
                     if let Some((target, to)) = function_at(target) {
                         *known_entries.entry(target).or_default() += n;
                         add(from, to, n);
@@ -1659,17 +1755,21 @@ pub fn emit_branches<'m>(
     }
 }
 
-/// The (target, count) pairs recorded in the site table at word `table`; targets that found
-/// no free pair are left out (they stay with `[unknown]`).
-fn site_targets(counters: &[u64], table: u32) -> Vec<(u64, u64)> {
+/// The (target, count) pairs recorded in the site table at word `table`, and those `spilled`
+/// lists for it (a summed file's); targets that found no free pair are left out (they stay
+/// with `[unknown]`).
+fn site_targets(counters: &[u64], spilled: &[SpilledTarget], table: u32) -> Vec<(u64, u64)> {
     let start = table as usize;
     let Some(words) = counters.get(start..start + SITE_WORDS as usize) else {
         return Vec::new();
     };
+    let first = spilled.partition_point(|s| s.table < table);
+    let more = spilled[first..].iter().take_while(|s| s.table == table);
     words[..2 * SITE_TARGETS as usize]
         .chunks_exact(2)
         .filter(|p| p[0] != 0 && p[1] != 0)
         .map(|p| (p[0], p[1]))
+        .chain(more.map(|s| (s.target, s.count)))
         .collect()
 }
 
@@ -1818,9 +1918,10 @@ mod tests {
                     map: map.clone(),
                     map_hash: 0,
                     counters: run.to_vec(),
+                    spilled: Vec::new(),
                 };
                 old.add(file.to_profile(), w).unwrap();
-                new.add_counters(&map, run, w).unwrap();
+                new.add_counters(&map, run, &[], w).unwrap();
             }
             let (mut a, mut b) = (Vec::new(), Vec::new());
             old.write_native(&mut a).unwrap();

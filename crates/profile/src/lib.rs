@@ -4,9 +4,11 @@
 //! offset, as in BOLT's fdata), never by IR ids, so this crate depends on no other Rivet crate.
 //! `model` is the common in-memory profile; `fdata`, `yaml` and `native` read and write the
 //! file formats; `merge` sums profiles of one binary; `counters` reads the files the
-//! instrumentation runtime writes and turns raw counters into edge counts; `perf` reads
+//! instrumentation runtime writes and turns raw counters into edge counts; `counter_sum` adds
+//! such files counter by counter into a summed counter file; `perf` reads
 //! `perf script` output; `inference` turns sampled block counts into consistent edge counts.
 
+pub mod counter_sum;
 pub mod counters;
 pub mod fdata;
 pub mod inference;

@@ -267,6 +267,12 @@ impl Weight {
         u128::from(self.units) == 10u128.pow(self.scale)
     }
 
+    /// The weight as a whole number, when it is one (`3`, `2.0`); `None` for `0.5`.
+    pub fn whole(self) -> Option<u64> {
+        let divisor = 10u64.pow(self.scale);
+        (self.units % divisor == 0).then_some(self.units / divisor)
+    }
+
     /// `count × weight`, rounded to the nearest integer (halves to even), saturating.
     pub fn apply(self, count: u64) -> u64 {
         if self.is_one() {
@@ -491,11 +497,13 @@ impl Merger {
     /// byte for byte, but without building that profile: records go straight into the sum
     /// (weight 1) or through a table of borrowed keys (another weight, which rounds each
     /// record of the input before the sum). `map` may be shared by every run of one
-    /// instrumentation, decoded once.
+    /// instrumentation, decoded once; `spilled` holds a summed file's site targets beyond
+    /// their tables (empty for a run's own file).
     pub fn add_counters(
         &mut self,
         map: &CounterMap,
         counters_of_run: &[u64],
+        spilled: &[counters::SpilledTarget],
         weight: Weight,
     ) -> Result<(), MergeError> {
         let input = self.inputs + 1;
@@ -503,7 +511,7 @@ impl Merger {
         self.check_header(&mut head, input)?;
         self.inputs = input;
         if weight.is_one() {
-            counters::emit_counted(map, counters_of_run, |from, to, count| {
+            counters::emit_counted(map, counters_of_run, spilled, |from, to, count| {
                 let key = (self.loc_ref(from), self.loc_ref(to));
                 let sum = self.branches.entry(key).or_default();
                 sum.count = sum.count.saturating_add(count);
@@ -511,7 +519,7 @@ impl Merger {
             return Ok(());
         }
         let mut run: BTreeMap<(LocRef<'_>, LocRef<'_>), u64> = BTreeMap::new();
-        counters::emit_counted(map, counters_of_run, |from, to, count| {
+        counters::emit_counted(map, counters_of_run, spilled, |from, to, count| {
             let c = run.entry((from, to)).or_default();
             *c = c.saturating_add(count);
         });

@@ -1,0 +1,727 @@
+//! Summed counter files: runs of one instrumented binary added counter by counter into one
+//! counter file (`rivet merge --format counters`), with no map decoded and no profile built.
+//!
+//! **What a summed file means.** It holds the counters of one process that ran all the runs
+//! (each `weight` times): every edge counter is the sum of the runs', and every indirect call
+//! site's table holds each target once with the sum of its counts over the runs, whatever pair
+//! each run gave it, and the sum of the counts the runs could not place (the overflow pair).
+//! Read back ([`crate::counters::CounterFile`], `rivet merge`, `optimize`, `report`, ...), it
+//! gives the profile of those summed counters. That is not always the sum of the runs'
+//! profiles, by definition and not by accident: where a target of indirect jumps (a computed
+//! goto) can be reached from several jumps, its count is split among them in proportion to
+//! the jumps' counts, with rounding, and proportions of a sum are not sums of proportions.
+//! Everything else (edges, calls, entries, site targets) is linear in the counters, so it adds.
+//!
+//! **Exact, associative, commutative.** Counts are added exactly or not at all: a sum that
+//! does not fit 64 bits is an error ([`SumError::Overflow`]), never clamped, since a clamped
+//! counter breaks the flow every other count is solved from; weights are whole numbers for the
+//! same reason (the caller refuses fractions). A site table is written in one canonical form,
+//! a function of its targets' summed counts alone: targets in increasing order, the first
+//! [`SITE_TARGETS`] in the table, the rest spilled after the counters (so no target is ever
+//! dropped), the unplaced count in the overflow pair. So the bytes of a sum do not depend on
+//! the order or the grouping of its inputs.
+//!
+//! **Which words are site tables** is a property of the instrumentation, never of the counts
+//! (deciding it per run would make the result depend on the grouping): `rivet instrument`
+//! numbers every function's edge counters first and puts the site tables after them, up to the
+//! last counter ([`SumPlan`]). The plan is read from the binary's map index (the end of the
+//! edge counters is the greatest `counters_end` of its entries; the section is streamed and
+//! checked against its hash, a few MB), or, for binaries instrumented before the index, from
+//! the whole map. The words between the last edge counter of a function in the map and the
+//! first table (edge counters of functions the instrumentation dropped, always zero) are
+//! grouped into tables from the end too, which keeps every real table aligned.
+//!
+//! **Streaming.** Inputs are read a chunk at a time ([`CHUNK_WORDS`] counters) and the sum is
+//! written a chunk at a time, so memory is a chunk per input, not the counter array.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+
+use crate::counters::{
+    CounterArch, CounterLayout, CounterMap, CountersError, HEADER_SIZE, INDEX_HEADER, INDEX_MAGIC,
+    INFERRED, MAGIC, SITE_TARGETS, SITE_WORDS, SPILL_ENTRY, SpilledTarget, VERSION_SUMMED,
+};
+
+/// Counters read from each input at a time (a multiple of [`SITE_WORDS`], so that a chunk of
+/// the site tables holds whole tables): 128 KiB.
+pub const CHUNK_WORDS: usize = 16 * 1024;
+
+/// Where the site tables of an instrumentation lie: words `tables..counter_count`, in tables of
+/// [`SITE_WORDS`]; every word before `tables` is a plain counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SumPlan {
+    pub counter_count: usize,
+    pub tables: usize,
+}
+
+/// Why runs cannot be summed.
+#[derive(Debug, thiserror::Error)]
+pub enum SumError {
+    /// Input `input` (from 0) made counter `counter` pass 2^64 - 1.
+    #[error("the sum of counter {counter} does not fit 64 bits")]
+    Overflow { input: usize, counter: usize },
+    #[error("{error}")]
+    Read { input: usize, error: std::io::Error },
+    #[error("{0}")]
+    Write(std::io::Error),
+}
+
+impl SumPlan {
+    /// The plan of `counter_count` counters whose edge counters end at `edge_end`: the tables
+    /// are the whole [`SITE_WORDS`]-word groups between it and the end, counted from the end.
+    pub fn from_edge_end(edge_end: usize, counter_count: usize) -> SumPlan {
+        let words = counter_count.saturating_sub(edge_end);
+        SumPlan {
+            counter_count,
+            tables: counter_count - words / SITE_WORDS as usize * SITE_WORDS as usize,
+        }
+    }
+
+    /// The plan of a decoded map (a binary without an index). Every site table the map names
+    /// must be one of the plan's: otherwise the map does not come from `rivet instrument`.
+    pub fn from_map(map: &CounterMap) -> Result<SumPlan, CountersError> {
+        let edge_end = map
+            .functions
+            .iter()
+            .flat_map(|f| f.edges.iter())
+            .filter(|e| e.counter != INFERRED)
+            .map(|e| e.counter as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let plan = SumPlan::from_edge_end(edge_end, map.counter_count as usize);
+        let tables = map
+            .functions
+            .iter()
+            .flat_map(|f| f.indirect.iter().map(|&(_, t)| t as usize));
+        for t in tables {
+            if !plan.is_table(t) {
+                return Err(CountersError::Malformed(format!(
+                    "the indirect call table at counter {t} lies among the edge counters"
+                )));
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The plan from the map index (`section`, [`crate::counters::INDEX_SECTION`]'s contents,
+    /// streamed), checked against its header, its hash and the counter count; `Err` holds why
+    /// the index cannot be trusted.
+    pub fn from_index(
+        mut section: impl Read,
+        section_len: u64,
+        map_hash: u64,
+        counter_count: usize,
+    ) -> Result<SumPlan, String> {
+        let short = |_| "it ends early".to_string();
+        let mut head = [0u8; INDEX_HEADER];
+        section.read_exact(&mut head).map_err(short)?;
+        let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        if &head[..8] != INDEX_MAGIC {
+            return Err("no RIVETIDX header".into());
+        }
+        if u64_at(&head, 16) != map_hash {
+            return Err(format!(
+                "it indexes another map (map hash {:016x}, the map's is {map_hash:016x})",
+                u64_at(&head, 16)
+            ));
+        }
+        let body_len = u64_at(&head, 24);
+        if body_len != section_len.saturating_sub(INDEX_HEADER as u64) || body_len < 20 {
+            return Err("its size is not the one it records".into());
+        }
+        let mut hash = crate::counters::FNV_OFFSET;
+        let mut buf = vec![0u8; 20];
+        section.read_exact(&mut buf).map_err(short)?;
+        hash = crate::counters::fnv1a_from(hash, &buf);
+        let count = u32_at(&buf, 16) as u64;
+        let mut left = body_len - 20;
+        if count.saturating_mul(crate::counters::INDEX_ENTRY as u64) > left {
+            return Err("its table is longer than the section".into());
+        }
+        // The entries, whole ones a chunk at a time, then the names (only hashed here).
+        let entry = crate::counters::INDEX_ENTRY;
+        let per_chunk = (1 << 16) / entry;
+        let mut entries_left = count as usize;
+        let mut edge_end = 0usize;
+        while entries_left > 0 {
+            let n = entries_left.min(per_chunk);
+            buf.resize(n * entry, 0);
+            section.read_exact(&mut buf).map_err(short)?;
+            hash = crate::counters::fnv1a_from(hash, &buf);
+            for e in buf.chunks_exact(entry) {
+                let (start, end) = (u32_at(e, 28) as usize, u32_at(e, 32) as usize);
+                if start > end || end > counter_count {
+                    return Err("a function's counters lie outside the counters".into());
+                }
+                edge_end = edge_end.max(end);
+            }
+            entries_left -= n;
+            left -= (n * entry) as u64;
+        }
+        while left > 0 {
+            let n = left.min(1 << 16) as usize;
+            buf.resize(n, 0);
+            section.read_exact(&mut buf).map_err(short)?;
+            hash = crate::counters::fnv1a_from(hash, &buf);
+            left -= n as u64;
+        }
+        if hash != u64_at(&head, 8) {
+            return Err("it does not match its hash".into());
+        }
+        Ok(SumPlan::from_edge_end(edge_end, counter_count))
+    }
+
+    /// The plan of `layout`'s instrumentation: from the index of its binary (`instrumented`
+    /// when given, else the one it records), else from the binary's whole map.
+    pub fn for_layout(
+        layout: &CounterLayout,
+        instrumented: Option<&std::path::Path>,
+    ) -> Result<SumPlan, CountersError> {
+        let (binary, mut file, _) = layout.locate_map(instrumented)?;
+        let damaged = |why: String| CountersError::BadIndex {
+            binary: binary.display().to_string(),
+            why,
+        };
+        let counter_count = layout.counters.len() / 8;
+        match crate::counters::find_section(&mut file, crate::counters::INDEX_SECTION)
+            .map_err(|e| damaged(e.to_string()))?
+        {
+            Some((offset, size)) => {
+                file.seek(SeekFrom::Start(offset))
+                    .map_err(|e| damaged(e.to_string()))?;
+                let stream = std::io::BufReader::with_capacity(1 << 16, file.take(size));
+                SumPlan::from_index(stream, size, layout.map_hash, counter_count).map_err(damaged)
+            }
+            None => {
+                let (_, stream) = layout.open_map(instrumented)?;
+                SumPlan::from_map(&layout.decode_map_from(stream)?)
+            }
+        }
+    }
+
+    /// Whether word `word` starts a site table of this plan.
+    pub fn is_table(&self, word: usize) -> bool {
+        word >= self.tables
+            && word < self.counter_count
+            && (word - self.tables).is_multiple_of(SITE_WORDS as usize)
+    }
+}
+
+/// One run (or summed file) to add: its counters as a stream (exactly the plan's count of
+/// little-endian u64, from the first), how many times it counts, and its spilled targets
+/// (sorted, each of a table of the plan: [`check_spilled`]).
+#[derive(Debug)]
+pub struct SumInput<R> {
+    pub counters: R,
+    pub weight: u64,
+    pub spilled: Vec<SpilledTarget>,
+}
+
+/// Checks that every spilled target of an input lies in a table of `plan`.
+pub fn check_spilled(plan: &SumPlan, spilled: &[SpilledTarget]) -> Result<(), CountersError> {
+    match spilled.iter().find(|s| !plan.is_table(s.table as usize)) {
+        Some(s) => Err(CountersError::Malformed(format!(
+            "a spilled site target names counter {}, which starts no site table",
+            s.table
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The first bytes of a summed file up to its counters (a page multiple, as the runtime's
+/// files): the header of version [`VERSION_SUMMED`] with a spill count of 0 (the writer sets
+/// it at the end) and `instrumented`, the binary that holds the map. `None` when the path is
+/// longer than [`crate::counters::MAX_IDENTITY_PATH`].
+pub fn summed_prefix(
+    arch: CounterArch,
+    counter_count: usize,
+    map_size: usize,
+    map_hash: u64,
+    instrumented: &std::path::Path,
+) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = instrumented.as_os_str().as_bytes();
+    if path.is_empty() || path.len() > crate::counters::MAX_IDENTITY_PATH {
+        return None;
+    }
+    let counters_offset = (HEADER_SIZE + 4 + path.len()).div_ceil(4096) * 4096;
+    let mut out = Vec::with_capacity(counters_offset);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION_SUMMED.to_le_bytes());
+    out.extend_from_slice(&arch.code().to_le_bytes());
+    out.extend_from_slice(&(counters_offset as u64).to_le_bytes());
+    out.extend_from_slice(&(counter_count as u64).to_le_bytes());
+    out.extend_from_slice(&(map_size as u64).to_le_bytes());
+    out.extend_from_slice(&map_hash.to_le_bytes());
+    out.resize(HEADER_SIZE, 0);
+    out.extend_from_slice(&(path.len() as u32).to_le_bytes());
+    out.extend_from_slice(path);
+    out.resize(counters_offset, 0);
+    Some(out)
+}
+
+/// Writes the summed file of `inputs` to `out`: `prefix` ([`summed_prefix`]), the summed
+/// counters a chunk at a time, the spilled targets, then the spill count into the header.
+/// Returns how many targets were spilled.
+pub fn write_summed<R: Read, W: Write + Seek>(
+    plan: &SumPlan,
+    prefix: &[u8],
+    inputs: &mut [SumInput<R>],
+    mut out: W,
+) -> Result<u64, SumError> {
+    out.write_all(prefix).map_err(SumError::Write)?;
+    let mut spilled: Vec<SpilledTarget> = Vec::new();
+    let mut bufs: Vec<Vec<u8>> = inputs.iter().map(|_| Vec::new()).collect();
+    let mut cursors = vec![0usize; inputs.len()];
+    let mut sum: Vec<u64> = Vec::with_capacity(CHUNK_WORDS);
+    let mut bytes: Vec<u8> = Vec::with_capacity(CHUNK_WORDS * 8);
+    // Plain counters, then whole tables: no chunk straddles the boundary.
+    for (from, to, tables) in [
+        (0, plan.tables, false),
+        (plan.tables, plan.counter_count, true),
+    ] {
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(CHUNK_WORDS);
+            for (i, input) in inputs.iter_mut().enumerate() {
+                bufs[i].resize(n * 8, 0);
+                input
+                    .counters
+                    .read_exact(&mut bufs[i])
+                    .map_err(|error| SumError::Read { input: i, error })?;
+            }
+            sum.clear();
+            sum.resize(n, 0);
+            if tables {
+                for t in (0..n).step_by(SITE_WORDS as usize) {
+                    let table = at + t;
+                    let words = merge_table(inputs, &bufs, &mut cursors, t, table as u32)?;
+                    sum[t..t + SITE_WORDS as usize].copy_from_slice(&words.table);
+                    spilled.extend(words.spilled);
+                }
+            } else {
+                for (i, input) in inputs.iter().enumerate() {
+                    for (k, (s, c)) in sum.iter_mut().zip(bufs[i].chunks_exact(8)).enumerate() {
+                        let c = u64::from_le_bytes(c.try_into().unwrap());
+                        *s = c
+                            .checked_mul(input.weight)
+                            .and_then(|c| s.checked_add(c))
+                            .ok_or(SumError::Overflow {
+                                input: i,
+                                counter: at + k,
+                            })?;
+                    }
+                }
+            }
+            bytes.clear();
+            for s in &sum {
+                bytes.extend_from_slice(&s.to_le_bytes());
+            }
+            out.write_all(&bytes).map_err(SumError::Write)?;
+            at += n;
+        }
+    }
+    for s in &spilled {
+        let mut e = [0u8; SPILL_ENTRY];
+        e[..8].copy_from_slice(&u64::from(s.table).to_le_bytes());
+        e[8..16].copy_from_slice(&s.target.to_le_bytes());
+        e[16..].copy_from_slice(&s.count.to_le_bytes());
+        out.write_all(&e).map_err(SumError::Write)?;
+    }
+    let count = spilled.len() as u64;
+    out.seek(SeekFrom::Start(48))
+        .and_then(|_| out.write_all(&count.to_le_bytes()))
+        .and_then(|_| out.flush())
+        .map_err(SumError::Write)?;
+    Ok(count)
+}
+
+/// One site table of the sum, in its canonical form.
+struct MergedTable {
+    table: [u64; SITE_WORDS as usize],
+    spilled: Vec<SpilledTarget>,
+}
+
+/// The site table at word `table` of the sum (at word `t` of every input's chunk in `bufs`):
+/// every input's targets (table pairs and spilled ones, from `cursors` on) summed by target.
+fn merge_table<R>(
+    inputs: &[SumInput<R>],
+    bufs: &[Vec<u8>],
+    cursors: &mut [usize],
+    t: usize,
+    table: u32,
+) -> Result<MergedTable, SumError> {
+    let pairs = SITE_TARGETS as usize;
+    let mut targets: Vec<(u64, u64)> = Vec::new();
+    let mut unplaced = 0u64;
+    let overflow = |input: usize| SumError::Overflow {
+        input,
+        counter: table as usize,
+    };
+    for (i, input) in inputs.iter().enumerate() {
+        let word = |k: usize| {
+            let o = (t + k) * 8;
+            u64::from_le_bytes(bufs[i][o..o + 8].try_into().unwrap())
+        };
+        let times = |c: u64| c.checked_mul(input.weight).ok_or(overflow(i));
+        for p in 0..pairs {
+            let (target, count) = (word(2 * p), word(2 * p + 1));
+            // A pair with no target holds counts nobody can place: like the overflow pair.
+            match (target, count) {
+                (_, 0) => {}
+                (0, c) => unplaced = unplaced.checked_add(times(c)?).ok_or(overflow(i))?,
+                (target, c) => targets.push((target, times(c)?)),
+            }
+        }
+        unplaced = unplaced
+            .checked_add(times(word(2 * pairs + 1))?)
+            .ok_or(overflow(i))?;
+        let spilled = &input.spilled;
+        while cursors[i] < spilled.len() && spilled[cursors[i]].table <= table {
+            let s = spilled[cursors[i]];
+            if s.table == table {
+                targets.push((s.target, times(s.count)?));
+            }
+            cursors[i] += 1;
+        }
+    }
+    targets.sort_unstable_by_key(|&(target, _)| target);
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(targets.len());
+    for (target, count) in targets {
+        match merged.last_mut() {
+            Some(last) if last.0 == target => {
+                last.1 = last.1.checked_add(count).ok_or(overflow(inputs.len() - 1))?
+            }
+            _ => merged.push((target, count)),
+        }
+    }
+    let mut out = MergedTable {
+        table: [0; SITE_WORDS as usize],
+        spilled: Vec::new(),
+    };
+    for (k, &(target, count)) in merged.iter().enumerate() {
+        if k < pairs {
+            out.table[2 * k] = target;
+            out.table[2 * k + 1] = count;
+        } else {
+            out.spilled.push(SpilledTarget {
+                table,
+                target,
+                count,
+            });
+        }
+    }
+    out.table[2 * pairs + 1] = unplaced;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::{CounterFile, EdgeKind, FunctionMap, MapCall, MapEdge};
+    use proptest::prelude::*;
+
+    /// Two functions: `f` (counters 0-2) with an indirect call whose table is at word 4, `g`
+    /// (counter 3) with none: edge counters first, then the tables, as `rivet instrument`
+    /// lays them out.
+    fn map() -> CounterMap {
+        let e = |from, to, kind, from_addr, to_addr, counter| MapEdge {
+            from,
+            to,
+            kind,
+            from_addr,
+            to_addr,
+            counter,
+        };
+        let f = FunctionMap {
+            name: "f".into(),
+            start: 0x10,
+            // 0 outside, 1 = entry up to the call, 2 = after it, 3 = the loop block.
+            vertices: vec![0, 0x10, 0x1a, 0x20],
+            edges: vec![
+                e(0, 1, EdgeKind::Entry, 0, 0x10, 0),
+                e(1, 2, EdgeKind::CallReturn, 0x15, 0x1a, INFERRED),
+                e(1, 0, EdgeKind::CallUnwound, 0x15, 0, INFERRED),
+                e(2, 3, EdgeKind::Flow, 0x1c, 0x20, INFERRED),
+                e(3, 3, EdgeKind::Flow, 0x2e, 0x20, 1),
+                e(3, 0, EdgeKind::Return, 0x2e, 0, 2),
+            ],
+            calls: vec![MapCall {
+                vertex: 1,
+                at: 0x15,
+                target: 0,
+            }],
+            jumps: Vec::new(),
+            indirect: vec![(0x15, 4)],
+        };
+        let g = FunctionMap {
+            name: "g".into(),
+            start: 0x100,
+            vertices: vec![0, 0x100],
+            edges: vec![
+                e(0, 1, EdgeKind::Entry, 0, 0x100, 3),
+                e(1, 0, EdgeKind::Return, 0x104, 0, INFERRED),
+            ],
+            calls: Vec::new(),
+            jumps: Vec::new(),
+            indirect: Vec::new(),
+        };
+        let symbols = (0..12u64)
+            .map(|k| (0x1000 + 0x10 * k, format!("t{k}")))
+            .chain([(0x10, "f".to_string()), (0x100, "g".to_string())])
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into_iter()
+            .collect();
+        CounterMap {
+            input_build_id: vec![7],
+            binary_name: "prog".into(),
+            counter_count: 4 + SITE_WORDS,
+            functions: vec![f, g],
+            symbols,
+            ..CounterMap::default()
+        }
+    }
+
+    /// A run's counters: entries `n` of f (and `n` returns, no loop) with the call going to
+    /// the targets `calls` (indices of `t0..t11`, first come first served into the table as
+    /// the runtime does), `m` entries of g.
+    fn run(n: u64, calls: &[usize], m: u64) -> Vec<u64> {
+        let mut c = vec![n, 0, n, m];
+        let mut table = [0u64; SITE_WORDS as usize];
+        for &k in calls {
+            let target = 0x1000 + 0x10 * k as u64;
+            let pairs = SITE_TARGETS as usize;
+            match (0..pairs).find(|&p| table[2 * p] == target || table[2 * p] == 0) {
+                Some(p) => {
+                    table[2 * p] = target;
+                    table[2 * p + 1] += 1;
+                }
+                None => table[2 * pairs + 1] += 1,
+            }
+        }
+        c.extend(table);
+        c
+    }
+
+    fn file_bytes(counters: &[u64]) -> Vec<u8> {
+        let mut bytes = map()
+            .file_prefix(std::path::Path::new("/x/prog.inst"))
+            .unwrap()
+            .bytes;
+        for c in counters {
+            bytes.extend_from_slice(&c.to_le_bytes());
+        }
+        bytes
+    }
+
+    fn plan() -> SumPlan {
+        SumPlan::from_map(&map()).unwrap()
+    }
+
+    /// The summed file of `files` (each with its weight).
+    fn sum(files: &[(&[u8], u64)]) -> Result<Vec<u8>, SumError> {
+        let plan = plan();
+        let mut inputs: Vec<SumInput<&[u8]>> = files
+            .iter()
+            .map(|&(bytes, weight)| {
+                let layout = CounterLayout::read(bytes).unwrap();
+                let spilled = layout.spilled(bytes).unwrap();
+                check_spilled(&plan, &spilled).unwrap();
+                SumInput {
+                    counters: &bytes[layout.counters.clone()],
+                    weight,
+                    spilled,
+                }
+            })
+            .collect();
+        let m = map();
+        let prefix = summed_prefix(
+            m.arch,
+            m.counter_count as usize,
+            m.encode_map().len(),
+            CounterLayout::read(files[0].0).unwrap().map_hash,
+            std::path::Path::new("/x/prog.inst"),
+        )
+        .unwrap();
+        let mut out = std::io::Cursor::new(Vec::new());
+        write_summed(&plan, &prefix, &mut inputs, &mut out)?;
+        Ok(out.into_inner())
+    }
+
+    /// The counter file read with the map decoded from `map()` (a version 2 or 3 file's map is
+    /// in a binary the tests do not write).
+    fn parse(bytes: &[u8]) -> CounterFile {
+        let layout = CounterLayout::read(bytes).unwrap();
+        CounterFile {
+            map: map(),
+            map_hash: layout.map_hash,
+            counters: layout.counters(bytes),
+            spilled: layout.spilled(bytes).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_plan_puts_tables_after_the_edge_counters() {
+        assert_eq!(
+            plan(),
+            SumPlan {
+                counter_count: 20,
+                tables: 4
+            }
+        );
+        assert!(plan().is_table(4) && !plan().is_table(3) && !plan().is_table(5));
+        // Words of dropped functions between the last edge counter and the tables: the tables
+        // are still counted from the end.
+        assert_eq!(SumPlan::from_edge_end(1, 36).tables, 4);
+        let mut bad = map();
+        bad.functions[0].indirect[0].1 = 2;
+        assert!(SumPlan::from_map(&bad).is_err());
+    }
+
+    #[test]
+    fn the_index_gives_the_plan_of_the_map() {
+        let m = map();
+        let prefix = m.file_prefix(std::path::Path::new("/x/p")).unwrap();
+        let index = &prefix.index_section;
+        let hash = CounterLayout::read(&file_bytes(&run(1, &[], 0)))
+            .unwrap()
+            .map_hash;
+        let from_index = SumPlan::from_index(&index[..], index.len() as u64, hash, 20).unwrap();
+        assert_eq!(from_index, plan());
+        for at in [0, 8, 16, 24, 40, INDEX_HEADER + 20 + 30] {
+            let mut bad = index.clone();
+            bad[at] ^= 1;
+            assert!(
+                SumPlan::from_index(&bad[..], bad.len() as u64, hash, 20).is_err(),
+                "byte {at}"
+            );
+        }
+        let cut = &index[..index.len() - 1];
+        assert!(SumPlan::from_index(cut, cut.len() as u64, hash, 20).is_err());
+    }
+
+    #[test]
+    fn a_site_keeps_every_target_of_every_run() {
+        // Run 1 fills the table with t0..t6 and loses two calls (t7, t8) to the overflow
+        // pair; run 2 calls t9..t11 and t0. The sum holds all ten targets it can name.
+        let a = file_bytes(&run(9, &[0, 1, 2, 3, 4, 5, 6, 7, 8], 0));
+        let b = file_bytes(&run(4, &[9, 10, 11, 0], 2));
+        let summed = sum(&[(&a, 1), (&b, 1)]).unwrap();
+        let file = parse(&summed);
+        assert_eq!(CounterLayout::read(&summed).unwrap().version, VERSION_SUMMED);
+        assert_eq!(&file.counters[..4], &[13, 0, 13, 2]);
+        assert_eq!(file.counters[4], 0x1000, "targets in increasing order");
+        assert_eq!(file.counters[5], 2, "t0 from both runs");
+        assert_eq!(file.counters[19], 2, "the calls run 1 could not place");
+        let spilled: Vec<(u64, u64)> = file.spilled.iter().map(|s| (s.target, s.count)).collect();
+        assert_eq!(spilled, vec![(0x1090, 1), (0x10a0, 1), (0x10b0, 1)]);
+        let profile = file.to_profile();
+        let calls: u64 = profile
+            .branches
+            .iter()
+            .filter(|((from, to), _)| from.offset == 5 && to.name.starts_with('t'))
+            .map(|(_, b)| b.count)
+            .sum();
+        assert_eq!(calls, 11, "every call the runs placed");
+    }
+
+    #[test]
+    fn overflow_and_damage_are_refused() {
+        let big = file_bytes(&run(u64::MAX / 2 + 1, &[], 0));
+        assert!(matches!(
+            sum(&[(&big, 1), (&big, 1)]),
+            Err(SumError::Overflow {
+                input: 1,
+                counter: 0
+            })
+        ));
+        assert!(matches!(
+            sum(&[(&big, 2)]),
+            Err(SumError::Overflow { input: 0, .. })
+        ));
+        let a = file_bytes(&run(3, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 0));
+        let summed = sum(&[(&a, 1), (&file_bytes(&run(1, &[10, 11], 0)), 1)]).unwrap();
+        let layout = CounterLayout::read(&summed).unwrap();
+        assert_eq!(layout.spill.len(), 2 * SPILL_ENTRY);
+        // Cut short, one byte too many, spilled entries out of order or naming no table.
+        assert!(CounterLayout::read(&summed[..summed.len() - 1]).is_err());
+        let mut long = summed.clone();
+        long.push(0);
+        assert!(CounterLayout::read(&long).is_err());
+        let mut swapped = summed.clone();
+        let s = layout.spill.start;
+        swapped[s + 8] = 0xff;
+        assert!(layout.spilled(&swapped).is_err());
+        let mut zero = summed.clone();
+        zero[s + 16..s + 24].fill(0);
+        assert!(layout.spilled(&zero).is_err());
+        // A table inside the counters that is not a site table of the plan.
+        let mut one = summed[..s + SPILL_ENTRY].to_vec();
+        one[48..56].copy_from_slice(&1u64.to_le_bytes());
+        one[s] = 0;
+        let l = CounterLayout::read(&one).unwrap();
+        assert!(check_spilled(&plan(), &l.spilled(&one).unwrap()).is_err());
+        one[s] = 5;
+        assert!(l.spilled(&one).is_err(), "a table past the counters");
+    }
+
+    /// A run as the runtime writes it, from a seed: a few entries, calls to a few targets.
+    fn arb_run() -> impl Strategy<Value = Vec<u64>> {
+        (
+            0u64..50,
+            proptest::collection::vec(0usize..12, 0..12),
+            0u64..5,
+        )
+            .prop_map(|(n, calls, m)| {
+                let calls: Vec<usize> = calls.into_iter().take(n as usize).collect();
+                run(n, &calls, m)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Same bytes for any order and grouping: ((a + b) + c) = (a + (b + c)) = (c + a + b),
+        /// with weights (w·x = x + ... + x).
+        #[test]
+        fn sums_are_associative_and_commutative(
+            a in arb_run(), b in arb_run(), c in arb_run(), w in 1u64..4,
+        ) {
+            let (a, b, c) = (file_bytes(&a), file_bytes(&b), file_bytes(&c));
+            let ab = sum(&[(&a, 1), (&b, w)]).unwrap();
+            let left = sum(&[(&ab, 1), (&c, 1)]).unwrap();
+            let bc = sum(&[(&b, w), (&c, 1)]).unwrap();
+            let right = sum(&[(&a, 1), (&bc, 1)]).unwrap();
+            let flat = sum(&[(&c, 1), (&a, 1), (&b, w)]).unwrap();
+            let mut repeated = vec![(&c[..], 1), (&a[..], 1)];
+            repeated.extend(std::iter::repeat_n((&b[..], 1), w as usize));
+            let repeated = sum(&repeated).unwrap();
+            prop_assert_eq!(&left, &right);
+            prop_assert_eq!(&left, &flat);
+            prop_assert_eq!(&left, &repeated);
+        }
+
+        /// The profile of the summed file is the profile of the element-wise sum: edge
+        /// counters added slot by slot, every run's site targets added by target.
+        #[test]
+        fn the_sum_reads_as_the_element_wise_sum(a in arb_run(), b in arb_run()) {
+            let summed = parse(&sum(&[(&file_bytes(&a), 1), (&file_bytes(&b), 1)]).unwrap());
+            // The reference, built naively: slot sums of the edge counters, and the targets
+            // of both tables as a list (the reader takes any number from the spill).
+            let mut counters: Vec<u64> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+            counters[4..].fill(0);
+            let mut spilled: Vec<SpilledTarget> = Vec::new();
+            let mut targets = std::collections::BTreeMap::new();
+            for r in [&a, &b] {
+                for p in r[4..18].chunks_exact(2).filter(|p| p[0] != 0 && p[1] != 0) {
+                    *targets.entry(p[0]).or_insert(0) += p[1];
+                }
+            }
+            for (target, count) in targets {
+                spilled.push(SpilledTarget { table: 4, target, count });
+            }
+            let reference = CounterFile { map: map(), map_hash: 0, counters, spilled };
+            prop_assert_eq!(summed.to_profile().branches, reference.to_profile().branches);
+        }
+    }
+}
