@@ -746,8 +746,33 @@ fn summed_counter_files_are_exact_and_read_as_one_run() {
             optimized(&prof, &dir.join("from-prof")),
             "{name}"
         );
-        let r = rivet(&["report", s(&binary), "--profile", s(&ab)]);
-        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        // inspect and report read it as they read a run's file, and as its profile.
+        let inspect = |profile: &Path| {
+            let r = rivet(&["inspect", s(&binary), "--profile", s(profile)]);
+            assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+            r.stdout
+        };
+        assert_eq!(inspect(&ab), inspect(&prof), "{name}");
+        let report = |profile: &Path, out: &Path| {
+            let r = rivet(&[
+                "report",
+                s(&binary),
+                "--profile",
+                s(profile),
+                "--output",
+                s(out),
+            ]);
+            assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+            // The page names its profile file: the rest must be the same.
+            String::from_utf8(std::fs::read(out).unwrap())
+                .unwrap()
+                .replace(s(profile), "PROFILE")
+        };
+        let (from_counts, from_prof) = (
+            report(&ab, &dir.join("report-counts.html")),
+            report(&prof, &dir.join("report-prof.html")),
+        );
+        assert!(from_counts == from_prof, "{name}: the reports differ");
         // The binary moved: --instrumented finds it, and the sum records where it is now.
         let moved = dir.join("moved.inst");
         std::fs::rename(&inst, &moved).unwrap();
