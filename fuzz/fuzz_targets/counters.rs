@@ -24,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
                 map,
                 map_hash: 0,
                 counters,
+                spilled: Vec::new(),
             };
             let _ = file.to_profile();
         }

@@ -673,7 +673,11 @@ fn spill_count(bytes: &[u8]) -> u64 {
 fn check_sums(dir: &Path, a: &Path, b: &Path, c: &Path) -> u64 {
     let ab = dir.join("ab.counts");
     let sum_ab = summed(&[s(a), s(b)], &ab);
-    assert_eq!(sum_ab[8..12], 3u32.to_le_bytes(), "a summed file is version 3");
+    assert_eq!(
+        sum_ab[8..12],
+        3u32.to_le_bytes(),
+        "a summed file is version 3"
+    );
     assert_eq!(summed(&[s(b), s(a)], &dir.join("ba.counts")), sum_ab);
     // Associative and commutative: the same bytes for any grouping and order.
     let left = summed(&[s(&ab), s(c)], &dir.join("ab_c.counts"));

@@ -390,7 +390,10 @@ fn merge_table<R>(
     for (target, count) in targets {
         match merged.last_mut() {
             Some(last) if last.0 == target => {
-                last.1 = last.1.checked_add(count).ok_or(overflow(inputs.len() - 1))?
+                last.1 = last
+                    .1
+                    .checked_add(count)
+                    .ok_or(overflow(inputs.len() - 1))?
             }
             _ => merged.push((target, count)),
         }
@@ -608,7 +611,10 @@ mod tests {
         let b = file_bytes(&run(4, &[9, 10, 11, 0], 2));
         let summed = sum(&[(&a, 1), (&b, 1)]).unwrap();
         let file = parse(&summed);
-        assert_eq!(CounterLayout::read(&summed).unwrap().version, VERSION_SUMMED);
+        assert_eq!(
+            CounterLayout::read(&summed).unwrap().version,
+            VERSION_SUMMED
+        );
         assert_eq!(&file.counters[..4], &[13, 0, 13, 2]);
         assert_eq!(file.counters[4], 0x1000, "targets in increasing order");
         assert_eq!(file.counters[5], 2, "t0 from both runs");

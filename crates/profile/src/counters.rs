@@ -845,11 +845,15 @@ impl CounterLayout {
             VERSION_SUMMED => u64_at(48)
                 .checked_mul(SPILL_ENTRY as u64)
                 .and_then(|n| n.checked_add(counters_end))
-                .ok_or_else(|| CountersError::Malformed("spilled target count out of range".into()))?,
+                .ok_or_else(|| {
+                    CountersError::Malformed("spilled target count out of range".into())
+                })?,
             _ => counters_end,
         };
         if file_len < spill_end {
-            return Err(CountersError::Truncated("the spilled site targets end early"));
+            return Err(CountersError::Truncated(
+                "the spilled site targets end early",
+            ));
         }
         if version == VERSION_SUMMED && file_len > spill_end {
             return Err(CountersError::Malformed(
@@ -994,7 +998,10 @@ impl CounterLayout {
 
 /// Spilled site targets from their bytes ([`SPILL_ENTRY`] each), checked as
 /// [`CounterLayout::spilled`] says.
-pub fn parse_spill(bytes: &[u8], counter_count: usize) -> Result<Vec<SpilledTarget>, CountersError> {
+pub fn parse_spill(
+    bytes: &[u8],
+    counter_count: usize,
+) -> Result<Vec<SpilledTarget>, CountersError> {
     let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
     let mut out: Vec<SpilledTarget> = Vec::with_capacity(bytes.len() / SPILL_ENTRY);
     for e in bytes.chunks_exact(SPILL_ENTRY) {
@@ -1009,7 +1016,12 @@ pub fn parse_spill(bytes: &[u8], counter_count: usize) -> Result<Vec<SpilledTarg
                 "a spilled site target's table lies outside the counters".into(),
             ));
         }
-        if s.target == 0 || s.count == 0 || out.last().is_some_and(|l| (l.table, l.target) >= (s.table, s.target)) {
+        if s.target == 0
+            || s.count == 0
+            || out
+                .last()
+                .is_some_and(|l| (l.table, l.target) >= (s.table, s.target))
+        {
             return Err(CountersError::Malformed(
                 "the spilled site targets are not sorted, repeat, or hold a zero".into(),
             ));
@@ -1019,8 +1031,7 @@ pub fn parse_spill(bytes: &[u8], counter_count: usize) -> Result<Vec<SpilledTarg
     Ok(out)
 }
 
-impl CounterLayout {
-}
+impl CounterLayout {}
 
 /// The (file offset, size) of the contents of the section called `name` of a 64-bit
 /// little-endian ELF file (x86-64, AArch64), read from its section headers alone; `None` when

@@ -270,7 +270,9 @@ impl Weight {
     /// The weight as a whole number, when it is one (`3`, `2.0`); `None` for `0.5`.
     pub fn whole(self) -> Option<u64> {
         let divisor = 10u64.pow(self.scale);
-        (self.units % divisor == 0).then_some(self.units / divisor)
+        self.units
+            .is_multiple_of(divisor)
+            .then_some(self.units / divisor)
     }
 
     /// `count × weight`, rounded to the nearest integer (halves to even), saturating.
@@ -1160,6 +1162,16 @@ mod tests {
             "{e}"
         );
         assert_eq!(merge([]), Err(MergeError::NoInputs));
+    }
+
+    #[test]
+    fn whole_weights_are_told_apart() {
+        let whole = |t: &str| t.parse::<Weight>().unwrap().whole();
+        assert_eq!(whole("3"), Some(3));
+        assert_eq!(whole("2.000"), Some(2));
+        assert_eq!(whole("1"), Some(1));
+        assert_eq!(whole("0.5"), None);
+        assert_eq!(whole("1.25"), None);
     }
 
     #[test]
