@@ -448,7 +448,7 @@ struct Summand {
 }
 
 /// The hint of every input a summed counter file cannot take.
-const AS_PROFILE: &str = "merge into a profile instead (-o merged.prof), which takes any mix of counter files and profiles";
+const AS_PROFILE: &str = "merge into a profile instead (-o merged.prof, or --format rivet), which takes any mix of counter files and profiles";
 
 /// `--format counters`: the inputs, counter files of one instrumentation, summed counter by
 /// counter into a summed counter file, written atomically.

@@ -793,6 +793,13 @@ fn summed_counter_files_are_exact_and_read_as_one_run() {
             canonical.as_os_str().as_encoded_bytes()
         );
         assert_eq!(new_way(&[(out.clone(), "1")], &prof), profile_ab, "{name}");
+        // A binary without the map index (an older instrumentation): the plan comes from the
+        // whole map, to the same counters; only the binary's path in the header differs.
+        let old = without_index(&moved, &dir.join("old.inst"));
+        let out_old = dir.join("old-sum.counts");
+        let old_sum = summed(&[s(&a), s(&b), "--instrumented", s(&old)], &out_old);
+        assert_eq!(old_sum[..64], moved_sum[..64]);
+        assert_eq!(old_sum[4096..], moved_sum[4096..], "{name}");
     }
 }
 
@@ -878,6 +885,14 @@ fn bad_inputs_of_a_summed_file_give_one_line_and_no_output() {
     sum.push(0);
     std::fs::write(&damaged, &sum).unwrap();
     fails(&[s(&damaged)], "bytes after the spilled site targets");
+    // A damaged map index: one line naming it.
+    let (offset, size) = section(&inst, rivet_profile::counters::INDEX_SECTION);
+    let mut damaged_inst = std::fs::read(&inst).unwrap();
+    damaged_inst[offset + size - 1] ^= 1;
+    let damaged_inst_path = dir.join("damaged.inst");
+    std::fs::write(&damaged_inst_path, &damaged_inst).unwrap();
+    let argv = [s(&good), "--instrumented", s(&damaged_inst_path)];
+    fails(&argv, ".rivet.mapidx");
     // No run counts into a summed file.
     let r = rivet(&["reset-counts", s(&spilled_sum)]);
     assert_one_error_line(&r, "summed counter file");

@@ -352,7 +352,8 @@ fn merge_table<R>(
     table: u32,
 ) -> Result<MergedTable, SumError> {
     let pairs = SITE_TARGETS as usize;
-    let mut targets: Vec<(u64, u64)> = Vec::new();
+    // (target, count, input): the input is named should the target's sum overflow.
+    let mut targets: Vec<(u64, u64, usize)> = Vec::new();
     let mut unplaced = 0u64;
     let overflow = |input: usize| SumError::Overflow {
         input,
@@ -370,7 +371,7 @@ fn merge_table<R>(
             match (target, count) {
                 (_, 0) => {}
                 (0, c) => unplaced = unplaced.checked_add(times(c)?).ok_or(overflow(i))?,
-                (target, c) => targets.push((target, times(c)?)),
+                (target, c) => targets.push((target, times(c)?, i)),
             }
         }
         unplaced = unplaced
@@ -380,20 +381,17 @@ fn merge_table<R>(
         while cursors[i] < spilled.len() && spilled[cursors[i]].table <= table {
             let s = spilled[cursors[i]];
             if s.table == table {
-                targets.push((s.target, times(s.count)?));
+                targets.push((s.target, times(s.count)?, i));
             }
             cursors[i] += 1;
         }
     }
-    targets.sort_unstable_by_key(|&(target, _)| target);
+    targets.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::with_capacity(targets.len());
-    for (target, count) in targets {
+    for (target, count, input) in targets {
         match merged.last_mut() {
             Some(last) if last.0 == target => {
-                last.1 = last
-                    .1
-                    .checked_add(count)
-                    .ok_or(overflow(inputs.len() - 1))?
+                last.1 = last.1.checked_add(count).ok_or(overflow(input))?
             }
             _ => merged.push((target, count)),
         }
