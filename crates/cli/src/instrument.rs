@@ -178,11 +178,15 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             .counter_map(&program, kept, &build_id, &binary_name, moved)
             .file_prefix(&identity)
             .expect("the path's length is checked above");
-        // The map, and its per-function index (so readers decode only what ran).
-        let sections = vec![
+        // The map, its per-function index (so readers decode only what ran), and where the
+        // site tables start (so counter files sum without either).
+        let mut sections = vec![
             (counters::MAP_SECTION, prefix.map_section),
             (counters::INDEX_SECTION, prefix.index_section),
         ];
+        if !prefix.sites_section.is_empty() {
+            sections.push((counters::SITES_SECTION, prefix.sites_section));
+        }
         (prefix.bytes, sections)
     };
     let instrumentation = Instrumentation {

@@ -63,6 +63,9 @@ pub fn bad_counters(path: &Path, e: CountersError) -> UserError {
         CountersError::MapElsewhere { .. } => {
             "pass --instrumented PATH to the binary that wrote it (or merge the counters into a profile, `rivet merge`, while the binary is at hand: profiles need no binary)"
         }
+        CountersError::BadSites { .. } => {
+            "instrument the program again; or remove the section (objcopy --remove-section=.rivet.sites) and the map index is read instead"
+        }
         CountersError::BadIndex { .. } => {
             "instrument the program again; or remove the index (objcopy --remove-section=.rivet.mapidx) and the whole map is read instead"
         }

@@ -81,6 +81,14 @@ pub const INDEX_MAGIC: &[u8; 8] = b"RIVETIDX";
 pub const INDEX_HEADER: usize = 32;
 /// Bytes of one function's entry in the index.
 pub(crate) const INDEX_ENTRY: usize = 44;
+/// The section of an instrumented binary that says where its counters' site tables start
+/// (not allocated), for summing counter files without reading the map or its index:
+/// [`SITES_MAGIC`], the map's hash, the first table's word, the counter count (u64 each), then
+/// the FNV-1a hash of those 32 bytes.
+pub const SITES_SECTION: &str = ".rivet.sites";
+pub const SITES_MAGIC: &[u8; 8] = b"RIVETSIT";
+/// Bytes of [`SITES_SECTION`].
+pub const SITES_SIZE: usize = 40;
 /// Longest instrumented-binary path a counter file records (a Linux path).
 pub const MAX_IDENTITY_PATH: usize = 4096;
 /// Counter index of an edge without a counter (a spanning-tree edge, inferred).
@@ -290,6 +298,9 @@ pub enum CountersError {
     /// The instrumented binary's [`INDEX_SECTION`] cannot be trusted.
     #[error("the map index ({INDEX_SECTION}) of {binary} is damaged: {why}")]
     BadIndex { binary: String, why: String },
+    /// The instrumented binary's [`SITES_SECTION`] cannot be trusted.
+    #[error("the site table section ({SITES_SECTION}) of {binary} is damaged: {why}")]
+    BadSites { binary: String, why: String },
 }
 
 struct Writer(Vec<u8>);
@@ -660,7 +671,22 @@ impl CounterMap {
             counters_offset,
             map_section: section,
             index_section: map_index,
+            sites_section: self.sites_section(&map),
         })
+    }
+
+    /// The contents of [`SITES_SECTION`] for `map`, this map's encoding.
+    fn sites_section(&self, map: &[u8]) -> Vec<u8> {
+        let Ok(plan) = crate::counter_sum::SumPlan::from_map(self) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(SITES_SIZE);
+        out.extend_from_slice(SITES_MAGIC);
+        out.extend_from_slice(&fnv1a(map).to_le_bytes());
+        out.extend_from_slice(&(plan.tables as u64).to_le_bytes());
+        out.extend_from_slice(&(plan.counter_count as u64).to_le_bytes());
+        out.extend_from_slice(&fnv1a(&out).to_le_bytes());
+        out
     }
 
     /// The contents of [`INDEX_SECTION`] for `map` (this map's encoding, whose head is `head`
@@ -722,6 +748,9 @@ pub struct CounterPrefix {
     pub map_section: Vec<u8>,
     /// The contents of [`INDEX_SECTION`].
     pub index_section: Vec<u8>,
+    /// The contents of [`SITES_SECTION`] (empty, and the section left out, for a map whose
+    /// site tables are not all after its edge counters, which `rivet instrument` never makes).
+    pub sites_section: Vec<u8>,
 }
 
 /// A counter file read back: its map and counter values.
