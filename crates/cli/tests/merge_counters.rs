@@ -330,13 +330,18 @@ fn version_2_files_find_their_map_in_the_instrumented_binary() {
 /// A copy of the instrumented binary at `inst` as an older `rivet instrument` wrote it: the
 /// index section's name changed (same length), so no reader finds it.
 fn without_index(inst: &Path, out: &Path) -> PathBuf {
+    renamed_section(inst, b".rivet.mapidx\0", out)
+}
+
+/// A copy of the binary at `inst` whose section `name` (NUL-terminated) has another name of
+/// the same length, so that no reader finds it.
+fn renamed_section(inst: &Path, name: &[u8], out: &Path) -> PathBuf {
     let mut bytes = std::fs::read(inst).unwrap();
-    let name = b".rivet.mapidx\0";
     let at = bytes
         .windows(name.len())
         .rposition(|w| w == name)
-        .expect("the index section is named");
-    bytes[at..at + name.len()].copy_from_slice(b".rivet.mapold\0");
+        .expect("the section is named");
+    bytes[at + name.len() - 2] ^= 0x20;
     std::fs::write(out, &bytes).unwrap();
     out.to_path_buf()
 }
@@ -793,13 +798,17 @@ fn summed_counter_files_are_exact_and_read_as_one_run() {
             canonical.as_os_str().as_encoded_bytes()
         );
         assert_eq!(new_way(&[(out.clone(), "1")], &prof), profile_ab, "{name}");
-        // A binary without the map index (an older instrumentation): the plan comes from the
-        // whole map, to the same counters; only the binary's path in the header differs.
-        let old = without_index(&moved, &dir.join("old.inst"));
-        let out_old = dir.join("old-sum.counts");
-        let old_sum = summed(&[s(&a), s(&b), "--instrumented", s(&old)], &out_old);
-        assert_eq!(old_sum[..64], moved_sum[..64]);
-        assert_eq!(old_sum[4096..], moved_sum[4096..], "{name}");
+        // Binaries of older instrumentations: without .rivet.sites the plan comes from the
+        // map index, without the index too from the whole map; the same counters either way
+        // (only the binary's path in the header differs).
+        let no_sites = renamed_section(&moved, b".rivet.sites\0", &dir.join("no-sites.inst"));
+        let old = without_index(&no_sites, &dir.join("old.inst"));
+        for (k, binary) in [no_sites, old].iter().enumerate() {
+            let out_old = dir.join(format!("old-sum{k}.counts"));
+            let old_sum = summed(&[s(&a), s(&b), "--instrumented", s(binary)], &out_old);
+            assert_eq!(old_sum[..64], moved_sum[..64]);
+            assert_eq!(old_sum[4096..], moved_sum[4096..], "{name} {k}");
+        }
     }
 }
 
@@ -886,13 +895,24 @@ fn bad_inputs_of_a_summed_file_give_one_line_and_no_output() {
     std::fs::write(&damaged, &sum).unwrap();
     fails(&[s(&damaged)], "bytes after the spilled site targets");
     // A damaged map index: one line naming it.
-    let (offset, size) = section(&inst, rivet_profile::counters::INDEX_SECTION);
-    let mut damaged_inst = std::fs::read(&inst).unwrap();
+    let no_sites = renamed_section(&inst, b".rivet.sites\0", &dir.join("no-sites.inst"));
+    let (offset, size) = section(&no_sites, rivet_profile::counters::INDEX_SECTION);
+    let mut damaged_inst = std::fs::read(&no_sites).unwrap();
     damaged_inst[offset + size - 1] ^= 1;
     let damaged_inst_path = dir.join("damaged.inst");
     std::fs::write(&damaged_inst_path, &damaged_inst).unwrap();
     let argv = [s(&good), "--instrumented", s(&damaged_inst_path)];
     fails(&argv, ".rivet.mapidx");
+    // A damaged site table section: one line naming it, for each of its bytes' kinds.
+    let (offset, size) = section(&inst, rivet_profile::counters::SITES_SECTION);
+    assert_eq!(size, rivet_profile::counters::SITES_SIZE);
+    for at in [0, 8, 16, 24, 32] {
+        let mut bad = std::fs::read(&inst).unwrap();
+        bad[offset + at] ^= 1;
+        let bad_path = dir.join("bad-sites.inst");
+        std::fs::write(&bad_path, &bad).unwrap();
+        fails(&[s(&good), "--instrumented", s(&bad_path)], ".rivet.sites");
+    }
     // No run counts into a summed file.
     let r = rivet(&["reset-counts", s(&spilled_sum)]);
     assert_one_error_line(&r, "summed counter file");
