@@ -37,6 +37,9 @@
 //! that never ran, so the records are those of a full decode. Binaries without the index
 //! (older instrumentations) have their map decoded whole.
 //!
+//! A third section, [`SITES_SECTION`], records where the site tables start (all after the edge
+//! counters), so that counter files can be summed without the map or its index.
+//!
 //! Version 3 is a *summed counter file* (`rivet merge --format counters`, [`crate::counter_sum`]):
 //! the header and identity of version 2, with `spill_count` u64 at offset 48, the summed
 //! counters, then `spill_count` spilled site targets (table u64, target u64, count u64, sorted
