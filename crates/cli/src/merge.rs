@@ -447,23 +447,25 @@ struct Summand {
     spilled: Vec<SpilledTarget>,
 }
 
+/// Linux's "too many open files" (`EMFILE`).
+const EMFILE: i32 = 24;
+
 /// The hint of every input a summed counter file cannot take.
 const AS_PROFILE: &str = "merge into a profile instead (-o merged.prof, or --format rivet), which takes any mix of counter files and profiles";
 
 /// `--format counters`: the inputs, counter files of one instrumentation, summed counter by
 /// counter into a summed counter file, written atomically.
 fn sum_counter_files(args: &MergeArgs, specs: &[(PathBuf, Weight)]) -> Result<(), UserError> {
-    if args.binary.is_some() {
-        return Err(UserError::new(
-            "--binary adds code hashes, which only Rivet's profile format holds",
-        )
-        .hint("write the merged profile with --format rivet"));
-    }
     let mut summands: Vec<Summand> = Vec::with_capacity(specs.len());
     for (path, weight) in specs {
         let cannot_read = |e: std::io::Error| {
-            UserError::new(format!("cannot read {}: {e}", path.display()))
-                .hint("check the path and its permissions")
+            // Every input stays open while the sum streams through them all.
+            let hint = if e.raw_os_error() == Some(EMFILE) {
+                "more inputs than this process may open at once (ulimit -n): sum them in groups, then sum the partial sums (the same bytes)"
+            } else {
+                "check the path and its permissions"
+            };
+            UserError::new(format!("cannot read {}: {e}", path.display())).hint(hint)
         };
         let mut file = File::open(path).map_err(cannot_read)?;
         let len = file.metadata().map_err(cannot_read)?.len();

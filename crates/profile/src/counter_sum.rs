@@ -324,53 +324,65 @@ pub fn write_summed<R: Read, W: Write + Seek>(
 ) -> Result<u64, SumError> {
     out.write_all(prefix).map_err(SumError::Write)?;
     let mut spilled: Vec<SpilledTarget> = Vec::new();
-    let mut bufs: Vec<Vec<u8>> = inputs.iter().map(|_| Vec::new()).collect();
     let mut cursors = vec![0usize; inputs.len()];
+    // One chunk of the sum, and one of an input at a time: memory does not grow with the
+    // number of inputs (beyond a cursor each), so a fleet's files sum in the same space.
     let mut sum: Vec<u64> = Vec::with_capacity(CHUNK_WORDS);
-    let mut bytes: Vec<u8> = Vec::with_capacity(CHUNK_WORDS * 8);
+    let mut chunk: Vec<u8> = Vec::with_capacity(CHUNK_WORDS * 8);
+    let mut tables: Vec<TableSum> = Vec::new();
     // Plain counters, then whole tables: no chunk straddles the boundary.
-    for (from, to, tables) in [
+    for (from, to, in_tables) in [
         (0, plan.tables, false),
         (plan.tables, plan.counter_count, true),
     ] {
         let mut at = from;
         while at < to {
             let n = (to - at).min(CHUNK_WORDS);
-            for (i, input) in inputs.iter_mut().enumerate() {
-                bufs[i].resize(n * 8, 0);
-                input
-                    .counters
-                    .read_exact(&mut bufs[i])
-                    .map_err(|error| SumError::Read { input: i, error })?;
-            }
             sum.clear();
             sum.resize(n, 0);
-            if tables {
-                for t in (0..n).step_by(SITE_WORDS as usize) {
-                    let table = at + t;
-                    let words = merge_table(inputs, &bufs, &mut cursors, t, table as u32)?;
-                    sum[t..t + SITE_WORDS as usize].copy_from_slice(&words.table);
-                    spilled.extend(words.spilled);
-                }
-            } else {
-                for (i, input) in inputs.iter().enumerate() {
-                    for (k, (s, c)) in sum.iter_mut().zip(bufs[i].chunks_exact(8)).enumerate() {
-                        let c = u64::from_le_bytes(c.try_into().unwrap());
-                        *s = c
-                            .checked_mul(input.weight)
-                            .and_then(|c| s.checked_add(c))
-                            .ok_or(SumError::Overflow {
-                                input: i,
-                                counter: at + k,
-                            })?;
+            tables.clear();
+            if in_tables {
+                tables.resize_with(n / SITE_WORDS as usize, TableSum::default);
+            }
+            for (i, input) in inputs.iter_mut().enumerate() {
+                chunk.resize(n * 8, 0);
+                input
+                    .counters
+                    .read_exact(&mut chunk)
+                    .map_err(|error| SumError::Read { input: i, error })?;
+                let words = chunk
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()));
+                if in_tables {
+                    let words: Vec<u64> = words.collect();
+                    for (k, table) in tables.iter_mut().enumerate() {
+                        let first = k * SITE_WORDS as usize;
+                        let word = (at + first) as u32;
+                        let mine = &words[first..first + SITE_WORDS as usize];
+                        table.add(mine, input, i, &mut cursors[i], word)?;
                     }
+                    continue;
+                }
+                for (k, (s, c)) in sum.iter_mut().zip(words).enumerate() {
+                    *s = c
+                        .checked_mul(input.weight)
+                        .and_then(|c| s.checked_add(c))
+                        .ok_or(SumError::Overflow {
+                            input: i,
+                            counter: at + k,
+                        })?;
                 }
             }
-            bytes.clear();
-            for s in &sum {
-                bytes.extend_from_slice(&s.to_le_bytes());
+            for (k, table) in tables.drain(..).enumerate() {
+                let first = k * SITE_WORDS as usize;
+                let words = table.finish((at + first) as u32, &mut spilled)?;
+                sum[first..first + SITE_WORDS as usize].copy_from_slice(&words);
             }
-            out.write_all(&bytes).map_err(SumError::Write)?;
+            chunk.clear();
+            for s in &sum {
+                chunk.extend_from_slice(&s.to_le_bytes());
+            }
+            out.write_all(&chunk).map_err(SumError::Write)?;
             at += n;
         }
     }
@@ -389,84 +401,98 @@ pub fn write_summed<R: Read, W: Write + Seek>(
     Ok(count)
 }
 
-/// One site table of the sum, in its canonical form.
-struct MergedTable {
-    table: [u64; SITE_WORDS as usize],
-    spilled: Vec<SpilledTarget>,
+/// One site table of the sum as the inputs come: every target each gave it (table pairs and
+/// spilled ones, with the input, which an overflow names), and the counts none could place.
+#[derive(Default)]
+struct TableSum {
+    targets: Vec<(u64, u64, usize)>,
+    unplaced: u64,
 }
 
-/// The site table at word `table` of the sum (at word `t` of every input's chunk in `bufs`):
-/// every input's targets (table pairs and spilled ones, from `cursors` on) summed by target.
-fn merge_table<R>(
-    inputs: &[SumInput<R>],
-    bufs: &[Vec<u8>],
-    cursors: &mut [usize],
-    t: usize,
-    table: u32,
-) -> Result<MergedTable, SumError> {
-    let pairs = SITE_TARGETS as usize;
-    // (target, count, input): the input is named should the target's sum overflow.
-    let mut targets: Vec<(u64, u64, usize)> = Vec::new();
-    let mut unplaced = 0u64;
-    let overflow = |input: usize| SumError::Overflow {
-        input,
-        counter: table as usize,
-    };
-    for (i, input) in inputs.iter().enumerate() {
-        let word = |k: usize| {
-            let o = (t + k) * 8;
-            u64::from_le_bytes(bufs[i][o..o + 8].try_into().unwrap())
+impl TableSum {
+    /// Adds input `i`'s table at word `table` (`words`, its [`SITE_WORDS`] words) and the
+    /// targets it spilled for it (from `cursor` on, which moves past them).
+    fn add<R>(
+        &mut self,
+        words: &[u64],
+        input: &SumInput<R>,
+        i: usize,
+        cursor: &mut usize,
+        table: u32,
+    ) -> Result<(), SumError> {
+        let times = |c: u64| {
+            c.checked_mul(input.weight).ok_or(SumError::Overflow {
+                input: i,
+                counter: table as usize,
+            })
         };
-        let times = |c: u64| c.checked_mul(input.weight).ok_or(overflow(i));
-        for p in 0..pairs {
-            let (target, count) = (word(2 * p), word(2 * p + 1));
+        let pairs = SITE_TARGETS as usize;
+        for p in words[..2 * pairs].chunks_exact(2) {
             // A pair with no target holds counts nobody can place: like the overflow pair.
-            match (target, count) {
+            match (p[0], p[1]) {
                 (_, 0) => {}
-                (0, c) => unplaced = unplaced.checked_add(times(c)?).ok_or(overflow(i))?,
-                (target, c) => targets.push((target, times(c)?, i)),
+                (0, c) => self.unplace(times(c)?, i, table)?,
+                (target, c) => self.targets.push((target, times(c)?, i)),
             }
         }
-        unplaced = unplaced
-            .checked_add(times(word(2 * pairs + 1))?)
-            .ok_or(overflow(i))?;
+        self.unplace(times(words[2 * pairs + 1])?, i, table)?;
         let spilled = &input.spilled;
-        while cursors[i] < spilled.len() && spilled[cursors[i]].table <= table {
-            let s = spilled[cursors[i]];
+        while *cursor < spilled.len() && spilled[*cursor].table <= table {
+            let s = spilled[*cursor];
             if s.table == table {
-                targets.push((s.target, times(s.count)?, i));
+                self.targets.push((s.target, times(s.count)?, i));
             }
-            cursors[i] += 1;
+            *cursor += 1;
         }
+        Ok(())
     }
-    targets.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(targets.len());
-    for (target, count, input) in targets {
-        match merged.last_mut() {
-            Some(last) if last.0 == target => {
-                last.1 = last.1.checked_add(count).ok_or(overflow(input))?
+
+    fn unplace(&mut self, count: u64, input: usize, table: u32) -> Result<(), SumError> {
+        self.unplaced = self.unplaced.checked_add(count).ok_or(SumError::Overflow {
+            input,
+            counter: table as usize,
+        })?;
+        Ok(())
+    }
+
+    /// The table's canonical form (targets summed and in increasing order, the first
+    /// [`SITE_TARGETS`] in the table, the others appended to `spilled`, the unplaced count in
+    /// the overflow pair).
+    fn finish(
+        mut self,
+        table: u32,
+        spilled: &mut Vec<SpilledTarget>,
+    ) -> Result<[u64; SITE_WORDS as usize], SumError> {
+        self.targets.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.targets.len());
+        for (target, count, input) in self.targets {
+            match merged.last_mut() {
+                Some(last) if last.0 == target => {
+                    last.1 = last.1.checked_add(count).ok_or(SumError::Overflow {
+                        input,
+                        counter: table as usize,
+                    })?
+                }
+                _ => merged.push((target, count)),
             }
-            _ => merged.push((target, count)),
         }
-    }
-    let mut out = MergedTable {
-        table: [0; SITE_WORDS as usize],
-        spilled: Vec::new(),
-    };
-    for (k, &(target, count)) in merged.iter().enumerate() {
-        if k < pairs {
-            out.table[2 * k] = target;
-            out.table[2 * k + 1] = count;
-        } else {
-            out.spilled.push(SpilledTarget {
-                table,
-                target,
-                count,
-            });
+        let pairs = SITE_TARGETS as usize;
+        let mut words = [0u64; SITE_WORDS as usize];
+        for (k, &(target, count)) in merged.iter().enumerate() {
+            if k < pairs {
+                words[2 * k] = target;
+                words[2 * k + 1] = count;
+            } else {
+                spilled.push(SpilledTarget {
+                    table,
+                    target,
+                    count,
+                });
+            }
         }
+        words[2 * pairs + 1] = self.unplaced;
+        Ok(words)
     }
-    out.table[2 * pairs + 1] = unplaced;
-    Ok(out)
 }
 
 #[cfg(test)]
