@@ -920,3 +920,41 @@ fn bad_inputs_of_a_summed_file_give_one_line_and_no_output() {
     assert_eq!(std::fs::read(&good).unwrap(), bytes);
     assert_eq!(std::fs::read(&huge_path).unwrap(), huge);
 }
+
+#[test]
+fn targets_outside_the_binary_are_summed_as_unplaced() {
+    use rivet_profile::counters::SITE_WORDS;
+    // A site table whose first target is moved into a shared library's addresses, as address
+    // randomisation makes each run record its own: the sum keeps its count as unplaced, and
+    // the profile is the same (no profile names it).
+    let binary = corpus_dir().join("virtual_calls.gcc.O3.nopie");
+    let dir = scratch("merge-counters", "sum-outside");
+    let inst = instrument(&binary, &dir, "prog", &[]);
+    let run = train(&inst, &dir.join("run.counts"), &[], None);
+    let mut bytes = std::fs::read(&run).unwrap();
+    let parsed = CounterFile::parse(&bytes).unwrap();
+    let table = parsed
+        .map
+        .functions
+        .iter()
+        .flat_map(|f| f.indirect.iter().map(|&(_, t)| t as usize))
+        .find(|&t| parsed.counters[t] != 0 && parsed.counters[t + 1] != 0)
+        .expect("a site recorded a target");
+    let offset = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+    let word = |k: usize| offset + 8 * k;
+    let count = parsed.counters[table + 1];
+    bytes[word(table)..word(table) + 8].copy_from_slice(&0x7f12_3456_0000u64.to_le_bytes());
+    let outside = dir.join("outside.counts");
+    std::fs::write(&outside, &bytes).unwrap();
+    let sum = summed(&[s(&outside)], &dir.join("sum.counts"));
+    let sum_word =
+        |k: usize| u64::from_le_bytes(sum[4096 + 8 * k..4096 + 8 * k + 8].try_into().unwrap());
+    let last = table + SITE_WORDS as usize - 1;
+    assert_eq!(sum_word(last), parsed.counters[last] + count);
+    assert!((0..7).all(|p| sum_word(table + 2 * p) != 0x7f12_3456_0000));
+    let prof = dir.join("p.rprof");
+    assert_eq!(
+        new_way(&[(dir.join("sum.counts"), "1")], &prof),
+        new_way(&[(outside.clone(), "1")], &prof)
+    );
+}

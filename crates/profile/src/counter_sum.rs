@@ -48,11 +48,14 @@ use crate::counters::{
 pub const CHUNK_WORDS: usize = 16 * 1024;
 
 /// Where the site tables of an instrumentation lie: words `tables..counter_count`, in tables of
-/// [`SITE_WORDS`]; every word before `tables` is a plain counter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// [`SITE_WORDS`]; every word before `tables` is a plain counter. `code` spans the
+/// instrumented binary's loadable segments (link-time addresses): a recorded target outside it
+/// is in another module (a shared library), which no profile can name.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SumPlan {
     pub counter_count: usize,
     pub tables: usize,
+    pub code: std::ops::Range<u64>,
 }
 
 /// Why runs cannot be summed.
@@ -75,6 +78,7 @@ impl SumPlan {
         SumPlan {
             counter_count,
             tables: counter_count - words / SITE_WORDS as usize * SITE_WORDS as usize,
+            code: 0..u64::MAX,
         }
     }
 
@@ -205,17 +209,35 @@ impl SumPlan {
         Ok(SumPlan {
             counter_count,
             tables: tables as usize,
+            code: 0..u64::MAX,
         })
     }
 
     /// The plan of `layout`'s instrumentation, from its binary (`instrumented` when given, else
     /// the one it records): its [`crate::counters::SITES_SECTION`], else its map index, else
-    /// its whole map.
+    /// its whole map; `code` from its program headers.
     pub fn for_layout(
         layout: &CounterLayout,
         instrumented: Option<&std::path::Path>,
     ) -> Result<SumPlan, CountersError> {
         let (binary, mut file, _) = layout.locate_map(instrumented)?;
+        let code = load_span(&mut file).map_err(|e| CountersError::MapElsewhere {
+            binary: binary.display().to_string(),
+            hash: layout.map_hash,
+            why: format!("cannot be read ({e})"),
+        })?;
+        let mut plan = SumPlan::tables_for(layout, &binary, &mut file)?;
+        plan.code = code;
+        Ok(plan)
+    }
+
+    /// [`SumPlan::for_layout`] without `code`, from `file`, the binary at `binary`.
+    fn tables_for(
+        layout: &CounterLayout,
+        binary: &std::path::Path,
+        mut file: &mut std::fs::File,
+    ) -> Result<SumPlan, CountersError> {
+        let instrumented = Some(binary);
         let damaged = |why: String| CountersError::BadIndex {
             binary: binary.display().to_string(),
             why,
@@ -242,7 +264,7 @@ impl SumPlan {
             Some((offset, size)) => {
                 file.seek(SeekFrom::Start(offset))
                     .map_err(|e| damaged(e.to_string()))?;
-                let stream = std::io::BufReader::with_capacity(1 << 16, file.take(size));
+                let stream = std::io::BufReader::with_capacity(1 << 16, (&mut file).take(size));
                 SumPlan::from_index(stream, size, layout.map_hash, counter_count).map_err(damaged)
             }
             None => {
@@ -258,6 +280,38 @@ impl SumPlan {
             && word < self.counter_count
             && (word - self.tables).is_multiple_of(SITE_WORDS as usize)
     }
+}
+
+/// The span of the loadable segments of the ELF file `file` (from the lowest segment's start to
+/// the highest's end); everything when it has none or is no 64-bit little-endian ELF file (the
+/// map was found in it, so it is one).
+fn load_span(file: &mut std::fs::File) -> std::io::Result<std::ops::Range<u64>> {
+    const PT_LOAD: u32 = 1;
+    let mut ehdr = [0u8; 64];
+    file.seek(SeekFrom::Start(0))?;
+    file.read_exact(&mut ehdr)?;
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap());
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (
+        u64_at(&ehdr, 0x20),
+        u16_at(&ehdr, 0x36),
+        u16_at(&ehdr, 0x38),
+    );
+    if &ehdr[..4] != b"\x7fELF" || ehdr[4] != 2 || ehdr[5] != 1 || phentsize < 56 {
+        return Ok(0..u64::MAX);
+    }
+    let mut table = vec![0u8; usize::from(phentsize) * usize::from(phnum)];
+    file.seek(SeekFrom::Start(phoff))?;
+    file.read_exact(&mut table)?;
+    let (lo, hi) = table
+        .chunks_exact(usize::from(phentsize))
+        .filter(|p| u32_at(p, 0) == PT_LOAD)
+        .map(|p| (u64_at(p, 16), u64_at(p, 16).saturating_add(u64_at(p, 40))))
+        .fold((u64::MAX, 0), |(lo, hi), (start, end)| {
+            (lo.min(start), hi.max(end))
+        });
+    Ok(if lo < hi { lo..hi } else { 0..u64::MAX })
 }
 
 /// One run (or summed file) to add: its counters as a stream (exactly the plan's count of
@@ -359,7 +413,7 @@ pub fn write_summed<R: Read, W: Write + Seek>(
                         let first = k * SITE_WORDS as usize;
                         let word = (at + first) as u32;
                         let mine = &words[first..first + SITE_WORDS as usize];
-                        table.add(mine, input, i, &mut cursors[i], word)?;
+                        table.add(mine, input, i, &mut cursors[i], word, &plan.code)?;
                     }
                     continue;
                 }
@@ -411,7 +465,9 @@ struct TableSum {
 
 impl TableSum {
     /// Adds input `i`'s table at word `table` (`words`, its [`SITE_WORDS`] words) and the
-    /// targets it spilled for it (from `cursor` on, which moves past them).
+    /// targets it spilled for it (from `cursor` on, which moves past them). Targets outside
+    /// `code` count as unplaced: no profile can name them, and with address randomisation
+    /// every run records its own, which would otherwise pile up.
     fn add<R>(
         &mut self,
         words: &[u64],
@@ -419,6 +475,7 @@ impl TableSum {
         i: usize,
         cursor: &mut usize,
         table: u32,
+        code: &std::ops::Range<u64>,
     ) -> Result<(), SumError> {
         let times = |c: u64| {
             c.checked_mul(input.weight).ok_or(SumError::Overflow {
@@ -431,7 +488,9 @@ impl TableSum {
             // A pair with no target holds counts nobody can place: like the overflow pair.
             match (p[0], p[1]) {
                 (_, 0) => {}
-                (0, c) => self.unplace(times(c)?, i, table)?,
+                (target, c) if target == 0 || !code.contains(&target) => {
+                    self.unplace(times(c)?, i, table)?
+                }
                 (target, c) => self.targets.push((target, times(c)?, i)),
             }
         }
@@ -439,8 +498,10 @@ impl TableSum {
         let spilled = &input.spilled;
         while *cursor < spilled.len() && spilled[*cursor].table <= table {
             let s = spilled[*cursor];
-            if s.table == table {
+            if s.table == table && code.contains(&s.target) {
                 self.targets.push((s.target, times(s.count)?, i));
+            } else if s.table == table {
+                self.unplace(times(s.count)?, i, table)?;
             }
             *cursor += 1;
         }
@@ -600,7 +661,12 @@ mod tests {
 
     /// The summed file of `files` (each with its weight).
     fn sum(files: &[(&[u8], u64)]) -> Result<Vec<u8>, SumError> {
-        let plan = plan();
+        sum_with(&plan(), files)
+    }
+
+    /// [`sum`] with another plan.
+    fn sum_with(plan: &SumPlan, files: &[(&[u8], u64)]) -> Result<Vec<u8>, SumError> {
+        let plan = plan.clone();
         let mut inputs: Vec<SumInput<&[u8]>> = files
             .iter()
             .map(|&(bytes, weight)| {
@@ -646,7 +712,8 @@ mod tests {
             plan(),
             SumPlan {
                 counter_count: 20,
-                tables: 4
+                tables: 4,
+                code: 0..u64::MAX,
             }
         );
         assert!(plan().is_table(4) && !plan().is_table(3) && !plan().is_table(5));
@@ -736,6 +803,36 @@ mod tests {
             .map(|(_, b)| b.count)
             .sum();
         assert_eq!(calls, 11, "every call the runs placed");
+    }
+
+    #[test]
+    fn targets_outside_the_binary_count_as_unplaced() {
+        // t0..t3 lie in the binary, t4.. in a shared library (as far as this plan says).
+        let inside = SumPlan {
+            code: 0..0x1040,
+            ..plan()
+        };
+        let a = file_bytes(&run(9, &[0, 1, 2, 3, 4, 5, 6, 7, 8], 0));
+        let b = file_bytes(&run(3, &[9, 10, 0], 0));
+        let summed = sum_with(&inside, &[(&a, 1), (&b, 1)]).unwrap();
+        let file = parse(&summed);
+        let table = &file.counters[4..20];
+        assert_eq!(
+            &table[..10],
+            &[0x1000, 2, 0x1010, 1, 0x1020, 1, 0x1030, 1, 0, 0]
+        );
+        assert_eq!(table[15], 3 + 2 + 2, "t4-t6, t9-t10, and run 1's overflow");
+        assert!(file.spilled.is_empty());
+        // The profile is the one of all targets kept, for a binary that has nothing outside
+        // `code` (no symbol can name those targets): `[unknown]` in both.
+        let all = parse(&sum(&[(&a, 1), (&b, 1)]).unwrap());
+        let only_inside = |mut f: CounterFile| {
+            f.map.symbols.retain(|s| inside.code.contains(&s.0));
+            f.to_profile().branches
+        };
+        let kept = only_inside(file);
+        assert!(kept.keys().any(|(_, to)| to.name == "t3"));
+        assert_eq!(kept, only_inside(all));
     }
 
     #[test]
