@@ -5,6 +5,10 @@
 //! (each `weight` times): every edge counter is the sum of the runs', and every indirect call
 //! site's table holds each target once with the sum of its counts over the runs, whatever pair
 //! each run gave it, and the sum of the counts the runs could not place (the overflow pair).
+//! Targets outside the instrumented binary's segments (a shared library's functions, whose
+//! recorded addresses differ from run to run with address randomisation, and which no profile
+//! can name) are counted with the unplaced ones, so that a site does not collect one target
+//! per run.
 //! Read back ([`crate::counters::CounterFile`], `rivet merge`, `optimize`, `report`, ...), it
 //! gives the profile of those summed counters. That is not always the sum of the runs'
 //! profiles, by definition and not by accident: where a target of indirect jumps (a computed
