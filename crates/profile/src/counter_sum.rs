@@ -9,6 +9,7 @@
 //! recorded addresses differ from run to run with address randomisation, and which no profile
 //! can name) are counted with the unplaced ones, so that a site does not collect one target
 //! per run.
+//!
 //! Read back ([`crate::counters::CounterFile`], `rivet merge`, `optimize`, `report`, ...), it
 //! gives the profile of those summed counters. That is not always the sum of the runs'
 //! profiles, by definition and not by accident: where a target of indirect jumps (a computed
@@ -21,8 +22,8 @@
 //! counter breaks the flow every other count is solved from; weights are whole numbers for the
 //! same reason (the caller refuses fractions). A site table is written in one canonical form,
 //! a function of its targets' summed counts alone: targets in increasing order, the first
-//! [`SITE_TARGETS`] in the table, the rest spilled after the counters (so no target is ever
-//! dropped), the unplaced count in the overflow pair. So the bytes of a sum do not depend on
+//! [`SITE_TARGETS`] in the table, the rest spilled after the counters (so no target in the
+//! binary is ever dropped), the unplaced count in the overflow pair. So the bytes of a sum do not depend on
 //! the order or the grouping of its inputs.
 //!
 //! **Which words are site tables** is a property of the instrumentation, never of the counts
@@ -33,12 +34,15 @@
 //! tied to the map by its hash); for binaries instrumented before that section, from the map
 //! index (the end of the edge counters is the greatest `counters_end` of its entries; the
 //! section is streamed and checked against its hash: 12 MB at 50 MB of code, a quarter of the
-//! sum's time), or, before the index, from the whole map. All three give the same plan. The words between the last edge counter of a function in the map and the
-//! first table (edge counters of functions the instrumentation dropped, always zero) are
-//! grouped into tables from the end too, which keeps every real table aligned.
+//! sum's time), or, before the index, from the whole map. All three give the same plan. The
+//! words between the last edge counter of a function in the map and the first table (edge
+//! counters of functions the instrumentation dropped, always zero) are grouped into tables
+//! from the end too, which keeps every real table aligned.
 //!
-//! **Streaming.** Inputs are read a chunk at a time ([`CHUNK_WORDS`] counters) and the sum is
-//! written a chunk at a time, so memory is a chunk per input, not the counter array.
+//! **Streaming.** The sum is built a chunk ([`CHUNK_WORDS`] counters) at a time, reading that
+//! chunk of each input in turn into one buffer, and written as it is done: memory is a few
+//! chunks and the spilled targets, whatever the number of inputs or counters. Every input
+//! stays open meanwhile.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 
