@@ -110,6 +110,29 @@ fn callee_name<'a>(program: &'a Program, target: &'a CallTarget) -> &'a str {
     }
 }
 
+/// Where `f`'s switch tables lead to the block at `start`: for each table with an entry for
+/// it, the table's length and the first index that leads there; 0 for a block no table leads
+/// to. A switch compiled from the same cases keeps its table's length and each case's index
+/// from one build to the next, whatever the handlers' code became, so this names a handler
+/// where its instructions' hashes cannot (an interpreter's opcode handlers are alike, and the
+/// changed ones hash like nothing old). Computed gotos' label arrays are not tables here.
+fn case_hash(f: &Function, start: Vaddr) -> u64 {
+    let mut h = Fnv::new();
+    let mut any = false;
+    for t in &f.jump_tables {
+        if let Some(index) = t.entries.iter().position(|&e| e == start) {
+            h = h.u64(t.entries.len() as u64).u64(index as u64);
+            any = true;
+        }
+    }
+    match h.0 {
+        _ if !any => 0,
+        // 0 means "no table": a hash that happens to be 0 becomes 1.
+        0 => 1,
+        hash => hash,
+    }
+}
+
 /// The hashes of `f`'s code (see the module doc).
 pub fn function_hash(program: &Program, f: &Function) -> FunctionHash {
     let start = f.range.start;
@@ -139,6 +162,7 @@ pub fn function_hash(program: &Program, f: &Function) -> FunctionHash {
                 exact: exact.0,
                 loose: loose.0,
                 neighbours: 0,
+                case: case_hash(f, b.start),
             }
         })
         .collect();
@@ -353,7 +377,10 @@ fn match_blocks(
     let mut taken = vec![false; new.len()];
     let position = |i: usize, n: usize| i as f64 / n.max(1) as f64;
     let keys = [|b: &BlockHash| b.exact, |b: &BlockHash| b.loose];
-    for key in keys {
+    // Anchors: the exact hash, then the switch case, then the loose hash. A case is 0 for
+    // blocks no table leads to (and for every block of a profile older than the field).
+    let anchors = [keys[0], |b: &BlockHash| b.case, keys[1]];
+    for key in anchors {
         let mut olds: HashMap<u64, Vec<usize>> = HashMap::new();
         for (i, b) in old.iter().enumerate().filter(|(i, _)| result[*i].is_none()) {
             olds.entry(key(b)).or_default().push(i);
@@ -362,6 +389,7 @@ fn match_blocks(
         for (j, b) in new.iter().enumerate().filter(|(j, _)| !taken[*j]) {
             news.entry(key(b)).or_default().push(j);
         }
+        olds.remove(&0);
         for (k, is) in &olds {
             if let (&[i], Some(&[j])) = (is.as_slice(), news.get(k).map(Vec::as_slice)) {
                 result[i] = Some(j);
