@@ -11,7 +11,9 @@
 //!    whose hash is unchanged matches *exactly*: its records keep their offsets.
 //! 2. **Blocks** of a changed function are matched by hashes of their instructions, with
 //!    addresses and immediates masked and the names of called functions added (the `exact`
-//!    hash), then by their mnemonics and callees only (the `loose` hash), each new block taken
+//!    hash), then by the switch cases that lead to them (the `case` hash: for each jump table
+//!    with an entry for the block, the table's length and the entry's index; format version 4),
+//!    then by their mnemonics and callees only (the `loose` hash), each new block taken
 //!    once: first where a hash is unique on both sides, then along the profile's edges (a
 //!    matched block's one unclaimed successor or predecessor), then among several candidates
 //!    the one whose CFG neighbours are the images of the old block's, then whose neighbours'
@@ -117,16 +119,25 @@ fn callee_name<'a>(program: &'a Program, target: &'a CallTarget) -> &'a str {
 /// where its instructions' hashes cannot (an interpreter's opcode handlers are alike, and the
 /// changed ones hash like nothing old). Computed gotos' label arrays are not tables here.
 fn case_hash(f: &Function, start: Vaddr) -> u64 {
-    let mut h = Fnv::new();
-    let mut any = false;
-    for t in &f.jump_tables {
-        if let Some(index) = t.entries.iter().position(|&e| e == start) {
-            h = h.u64(t.entries.len() as u64).u64(index as u64);
-            any = true;
-        }
+    // Each (length, index) once: one table read by several jumps (a threaded interpreter's
+    // dispatch copied into every handler) is one table, however many jumps the compiler made.
+    let mut cases: Vec<(u64, u64)> = f
+        .jump_tables
+        .iter()
+        .filter_map(|t| {
+            let index = t.entries.iter().position(|&e| e == start)?;
+            Some((t.entries.len() as u64, index as u64))
+        })
+        .collect();
+    if cases.is_empty() {
+        return 0;
     }
+    cases.sort_unstable();
+    cases.dedup();
+    let h = cases
+        .iter()
+        .fold(Fnv::new(), |h, &(len, index)| h.u64(len).u64(index));
     match h.0 {
-        _ if !any => 0,
         // 0 means "no table": a hash that happens to be 0 becomes 1.
         0 => 1,
         hash => hash,
