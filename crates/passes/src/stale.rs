@@ -964,6 +964,7 @@ mod tests {
             exact,
             loose,
             neighbours,
+            case: 0,
         }
     }
 
@@ -1019,6 +1020,32 @@ mod tests {
             match_blocks(&old, &new, &Cfg::default(), &[]),
             vec![Some(0), Some(1), None, Some(2)]
         );
+    }
+
+    #[test]
+    fn a_case_anchors_only_where_it_is_unique_on_both_sides() {
+        let case = |mut b: BlockHash, c: u64| {
+            b.case = c;
+            b
+        };
+        // Three alike handlers (same hashes); the old build's two share case 7 (two tables of
+        // one length, say), so case 7 anchors nothing, while case 9 does.
+        let old = [
+            bh(0, 1, 1, 1),
+            case(bh(8, 5, 5, 5), 7),
+            case(bh(16, 5, 5, 5), 7),
+            case(bh(24, 5, 5, 5), 9),
+        ];
+        let new = [
+            bh(0, 1, 1, 1),
+            case(bh(8, 5, 5, 5), 9),
+            case(bh(16, 5, 5, 5), 7),
+            case(bh(24, 5, 5, 5), 8),
+        ];
+        let matched = match_blocks(&old, &new, &Cfg::default(), &[]);
+        assert_eq!(matched[3], Some(1));
+        // The others fall back to position among what is left.
+        assert_eq!(matched, vec![Some(0), Some(2), Some(3), Some(1)]);
     }
 
     #[test]
