@@ -868,6 +868,84 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
     }
 }
 
+/// The profile's branches inside a function (`from` offset of the branch, `to` offset of
+/// its target, count) as edges between the old build's blocks (indices into `old.blocks`);
+/// records that fit no block boundary are left out.
+fn old_block_edges(old: &FunctionHash, edges: &[(u64, u64, u64)]) -> Vec<(usize, usize, u64)> {
+    edges
+        .iter()
+        .filter_map(|&(from, to, count)| {
+            let i = old.blocks.iter().position(|b| b.last == from)?;
+            let j = old.blocks.iter().position(|b| b.offset == to)?;
+            Some((i, j, count))
+        })
+        .collect()
+}
+
+/// Flow the new build sends past a block the old build went through. Where the old build
+/// ran `i -> j -> k` and in the new one the images of `i` and `j` are matched but `i'` no
+/// longer branches to `j'`, while it does go straight to `k'`, the compiler copied `j` into
+/// `i` (tail duplication, or `j` merged into its predecessor): what ran `i -> j` now runs
+/// `i' -> k'` and never reaches `j'`. Left as carried, `j'` would weigh what `j` weighed,
+/// the edge `j' -> k'` would carry `i`'s share too and `i' -> k'`, seen by the profile as
+/// nothing, would carry nothing: inference then pushes the extra flow into `j'` through its
+/// other predecessors. (Lua 5.4.4 -> 5.4.6: a join block of `luaV_execute` that two opcode
+/// handlers reached became part of one of them; its old count, 13.8 M, drew 7 M more through
+/// the other handler than that handler ran.) So the count of each such edge moves: `j'`
+/// weighs that much less, and it goes from `j' -> k'` to `i' -> k'`, split among `j`'s old
+/// successors in proportion to their counts.
+fn shift_duplicated_tails(
+    func: &Function,
+    blocks: &[Option<BlockId>],
+    old_edges: &[(usize, usize, u64)],
+    weights: &mut [Option<u64>],
+    edge_weights: &mut [Vec<Option<u64>>],
+) {
+    let succ_index = |from: BlockId, to: BlockId| {
+        func.block(from)
+            .succs
+            .iter()
+            .position(|s| s.to == to)
+    };
+    for &(i, j, count) in old_edges {
+        let (Some(a), Some(b)) = (blocks[i], blocks[j]) else {
+            continue;
+        };
+        if a == b || succ_index(a, b).is_some() {
+            continue;
+        }
+        let outs: Vec<(usize, u64)> = old_edges
+            .iter()
+            .filter(|e| e.0 == j)
+            .map(|e| (e.1, e.2))
+            .collect();
+        let total: u64 = outs.iter().map(|o| o.1).sum();
+        // j's successors the new i' reaches directly, with where they are among its edges.
+        let direct: Vec<(usize, BlockId, u64)> = outs
+            .iter()
+            .filter_map(|&(k, c)| {
+                let kk = blocks[k]?;
+                Some((succ_index(a, kk)?, kk, c))
+            })
+            .collect();
+        if total == 0 || direct.is_empty() {
+            continue;
+        }
+        if let Some(w) = weights[b.0 as usize].as_mut() {
+            *w = w.saturating_sub(count);
+        }
+        for (index, kk, c) in direct {
+            let moved = (u128::from(count) * u128::from(c) / u128::from(total)) as u64;
+            if let Some(e) = edge_weights[a.0 as usize][index].as_mut() {
+                *e = e.saturating_add(moved);
+            }
+            if let Some(e) = succ_index(b, kk).and_then(|k| edge_weights[b.0 as usize][k].as_mut()) {
+                *e = e.saturating_sub(moved);
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
     Source,
@@ -884,6 +962,16 @@ pub fn attach_stale(
 ) -> (AttachedProfile, StaleReport) {
     let carried = translate(program, names, profile);
     let mut attached = attach(program, names, &carried.profile);
+    // The profile's branches inside each function, in the old build's offsets.
+    let mut inner: HashMap<&str, Vec<(u64, u64, u64)>> = HashMap::new();
+    for ((from, to), c) in &profile.branches {
+        if from.kind != LocKind::External && from.name == to.name && to.offset != 0 {
+            inner
+                .entry(from.name.as_str())
+                .or_default()
+                .push((from.offset, to.offset, c.count));
+        }
+    }
     // The attach report speaks of the carried-over profile; the profile as read is what the
     // user gave. A record that reaches the new build only as a block's weight matched too.
     let r = &carried.report;
@@ -927,7 +1015,7 @@ pub fn attach_stale(
         // included: the profile saw both ends.
         let carried = attached.functions[f.0 as usize].as_ref();
         let matched: Vec<bool> = weights.iter().map(Option::is_some).collect();
-        let edge_weights: Vec<Vec<Option<u64>>> = func
+        let mut edge_weights: Vec<Vec<Option<u64>>> = func
             .blocks
             .iter()
             .enumerate()
@@ -943,6 +1031,10 @@ pub fn attach_stale(
                     .collect()
             })
             .collect();
+        if let (Some(old), Some(edges)) = (t.old.as_ref(), inner.get(name.as_str())) {
+            let old_edges = old_block_edges(old, edges);
+            shift_duplicated_tails(func, &t.blocks, &old_edges, &mut weights, &mut edge_weights);
+        }
         let mut repaired = infer_counts_with_edges(func, &weights, &edge_weights);
         if let Some(counts) = &attached.functions[f.0 as usize] {
             repaired.entries = repaired.entries.max(counts.entries);
