@@ -901,12 +901,8 @@ fn shift_duplicated_tails(
     weights: &mut [Option<u64>],
     edge_weights: &mut [Vec<Option<u64>>],
 ) {
-    let succ_index = |from: BlockId, to: BlockId| {
-        func.block(from)
-            .succs
-            .iter()
-            .position(|s| s.to == to)
-    };
+    let succ_index =
+        |from: BlockId, to: BlockId| func.block(from).succs.iter().position(|s| s.to == to);
     for &(i, j, count) in old_edges {
         let (Some(a), Some(b)) = (blocks[i], blocks[j]) else {
             continue;
@@ -939,7 +935,8 @@ fn shift_duplicated_tails(
             if let Some(e) = edge_weights[a.0 as usize][index].as_mut() {
                 *e = e.saturating_add(moved);
             }
-            if let Some(e) = succ_index(b, kk).and_then(|k| edge_weights[b.0 as usize][k].as_mut()) {
+            if let Some(e) = succ_index(b, kk).and_then(|k| edge_weights[b.0 as usize][k].as_mut())
+            {
                 *e = e.saturating_sub(moved);
             }
         }
