@@ -198,7 +198,8 @@ fn aggregate(binary: &Path, dir: &Path, name: &str, text: &str) -> (Profile, ser
     let summary = serde_json::from_slice(&out.stdout).unwrap();
     let text = std::fs::read_to_string(&prof).unwrap();
     assert!(
-        text.starts_with("rivet-profile 3\n") && text.contains("\narch aarch64\n"),
+        (text.starts_with("rivet-profile 3\n") || text.starts_with("rivet-profile 4\n"))
+            && text.contains("\narch aarch64\n"),
         "{name}: the profile does not say it is of AArch64 code:\n{}",
         &text[..text.len().min(300)]
     );

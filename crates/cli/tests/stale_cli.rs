@@ -98,8 +98,18 @@ fn run(binary: &Path, args: &[&str]) -> Vec<u8> {
 fn a_profile_of_the_previous_build_is_matched_and_the_output_runs_the_same() {
     let b = builds();
     let text = std::fs::read_to_string(&b.profile).unwrap();
-    assert!(text.starts_with("rivet-profile 2\n"), "{text}");
+    // Version 4: the interpreter's switch gives its case blocks a `case` field (a seventh word).
+    assert!(text.starts_with("rivet-profile 4\n"), "{text}");
     assert!(text.contains("\nfunction run.constprop.0/1 "), "{text}");
+    let run_blocks = text
+        .split("\nfunction ")
+        .find(|f| f.starts_with("run.constprop.0/1 "))
+        .unwrap();
+    let cases = run_blocks
+        .lines()
+        .filter(|l| l.starts_with("block ") && l.split(' ').count() == 7)
+        .count();
+    assert!(cases >= 8, "{run_blocks}");
 
     let stale_out = b.dir.join("interp2.stale");
     let (stale, stderr) = optimize_json(&b.v2, &b.profile, &stale_out, &[]);

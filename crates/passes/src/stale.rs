@@ -11,7 +11,9 @@
 //!    whose hash is unchanged matches *exactly*: its records keep their offsets.
 //! 2. **Blocks** of a changed function are matched by hashes of their instructions, with
 //!    addresses and immediates masked and the names of called functions added (the `exact`
-//!    hash), then by their mnemonics and callees only (the `loose` hash), each new block taken
+//!    hash), then by the switch cases that lead to them (the `case` hash: for each jump table
+//!    with an entry for the block, the table's length and the entry's index; format version 4),
+//!    then by their mnemonics and callees only (the `loose` hash), each new block taken
 //!    once: first where a hash is unique on both sides, then along the profile's edges (a
 //!    matched block's one unclaimed successor or predecessor), then among several candidates
 //!    the one whose CFG neighbours are the images of the old block's, then whose neighbours'
@@ -110,6 +112,38 @@ fn callee_name<'a>(program: &'a Program, target: &'a CallTarget) -> &'a str {
     }
 }
 
+/// Where `f`'s switch tables lead to the block at `start`: for each table with an entry for
+/// it, the table's length and the first index that leads there; 0 for a block no table leads
+/// to. A switch compiled from the same cases keeps its table's length and each case's index
+/// from one build to the next, whatever the handlers' code became, so this names a handler
+/// where its instructions' hashes cannot (an interpreter's opcode handlers are alike, and the
+/// changed ones hash like nothing old). Computed gotos' label arrays are not tables here.
+fn case_hash(f: &Function, start: Vaddr) -> u64 {
+    // Each (length, index) once: one table read by several jumps (a threaded interpreter's
+    // dispatch copied into every handler) is one table, however many jumps the compiler made.
+    let mut cases: Vec<(u64, u64)> = f
+        .jump_tables
+        .iter()
+        .filter_map(|t| {
+            let index = t.entries.iter().position(|&e| e == start)?;
+            Some((t.entries.len() as u64, index as u64))
+        })
+        .collect();
+    if cases.is_empty() {
+        return 0;
+    }
+    cases.sort_unstable();
+    cases.dedup();
+    let h = cases
+        .iter()
+        .fold(Fnv::new(), |h, &(len, index)| h.u64(len).u64(index));
+    match h.0 {
+        // 0 means "no table": a hash that happens to be 0 becomes 1.
+        0 => 1,
+        hash => hash,
+    }
+}
+
 /// The hashes of `f`'s code (see the module doc).
 pub fn function_hash(program: &Program, f: &Function) -> FunctionHash {
     let start = f.range.start;
@@ -139,6 +173,7 @@ pub fn function_hash(program: &Program, f: &Function) -> FunctionHash {
                 exact: exact.0,
                 loose: loose.0,
                 neighbours: 0,
+                case: case_hash(f, b.start),
             }
         })
         .collect();
@@ -353,7 +388,10 @@ fn match_blocks(
     let mut taken = vec![false; new.len()];
     let position = |i: usize, n: usize| i as f64 / n.max(1) as f64;
     let keys = [|b: &BlockHash| b.exact, |b: &BlockHash| b.loose];
-    for key in keys {
+    // Anchors: the exact hash, then the switch case, then the loose hash. A case is 0 for
+    // blocks no table leads to (and for every block of a profile older than the field).
+    let anchors = [keys[0], |b: &BlockHash| b.case, keys[1]];
+    for key in anchors {
         let mut olds: HashMap<u64, Vec<usize>> = HashMap::new();
         for (i, b) in old.iter().enumerate().filter(|(i, _)| result[*i].is_none()) {
             olds.entry(key(b)).or_default().push(i);
@@ -362,6 +400,7 @@ fn match_blocks(
         for (j, b) in new.iter().enumerate().filter(|(j, _)| !taken[*j]) {
             news.entry(key(b)).or_default().push(j);
         }
+        olds.remove(&0);
         for (k, is) in &olds {
             if let (&[i], Some(&[j])) = (is.as_slice(), news.get(k).map(Vec::as_slice)) {
                 result[i] = Some(j);
@@ -829,6 +868,81 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
     }
 }
 
+/// The profile's branches inside a function (`from` offset of the branch, `to` offset of
+/// its target, count) as edges between the old build's blocks (indices into `old.blocks`);
+/// records that fit no block boundary are left out.
+fn old_block_edges(old: &FunctionHash, edges: &[(u64, u64, u64)]) -> Vec<(usize, usize, u64)> {
+    edges
+        .iter()
+        .filter_map(|&(from, to, count)| {
+            let i = old.blocks.iter().position(|b| b.last == from)?;
+            let j = old.blocks.iter().position(|b| b.offset == to)?;
+            Some((i, j, count))
+        })
+        .collect()
+}
+
+/// Flow the new build sends past a block the old build went through. Where the old build
+/// ran `i -> j -> k` and in the new one the images of `i` and `j` are matched but `i'` no
+/// longer branches to `j'`, while it does go straight to `k'`, the compiler copied `j` into
+/// `i` (tail duplication, or `j` merged into its predecessor): what ran `i -> j` now runs
+/// `i' -> k'` and never reaches `j'`. Left as carried, `j'` would weigh what `j` weighed,
+/// the edge `j' -> k'` would carry `i`'s share too and `i' -> k'`, seen by the profile as
+/// nothing, would carry nothing: inference then pushes the extra flow into `j'` through its
+/// other predecessors. (Lua 5.4.4 -> 5.4.6: a join block of `luaV_execute` that two opcode
+/// handlers reached became part of one of them; its old count, 13.8 M, drew 7 M more through
+/// the other handler than that handler ran.) So the count of each such edge moves: `j'`
+/// weighs that much less, and it goes from `j' -> k'` to `i' -> k'`, split among `j`'s old
+/// successors in proportion to their counts.
+fn shift_duplicated_tails(
+    func: &Function,
+    blocks: &[Option<BlockId>],
+    old_edges: &[(usize, usize, u64)],
+    weights: &mut [Option<u64>],
+    edge_weights: &mut [Vec<Option<u64>>],
+) {
+    let succ_index =
+        |from: BlockId, to: BlockId| func.block(from).succs.iter().position(|s| s.to == to);
+    for &(i, j, count) in old_edges {
+        let (Some(a), Some(b)) = (blocks[i], blocks[j]) else {
+            continue;
+        };
+        if a == b || succ_index(a, b).is_some() {
+            continue;
+        }
+        let outs: Vec<(usize, u64)> = old_edges
+            .iter()
+            .filter(|e| e.0 == j)
+            .map(|e| (e.1, e.2))
+            .collect();
+        let total: u64 = outs.iter().map(|o| o.1).sum();
+        // j's successors the new i' reaches directly, with where they are among its edges.
+        let direct: Vec<(usize, BlockId, u64)> = outs
+            .iter()
+            .filter_map(|&(k, c)| {
+                let kk = blocks[k]?;
+                Some((succ_index(a, kk)?, kk, c))
+            })
+            .collect();
+        if total == 0 || direct.is_empty() {
+            continue;
+        }
+        if let Some(w) = weights[b.0 as usize].as_mut() {
+            *w = w.saturating_sub(count);
+        }
+        for (index, kk, c) in direct {
+            let moved = (u128::from(count) * u128::from(c) / u128::from(total)) as u64;
+            if let Some(e) = edge_weights[a.0 as usize][index].as_mut() {
+                *e = e.saturating_add(moved);
+            }
+            if let Some(e) = succ_index(b, kk).and_then(|k| edge_weights[b.0 as usize][k].as_mut())
+            {
+                *e = e.saturating_sub(moved);
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
     Source,
@@ -845,6 +959,16 @@ pub fn attach_stale(
 ) -> (AttachedProfile, StaleReport) {
     let carried = translate(program, names, profile);
     let mut attached = attach(program, names, &carried.profile);
+    // The profile's branches inside each function, in the old build's offsets.
+    let mut inner: HashMap<&str, Vec<(u64, u64, u64)>> = HashMap::new();
+    for ((from, to), c) in &profile.branches {
+        if from.kind != LocKind::External && from.name == to.name && to.offset != 0 {
+            inner
+                .entry(from.name.as_str())
+                .or_default()
+                .push((from.offset, to.offset, c.count));
+        }
+    }
     // The attach report speaks of the carried-over profile; the profile as read is what the
     // user gave. A record that reaches the new build only as a block's weight matched too.
     let r = &carried.report;
@@ -888,7 +1012,7 @@ pub fn attach_stale(
         // included: the profile saw both ends.
         let carried = attached.functions[f.0 as usize].as_ref();
         let matched: Vec<bool> = weights.iter().map(Option::is_some).collect();
-        let edge_weights: Vec<Vec<Option<u64>>> = func
+        let mut edge_weights: Vec<Vec<Option<u64>>> = func
             .blocks
             .iter()
             .enumerate()
@@ -904,6 +1028,10 @@ pub fn attach_stale(
                     .collect()
             })
             .collect();
+        if let (Some(old), Some(edges)) = (t.old.as_ref(), inner.get(name.as_str())) {
+            let old_edges = old_block_edges(old, edges);
+            shift_duplicated_tails(func, &t.blocks, &old_edges, &mut weights, &mut edge_weights);
+        }
         let mut repaired = infer_counts_with_edges(func, &weights, &edge_weights);
         if let Some(counts) = &attached.functions[f.0 as usize] {
             repaired.entries = repaired.entries.max(counts.entries);
@@ -925,6 +1053,7 @@ mod tests {
             exact,
             loose,
             neighbours,
+            case: 0,
         }
     }
 
@@ -980,6 +1109,32 @@ mod tests {
             match_blocks(&old, &new, &Cfg::default(), &[]),
             vec![Some(0), Some(1), None, Some(2)]
         );
+    }
+
+    #[test]
+    fn a_case_anchors_only_where_it_is_unique_on_both_sides() {
+        let case = |mut b: BlockHash, c: u64| {
+            b.case = c;
+            b
+        };
+        // Three alike handlers (same hashes); the old build's two share case 7 (two tables of
+        // one length, say), so case 7 anchors nothing, while case 9 does.
+        let old = [
+            bh(0, 1, 1, 1),
+            case(bh(8, 5, 5, 5), 7),
+            case(bh(16, 5, 5, 5), 7),
+            case(bh(24, 5, 5, 5), 9),
+        ];
+        let new = [
+            bh(0, 1, 1, 1),
+            case(bh(8, 5, 5, 5), 9),
+            case(bh(16, 5, 5, 5), 7),
+            case(bh(24, 5, 5, 5), 8),
+        ];
+        let matched = match_blocks(&old, &new, &Cfg::default(), &[]);
+        assert_eq!(matched[3], Some(1));
+        // The others fall back to position among what is left.
+        assert_eq!(matched, vec![Some(0), Some(2), Some(3), Some(1)]);
     }
 
     #[test]

@@ -155,3 +155,204 @@ fn a_changed_function_is_matched_by_blocks_and_its_counts_repaired() {
     let forced = attach(&next, &names, &profile);
     assert!(forced.report.matched_share() < attached.report.matched_share());
 }
+
+/// A switch over two cases whose handlers read alike once numbers are masked:
+///
+/// ```text
+///   A   +0x0: jmp *0x9000(,%rdi,8)      table [case 0, case 1]
+///   +0x7:     mov $N,%eax; ret           the handler placed first
+///   +0xd:     mov $M,%eax; ret           the handler placed second
+/// ```
+///
+/// `swapped` is the next build of the same switch: a `nop` before the dispatch (so the
+/// function changed), the handlers laid out the other way round, case 1's first.
+fn switch(start: u64, swapped: bool) -> Function {
+    let mut code = vec![
+        0xff, 0x24, 0xfd, 0x00, 0x90, 0x00, 0x00, // jmp *0x9000(,%rdi,8)
+        0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3, // mov $1,%eax; ret
+        0xb8, 0x02, 0x00, 0x00, 0x00, 0xc3, // mov $2,%eax; ret
+    ];
+    let at = if swapped {
+        code.insert(0, 0x90);
+        start + 1
+    } else {
+        start
+    };
+    let case = |to| rivet_ir::Edge {
+        to: rivet_ir::BlockId(to),
+        kind: rivet_ir::EdgeKind::JumpTable,
+    };
+    let mut f = function(
+        0,
+        start,
+        &code,
+        vec![
+            (
+                start,
+                Terminator::JumpTable {
+                    table: rivet_ir::JumpTableId(0),
+                },
+                vec![case(1), case(2)],
+            ),
+            (at + 7, Terminator::Return, vec![]),
+            (at + 0xd, Terminator::Return, vec![]),
+        ],
+        vec![],
+    );
+    let (first, second) = (rivet_elf::Vaddr(at + 7), rivet_elf::Vaddr(at + 0xd));
+    f.jump_tables.push(rivet_ir::JumpTable {
+        addr: rivet_elf::Vaddr(0x9000),
+        entry_size: 8,
+        kind: rivet_ir::JumpTableKind::Absolute,
+        jump_at: rivet_elf::Vaddr(at),
+        entries: if swapped {
+            vec![second, first]
+        } else {
+            vec![first, second]
+        },
+        bound: rivet_ir::TableBound::Relocations,
+        default_target: None,
+    });
+    f
+}
+
+#[test]
+fn switch_cases_anchor_handlers_that_hash_alike() {
+    // The old build: case 0 (the handler at +0x7) ran 90 times, case 1 (at +0xd) 10 times.
+    let mut profile = Profile::new(Mode::Branches);
+    let f = |offset| Location::symbol("f0", offset);
+    profile.add_branch(Location::unknown(), f(0), 100, 0);
+    profile.add_branch(f(0), f(7), 90, 0);
+    profile.add_branch(f(0), f(0xd), 10, 0);
+    let old = program(vec![switch(0x1000, false)]);
+    add_hashes(&old, &profile_names(&old), &mut profile);
+    let hashes = &profile.hashes["f0"].blocks;
+    // The handlers hash alike; only their cases tell them apart. The dispatch is no case.
+    assert_eq!(hashes[1].exact, hashes[2].exact);
+    assert_eq!(hashes[1].neighbours, hashes[2].neighbours);
+    assert_ne!(hashes[1].case, hashes[2].case);
+    assert_eq!(hashes[0].case, 0);
+    assert!(hashes[1].case != 0 && hashes[2].case != 0);
+
+    // The next build places case 1's handler first.
+    let next = program(vec![switch(0x4000, true)]);
+    let names = profile_names(&next);
+    let (attached, report) = attach_stale(&next, &names, &profile);
+    assert_eq!(
+        report.functions[0].kind,
+        FunctionMatchKind::Approximate {
+            matched: 3,
+            blocks: 3
+        }
+    );
+    // Case 0's handler, now at +0xe, ran 90 times.
+    let counts = attached.functions[0].as_ref().unwrap();
+    assert_eq!(counts.blocks, [100, 10, 90]);
+    assert_eq!(counts.edges[0], [10, 90]);
+
+    // A profile from before cases were recorded (format version 2 or 3) matches by position
+    // among the alike handlers, and gets them the wrong way round: what cases fix.
+    let mut older = profile.clone();
+    for b in &mut older.hashes.get_mut("f0").unwrap().blocks {
+        b.case = 0;
+    }
+    let (attached, _) = attach_stale(&next, &names, &older);
+    assert_eq!(
+        attached.functions[0].as_ref().unwrap().blocks,
+        [100, 90, 10]
+    );
+
+    // A table of another length is another switch: its cases anchor nothing, and the match
+    // falls back to the hashes and positions as for the older profile.
+    let mut longer = switch(0x4000, true);
+    let extra = longer.jump_tables[0].entries[0];
+    longer.jump_tables[0].entries.push(extra);
+    let longer = program(vec![longer]);
+    let (attached, _) = attach_stale(&longer, &profile_names(&longer), &profile);
+    assert_eq!(
+        attached.functions[0].as_ref().unwrap().blocks,
+        [100, 90, 10]
+    );
+}
+
+/// A join block `J` that two paths reach, and the next build, where the compiler copied `J`
+/// into one of them (`B`):
+///
+/// ```text
+///   version 1                          version 2
+///   A +0x0:  test %edi,%edi; jne C     A +0x0:  test %edi,%edi; jne C
+///   B +0x4:  mov $1,%eax; jmp J        B +0x4:  mov $1,%eax; add $5,%eax; jmp K
+///   C +0xb:  mov $2,%eax               C +0xe:  mov $2,%eax
+///   J +0x10: add $5,%eax               J +0x13: add $5,%eax
+///   K +0x13: ret                       K +0x16: ret
+/// ```
+fn join(copied: bool) -> Function {
+    let (code, blocks) = if copied {
+        (
+            vec![
+                0x85, 0xff, 0x75, 0x0a, // test; jne C
+                0xb8, 0x01, 0x00, 0x00, 0x00, 0x83, 0xc0, 0x05, 0xeb, 0x08, // mov; add; jmp K
+                0xb8, 0x02, 0x00, 0x00, 0x00, // mov $2
+                0x83, 0xc0, 0x05, // add $5
+                0xc3, // ret
+            ],
+            vec![
+                (0x1000, Terminator::CondJump, vec![taken(2), fall(1)]),
+                (0x1004, Terminator::Jump, vec![taken(4)]),
+                (0x100e, Terminator::FallThrough, vec![fall(3)]),
+                (0x1013, Terminator::FallThrough, vec![fall(4)]),
+                (0x1016, Terminator::Return, vec![]),
+            ],
+        )
+    } else {
+        (
+            vec![
+                0x85, 0xff, 0x75, 0x07, // test; jne C
+                0xb8, 0x01, 0x00, 0x00, 0x00, 0xeb, 0x05, // mov; jmp J
+                0xb8, 0x02, 0x00, 0x00, 0x00, // mov $2
+                0x83, 0xc0, 0x05, // add $5
+                0xc3, // ret
+            ],
+            vec![
+                (0x1000, Terminator::CondJump, vec![taken(2), fall(1)]),
+                (0x1004, Terminator::Jump, vec![taken(3)]),
+                (0x100b, Terminator::FallThrough, vec![fall(3)]),
+                (0x1010, Terminator::FallThrough, vec![fall(4)]),
+                (0x1013, Terminator::Return, vec![]),
+            ],
+        )
+    };
+    function(0, 0x1000, &code, blocks, vec![])
+}
+
+#[test]
+fn flow_of_a_copied_join_goes_past_it() {
+    // Version 1: 100 entries, 90 through C, 10 through B, all 100 through J.
+    let mut profile = Profile::new(Mode::Branches);
+    let f = |offset| Location::symbol("f0", offset);
+    profile.add_branch(Location::unknown(), f(0), 100, 0);
+    profile.add_branch(f(2), f(0xb), 90, 0);
+    profile.add_branch(f(2), f(4), 10, 0);
+    profile.add_branch(f(9), f(0x10), 10, 0);
+    profile.add_branch(f(0xb), f(0x10), 90, 0);
+    profile.add_branch(f(0x10), f(0x13), 100, 0);
+    let old = program(vec![join(false)]);
+    add_hashes(&old, &profile_names(&old), &mut profile);
+
+    let next = program(vec![join(true)]);
+    let (attached, report) = attach_stale(&next, &profile_names(&next), &profile);
+    assert_eq!(
+        report.functions[0].kind,
+        FunctionMatchKind::Approximate {
+            matched: 5,
+            blocks: 5
+        }
+    );
+    // B's 10 now go from B straight to K; J runs only C's 90. (Here inference alone would
+    // find the same; on Lua's interpreter loop, with unknown blocks around, it did not:
+    // docs/stale-benchmark.md.)
+    let counts = attached.functions[0].as_ref().unwrap();
+    assert_eq!(counts.blocks, [100, 10, 90, 90, 100]);
+    assert_eq!(counts.edges[1], [10]);
+    assert_eq!(counts.edges[3], [90]);
+}

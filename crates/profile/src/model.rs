@@ -134,6 +134,11 @@ pub struct BlockHash {
     pub loose: u64,
     /// The `loose` hashes of the block's predecessors and successors.
     pub neighbours: u64,
+    /// Where switch tables send to the block: for each table with an entry for it, the
+    /// table's length and the first index that leads here; 0 when no table does (native
+    /// format version 4). A case keeps its index across builds as long as the switch keeps
+    /// its case values, however much the handler's code changed.
+    pub case: u64,
 }
 
 /// A profile of one binary.

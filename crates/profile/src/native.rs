@@ -8,7 +8,7 @@
 //! (or a careful person edited) or it is refused, and a file cut short is noticed.
 //!
 //! ```text
-//! file     := "rivet-profile" SP version NL           2 or 3 (1: version 2 without hashes)
+//! file     := "rivet-profile" SP version NL           2 to 4 (1: version 2 without hashes)
 //!             [ "binary" SP name NL ]               the profiled file's name, escaped as in fdata
 //!             [ "build-id" SP hex NL ]              GNU build-id: lower-case hex, even length
 //!             [ "arch" SP ( "x86-64" | "aarch64" ) NL ]      version 3: the instruction set
@@ -23,9 +23,10 @@
 //!                                                   samples, memory lines in either
 //!             "end" NL                              nothing may follow
 //! hashes   := "function" SP name SP hash NL       the code of a function the records name
-//!             { "block" SP offset SP last SP exact SP loose SP neighbours NL }
+//!             { "block" SP offset SP last SP exact SP loose SP neighbours [ SP case ] NL }
 //!                                                   its blocks, by offset, each offset once
-//!                                                   (all numbers hex; see `model::BlockHash`)
+//!                                                   (all numbers hex; see `model::BlockHash`;
+//!                                                   case: version 4, never 0)
 //! SP       := exactly one space; no spaces at the ends of a line; lines end in "\n" only
 //! ```
 //!
@@ -36,14 +37,16 @@
 //! Header lines come in the order shown, each at most once. Records are written sorted
 //! (branches or samples, then memory, each in `BTreeMap` order) and may be read in any order,
 //! but a record may not appear twice: summing is what `merge` is for. A later, incompatible
-//! format gets a new version number on the first line; this reader reads versions 1 to 3
+//! format gets a new version number on the first line; this reader reads versions 1 to 4
 //! and refuses others. Version 2 added the hashes: what stale matching
 //! (`rivet_passes::stale`) needs to carry a profile over to the next build of the program.
 //! Version 3 added the `arch` line and the origins `trace` and `spe` (Arm's profiling
-//! sources). A profile is written in the lowest version that can say it: version 2 unless it
-//! names an architecture or one of the new origins, so that profiles of x86-64 programs
-//! (which Rivet leaves without an `arch` line, as every profile was before AArch64) stay the
-//! bytes they were and readable by the Rivets that read them before.
+//! sources). Version 4 added a block's `case` field (where switch tables lead to it), written
+//! only for blocks that some table leads to. A profile is written in the lowest version that
+//! can say it: version 2 unless it names an architecture or one of the new origins (3) or a
+//! block's case (4), so that profiles of x86-64 programs (which Rivet leaves without an `arch`
+//! line, as every profile was before AArch64) and profiles without hashes stay the bytes they
+//! were and readable by the Rivets that read them before.
 
 use std::collections::btree_map::Entry;
 use std::fmt::Write as _;
@@ -56,7 +59,9 @@ use crate::yaml::{self, YamlError, YamlProfile};
 
 /// The first line's words and the version this module reads and writes.
 const MAGIC: &str = "rivet-profile";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
+/// The version written for a profile that needs version 3's fields but no block's case.
+const VERSION_WITH_ARCH: u32 = 3;
 /// The version written for a profile that needs nothing version 3 added.
 const VERSION_WITHOUT_ARCH: u32 = 2;
 /// The oldest version this module still reads (the same without hashes).
@@ -199,7 +204,7 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
         };
         (line, text_line) = lines.next_line()?;
         while let Some(rest) = text_line.strip_prefix("block ") {
-            let block = block_line(rest).map_err(|m| syntax(line, m))?;
+            let block = block_line(rest, version).map_err(|m| syntax(line, m))?;
             if code.blocks.last().is_some_and(|b| b.offset >= block.offset) {
                 return Err(syntax(
                     line,
@@ -256,8 +261,14 @@ pub fn parse(text: &str) -> Result<Profile, NativeError> {
 /// Writes a profile in Rivet's native format.
 pub fn write(profile: &Profile) -> Result<String, NativeError> {
     let unrepresentable = NativeError::Unrepresentable;
-    let version = if profile.architecture.is_some() || origin_needs_version_3(profile.origin) {
+    let has_cases = profile
+        .hashes
+        .values()
+        .any(|code| code.blocks.iter().any(|b| b.case != 0));
+    let version = if has_cases {
         VERSION
+    } else if profile.architecture.is_some() || origin_needs_version_3(profile.origin) {
+        VERSION_WITH_ARCH
     } else {
         VERSION_WITHOUT_ARCH
     };
@@ -395,11 +406,15 @@ pub(crate) fn write_hashes(profile: &Profile, out: &mut String) -> Result<(), St
                 ));
             }
             previous = Some(b.offset);
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "block {:x} {:x} {:x} {:x} {:x}",
                 b.offset, b.last, b.exact, b.loose, b.neighbours
             );
+            if b.case != 0 {
+                let _ = write!(out, " {:x}", b.case);
+            }
+            out.push('\n');
         }
     }
     Ok(())
@@ -415,16 +430,31 @@ fn function_line(rest: &str) -> Result<(String, u64), String> {
     Ok((name, hash))
 }
 
-/// `offset last exact loose neighbours` of a `block` line.
-fn block_line(rest: &str) -> Result<BlockHash, String> {
+/// `offset last exact loose neighbours [case]` of a `block` line (`case` from version 4 on).
+fn block_line(rest: &str, version: u64) -> Result<BlockHash, String> {
     let mut fields = fdata::Fields::new(rest, Dialect::Native);
-    let block = BlockHash {
+    let mut block = BlockHash {
         offset: hex_field(&mut fields, "the block's offset")?,
         last: hex_field(&mut fields, "the offset of the block's last instruction")?,
         exact: hex_field(&mut fields, "the block's exact hash")?,
         loose: hex_field(&mut fields, "the block's loose hash")?,
         neighbours: hex_field(&mut fields, "the block's neighbours hash")?,
+        case: 0,
     };
+    if version >= 4
+        && let Some(word) = fields.next_field()?
+    {
+        block.case = fdata::hex(word, Dialect::Native).ok_or_else(|| {
+            format!(
+                "expected the block's case in canonical hex (lower case, no leading zeros), found {}",
+                shown(word)
+            )
+        })?;
+        if block.case == 0 {
+            // Absent means 0: one spelling per profile.
+            return Err("a block's case is written only when it is not 0".into());
+        }
+    }
     no_more(&mut fields)?;
     if block.last < block.offset {
         return Err("a block's last instruction cannot come before its start".into());
@@ -562,6 +592,7 @@ mod tests {
                         exact: 1,
                         loose: 2,
                         neighbours: 3,
+                        case: 0,
                     },
                     BlockHash {
                         offset: 0x20,
@@ -569,6 +600,7 @@ mod tests {
                         exact: 0xabc,
                         loose: 0,
                         neighbours: u64::MAX,
+                        case: 0,
                     },
                 ],
             },
@@ -613,8 +645,8 @@ end
     fn is_strict() {
         let err = |text: &str| parse(text).unwrap_err().to_string();
         assert_eq!(
-            err(&EXAMPLE.replace("rivet-profile 2", "rivet-profile 4")),
-            "line 1: this is version 4 of Rivet's profile format; this Rivet reads versions 1 to 3"
+            err(&EXAMPLE.replace("rivet-profile 2", "rivet-profile 5")),
+            "line 1: this is version 5 of Rivet's profile format; this Rivet reads versions 1 to 4"
         );
         assert_eq!(
             err(&EXAMPLE.replace("end\n", "")),
@@ -714,6 +746,46 @@ end
         assert_eq!(
             err(&write(&arm).unwrap().replace("arch aarch64", "arch mips")),
             "line 4: expected an architecture (x86-64 or aarch64), found \"mips\""
+        );
+    }
+
+    #[test]
+    fn a_block_case_needs_version_4_and_is_never_written_as_0() {
+        let mut cased = example();
+        cased.hashes.get_mut("main").unwrap().blocks[1].case = 0x5a;
+        let text = write(&cased).unwrap();
+        assert!(text.starts_with("rivet-profile 4\n"), "{text}");
+        assert!(
+            text.contains("\nblock 0 1a 1 2 3\nblock 20 40 abc 0 ffffffffffffffff 5a\n"),
+            "{text}"
+        );
+        assert_eq!(parse(&text).unwrap(), cased);
+        // An AArch64 profile with cases is version 4 too, and keeps its arch line.
+        let mut arm = cased.clone();
+        arm.architecture = Some(Architecture::Aarch64);
+        let arm_text = write(&arm).unwrap();
+        assert!(arm_text.starts_with("rivet-profile 4\n"), "{arm_text}");
+        assert_eq!(parse(&arm_text).unwrap(), arm);
+        // Version 4 reads blocks without a case (case 0), so an older profile's lines stay valid.
+        let plain = EXAMPLE.replace("rivet-profile 2", "rivet-profile 4");
+        assert_eq!(parse(&plain).unwrap(), example());
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        // Earlier versions have no case field.
+        assert_eq!(
+            err(&text.replace("rivet-profile 4", "rivet-profile 3")),
+            "line 8: expected the end of the line, found \"5a\""
+        );
+        assert_eq!(
+            err(&text.replace("ffffffffffffffff 5a", "ffffffffffffffff 0")),
+            "line 8: a block's case is written only when it is not 0"
+        );
+        assert_eq!(
+            err(&text.replace("ffffffffffffffff 5a", "ffffffffffffffff 05a")),
+            "line 8: expected the block's case in canonical hex (lower case, no leading zeros), found \"05a\""
+        );
+        assert_eq!(
+            err(&text.replace("ffffffffffffffff 5a", "ffffffffffffffff 5a 1")),
+            "line 8: expected the end of the line, found \"1\""
         );
     }
 
