@@ -19,7 +19,9 @@
 # and llvm-bolt-19 does the same with its recipe (luaV_execute skipped: BOLT cannot rewrite
 # it), fresh from 5.4.6's fdata and stale from 5.4.4's YAML with -infer-stale-profile.
 # Every output is compared with 5.4.6 by `rivet bench` (CPU time, ROUNDS rounds, default 20)
-# on binarytrees 14. The kept share of the speedup is (1 - stale) / (1 - fresh) of the
+# on binarytrees 14, and (SIMULATE=1, the default; 0 skips it) counted by `rivet simulate` on
+# binarytrees 9 under qemu-x86_64: taken branches and I1 misses, the same on any machine,
+# which a shared one needs when its CPU times cannot separate the outputs. The kept share of the speedup is (1 - stale) / (1 - fresh) of the
 # median ratios; then each stale output is compared with its fresh one directly. Prints the
 # match reports and the bench lines; everything lands in OUT_DIR
 # (default /tmp/rivet-stale-lua).
@@ -122,3 +124,12 @@ for pair in "new.rivet-fresh new.rivet-stale" "new.bolt-fresh new.bolt-stale"; d
     # shellcheck disable=SC2086 # two binaries
     { "$RIVET" bench $pair --runs "$ROUNDS" -- "$ROOT/bench/lua/binarytrees.lua" 14 || true; } | tail -1
 done
+
+# Deterministic counts of the same outputs (one run each under qemu, a minute or so apiece).
+if [[ ${SIMULATE:-1} != 0 ]]; then
+    for out in $NEW new.rivet-fresh new.rivet-stale new.rivet-forced new.bolt-fresh new.bolt-stale; do
+        echo "== simulate $out (binarytrees.lua 9)"
+        "$RIVET" simulate "./$out" --placements 4 -- "$ROOT/bench/lua/binarytrees.lua" 9 |
+            grep -E 'instructions|taken branches|I1 misses'
+    done
+fi
