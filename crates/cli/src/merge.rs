@@ -318,6 +318,17 @@ impl MapCache {
     }
 }
 
+/// Opens `path` and reads its first `PREFIX_READ` bytes (fewer for a shorter file): enough to
+/// tell a counter file and read its header. Also the file's length.
+fn open_with_prefix(path: &Path) -> std::io::Result<(File, u64, Vec<u8>)> {
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut prefix = vec![0u8; PREFIX_READ];
+    let got = read_up_to(&mut file, &mut prefix)?;
+    prefix.truncate(got);
+    Ok((file, len, prefix))
+}
+
 /// Reads one input: a counter file goes into `maps` (`None`), anything else is a profile.
 /// `instrumented` holds the map of version 2 counter files, when given.
 fn read_input(
@@ -329,11 +340,7 @@ fn read_input(
         UserError::new(format!("cannot read {}: {e}", path.display()))
             .hint("check the path and its permissions")
     };
-    let mut file = File::open(path).map_err(cannot_read)?;
-    let len = file.metadata().map_err(cannot_read)?.len();
-    let mut prefix = vec![0u8; PREFIX_READ];
-    let got = read_up_to(&mut file, &mut prefix).map_err(cannot_read)?;
-    prefix.truncate(got);
+    let (mut file, len, mut prefix) = open_with_prefix(path).map_err(cannot_read)?;
     if !is_counter_file(&prefix) {
         file.read_to_end(&mut prefix).map_err(cannot_read)?;
         return read_profile_bytes(path, &prefix, instrumented).map(Some);
@@ -467,11 +474,7 @@ fn sum_counter_files(args: &MergeArgs, specs: &[(PathBuf, Weight)]) -> Result<()
             };
             UserError::new(format!("cannot read {}: {e}", path.display())).hint(hint)
         };
-        let mut file = File::open(path).map_err(cannot_read)?;
-        let len = file.metadata().map_err(cannot_read)?.len();
-        let mut prefix = vec![0u8; PREFIX_READ];
-        let got = read_up_to(&mut file, &mut prefix).map_err(cannot_read)?;
-        prefix.truncate(got);
+        let (mut file, len, prefix) = open_with_prefix(path).map_err(cannot_read)?;
         if !is_counter_file(&prefix) {
             return Err(UserError::new(format!(
                 "{} is not a counter file: a summed counter file adds counter files only",

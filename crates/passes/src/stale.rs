@@ -321,6 +321,9 @@ struct Translation {
     /// For an approximate match: old block index -> new block.
     blocks: Vec<Option<BlockId>>,
     old: Option<FunctionHash>,
+    /// For an approximate match: the profile's edges between old blocks (indices into
+    /// `old.blocks`) with their counts, hottest first.
+    old_edges: Vec<(usize, usize, u64)>,
 }
 
 impl Translation {
@@ -558,9 +561,9 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
         .map(|((from, to), c)| (from.name.as_str(), from.offset, to.offset, c.count))
         .collect();
     inner.sort_by(|a, b| b.3.cmp(&a.3).then((a.0, a.1, a.2).cmp(&(b.0, b.1, b.2))));
-    let mut inner_edges: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
-    for (name, from, to, _) in inner {
-        inner_edges.entry(name).or_default().push((from, to));
+    let mut inner_edges: HashMap<&str, Vec<(u64, u64, u64)>> = HashMap::new();
+    for (name, from, to, count) in inner {
+        inner_edges.entry(name).or_default().push((from, to, count));
     }
     for name in named {
         let old = profile.hashes.get(name).cloned();
@@ -575,6 +578,7 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                 },
                 blocks: Vec::new(),
                 old: None,
+                old_edges: Vec::new(),
             },
             (Some(old), Some(f)) => {
                 let new = new_hashes
@@ -586,21 +590,15 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                         kind: FunctionMatchKind::Exact,
                         blocks: Vec::new(),
                         old: None,
+                        old_edges: Vec::new(),
                     }
                 } else {
                     let func = program.function(f);
-                    let edges: Vec<(usize, usize)> = inner_edges
+                    let old_edges = inner_edges
                         .get(name)
-                        .map(|list| {
-                            list.iter()
-                                .filter_map(|&(from, to)| {
-                                    let i = old.blocks.iter().position(|b| b.last == from)?;
-                                    let j = old.blocks.iter().position(|b| b.offset == to)?;
-                                    Some((i, j))
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                        .map_or_else(Vec::new, |list| old_block_edges(old, list));
+                    let edges: Vec<(usize, usize)> =
+                        old_edges.iter().map(|&(i, j, _)| (i, j)).collect();
                     let cfg = Cfg::of(func, &new.blocks);
                     let blocks: Vec<Option<BlockId>> =
                         match_blocks(&old.blocks, &new.blocks, &cfg, &edges)
@@ -619,6 +617,7 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                         },
                         blocks,
                         old: Some(old.clone()),
+                        old_edges,
                     }
                 }
             }
@@ -642,12 +641,14 @@ fn translate(program: &Program, names: &[String], profile: &Profile) -> Carried 
                         },
                         blocks: Vec::new(),
                         old: None,
+                        old_edges: Vec::new(),
                     },
                     None => Translation {
                         new: None,
                         kind: FunctionMatchKind::Missing,
                         blocks: Vec::new(),
                         old: None,
+                        old_edges: Vec::new(),
                     },
                 }
             }
@@ -896,11 +897,16 @@ fn old_block_edges(old: &FunctionHash, edges: &[(u64, u64, u64)]) -> Vec<(usize,
 /// successors in proportion to their counts.
 fn shift_duplicated_tails(
     func: &Function,
-    blocks: &[Option<BlockId>],
-    old_edges: &[(usize, usize, u64)],
+    t: &Translation,
     weights: &mut [Option<u64>],
     edge_weights: &mut [Vec<Option<u64>>],
 ) {
+    let (blocks, old_edges) = (&t.blocks, &t.old_edges);
+    // Each old block's successors in the profile, with their counts.
+    let mut outs: Vec<Vec<(usize, u64)>> = vec![Vec::new(); blocks.len()];
+    for &(i, j, count) in old_edges {
+        outs[i].push((j, count));
+    }
     let succ_index =
         |from: BlockId, to: BlockId| func.block(from).succs.iter().position(|s| s.to == to);
     for &(i, j, count) in old_edges {
@@ -910,14 +916,9 @@ fn shift_duplicated_tails(
         if a == b || succ_index(a, b).is_some() {
             continue;
         }
-        let outs: Vec<(usize, u64)> = old_edges
-            .iter()
-            .filter(|e| e.0 == j)
-            .map(|e| (e.1, e.2))
-            .collect();
-        let total: u64 = outs.iter().map(|o| o.1).sum();
+        let total: u64 = outs[j].iter().map(|o| o.1).sum();
         // j's successors the new i' reaches directly, with where they are among its edges.
-        let direct: Vec<(usize, BlockId, u64)> = outs
+        let direct: Vec<(usize, BlockId, u64)> = outs[j]
             .iter()
             .filter_map(|&(k, c)| {
                 let kk = blocks[k]?;
@@ -959,16 +960,6 @@ pub fn attach_stale(
 ) -> (AttachedProfile, StaleReport) {
     let carried = translate(program, names, profile);
     let mut attached = attach(program, names, &carried.profile);
-    // The profile's branches inside each function, in the old build's offsets.
-    let mut inner: HashMap<&str, Vec<(u64, u64, u64)>> = HashMap::new();
-    for ((from, to), c) in &profile.branches {
-        if from.kind != LocKind::External && from.name == to.name && to.offset != 0 {
-            inner
-                .entry(from.name.as_str())
-                .or_default()
-                .push((from.offset, to.offset, c.count));
-        }
-    }
     // The attach report speaks of the carried-over profile; the profile as read is what the
     // user gave. A record that reaches the new build only as a block's weight matched too.
     let r = &carried.report;
@@ -1028,10 +1019,7 @@ pub fn attach_stale(
                     .collect()
             })
             .collect();
-        if let (Some(old), Some(edges)) = (t.old.as_ref(), inner.get(name.as_str())) {
-            let old_edges = old_block_edges(old, edges);
-            shift_duplicated_tails(func, &t.blocks, &old_edges, &mut weights, &mut edge_weights);
-        }
+        shift_duplicated_tails(func, t, &mut weights, &mut edge_weights);
         let mut repaired = infer_counts_with_edges(func, &weights, &edge_weights);
         if let Some(counts) = &attached.functions[f.0 as usize] {
             repaired.entries = repaired.entries.max(counts.entries);
