@@ -214,6 +214,7 @@ pub fn discover(elf: &ElfFile, options: &DiscoverOptions) -> Result<Program, Dis
                     .and_then(|f| f.lsda),
                 cfi: Vec::new(),
                 status: Status::Simple,
+                released: None,
             }
         })
         .collect();

@@ -89,10 +89,51 @@ fn check_aarch64(name: &str, expected_exit: i32) -> PathBuf {
     bin
 }
 
+/// A released function (`Function::release`, what `optimize` does to functions that stay)
+/// answers what the emitter and `--verify` ask of code that stays exactly as the full model
+/// does: its instructions decoded again, its reachable instructions, its entry block and
+/// address-taken labels.
+fn check_release(elf: &ElfFile, program: &rivet_ir::Program, name: &str) {
+    let code = |at: rivet_elf::Vaddr, len: u64| elf.bytes_at(at, len);
+    let mut released = 0;
+    for f in program.functions.iter().filter(|f| !f.insts.is_empty()) {
+        let mut r = f.clone();
+        r.release();
+        assert!(r.is_released() && r.insts.is_empty() && r.blocks.is_empty());
+        let what = format!("{name}: {}", f.name());
+        assert_eq!(
+            r.instructions(program.info.isa, code).as_ref(),
+            f.insts.as_slice(),
+            "{what}: instructions decoded again"
+        );
+        let reachable = |g: &rivet_ir::Function| -> Vec<u32> {
+            g.reachable_inst_ranges().into_iter().flatten().collect()
+        };
+        let expected: Vec<u32> = f
+            .blocks
+            .iter()
+            .filter(|b| b.is_reachable)
+            .flat_map(|b| b.insts.clone())
+            .collect();
+        assert_eq!(reachable(f), expected, "{what}: reachable, full model");
+        assert_eq!(reachable(&r), expected, "{what}: reachable, released");
+        assert_eq!(r.has_entry_block(), f.has_entry_block(), "{what}: entry block");
+        assert_eq!(
+            r.has_address_taken_label(),
+            f.has_address_taken_label(),
+            "{what}: address-taken labels"
+        );
+        assert_eq!(r.calls, f.calls, "{what}: calls stay");
+        released += 1;
+    }
+    assert!(released > 0, "{name}: no function to release");
+}
+
 fn compare_dump(name: &str, bin: &Path, pie: bool, relocs: bool) {
     let bytes = std::fs::read(bin).unwrap();
     let elf = ElfFile::parse(&bytes).unwrap();
     let program = discover(&elf, &DiscoverOptions { cfi: CfiRows::Keep }).unwrap();
+    check_release(&elf, &program, name);
     let dump = dump_program(&program);
     let golden = golden_dir().join(format!(
         "{name}{}{}.dump",

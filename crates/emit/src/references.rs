@@ -155,6 +155,26 @@ pub fn collect(
     // Sites of relocated fields in code that stays: the decoded branches those cover are
     // patched from their relocations, not again from the decoded instruction.
     let mut code_reloc_sites: HashSet<Vaddr> = HashSet::new();
+    // The instruction holding a site, from the model or, for a function whose instructions
+    // were released, from the last such function decoded again (a section's relocations
+    // come in address order, so each function is decoded about once).
+    let mut redecoded: Option<(FuncId, Vec<Inst>)> = None;
+    let mut instruction_at = |f: Option<&Function>, site: Vaddr| -> Option<Inst> {
+        let f = f?;
+        let insts: &[Inst] = if f.is_released() {
+            if redecoded.as_ref().is_none_or(|(id, _)| *id != f.id) {
+                let insts = f
+                    .instructions(program.info.isa, |at, len| elf.bytes_at(at, len))
+                    .into_owned();
+                redecoded = Some((f.id, insts));
+            }
+            &redecoded.as_ref()?.1
+        } else {
+            &f.insts
+        };
+        let i = insts.partition_point(|i| i.addr() <= site);
+        i.checked_sub(1).map(|i| insts[i])
+    };
     for r in statics {
         let Some(section) = elf.section(r.target_section) else {
             continue;
@@ -199,12 +219,7 @@ pub fn collect(
                 let Some(value) = elf.read_i32(r.site) else {
                     continue;
                 };
-                let inst = program
-                    .function_containing(r.site)
-                    .and_then(|f| {
-                        let i = f.insts.partition_point(|i| i.addr() <= r.site);
-                        i.checked_sub(1).map(|i| f.insts[i])
-                    })
+                let inst = instruction_at(program.function_containing(r.site), r.site)
                     .filter(|i| i.end() > r.site);
                 // In a decoded instruction, the relocation must sit on its PC-relative field;
                 // anywhere else the linker rewrote the code under it (a relaxed TLS sequence),
@@ -267,7 +282,7 @@ pub fn collect(
         }
     }
 
-    branches_without_relocations(program, is_rewritten, &code_reloc_sites, &mut out);
+    branches_without_relocations(elf, program, is_rewritten, &code_reloc_sites, &mut out);
 
     let mut dynamic_sites = HashSet::new();
     for d in dynamics {
@@ -335,50 +350,64 @@ pub fn collect(
 /// body, which stays intact wherever another entry lies (`old_entry_is_free`), so they
 /// still run the original code.
 fn branches_without_relocations(
+    elf: &ElfFile<'_>,
     program: &Program,
     is_rewritten: &(dyn Fn(FuncId) -> bool + Sync),
     code_reloc_sites: &HashSet<Vaddr>,
     out: &mut References,
 ) {
-    for f in program
-        .functions
-        .iter()
-        .filter(|f| f.is_simple() && !is_rewritten(f.id))
-    {
-        for b in f.blocks.iter().filter(|b| b.is_reachable) {
-            for inst in f.block_insts(b) {
-                let (Flow::Jump { target } | Flow::CondJump { target } | Flow::Call { target }) =
-                    inst.flow()
-                else {
-                    continue;
-                };
-                let Some(field) = inst.pc_relative_field() else {
-                    continue;
-                };
-                if code_reloc_sites.contains(&field)
-                    || !program
-                        .function_containing(target)
-                        .is_some_and(|g| is_rewritten(g.id))
-                {
-                    continue;
+    use rayon::prelude::*;
+    // In parallel: most of these functions' instructions were released and are decoded
+    // again here (`Function::instructions`). Collected in function order, as before.
+    let found: Vec<Vec<Reference>> =
+        program
+            .functions
+            .par_iter()
+            .filter(|f| f.is_simple() && !is_rewritten(f.id))
+            .map(|f| {
+                let mut found = Vec::new();
+                let insts = f.instructions(program.info.isa, |at, len| elf.bytes_at(at, len));
+                for range in f.reachable_inst_ranges() {
+                    let reachable = insts
+                        .get(range.start as usize..range.end as usize)
+                        .unwrap_or_default();
+                    for inst in reachable {
+                        let (Flow::Jump { target }
+                        | Flow::CondJump { target }
+                        | Flow::Call { target }) = inst.flow()
+                        else {
+                            continue;
+                        };
+                        let Some(field) = inst.pc_relative_field() else {
+                            continue;
+                        };
+                        if code_reloc_sites.contains(&field)
+                            || !program
+                                .function_containing(target)
+                                .is_some_and(|g| is_rewritten(g.id))
+                        {
+                            continue;
+                        }
+                        // An x86-64 branch's field is its last 4 bytes; an AArch64 one is bits
+                        // of the instruction word, re-encoded whole.
+                        let field_kind = match inst.isa() {
+                            Isa::X86_64 => RefField::Relative {
+                                size: 4,
+                                base: inst.end(),
+                            },
+                            Isa::Aarch64 => RefField::Instruction { inst: *inst },
+                        };
+                        found.push(Reference {
+                            site: field,
+                            target,
+                            field: field_kind,
+                        });
+                    }
                 }
-                // An x86-64 branch's field is its last 4 bytes; an AArch64 one is bits of
-                // the instruction word, re-encoded whole.
-                let field_kind = match inst.isa() {
-                    Isa::X86_64 => RefField::Relative {
-                        size: 4,
-                        base: inst.end(),
-                    },
-                    Isa::Aarch64 => RefField::Instruction { inst: *inst },
-                };
-                out.stored.push(Reference {
-                    site: field,
-                    target,
-                    field: field_kind,
-                });
-            }
-        }
-    }
+                found
+            })
+            .collect();
+    out.stored.extend(found.into_iter().flatten());
 }
 
 /// Whether a forwarding jump of `len` bytes may be written over the old entry of `f`, a

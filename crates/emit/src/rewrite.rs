@@ -289,7 +289,7 @@ fn ineligible(elf: &ElfFile<'_>, f: &rivet_ir::Function, in_place: bool) -> Opti
     if let Some(reason) = f.skip_reason() {
         return Some(format!("skipped: {}", reason.kind()));
     }
-    if f.blocks.is_empty() || f.block_at(f.range.start).is_none() {
+    if !f.has_entry_block() {
         return Some("no entry block".into());
     }
     if !in_text_section(elf, f.range.start) {
@@ -299,7 +299,7 @@ fn ineligible(elf: &ElfFile<'_>, f: &rivet_ir::Function, in_place: bool) -> Opti
         if !f.secondary_entries.is_empty() {
             return Some("in place: has secondary entries".into());
         }
-        if f.blocks.iter().any(|b| b.is_address_taken && !b.is_entry) {
+        if f.has_address_taken_label() {
             return Some("in place: a label's address is taken".into());
         }
         if f.jump_tables

@@ -297,6 +297,7 @@ pub struct Function {
     pub address_taken: bool,
     /// Bytes of padding (nop/int3/zero) after the function, before the next one.
     pub padding_after: u64,
+    /// Every instruction of its range, decoded linearly (empty once released: `released`).
     pub insts: Vec<Inst>,
     pub blocks: Vec<Block>,
     pub calls: Vec<Call>,
@@ -306,6 +307,27 @@ pub struct Function {
     /// keep them: `rivet_discover::CfiRows`).
     pub cfi: Vec<CfiRow>,
     pub status: Status,
+    /// Set when its instructions and blocks were dropped to save memory, because nothing
+    /// will rewrite it ([`Function::release`]): what is left of them. Its calls, jump
+    /// tables and everything above stay.
+    pub released: Option<Box<Released>>,
+}
+
+/// What a released function keeps of its instructions and blocks ([`Function::release`]):
+/// what the emitter and `--verify` ask of code that stays. Its instructions can be decoded
+/// again from the input ([`Function::instructions`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Released {
+    /// How many instructions discovery decoded (indices below refer to them).
+    pub inst_count: u32,
+    /// A block started at its entry ([`Function::has_entry_block`]).
+    pub entry_block: bool,
+    /// A block other than an entry had its address taken
+    /// ([`Function::has_address_taken_label`]).
+    pub label_address_taken: bool,
+    /// The instructions of its reachable blocks, as index ranges in address order, adjacent
+    /// ones merged ([`Function::reachable_inst_ranges`]).
+    pub reachable_insts: Vec<Range<u32>>,
 }
 
 /// Which block follows each block of one fragment in rewritten code, seeing through blocks
@@ -378,6 +400,7 @@ impl Function {
     /// need both words again. A dropped instruction takes no bytes: its new address is that
     /// of whatever follows it.
     pub fn is_dropped_padding(&self, i: u32) -> bool {
+        debug_assert!(self.released.is_none(), "{}: released", self.name());
         let Some(inst) = self.insts.get(i as usize) else {
             return false;
         };
@@ -464,7 +487,87 @@ impl Function {
     }
 
     pub fn block_insts(&self, block: &Block) -> &[Inst] {
+        debug_assert!(self.released.is_none(), "{}: released", self.name());
         &self.insts[block.insts.start as usize..block.insts.end as usize]
+    }
+
+    /// Drops the instructions and blocks of a function that stays where it is: a large
+    /// program's model is mostly those (40 bytes per x86-64 instruction, 112 per block), and
+    /// profile-guided optimization moves a tenth of the functions. What code that stays is
+    /// still asked about is kept in `released`; the instructions can be decoded again
+    /// ([`Function::instructions`]). Everything else of the function stays.
+    pub fn release(&mut self) {
+        let mut reachable_insts: Vec<Range<u32>> = Vec::new();
+        for b in self.blocks.iter().filter(|b| b.is_reachable) {
+            match reachable_insts.last_mut() {
+                Some(last) if last.end == b.insts.start => last.end = b.insts.end,
+                _ => reachable_insts.push(b.insts.clone()),
+            }
+        }
+        let released = Released {
+            inst_count: self.insts.len() as u32,
+            entry_block: self.has_entry_block(),
+            label_address_taken: self.has_address_taken_label(),
+            reachable_insts,
+        };
+        self.insts = Vec::new();
+        self.blocks = Vec::new();
+        self.released = Some(Box::new(released));
+    }
+
+    /// Whether [`Function::release`] dropped its instructions and blocks.
+    pub fn is_released(&self) -> bool {
+        self.released.is_some()
+    }
+
+    /// Whether it has blocks and one of them starts at its entry.
+    pub fn has_entry_block(&self) -> bool {
+        match &self.released {
+            Some(r) => r.entry_block,
+            None => !self.blocks.is_empty() && self.block_at(self.range.start).is_some(),
+        }
+    }
+
+    /// Whether a block other than an entry has its address taken.
+    pub fn has_address_taken_label(&self) -> bool {
+        match &self.released {
+            Some(r) => r.label_address_taken,
+            None => self
+                .blocks
+                .iter()
+                .any(|b| b.is_address_taken && !b.is_entry),
+        }
+    }
+
+    /// The instructions of its reachable blocks, as index ranges into
+    /// [`Function::instructions`], in address order.
+    pub fn reachable_inst_ranges(&self) -> Vec<Range<u32>> {
+        match &self.released {
+            Some(r) => r.reachable_insts.clone(),
+            None => self
+                .blocks
+                .iter()
+                .filter(|b| b.is_reachable)
+                .map(|b| b.insts.clone())
+                .collect(),
+        }
+    }
+
+    /// Its instructions: the model's, or, once released, decoded again from `code` (the
+    /// bytes of `range`, read from the input) exactly as discovery decoded them (linearly,
+    /// from the start of its range). Empty when `code` has no bytes for the range.
+    pub fn instructions<'a, 'b>(
+        &'a self,
+        isa: Isa,
+        code: impl FnOnce(Vaddr, u64) -> Option<&'b [u8]>,
+    ) -> std::borrow::Cow<'a, [Inst]> {
+        if self.released.is_none() {
+            return std::borrow::Cow::Borrowed(&self.insts);
+        }
+        match code(self.range.start, self.range.len()) {
+            Some(bytes) => std::borrow::Cow::Owned(isa.decode_all(bytes, self.range.start)),
+            None => std::borrow::Cow::Borrowed(&[]),
+        }
     }
 
     /// The block starting at `addr`.
@@ -543,6 +646,26 @@ impl Program {
             .function_containing(target)
             .filter(|f| f.range.start == target)?;
         self.info.isa.forwarding_destination(&f.insts)
+    }
+
+    /// Releases the instructions and blocks ([`Function::release`]) of the functions
+    /// `stays` picks, and returns how many. A function whose entry forwards elsewhere (an
+    /// AArch64 veneer) keeps them: [`Program::forwarded_destination`] reads them when
+    /// rewritten code calls it. So does one without instructions.
+    pub fn release(&mut self, stays: impl Fn(&Function) -> bool) -> usize {
+        let isa = self.info.isa;
+        let mut released = 0;
+        for f in &mut self.functions {
+            if !f.insts.is_empty()
+                && !f.is_released()
+                && stays(f)
+                && isa.forwarding_destination(&f.insts).is_none()
+            {
+                f.release();
+                released += 1;
+            }
+        }
+        released
     }
 
     /// Functions with `name` among their names (several for same-named locals).

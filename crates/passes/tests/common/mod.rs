@@ -91,6 +91,7 @@ pub fn function_of(
         lsda: None,
         cfi: Vec::new(),
         status: Status::Simple,
+        released: None,
     }
 }
 
