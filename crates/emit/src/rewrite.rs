@@ -527,6 +527,10 @@ pub fn rewrite(
     // code.
     let is_rewritten = |f: FuncId| layout.is_rewritten(f) || layout.folded_into(f).is_some();
     let refs = references::collect(elf, program, &is_rewritten, &statics, &dynamics);
+    // What the relocations say now lives in `refs`; a large program has millions of them,
+    // which would otherwise stay until the image is written.
+    drop(statics);
+    drop(dynamics);
     let fixups = crate::code::Fixups {
         absolute_fields: &refs.in_moved_code,
         address_parts: &refs.parts_in_moved_code,

@@ -307,9 +307,9 @@ pub struct Function {
     /// keep them: `rivet_discover::CfiRows`).
     pub cfi: Vec<CfiRow>,
     pub status: Status,
-    /// Set when its instructions and blocks were dropped to save memory, because nothing
-    /// will rewrite it ([`Function::release`]): what is left of them. Its calls, jump
-    /// tables and everything above stay.
+    /// Set when its instructions, blocks and calls were dropped to save memory, because
+    /// nothing will rewrite it ([`Function::release`]): what is left of them. Its jump tables
+    /// and everything above stay.
     pub released: Option<Box<Released>>,
 }
 
@@ -491,11 +491,12 @@ impl Function {
         &self.insts[block.insts.start as usize..block.insts.end as usize]
     }
 
-    /// Drops the instructions and blocks of a function that stays where it is: a large
-    /// program's model is mostly those (40 bytes per x86-64 instruction, 112 per block), and
-    /// profile-guided optimization moves a tenth of the functions. What code that stays is
-    /// still asked about is kept in `released`; the instructions can be decoded again
-    /// ([`Function::instructions`]). Everything else of the function stays.
+    /// Drops the instructions, blocks and calls of a function that stays where it is: a
+    /// large program's model is mostly those (40 bytes per x86-64 instruction, 112 per
+    /// block, 64 per call), and profile-guided optimization moves a tenth of the functions.
+    /// What code that stays is still asked about is kept in `released`; the instructions can
+    /// be decoded again ([`Function::instructions`]). Everything else of the function
+    /// (names, range, entries, jump tables, status) stays.
     pub fn release(&mut self) {
         let mut reachable_insts: Vec<Range<u32>> = Vec::new();
         for b in self.blocks.iter().filter(|b| b.is_reachable) {
@@ -512,6 +513,7 @@ impl Function {
         };
         self.insts = Vec::new();
         self.blocks = Vec::new();
+        self.calls = Vec::new();
         self.released = Some(Box::new(released));
     }
 
