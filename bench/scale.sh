@@ -12,6 +12,7 @@
 #                  checksums. Rivet's runs count into r1.counts / r2.counts (RIVET_PROFILE),
 #                  BOLT's into b.fdata, copied to b1.fdata / b2.fdata after each run.
 #  4. merge:       rivet merge r1.counts r2.counts -o r.prof
+#     merge-sum:   rivet merge r1.counts r2.counts -o r-sum.counts   (summed counter file)
 #                  merge-fdata b1.fdata b2.fdata -o b.fdata
 #  5. aggregate:   perf record -e cpu-clock:u -F $SAMPLE_FREQ -o perf.data -- prog $SAMPLE_REPS
 #                  (one recording, not timed), then
@@ -258,6 +259,11 @@ run_size() {
             train rivet "$w/prog.rinst" "$w/r1.counts" "$w/r2.counts"; then
             # prog.rinst stays until the merges are done: it holds the counter files' map.
             measure "$size" rivet merge "$w" "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$w/r.prof" && rp="$w/r.prof"
+            # The fleet's form: the counter files summed slot by slot into one counter file
+            # (no map decoded, no profile made), the closest to merge-fdata's
+            # job. Compared with BOLT's merge row.
+            measure "$size" rivet merge-sum "$w" "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$w/r-sum.counts"
+            rm -f "$w/r-sum.counts"
             # kept (as fdata) for optimize-synth of the sizes too big to instrument
             "$RIVET" merge "$w/r1.counts" "$w/r2.counts" -o "$CACHE/profile-$size.fdata" --format fdata \
                 >"$w/profile-fdata.log" 2>&1 || rm -f "$CACHE/profile-$size.fdata"
@@ -340,7 +346,7 @@ report() {
             }
             $1 == s { st[$2, $3] = $4; w[$2, $3] = $5; c[$2, $3] = $6; r[$2, $3] = $7; steps[$3] = 1 }
             END {
-                n = split("aggregate instrument train train2 merge optimize optimize-synth optimize-samples optimize-output optimize-synth-output optimize-samples-output train-output train2-output", order, " ")
+                n = split("aggregate instrument train train2 merge merge-sum optimize optimize-synth optimize-samples optimize-output optimize-synth-output optimize-samples-output train-output train2-output", order, " ")
                 for (i = 1; i <= n; i++) {
                     k = order[i]
                     if (!(k in steps)) continue
@@ -350,10 +356,12 @@ report() {
                         continue
                     }
                     printf "| %s MB | %s | %s ", s, prog, k
+                    # merge-fdata's one row stands against both of Rivet's merges
+                    b = (k == "merge-sum" ? "merge" : k)
                     printf "%s", cell(st["rivet", k], w["rivet", k], c["rivet", k], r["rivet", k])
-                    printf "%s", cell(st["bolt", k], w["bolt", k], c["bolt", k], r["bolt", k])
-                    if (st["rivet", k] == "ok" && st["bolt", k] == "ok" && w["bolt", k] > 0 && c["bolt", k] > 0 && r["bolt", k] > 0)
-                        printf "| %.2f, %.2f | %.2f |\n", w["rivet", k] / w["bolt", k], c["rivet", k] / c["bolt", k], r["rivet", k] / r["bolt", k]
+                    printf "%s", cell(st["bolt", b], w["bolt", b], c["bolt", b], r["bolt", b])
+                    if (st["rivet", k] == "ok" && st["bolt", b] == "ok" && w["bolt", b] > 0 && c["bolt", b] > 0 && r["bolt", b] > 0)
+                        printf "| %.2f, %.2f | %.2f |\n", w["rivet", k] / w["bolt", b], c["rivet", k] / c["bolt", b], r["rivet", k] / r["bolt", b]
                     else
                         printf "| - | - |\n"
                 }

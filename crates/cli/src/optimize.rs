@@ -243,6 +243,11 @@ pub struct OptimizeArgs {
     /// through an island (docs/aarch64-benchmark.md). No effect on x86-64.
     #[arg(long, value_enum, default_value_t = IslandsArg::Auto, require_equals = true)]
     pub aarch64_islands: IslandsArg,
+    /// Keep the model of functions that stay (their instructions, blocks and calls) instead
+    /// of releasing it after the profile is attached. Changes nothing in the output, only
+    /// memory: for the tests that prove that.
+    #[arg(long, hide = true)]
+    pub keep_whole_model: bool,
     /// Fold functions with identical code into one copy (safe mode: a function whose address
     /// is taken is never folded away). Folded functions are not emitted in the new text; their
     /// calls go to the kept copy and their old entries forward to it. x86-64, relocation mode.
@@ -624,14 +629,15 @@ fn options_from(
 /// released (`Program::release`): most of a large program's model, held to the end
 /// otherwise. The emitter and `--verify` decode what they still read of their instructions
 /// again from the input.
-/// Identical code folding compares every function, so `--icf` keeps them all.
-fn release_unprofiled_insts(
+/// Identical code folding compares every function, so `--icf` keeps them all (`keep`).
+/// Returns how many functions were released.
+fn release_model_of_code_that_stays(
     program: &mut rivet_ir::Program,
     attached: &AttachedProfile,
-    icf: bool,
-) {
-    if icf {
-        return;
+    keep: bool,
+) -> usize {
+    if keep {
+        return 0;
     }
     let root = |f: &rivet_ir::Function| match f.parent {
         Some(rivet_ir::Parent {
@@ -650,9 +656,11 @@ fn release_unprofiled_insts(
             family_profiled[root(f).0 as usize] = true;
         }
     }
-    if program.release(|f| !family_profiled[root(f).0 as usize]) > 0 {
+    let released = program.release(|f| !family_profiled[root(f).0 as usize]);
+    if released > 0 {
         return_freed_memory();
     }
+    released
 }
 
 /// Hands the memory freed so far back to the system. Discovery decodes in rayon's worker
@@ -978,7 +986,11 @@ pub fn run_with(
     };
     // Its counts now live in `attached`; a large profile's records would stay at the peak.
     drop(profile);
-    release_unprofiled_insts(&mut program, &attached, args.icf);
+    let released = release_model_of_code_that_stays(
+        &mut program,
+        &attached,
+        args.icf || args.keep_whole_model,
+    );
     clock.lap("attach profile");
     if attached.report.records_count > 0 && attached.report.matched_count == 0 {
         return Err(UserError::new(format!(
@@ -1163,6 +1175,7 @@ pub fn run_with(
             }
         },
         "new_text_bound": s.new_text_bound,
+        "functions_released": released,
         "landing_pads": s.landing_pads,
         "hot_bytes": s.hot_bytes,
         "cold_bytes": s.cold_bytes,

@@ -98,3 +98,74 @@ fn optimized_corpus_programs_behave_the_same() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `optimize` releases the model of the functions that stay (their instructions, blocks and
+/// calls) once the profile is attached, and the emitter and `--verify` decode what they
+/// still read of that code again: that must change no byte of any output. Every eighth
+/// corpus executable, profiled by its instrumented run, optimized with and without
+/// `--keep-whole-model`.
+#[test]
+fn releasing_the_model_of_code_that_stays_changes_no_byte() {
+    let (corpus_dir, entries) = corpus();
+    let base = std::env::temp_dir().join(format!("rivet-release-corpus-{}", std::process::id()));
+    let sample: Vec<_> = entries
+        .iter()
+        .filter(|e| !e.is_shared_lib())
+        .step_by(8)
+        .collect();
+    let compared = std::sync::Mutex::new(0usize);
+    let released_total = std::sync::Mutex::new(0u64);
+    let failures = parallel(&sample, |_, e| {
+        let dir = base.join(&e.name);
+        let counts = instrument_and_run(&entries, &corpus_dir, e, &dir)?;
+        let optimize = |out: &std::path::Path, extra: &[&str]| {
+            let o = Command::new(rivet())
+                .arg("optimize")
+                .arg(&e.path)
+                .arg("-o")
+                .arg(out)
+                .arg("--profile")
+                .arg(&counts)
+                .arg("--json")
+                .args(extra)
+                .output()
+                .unwrap();
+            if !o.status.success() {
+                return Err(format!(
+                    "{}: optimize {extra:?} failed: {}",
+                    e.name,
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            let summary: serde_json::Value = serde_json::from_slice(&o.stdout)
+                .map_err(|err| format!("{}: summary is not JSON: {err}", e.name))?;
+            Ok(summary["functions_released"].as_u64().unwrap_or(u64::MAX))
+        };
+        let (lean, whole) = (dir.join("lean"), dir.join("whole"));
+        let released = optimize(&lean, &["--verify"])?;
+        let kept = optimize(&whole, &["--keep-whole-model"])?;
+        if kept != 0 || released == u64::MAX {
+            return Err(format!(
+                "{}: functions_released {released} (lean), {kept} (whole model)",
+                e.name
+            ));
+        }
+        if std::fs::read(&lean).unwrap() != std::fs::read(&whole).unwrap() {
+            return Err(format!("{}: the outputs differ", e.name));
+        }
+        *compared.lock().unwrap() += 1;
+        *released_total.lock().unwrap() += released;
+        Ok(())
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let compared = *compared.lock().unwrap();
+    assert!(compared >= 20, "only {compared} programs compared");
+    // Corpus programs are small, but each has start-up and library-wrapper code that no run
+    // of it reaches.
+    let released = *released_total.lock().unwrap();
+    assert!(
+        released >= compared as u64,
+        "{released} functions released over {compared} programs"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

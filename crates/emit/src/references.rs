@@ -155,26 +155,9 @@ pub fn collect(
     // Sites of relocated fields in code that stays: the decoded branches those cover are
     // patched from their relocations, not again from the decoded instruction.
     let mut code_reloc_sites: HashSet<Vaddr> = HashSet::new();
-    // The instruction holding a site, from the model or, for a function whose instructions
-    // were released, from the last such function decoded again (a section's relocations
-    // come in address order, so each function is decoded about once).
-    let mut redecoded: Option<(FuncId, Vec<Inst>)> = None;
-    let mut instruction_at = |f: Option<&Function>, site: Vaddr| -> Option<Inst> {
-        let f = f?;
-        let insts: &[Inst] = if f.is_released() {
-            if redecoded.as_ref().is_none_or(|(id, _)| *id != f.id) {
-                let insts = f
-                    .instructions(program.info.isa, |at, len| elf.bytes_at(at, len))
-                    .into_owned();
-                redecoded = Some((f.id, insts));
-            }
-            &redecoded.as_ref()?.1
-        } else {
-            &f.insts
-        };
-        let i = insts.partition_point(|i| i.addr() <= site);
-        i.checked_sub(1).map(|i| insts[i])
-    };
+    // One pass over the code that stays (in parallel, decoding released functions again):
+    // the instruction holding each relocated site, and the branches into rewritten code.
+    let stay = StayingCode::read(elf, program, is_rewritten, statics);
     for r in statics {
         let Some(section) = elf.section(r.target_section) else {
             continue;
@@ -219,8 +202,7 @@ pub fn collect(
                 let Some(value) = elf.read_i32(r.site) else {
                     continue;
                 };
-                let inst = instruction_at(program.function_containing(r.site), r.site)
-                    .filter(|i| i.end() > r.site);
+                let inst = stay.instruction_at(r.site).filter(|i| i.end() > r.site);
                 // In a decoded instruction, the relocation must sit on its PC-relative field;
                 // anywhere else the linker rewrote the code under it (a relaxed TLS sequence),
                 // and patching it would corrupt the instruction now there.
@@ -282,7 +264,12 @@ pub fn collect(
         }
     }
 
-    branches_without_relocations(elf, program, is_rewritten, &code_reloc_sites, &mut out);
+    out.stored.extend(
+        stay.branches
+            .into_iter()
+            .filter(|(field, _)| !code_reloc_sites.contains(field))
+            .map(|(_, reference)| reference),
+    );
 
     let mut dynamic_sites = HashSet::new();
     for d in dynamics {
@@ -338,8 +325,88 @@ pub fn collect(
     out
 }
 
-/// Direct branches and calls of code that stays whose target lies in a rewritten function and
-/// whose field no relocation covers: the assembler resolved a branch to a local label of
+/// What the code that stays (every function not rewritten) tells about references, read in
+/// one parallel pass, each function's instructions decoded once (again, for the functions
+/// whose model `optimize` released: `Function::instructions`).
+#[derive(Default)]
+struct StayingCode {
+    /// The instruction of code that stays holding each static relocation's site there, by
+    /// site (the last instruction starting at or before it, as in the model).
+    site_insts: Vec<(Vaddr, Inst)>,
+    /// Branches into rewritten code (`branches_into_rewritten_code`), in function order,
+    /// each with its field: those whose field a relocation covers are left out by the caller.
+    branches: Vec<(Vaddr, Reference)>,
+}
+
+impl StayingCode {
+    fn read(
+        elf: &ElfFile<'_>,
+        program: &Program,
+        is_rewritten: &(dyn Fn(FuncId) -> bool + Sync),
+        statics: &[StaticReloc],
+    ) -> StayingCode {
+        use rayon::prelude::*;
+        // `statics` is sorted by site.
+        let per_function: Vec<StayingCode> = program
+            .functions
+            .par_iter()
+            .filter(|f| !is_rewritten(f.id))
+            .map(|f| {
+                let from = statics.partition_point(|r| r.site < f.range.start);
+                let to = statics.partition_point(|r| r.site < f.range.end);
+                let sites = &statics[from..to];
+                let wants_branches = f.is_simple();
+                if sites.is_empty() && !wants_branches {
+                    return StayingCode::default();
+                }
+                let insts = f.instructions(program.info.isa, |at, len| elf.bytes_at(at, len));
+                let mut site_insts = Vec::new();
+                for r in sites {
+                    // The function the rest of the rewrite takes the site to be in.
+                    if program.function_containing(r.site).map(|g| g.id) != Some(f.id) {
+                        continue;
+                    }
+                    let i = insts.partition_point(|i| i.addr() <= r.site);
+                    if let Some(i) = i.checked_sub(1) {
+                        site_insts.push((r.site, insts[i]));
+                    }
+                }
+                let branches = if wants_branches {
+                    branches_into_rewritten_code(program, f, &insts, is_rewritten)
+                } else {
+                    Vec::new()
+                };
+                StayingCode {
+                    site_insts,
+                    branches,
+                }
+            })
+            .collect();
+        let mut site_insts = Vec::new();
+        let mut branches = Vec::new();
+        for one in per_function {
+            site_insts.extend(one.site_insts);
+            branches.extend(one.branches);
+        }
+        site_insts.sort_by_key(|&(site, _)| site);
+        site_insts.dedup_by_key(|&mut (site, _)| site);
+        StayingCode {
+            site_insts,
+            branches,
+        }
+    }
+
+    fn instruction_at(&self, site: Vaddr) -> Option<Inst> {
+        self.site_insts
+            .binary_search_by_key(&site, |&(s, _)| s)
+            .ok()
+            .map(|k| self.site_insts[k].1)
+    }
+}
+
+/// Direct branches and calls of `f` (code that stays, `insts` its instructions) whose target
+/// lies in a rewritten function; the caller keeps those whose field no relocation covers:
+/// the assembler resolved a branch to a local label of
 /// another function, as perlasm's `je .Lsqr8x_enter` from OpenSSL's `bn_mul_mont` into the
 /// second instruction of `bn_sqr8x_mont`. Sent to the new code, they run what the rewrite
 /// made (optimized, and counted when instrumented) instead of the old body.
@@ -349,65 +416,52 @@ pub fn collect(
 /// the data. A short (rel8) branch cannot reach new text either. Those keep entering the old
 /// body, which stays intact wherever another entry lies (`old_entry_is_free`), so they
 /// still run the original code.
-fn branches_without_relocations(
-    elf: &ElfFile<'_>,
+fn branches_into_rewritten_code(
     program: &Program,
+    f: &Function,
+    insts: &[Inst],
     is_rewritten: &(dyn Fn(FuncId) -> bool + Sync),
-    code_reloc_sites: &HashSet<Vaddr>,
-    out: &mut References,
-) {
-    use rayon::prelude::*;
-    // In parallel: most of these functions' instructions were released and are decoded
-    // again here (`Function::instructions`). Collected in function order, as before.
-    let found: Vec<Vec<Reference>> =
-        program
-            .functions
-            .par_iter()
-            .filter(|f| f.is_simple() && !is_rewritten(f.id))
-            .map(|f| {
-                let mut found = Vec::new();
-                let insts = f.instructions(program.info.isa, |at, len| elf.bytes_at(at, len));
-                for range in f.reachable_inst_ranges() {
-                    let reachable = insts
-                        .get(range.start as usize..range.end as usize)
-                        .unwrap_or_default();
-                    for inst in reachable {
-                        let (Flow::Jump { target }
-                        | Flow::CondJump { target }
-                        | Flow::Call { target }) = inst.flow()
-                        else {
-                            continue;
-                        };
-                        let Some(field) = inst.pc_relative_field() else {
-                            continue;
-                        };
-                        if code_reloc_sites.contains(&field)
-                            || !program
-                                .function_containing(target)
-                                .is_some_and(|g| is_rewritten(g.id))
-                        {
-                            continue;
-                        }
-                        // An x86-64 branch's field is its last 4 bytes; an AArch64 one is bits
-                        // of the instruction word, re-encoded whole.
-                        let field_kind = match inst.isa() {
-                            Isa::X86_64 => RefField::Relative {
-                                size: 4,
-                                base: inst.end(),
-                            },
-                            Isa::Aarch64 => RefField::Instruction { inst: *inst },
-                        };
-                        found.push(Reference {
-                            site: field,
-                            target,
-                            field: field_kind,
-                        });
-                    }
-                }
-                found
-            })
-            .collect();
-    out.stored.extend(found.into_iter().flatten());
+) -> Vec<(Vaddr, Reference)> {
+    let mut found = Vec::new();
+    for range in f.reachable_inst_ranges() {
+        let reachable = insts
+            .get(range.start as usize..range.end as usize)
+            .unwrap_or_default();
+        for inst in reachable {
+            let (Flow::Jump { target } | Flow::CondJump { target } | Flow::Call { target }) =
+                inst.flow()
+            else {
+                continue;
+            };
+            let Some(field) = inst.pc_relative_field() else {
+                continue;
+            };
+            if !program
+                .function_containing(target)
+                .is_some_and(|g| is_rewritten(g.id))
+            {
+                continue;
+            }
+            // An x86-64 branch's field is its last 4 bytes; an AArch64 one is bits of the
+            // instruction word, re-encoded whole.
+            let field_kind = match inst.isa() {
+                Isa::X86_64 => RefField::Relative {
+                    size: 4,
+                    base: inst.end(),
+                },
+                Isa::Aarch64 => RefField::Instruction { inst: *inst },
+            };
+            found.push((
+                field,
+                Reference {
+                    site: field,
+                    target,
+                    field: field_kind,
+                },
+            ));
+        }
+    }
+    found
 }
 
 /// Whether a forwarding jump of `len` bytes may be written over the old entry of `f`, a
