@@ -202,14 +202,14 @@ pub fn collect(
                 let Some(value) = elf.read_i32(r.site) else {
                     continue;
                 };
-                let inst = stay.instruction_at(r.site).filter(|i| i.end() > r.site);
+                let inst = stay.instruction_at(r.site);
                 // In a decoded instruction, the relocation must sit on its PC-relative field;
                 // anywhere else the linker rewrote the code under it (a relaxed TLS sequence),
                 // and patching it would corrupt the instruction now there.
-                if inst.is_some_and(|i| i.pc_relative_field() != Some(r.site)) {
+                if inst.is_some_and(|i| !i.field_at_site) {
                     continue;
                 }
-                let end = inst.map_or(r.site + 4, |i| i.end());
+                let end = inst.map_or(r.site + 4, |i| i.end);
                 let target = end.offset(i64::from(value));
                 out.stored.push(Reference {
                     site: r.site,
@@ -331,8 +331,8 @@ pub fn collect(
 #[derive(Default)]
 struct StayingCode {
     /// The instruction of code that stays holding each static relocation's site there, by
-    /// site (the last instruction starting at or before it, as in the model).
-    site_insts: Vec<(Vaddr, Inst)>,
+    /// site. Sites no instruction covers are left out.
+    site_insts: Vec<SiteInstruction>,
     /// Branches into rewritten code (`branches_into_rewritten_code`), in function order,
     /// each with its field: those whose field a relocation covers are left out by the caller.
     branches: Vec<(Vaddr, Reference)>,
@@ -366,9 +366,16 @@ impl StayingCode {
                     if program.function_containing(r.site).map(|g| g.id) != Some(f.id) {
                         continue;
                     }
+                    // The last instruction starting at or before the site, as in the model.
                     let i = insts.partition_point(|i| i.addr() <= r.site);
-                    if let Some(i) = i.checked_sub(1) {
-                        site_insts.push((r.site, insts[i]));
+                    if let Some(inst) = i.checked_sub(1).map(|i| insts[i])
+                        && inst.end() > r.site
+                    {
+                        site_insts.push(SiteInstruction {
+                            site: r.site,
+                            end: inst.end(),
+                            field_at_site: inst.pc_relative_field() == Some(r.site),
+                        });
                     }
                 }
                 let branches = if wants_branches {
@@ -388,20 +395,31 @@ impl StayingCode {
             site_insts.extend(one.site_insts);
             branches.extend(one.branches);
         }
-        site_insts.sort_by_key(|&(site, _)| site);
-        site_insts.dedup_by_key(|&mut (site, _)| site);
+        site_insts.sort_by_key(|i| i.site);
+        site_insts.dedup_by_key(|i| i.site);
         StayingCode {
             site_insts,
             branches,
         }
     }
 
-    fn instruction_at(&self, site: Vaddr) -> Option<Inst> {
+    fn instruction_at(&self, site: Vaddr) -> Option<SiteInstruction> {
         self.site_insts
-            .binary_search_by_key(&site, |&(s, _)| s)
+            .binary_search_by_key(&site, |i| i.site)
             .ok()
-            .map(|k| self.site_insts[k].1)
+            .map(|k| self.site_insts[k])
     }
+}
+
+/// What the rewrite needs of the instruction covering a relocated site in code that stays
+/// (24 bytes where the instruction takes 40: a large program has millions of such sites).
+#[derive(Clone, Copy, Debug)]
+struct SiteInstruction {
+    site: Vaddr,
+    /// Where the instruction ends: the base of a PC-relative field.
+    end: Vaddr,
+    /// The instruction's PC-relative field starts at the site.
+    field_at_site: bool,
 }
 
 /// Direct branches and calls of `f` (code that stays, `insts` its instructions) whose target
