@@ -553,6 +553,9 @@ pub fn rewrite(
             &mut summary,
         ));
     }
+    // Every reference is a patch now: the tables of millions of them (a large program's) need
+    // not stay through the unwind tables, the debug info and the image.
+    drop(refs);
     // Entry point, DT_INIT / DT_FINI, exported symbols. An instrumented binary starts in the
     // runtime.
     let runtime_entry = runtime
