@@ -621,9 +621,6 @@ fn options_from(
     })
 }
 
-/// Whether functions are split: as asked, else unless the counts were inferred from plain
-/// samples. Zero samples is not zero executions: a block the timer missed may run thousands of
-/// times, and the cold fragment would take it out of the hot text.
 /// Pay for what moves: only a function whose family (it and its compiler-split parts) has a
 /// profile can be rewritten, so the instructions and blocks of every other function are
 /// released (`Program::release`): most of a large program's model, held to the end
@@ -639,13 +636,6 @@ fn release_model_of_code_that_stays(
     if keep {
         return 0;
     }
-    let root = |f: &rivet_ir::Function| match f.parent {
-        Some(rivet_ir::Parent {
-            function,
-            kind: rivet_ir::PartKind::ColdFragment,
-        }) => function,
-        _ => f.id,
-    };
     let mut family_profiled = vec![false; program.functions.len()];
     for f in &program.functions {
         if attached
@@ -653,10 +643,15 @@ fn release_model_of_code_that_stays(
             .get(f.id.0 as usize)
             .is_some_and(Option::is_some)
         {
-            family_profiled[root(f).0 as usize] = true;
+            family_profiled[program.family_root(f.id).0 as usize] = true;
         }
     }
-    let released = program.release(|f| !family_profiled[root(f).0 as usize]);
+    let roots: Vec<FuncId> = program
+        .functions
+        .iter()
+        .map(|f| program.family_root(f.id))
+        .collect();
+    let released = program.release(|f| !family_profiled[roots[f.id.0 as usize].0 as usize]);
     if released > 0 {
         return_freed_memory();
     }
@@ -678,6 +673,9 @@ fn return_freed_memory() {
     }
 }
 
+/// Whether functions are split: as asked, else unless the counts were inferred from plain
+/// samples. Zero samples is not zero executions: a block the timer missed may run thousands of
+/// times, and the cold fragment would take it out of the hot text.
 fn split_functions(args: &OptimizeArgs, attached: &AttachedProfile) -> bool {
     args.split_functions.unwrap_or(!attached.inferred)
 }

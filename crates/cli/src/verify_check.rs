@@ -680,20 +680,9 @@ impl Checker<'_> {
             // RIP-relative operands of a skipped function's linear sweep may be data read as
             // instructions; only modelled code is taken at its word for those.
             // Instructions optimize released are decoded again, as discovery decoded them.
-            let insts = f.instructions(self.program.info.isa, |at, len| {
-                self.input.bytes_at(at, len)
-            });
+            let insts = f.instructions(self.input);
             let modelled: HashSet<Vaddr> = if f.is_simple() {
-                f.reachable_inst_ranges()
-                    .into_iter()
-                    .flat_map(|range| {
-                        insts
-                            .get(range.start as usize..range.end as usize)
-                            .unwrap_or_default()
-                            .iter()
-                            .map(Inst::addr)
-                    })
-                    .collect()
+                f.reachable_insts(&insts).map(Inst::addr).collect()
             } else {
                 HashSet::new()
             };

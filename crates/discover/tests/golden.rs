@@ -94,7 +94,6 @@ fn check_aarch64(name: &str, expected_exit: i32) -> PathBuf {
 /// does: its instructions decoded again, its reachable instructions, its entry block and
 /// address-taken labels.
 fn check_release(elf: &ElfFile, program: &rivet_ir::Program, name: &str) {
-    let code = |at: rivet_elf::Vaddr, len: u64| elf.bytes_at(at, len);
     let mut released = 0;
     for f in program.functions.iter().filter(|f| !f.insts.is_empty()) {
         let mut r = f.clone();
@@ -102,7 +101,7 @@ fn check_release(elf: &ElfFile, program: &rivet_ir::Program, name: &str) {
         assert!(r.is_released() && r.insts.is_empty() && r.blocks.is_empty());
         let what = format!("{name}: {}", f.name());
         assert_eq!(
-            r.instructions(program.info.isa, code).as_ref(),
+            r.instructions(elf).as_ref(),
             f.insts.as_slice(),
             "{what}: instructions decoded again"
         );

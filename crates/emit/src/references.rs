@@ -359,7 +359,7 @@ impl StayingCode {
                 if sites.is_empty() && !wants_branches {
                     return StayingCode::default();
                 }
-                let insts = f.instructions(program.info.isa, |at, len| elf.bytes_at(at, len));
+                let insts = f.instructions(elf);
                 let mut site_insts = Vec::new();
                 for r in sites {
                     // The function the rest of the rewrite takes the site to be in.
@@ -441,43 +441,38 @@ fn branches_into_rewritten_code(
     is_rewritten: &(dyn Fn(FuncId) -> bool + Sync),
 ) -> Vec<(Vaddr, Reference)> {
     let mut found = Vec::new();
-    for range in f.reachable_inst_ranges() {
-        let reachable = insts
-            .get(range.start as usize..range.end as usize)
-            .unwrap_or_default();
-        for inst in reachable {
-            let (Flow::Jump { target } | Flow::CondJump { target } | Flow::Call { target }) =
-                inst.flow()
-            else {
-                continue;
-            };
-            let Some(field) = inst.pc_relative_field() else {
-                continue;
-            };
-            if !program
-                .function_containing(target)
-                .is_some_and(|g| is_rewritten(g.id))
-            {
-                continue;
-            }
-            // An x86-64 branch's field is its last 4 bytes; an AArch64 one is bits of the
-            // instruction word, re-encoded whole.
-            let field_kind = match inst.isa() {
-                Isa::X86_64 => RefField::Relative {
-                    size: 4,
-                    base: inst.end(),
-                },
-                Isa::Aarch64 => RefField::Instruction { inst: *inst },
-            };
-            found.push((
-                field,
-                Reference {
-                    site: field,
-                    target,
-                    field: field_kind,
-                },
-            ));
+    for inst in f.reachable_insts(insts) {
+        let (Flow::Jump { target } | Flow::CondJump { target } | Flow::Call { target }) =
+            inst.flow()
+        else {
+            continue;
+        };
+        let Some(field) = inst.pc_relative_field() else {
+            continue;
+        };
+        if !program
+            .function_containing(target)
+            .is_some_and(|g| is_rewritten(g.id))
+        {
+            continue;
         }
+        // An x86-64 branch's field is its last 4 bytes; an AArch64 one is bits of the
+        // instruction word, re-encoded whole.
+        let field_kind = match inst.isa() {
+            Isa::X86_64 => RefField::Relative {
+                size: 4,
+                base: inst.end(),
+            },
+            Isa::Aarch64 => RefField::Instruction { inst: *inst },
+        };
+        found.push((
+            field,
+            Reference {
+                site: field,
+                target,
+                field: field_kind,
+            },
+        ));
     }
     found
 }

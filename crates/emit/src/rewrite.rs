@@ -312,17 +312,6 @@ fn ineligible(elf: &ElfFile<'_>, f: &rivet_ir::Function, in_place: bool) -> Opti
     None
 }
 
-/// The function a compiler-split cold part belongs to (itself for ordinary functions).
-pub(crate) fn family_root(program: &Program, f: FuncId) -> FuncId {
-    match program.function(f).parent {
-        Some(rivet_ir::Parent {
-            function,
-            kind: rivet_ir::PartKind::ColdFragment,
-        }) => function,
-        _ => f,
-    }
-}
-
 /// Refuses an input Rivet cannot rewrite as asked, before any work: one it rewrote already,
 /// or one without usable relocations (`relocation_mode`) when functions are to move or be
 /// instrumented (`needs_relocations`).
@@ -769,10 +758,10 @@ fn choose_layout(
     // rewritten together or not at all.
     let mut family_ok = vec![true; program.functions.len()];
     for f in &program.functions {
-        family_ok[family_root(program, f.id).0 as usize] &= movable[f.id.0 as usize];
+        family_ok[program.family_root(f.id).0 as usize] &= movable[f.id.0 as usize];
     }
     for f in &program.functions {
-        if movable[f.id.0 as usize] && !family_ok[family_root(program, f.id).0 as usize] {
+        if movable[f.id.0 as usize] && !family_ok[program.family_root(f.id).0 as usize] {
             movable[f.id.0 as usize] = false;
             summary.reasons[f.id.0 as usize] = Some("part of a split function that stays".into());
         }
@@ -1115,11 +1104,11 @@ fn drop_functions(
     in_place: bool,
     summary: &mut Summary,
 ) -> Result<(), RewriteError> {
-    let dropped_roots: Vec<FuncId> = dropped.keys().map(|f| family_root(program, *f)).collect();
+    let dropped_roots: Vec<FuncId> = dropped.keys().map(|f| program.family_root(*f)).collect();
     for f in &program.functions {
         if layout.is_rewritten(f.id)
             && !dropped.contains_key(&f.id)
-            && dropped_roots.contains(&family_root(program, f.id))
+            && dropped_roots.contains(&program.family_root(f.id))
         {
             dropped.insert(f.id, "part of a split function that stays".into());
         }

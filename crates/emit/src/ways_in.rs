@@ -17,7 +17,6 @@ use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::{FuncId, Program};
 
 use crate::references::is_entered_within;
-use crate::rewrite::family_root;
 
 /// The counts. "Interior" is anywhere in another function but its first byte; branches
 /// between a function and its compiler-split cold part are the function's own and not counted.
@@ -47,7 +46,7 @@ pub fn count(elf: &ElfFile<'_>, program: &Program, statics: &[StaticReloc]) -> W
     let mut out = WaysIn::default();
     let interior_of_another = |from: FuncId, target: Vaddr| {
         program.function_containing(target).is_some_and(|g| {
-            g.range.start != target && family_root(program, g.id) != family_root(program, from)
+            g.range.start != target && program.family_root(g.id) != program.family_root(from)
         })
     };
     for f in &program.functions {

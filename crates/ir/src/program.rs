@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use rivet_arch::{Inst, Isa};
 use rivet_elf::eh_frame::CfiRow;
-use rivet_elf::{ElfKind, Vaddr, VaddrRange};
+use rivet_elf::{ElfFile, ElfKind, Vaddr, VaddrRange};
 
 use crate::block_end::BlockExit;
 use crate::skip::SkipReason;
@@ -318,8 +318,6 @@ pub struct Function {
 /// again from the input ([`Function::instructions`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Released {
-    /// How many instructions discovery decoded (indices below refer to them).
-    pub inst_count: u32,
     /// A block started at its entry ([`Function::has_entry_block`]).
     pub entry_block: bool,
     /// A block other than an entry had its address taken
@@ -506,7 +504,6 @@ impl Function {
             }
         }
         let released = Released {
-            inst_count: self.insts.len() as u32,
             entry_block: self.has_entry_block(),
             label_address_taken: self.has_address_taken_label(),
             reachable_insts,
@@ -555,19 +552,29 @@ impl Function {
         }
     }
 
-    /// Its instructions: the model's, or, once released, decoded again from `code` (the
-    /// bytes of `range`, read from the input) exactly as discovery decoded them (linearly,
-    /// from the start of its range). Empty when `code` has no bytes for the range.
-    pub fn instructions<'a, 'b>(
-        &'a self,
-        isa: Isa,
-        code: impl FnOnce(Vaddr, u64) -> Option<&'b [u8]>,
-    ) -> std::borrow::Cow<'a, [Inst]> {
+    /// The instructions of its reachable blocks, in address order, out of `insts` (its
+    /// [`Function::instructions`]).
+    pub fn reachable_insts<'a>(&self, insts: &'a [Inst]) -> impl Iterator<Item = &'a Inst> {
+        self.reachable_inst_ranges()
+            .into_iter()
+            .flat_map(move |range| {
+                insts
+                    .get(range.start as usize..range.end as usize)
+                    .unwrap_or_default()
+            })
+    }
+
+    /// Its instructions: the model's, or, once released, decoded again from `elf` (the
+    /// input it was discovered in) exactly as discovery decoded them (linearly, from the
+    /// start of its range). Empty when the input has no bytes for the range.
+    pub fn instructions<'a>(&'a self, elf: &ElfFile<'_>) -> std::borrow::Cow<'a, [Inst]> {
         if self.released.is_none() {
             return std::borrow::Cow::Borrowed(&self.insts);
         }
-        match code(self.range.start, self.range.len()) {
-            Some(bytes) => std::borrow::Cow::Owned(isa.decode_all(bytes, self.range.start)),
+        match elf.bytes_at(self.range.start, self.range.len()) {
+            Some(bytes) => {
+                std::borrow::Cow::Owned(Isa::of(elf).decode_all(bytes, self.range.start))
+            }
             None => std::borrow::Cow::Borrowed(&[]),
         }
     }
@@ -668,6 +675,18 @@ impl Program {
             }
         }
         released
+    }
+
+    /// The function a compiler-split cold part belongs to (`f` itself for ordinary
+    /// functions): a family is rewritten whole or not at all.
+    pub fn family_root(&self, f: FuncId) -> FuncId {
+        match self.function(f).parent {
+            Some(Parent {
+                function,
+                kind: PartKind::ColdFragment,
+            }) => function,
+            _ => f,
+        }
     }
 
     /// Functions with `name` among their names (several for same-named locals).

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 use rivet_arch::Isa;
 use rivet_ir::layout::{AlignedBlock, FragmentRef, FunctionLayout, Layout};
-use rivet_ir::{BlockId, FuncId, Function, PartKind, Program};
+use rivet_ir::{BlockId, FuncId, Function, Program};
 use rivet_layout::{LandingPads, SplitOptions, split_blocks};
 
 use crate::attach::{AttachedProfile, FunctionCounts};
@@ -111,17 +111,6 @@ impl Default for OptimizeOptions {
             min_hot_count: 1,
             align_blocks: Some(BlockAlignment::default()),
         }
-    }
-}
-
-/// The function a compiler-split cold part belongs to (itself for ordinary functions).
-fn family_root(program: &Program, f: FuncId) -> FuncId {
-    match program.function(f).parent {
-        Some(rivet_ir::Parent {
-            function,
-            kind: PartKind::ColdFragment,
-        }) => function,
-        _ => f,
     }
 }
 
@@ -407,7 +396,7 @@ pub fn optimized_layout(
     let mut family_hot: HashMap<FuncId, bool> = HashMap::new();
     let mut family_ok: HashMap<FuncId, bool> = HashMap::new();
     for f in &program.functions {
-        let root = family_root(program, f.id);
+        let root = program.family_root(f.id);
         *family_hot.entry(root).or_default() |= is_hot(counts_of(f.id), min_hot);
         *family_ok.entry(root).or_insert(true) &= eligible(f.id);
     }
@@ -415,7 +404,7 @@ pub fn optimized_layout(
         .functions
         .iter()
         .map(|f| {
-            let root = family_root(program, f.id);
+            let root = program.family_root(f.id);
             family_hot[&root] && family_ok[&root]
         })
         .collect();
