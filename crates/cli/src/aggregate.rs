@@ -393,6 +393,7 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
         profiled_elf,
         &DiscoverOptions {
             cfi: CfiRows::Ignore,
+            ..Default::default()
         },
     )
     .map_err(|e| match e {

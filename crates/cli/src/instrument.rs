@@ -139,7 +139,14 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         .hint("x86-64 has one atomic increment (lock inc); leave --atomics out"));
     }
     let (pending, file) = PendingOutput::create(&args.output)?;
-    let program = discover(&elf, &DiscoverOptions { cfi: CfiRows::Keep }).map_err(|e| match e {
+    let program = discover(
+        &elf,
+        &DiscoverOptions {
+            cfi: CfiRows::Keep,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
     let names = rivet_passes::names::profile_names(&program);

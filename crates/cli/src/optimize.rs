@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
+use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, Instructions, discover};
 use rivet_elf::ElfFile;
 use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
 use rivet_ir::layout::{Layout, PltCalls};
@@ -658,6 +658,27 @@ fn release_model_of_code_that_stays(
     released
 }
 
+/// Decodes again the instructions discovery set aside of the families (a function and its
+/// compiler-split parts) of the functions `profile` names: the functions that can move, and
+/// the ones attaching the profile reads.
+fn restore_named_families(
+    program: &mut rivet_ir::Program,
+    elf: &ElfFile<'_>,
+    names: &[String],
+    profile: &rivet_profile::Profile,
+) {
+    let mut named_root = vec![false; program.functions.len()];
+    for f in rivet_passes::attach::functions_named(program, names, profile) {
+        named_root[program.family_root(f).0 as usize] = true;
+    }
+    let roots: Vec<FuncId> = program
+        .functions
+        .iter()
+        .map(|f| program.family_root(f.id))
+        .collect();
+    program.restore_instructions(elf, |f| named_root[roots[f.id.0 as usize].0 as usize]);
+}
+
 /// Hands the memory freed so far back to the system. Discovery decodes in rayon's worker
 /// threads, so glibc keeps the instruction lists in those threads' arenas, where the main
 /// thread's later allocations (new code, unwind tables, debug info, the image) never reuse
@@ -960,11 +981,27 @@ pub fn run_with(
     } else {
         CfiRows::Check
     };
-    let mut program = discover(&elf, &DiscoverOptions { cfi }).map_err(|e| match e {
-        DiscoverError::Elf(e) => elf_error(&args.binary, &e),
-    })?;
+    // Pay for what moves, in discovery: a profile of this very build gives counts only to the
+    // functions it names, so only their families (the functions that can move) need their
+    // instructions past discovery. A stale profile is matched by hashing every function's
+    // code, a BOLT YAML one placed by its blocks' instructions, and identical code folding
+    // compares every function: those keep them all.
+    let lean =
+        !(args.icf || args.keep_whole_model) && profile.yaml.is_none() && profile.stale.is_none();
+    let instructions = if lean {
+        Instructions::SetAside
+    } else {
+        Instructions::Keep
+    };
+    let mut program =
+        discover(&elf, &DiscoverOptions { cfi, instructions }).map_err(|e| match e {
+            DiscoverError::Elf(e) => elf_error(&args.binary, &e),
+        })?;
     clock.lap("discover");
     let names = rivet_passes::names::profile_names(&program);
+    if lean {
+        restore_named_families(&mut program, &elf, &names, &profile.profile);
+    }
     let (attached, stale) = attach_loaded(&program, &profile)?;
     if let Some(report) = &stale {
         eprintln!(

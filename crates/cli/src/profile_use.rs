@@ -116,6 +116,7 @@ pub fn hashes_from_binary<'a>(
         &elf,
         &DiscoverOptions {
             cfi: CfiRows::Ignore,
+            ..Default::default()
         },
     )
     .map_err(|e| match e {
@@ -288,6 +289,7 @@ pub fn yaml_with_hashes(binary: &Path, y: &yaml::YamlProfile) -> Result<Profile,
         &elf,
         &DiscoverOptions {
             cfi: CfiRows::Ignore,
+            ..Default::default()
         },
     )
     .map_err(|e| match e {

@@ -89,7 +89,14 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     crate::files::refuse_rivet_output(&elf, &args.binary)?;
     // Fail on an unwritable destination before the work, and own the temp file from here.
     let (pending, file) = PendingOutput::create(&args.output)?;
-    let program = discover(&elf, &DiscoverOptions { cfi: CfiRows::Keep }).map_err(|e| match e {
+    let program = discover(
+        &elf,
+        &DiscoverOptions {
+            cfi: CfiRows::Keep,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| match e {
         DiscoverError::Elf(e) => elf_error(&args.binary, &e),
     })?;
     let strategy = strategy(args);

@@ -234,6 +234,7 @@ fn places(binary: &Path) -> Places {
         &elf,
         &rivet_discover::DiscoverOptions {
             cfi: rivet_discover::CfiRows::Ignore,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -1010,8 +1010,8 @@ fn nothing_continues_after(ctx: &Context, f: &Function) -> bool {
         .is_some_and(|next| next.is_padding_nop() || next.is_fill_trap())
 }
 
-/// The callees among `candidates` (sorted) that `f` shows to return: a direct call to one of
-/// them followed by code that only the call's return can reach. The next instruction is in
+/// The callees that `f`, as built, shows to return (sorted, each once): a direct call to one
+/// followed by code that only the call's return can reach. The next instruction is in
 /// the middle of a block (no jump, table or unwinder enters it there) and is not padding.
 /// Compilers emit nothing after a call they know does not return, so such code is live only
 /// if the callee returns. A call as a function's last instruction is weaker evidence the
@@ -1024,16 +1024,19 @@ fn nothing_continues_after(ctx: &Context, f: &Function) -> bool {
 /// happens when a caller was compiled without knowing: glibc loops on its fatal-message
 /// function (`for (;;) __libc_message (...)`), so 11 of libc.so.6's malloc functions that
 /// end with a call to it are skipped.
-pub fn callees_returned_to(f: &Function, candidates: &[Vaddr]) -> Vec<Vaddr> {
+///
+/// Computed whenever a function is built, while its instructions are at hand: discovery may
+/// set them aside once it is (`Instructions::SetAside`).
+pub fn callees_returned_to(f: &Function) -> Vec<Vaddr> {
     if f.blocks.is_empty() {
         return Vec::new();
     }
-    f.insts
+    let mut callees: Vec<Vaddr> = f
+        .insts
         .windows(2)
         .filter_map(|pair| match pair[0].flow() {
             Flow::Call { target }
-                if candidates.binary_search(&target).is_ok()
-                    && !pair[1].is_padding_nop()
+                if !pair[1].is_padding_nop()
                     && !pair[1].is_fill_trap()
                     && f.block_at(pair[1].addr()).is_none() =>
             {
@@ -1041,7 +1044,10 @@ pub fn callees_returned_to(f: &Function, candidates: &[Vaddr]) -> Vec<Vaddr> {
             }
             _ => None,
         })
-        .collect()
+        .collect();
+    callees.sort_unstable();
+    callees.dedup();
+    callees
 }
 
 /// True when the function, as built, has no way to return to its caller.

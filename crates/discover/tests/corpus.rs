@@ -439,7 +439,16 @@ fn checked_unwind_rows_skip_what_kept_ones_do() {
     for e in all_entries().filter(|e| e.opt == "O2") {
         let bytes = std::fs::read(&e.path).unwrap();
         let elf = ElfFile::parse(&bytes).unwrap();
-        let discover_with = |cfi| discover(&elf, &DiscoverOptions { cfi }).unwrap();
+        let discover_with = |cfi| {
+            discover(
+                &elf,
+                &DiscoverOptions {
+                    cfi,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        };
         let kept = discover_with(CfiRows::Keep);
         let checked = discover_with(CfiRows::Check);
         assert!(

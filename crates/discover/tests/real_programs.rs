@@ -134,7 +134,14 @@ fn load(name: &str, path: &Path, with_cfi: bool) -> Program {
     } else {
         CfiRows::Ignore
     };
-    discover(&elf, &DiscoverOptions { cfi }).unwrap_or_else(|e| panic!("{name}: {e}"))
+    discover(
+        &elf,
+        &DiscoverOptions {
+            cfi,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// A discovered binary's counts and its skip histogram (construct -> functions).

@@ -297,7 +297,8 @@ pub struct Function {
     pub address_taken: bool,
     /// Bytes of padding (nop/int3/zero) after the function, before the next one.
     pub padding_after: u64,
-    /// Every instruction of its range, decoded linearly (empty once released: `released`).
+    /// Every instruction of its range, decoded linearly (empty once released: `released`, and
+    /// while set aside: `insts_set_aside`).
     pub insts: Vec<Inst>,
     pub blocks: Vec<Block>,
     pub calls: Vec<Call>,
@@ -311,6 +312,12 @@ pub struct Function {
     /// nothing will rewrite it ([`Function::release`]): what is left of them. Its jump tables
     /// and everything above stay.
     pub released: Option<Box<Released>>,
+    /// Set while its instructions are dropped but its blocks and calls kept: discovery asked
+    /// to keep no instructions (`rivet_discover::Instructions::SetAside`) sets every
+    /// function's aside once its CFG is built, and [`Program::restore_instructions`] decodes
+    /// those of the functions that will move again. [`Function::instructions`] decodes them
+    /// meanwhile.
+    pub insts_set_aside: bool,
 }
 
 /// What a released function keeps of its instructions and blocks ([`Function::release`]):
@@ -398,7 +405,7 @@ impl Function {
     /// need both words again. A dropped instruction takes no bytes: its new address is that
     /// of whatever follows it.
     pub fn is_dropped_padding(&self, i: u32) -> bool {
-        debug_assert!(self.released.is_none(), "{}: released", self.name());
+        debug_assert!(self.has_instructions(), "{}: released", self.name());
         let Some(inst) = self.insts.get(i as usize) else {
             return false;
         };
@@ -485,7 +492,7 @@ impl Function {
     }
 
     pub fn block_insts(&self, block: &Block) -> &[Inst] {
-        debug_assert!(self.released.is_none(), "{}: released", self.name());
+        debug_assert!(self.has_instructions(), "{}: released", self.name());
         &self.insts[block.insts.start as usize..block.insts.end as usize]
     }
 
@@ -509,9 +516,34 @@ impl Function {
             reachable_insts,
         };
         self.insts = Vec::new();
+        self.insts_set_aside = false;
         self.blocks = Vec::new();
         self.calls = Vec::new();
         self.released = Some(Box::new(released));
+    }
+
+    /// Drops its instructions and keeps its blocks and calls (`insts_set_aside`), unless it
+    /// has none (no code) or its entry forwards elsewhere (an AArch64 veneer, whose
+    /// instructions [`Program::forwarded_destination`] reads).
+    pub fn set_instructions_aside(&mut self, isa: Isa) {
+        if self.insts.is_empty() || isa.forwarding_destination(&self.insts).is_some() {
+            return;
+        }
+        self.insts = Vec::new();
+        self.insts_set_aside = true;
+    }
+
+    /// Decodes the instructions it set aside again from `elf`, the input it was discovered in.
+    pub fn restore_instructions(&mut self, elf: &ElfFile<'_>) {
+        if self.insts_set_aside {
+            self.insts = self.instructions(elf).into_owned();
+            self.insts_set_aside = false;
+        }
+    }
+
+    /// Whether `insts` holds its instructions: neither released nor set aside.
+    pub fn has_instructions(&self) -> bool {
+        self.released.is_none() && !self.insts_set_aside
     }
 
     /// Whether [`Function::release`] dropped its instructions and blocks.
@@ -564,11 +596,11 @@ impl Function {
             })
     }
 
-    /// Its instructions: the model's, or, once released, decoded again from `elf` (the
+    /// Its instructions: the model's, or, once released or set aside, decoded again from `elf` (the
     /// input it was discovered in) exactly as discovery decoded them (linearly, from the
     /// start of its range). Empty when the input has no bytes for the range.
     pub fn instructions<'a>(&'a self, elf: &ElfFile<'_>) -> std::borrow::Cow<'a, [Inst]> {
-        if self.released.is_none() {
+        if self.has_instructions() {
             return std::borrow::Cow::Borrowed(&self.insts);
         }
         match elf.bytes_at(self.range.start, self.range.len()) {
@@ -665,7 +697,7 @@ impl Program {
         let isa = self.info.isa;
         let mut released = 0;
         for f in &mut self.functions {
-            if !f.insts.is_empty()
+            if (!f.insts.is_empty() || f.insts_set_aside)
                 && !f.is_released()
                 && stays(f)
                 && isa.forwarding_destination(&f.insts).is_none()
@@ -675,6 +707,24 @@ impl Program {
             }
         }
         released
+    }
+
+    /// Decodes again the instructions that discovery set aside
+    /// ([`Function::insts_set_aside`]) of the functions `moves` picks: the ones a rewrite
+    /// reads through `insts`. Returns how many.
+    pub fn restore_instructions(
+        &mut self,
+        elf: &ElfFile<'_>,
+        moves: impl Fn(&Function) -> bool,
+    ) -> usize {
+        let mut restored = 0;
+        for f in &mut self.functions {
+            if f.insts_set_aside && moves(f) {
+                f.restore_instructions(elf);
+                restored += 1;
+            }
+        }
+        restored
     }
 
     /// The function a compiler-split cold part belongs to (`f` itself for ordinary

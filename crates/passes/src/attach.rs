@@ -159,6 +159,24 @@ pub(crate) fn block_holding(f: &Function, addr: Vaddr) -> Option<BlockId> {
     (addr < last.end()).then_some(BlockId(i as u32))
 }
 
+/// The functions `profile` names (`names`: the profile names of the program's functions),
+/// found as `attach` finds them, sorted, each once: the only ones it can give counts to.
+pub fn functions_named(program: &Program, names: &[String], profile: &Profile) -> Vec<FuncId> {
+    let index = NameIndex::new(program, names);
+    let locations = profile
+        .branches
+        .keys()
+        .flat_map(|(from, to)| [from, to])
+        .chain(profile.samples.keys());
+    let mut named: Vec<FuncId> = locations
+        .filter(|l| l.kind != LocKind::External)
+        .filter_map(|l| index.get(&l.name))
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    named
+}
+
 /// Attaches `profile` to `program` (`names`: the profile names of its functions).
 pub fn attach(program: &Program, names: &[String], profile: &Profile) -> AttachedProfile {
     match profile.mode {

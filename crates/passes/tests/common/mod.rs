@@ -92,6 +92,7 @@ pub fn function_of(
         cfi: Vec::new(),
         status: Status::Simple,
         released: None,
+        insts_set_aside: false,
     }
 }
 
