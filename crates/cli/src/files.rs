@@ -71,14 +71,27 @@ impl PendingOutput {
     /// Writes `bytes` to the temporary file (`file`, from `create`), syncs it, gives it `mode`
     /// and renames it into place.
     pub(crate) fn finish(self, mut file: File, bytes: &[u8], mode: u32) -> Result<(), UserError> {
-        file.write_all(bytes)
-            .and_then(|_| file.sync_all())
-            .map_err(|e| {
-                UserError::new(format!("cannot write {}: {e}", self.dest.display()))
-                    .hint("check the free space of its file system")
-            })?;
+        file.write_all(bytes).map_err(|e| self.write_error(e))?;
+        self.finish_written(file, mode)
+    }
+
+    /// `finish` for a temporary file already written (streamed into through a
+    /// `rivet_elf::sink::FileSink`): syncs it, gives it `mode` and renames it into place.
+    pub(crate) fn finish_written(self, file: File, mode: u32) -> Result<(), UserError> {
+        file.sync_all().map_err(|e| self.write_error(e))?;
         drop(file);
         self.commit(mode)
+    }
+
+    /// The error of a failed write into the temporary file.
+    pub(crate) fn write_error(&self, e: std::io::Error) -> UserError {
+        UserError::new(format!("cannot write {}: {e}", self.dest.display()))
+            .hint("check the free space of its file system")
+    }
+
+    /// The temporary file as written so far, mapped (to verify it before it is committed).
+    pub(crate) fn map_written(&self) -> Result<MappedFile, UserError> {
+        MappedFile::open(&self.temp).map_err(|e| self.write_error(e))
     }
 
     fn commit(mut self, mode: u32) -> Result<(), UserError> {

@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 
 use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
-use rivet_emit::rewrite::{Instrumentation, RewriteError, RewriteOptions, check_input, rewrite};
+use rivet_elf::sink::FileSink;
+use rivet_emit::rewrite::{
+    Instrumentation, RewriteError, RewriteOptions, check_input, rewrite_into,
+};
 use rivet_ir::layout::LayoutStrategy;
 use rivet_ir::probes::{FunctionProbes, ProbeAt};
 use rivet_passes::instrument_program;
@@ -205,9 +208,12 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         atomics,
     };
     let options = RewriteOptions::strategy(LayoutStrategy::Identity);
-    let output =
-        rewrite(&elf, &program, &options, Some(&instrumentation)).map_err(rewrite_failed)?;
-    pending.finish(file, &output.image, mode_of(&args.binary))?;
+    // Streamed into the temporary file: the image is never held in memory.
+    let mut sink = FileSink::new(&file);
+    let output = rewrite_into(&elf, &program, &options, Some(&instrumentation), &mut sink)
+        .map_err(rewrite_failed)?;
+    sink.finish().map_err(|e| pending.write_error(e))?;
+    pending.finish_written(file, mode_of(&args.binary))?;
 
     // Summary: what is counted, and where the counts go.
     let mut functions = 0;

@@ -6,9 +6,10 @@
 //!
 //! Its modules come in two layers. A command module (one per subcommand, the ones `main`
 //! dispatches to) holds that command's arguments and its `run`. The shared modules hold what
-//! several commands need: [`error`] (one error line with a hint), [`files`] (reading the input,
-//! writing outputs atomically), [`profile_use`] (reading, checking and attaching profiles) and
-//! [`run_prefix`] (running the input under an emulator, `--runner`).
+//! several commands need: [`allocator`] (glibc settings for the peak memory), [`error`] (one
+//! error line with a hint), [`files`] (reading the input, writing outputs atomically),
+//! [`profile_use`] (reading, checking and attaching profiles) and [`run_prefix`] (running the
+//! input under an emulator, `--runner`).
 //! A command module imports shared modules, never another command module, and a shared
 //! module imports no command module, so that commands can change apart and the crate has no
 //! import cycles. The one exception is a command that runs other commands as its steps:
@@ -16,6 +17,7 @@
 //! `tests/architecture.rs` checks the rule.
 
 // Shared modules.
+mod allocator;
 mod error;
 mod files;
 mod profile_use;
@@ -112,6 +114,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    allocator::tune();
     // `rivet optimize` also takes llvm-bolt's single-dash spellings.
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut warnings = Vec::new();

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, Instructions, discover};
 use rivet_elf::ElfFile;
-use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite};
+use rivet_elf::sink::FileSink;
+use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite_into};
 use rivet_ir::layout::{Layout, PltCalls};
 use rivet_ir::{FuncId, Program};
 use rivet_layout::LandingPads;
@@ -653,7 +654,7 @@ fn release_model_of_code_that_stays(
         .collect();
     let released = program.release(|f| !family_profiled[roots[f.id.0 as usize].0 as usize]);
     if released > 0 {
-        return_freed_memory();
+        crate::allocator::return_freed_memory();
     }
     released
 }
@@ -677,21 +678,6 @@ fn restore_named_families(
         .map(|f| program.family_root(f.id))
         .collect();
     program.restore_instructions(elf, |f| named_root[roots[f.id.0 as usize].0 as usize]);
-}
-
-/// Hands the memory freed so far back to the system. Discovery decodes in rayon's worker
-/// threads, so glibc keeps the instruction lists in those threads' arenas, where the main
-/// thread's later allocations (new code, unwind tables, debug info, the image) never reuse
-/// them: without this, releasing them lowers the peak by a fraction of their size.
-/// `malloc_trim` returns the free pages of every arena. No safe wrapper exists (std, nix and
-/// rustix have none); it takes no pointers and touches only the allocator's own state.
-fn return_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[allow(unsafe_code)]
-    // SAFETY: malloc_trim(3) is thread-safe and only releases unused heap pages.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 /// Whether functions are split: as asked, else unless the counts were inferred from plain
@@ -1116,19 +1102,25 @@ pub fn run_with(
             ..rewrite_options
         }
     };
-    let output = rewrite(&elf, &program, &rewrite_options, None)
+    // Streamed into the temporary file: the image is never held in memory.
+    let mut sink = FileSink::new(&file);
+    let output = rewrite_into(&elf, &program, &rewrite_options, None, &mut sink)
         .map_err(|e| rewrite_error(&args.binary, e))?;
+    sink.finish().map_err(|e| pending.write_error(e))?;
     clock.extend(&output.summary.timings);
     if args.verify {
-        rivet::verify_check::verify_output(&elf, &program, &output).map_err(|e| {
-            UserError::new(format!(
-                "verification of {} failed: {e}",
-                args.output.display()
-            ))
-            .hint("the output was not written; please report this with the binary")
-        })?;
+        let written = pending.map_written()?;
+        rivet::verify_check::verify_output(&elf, &program, &output, written.bytes()).map_err(
+            |e| {
+                UserError::new(format!(
+                    "verification of {} failed: {e}",
+                    args.output.display()
+                ))
+                .hint("the output was not written; please report this with the binary")
+            },
+        )?;
     }
-    pending.finish(file, &output.image, mode_of(&args.binary))?;
+    pending.finish_written(file, mode_of(&args.binary))?;
     clock.lap(if args.verify {
         "verify and write file"
     } else {

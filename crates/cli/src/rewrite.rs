@@ -9,8 +9,9 @@ use std::path::PathBuf;
 
 use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
+use rivet_elf::sink::FileSink;
 use rivet_emit::debug::DebugWriter;
-use rivet_emit::rewrite::{LayoutSource, RewriteOptions, Summary, rewrite};
+use rivet_emit::rewrite::{LayoutSource, RewriteOptions, Summary, rewrite_into};
 use rivet_ir::layout::{LayoutStrategy, build_layout, split_every_block};
 
 use crate::error::{UserError, elf_error, rewrite_error};
@@ -122,18 +123,24 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
             name: &split_name,
         };
     }
-    let output =
-        rewrite(&elf, &program, &options, None).map_err(|e| rewrite_error(&args.binary, e))?;
+    // Streamed into the temporary file: the image is never held in memory.
+    let mut sink = FileSink::new(&file);
+    let output = rewrite_into(&elf, &program, &options, None, &mut sink)
+        .map_err(|e| rewrite_error(&args.binary, e))?;
+    sink.finish().map_err(|e| pending.write_error(e))?;
     if args.verify {
-        rivet::verify_check::verify_output(&elf, &program, &output).map_err(|e| {
-            UserError::new(format!(
-                "verification of {} failed: {e}",
-                args.output.display()
-            ))
-            .hint("the output was not written; please report this with the binary")
-        })?;
+        let written = pending.map_written()?;
+        rivet::verify_check::verify_output(&elf, &program, &output, written.bytes()).map_err(
+            |e| {
+                UserError::new(format!(
+                    "verification of {} failed: {e}",
+                    args.output.display()
+                ))
+                .hint("the output was not written; please report this with the binary")
+            },
+        )?;
     }
-    pending.finish(file, &output.image, mode_of(&args.binary))?;
+    pending.finish_written(file, mode_of(&args.binary))?;
     print_summary(args, &output.summary);
     if args.list {
         let placement = if output.summary.relocation_mode {

@@ -947,14 +947,14 @@ fn check_lines(
     Ok(checked)
 }
 
-/// `rewrite --verify`: checks the image about to be written.
+/// `rewrite --verify`: checks `image`, what `output` describes, before it is committed.
 pub fn verify_output(
     input: &ElfFile<'_>,
     program: &Program,
     output: &RewriteOutput,
+    image: &[u8],
 ) -> Result<VerifyReport, String> {
-    let out =
-        ElfFile::parse(&output.image).map_err(|e| format!("the output does not parse: {e}"))?;
+    let out = ElfFile::parse(image).map_err(|e| format!("the output does not parse: {e}"))?;
     let report = check(input, program, &out, &output.map, &output.layout.folded)?;
     // The output must read back as a program Rivet understands as well as the input.
     discover(&out, &DiscoverOptions::default())

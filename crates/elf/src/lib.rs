@@ -16,6 +16,7 @@ pub mod lines;
 pub mod lsda;
 pub mod mapped;
 pub mod relocs;
+pub mod sink;
 pub mod symbols;
 pub mod writer;
 

@@ -31,6 +31,7 @@ use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use crate::addr::{FileOffset, Vaddr};
 use crate::error::{ElfError, Result};
 use crate::file::ElfFile;
+use crate::sink::ImageSink;
 
 const PAGE: u64 = 0x1000;
 const PHDR_SIZE: u64 = std::mem::size_of::<elf::ProgramHeader64<LE>>() as u64;
@@ -341,50 +342,138 @@ fn new_segment_end(segment: &NewSegment, rewrite: &Rewrite) -> Vaddr {
         .fold(segment.vaddr + segment.phdr_size, Vaddr::max)
 }
 
-/// At least the size of the image `write_output` makes: the input up to the new segment,
-/// the segment, the non-allocated sections laid out behind it (the input's it keeps, and the
-/// new ones) with their alignment, and the section headers.
-fn output_size_bound(elf: &ElfFile<'_>, segment: &NewSegment, rewrite: &Rewrite) -> usize {
-    let seg_end = new_segment_end(segment, rewrite).get();
-    let input_sections: u64 = elf
-        .sections()
-        .iter()
-        .filter(|s| !s.is_alloc() && !s.is_nobits())
-        .filter(|s| !rewrite.drop_contents.contains(&(s.index as u32)))
-        .filter(|s| s.offset.0.saturating_add(s.size) > segment.offset.0)
-        .map(|s| s.size.saturating_add(s.align))
-        .fold(0, u64::saturating_add);
-    let new_sections: u64 = rewrite
-        .sections
-        .iter()
-        .filter(|s| !s.is_alloc())
-        .map(|s| s.data.len() as u64 + s.align)
-        .sum();
-    let headers = (elf.sections().len() + rewrite.sections.len() + 2) as u64 * 64;
-    let names = 64 * 1024;
-    let total = segment
-        .offset
-        .0
-        .saturating_add(seg_end.saturating_sub(segment.vaddr.get()))
-        .saturating_add(input_sections)
-        .saturating_add(new_sections)
-        .saturating_add(headers + names);
-    // Capped: a bound far beyond the input's size comes from garbage fields (which the
-    // writer reports itself), and must not reserve gigabytes first; past the cap the buffer
-    // grows as needed.
-    usize::try_from(total)
-        .unwrap_or(0)
-        .min(elf.data().len().saturating_mul(4) + (64 << 20))
+/// Bytes of the image that differ from what is streamed there (the input, zeros or a new
+/// section), applied to each chunk on its way out, in the order they were added: a later one
+/// wins where two meet, as when the image was assembled in one buffer and written over.
+struct Overlays<'b> {
+    /// (file offset, bytes or `None` for zeros, length), in the order added.
+    list: Vec<(u64, Option<&'b [u8]>, u64)>,
+    /// Indices into `list`, by offset.
+    by_offset: Vec<usize>,
+    longest: u64,
 }
 
-/// Writes the output image of `elf` with `rewrite` applied. Takes the new sections' contents
-/// and frees each one once it is copied into the image: the image and all the new sections
-/// (the rewritten debug info above all) are never held side by side at the peak of the run.
+impl<'b> Overlays<'b> {
+    fn new() -> Self {
+        Overlays {
+            list: Vec::new(),
+            by_offset: Vec::new(),
+            longest: 0,
+        }
+    }
+
+    fn bytes(&mut self, offset: u64, bytes: &'b [u8]) {
+        self.list.push((offset, Some(bytes), bytes.len() as u64));
+    }
+
+    fn zeros(&mut self, offset: u64, len: u64) {
+        self.list.push((offset, None, len));
+    }
+
+    fn seal(&mut self) {
+        self.by_offset = (0..self.list.len()).collect();
+        self.by_offset.sort_by_key(|&i| self.list[i].0);
+        self.longest = self.list.iter().map(|o| o.2).max().unwrap_or(0);
+    }
+
+    /// The overlays meeting `start..start + len`, in the order added.
+    fn meeting(&self, start: u64, len: u64) -> Vec<usize> {
+        let end = start + len;
+        let from = self
+            .by_offset
+            .partition_point(|&i| self.list[i].0 < start.saturating_sub(self.longest));
+        let mut hits: Vec<usize> = self.by_offset[from..]
+            .iter()
+            .copied()
+            .take_while(|&i| self.list[i].0 < end)
+            .filter(|&i| {
+                let (at, _, n) = self.list[i];
+                at + n > start && n > 0
+            })
+            .collect();
+        hits.sort_unstable();
+        hits
+    }
+}
+
+/// The image on its way to the sink: front to back, each chunk with its overlays applied and
+/// hashed for the build-id.
+struct Stream<'s, 'b> {
+    sink: &'s mut dyn ImageSink,
+    overlays: Overlays<'b>,
+    hasher: Option<sha1_smol::Sha1>,
+    pos: u64,
+    scratch: Vec<u8>,
+}
+
+/// The largest piece streamed at once: the most a chunk with overlays is copied for.
+const CHUNK: usize = 1 << 20;
+
+impl Stream<'_, '_> {
+    fn bytes(&mut self, bytes: &[u8]) {
+        for piece in bytes.chunks(CHUNK) {
+            let hits = self.overlays.meeting(self.pos, piece.len() as u64);
+            if hits.is_empty() {
+                self.emit(piece);
+                continue;
+            }
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            scratch.extend_from_slice(piece);
+            self.apply(&hits, &mut scratch);
+            self.emit(&scratch);
+            self.scratch = scratch;
+        }
+    }
+
+    fn zeros(&mut self, mut len: u64) {
+        const ZEROS: [u8; 4096] = [0; 4096];
+        while len > 0 {
+            let n = len.min(ZEROS.len() as u64);
+            self.bytes(&ZEROS[..n as usize]);
+            len -= n;
+        }
+    }
+
+    /// Zeros up to file offset `to` (nothing when already there).
+    fn zeros_to(&mut self, to: u64) {
+        self.zeros(to.saturating_sub(self.pos));
+    }
+
+    fn apply(&self, hits: &[usize], chunk: &mut [u8]) {
+        let start = self.pos;
+        let end = start + chunk.len() as u64;
+        for &i in hits {
+            let (at, bytes, n) = self.overlays.list[i];
+            let (from, to) = (at.max(start), (at + n).min(end));
+            let dest = &mut chunk[(from - start) as usize..(to - start) as usize];
+            match bytes {
+                Some(b) => dest.copy_from_slice(&b[(from - at) as usize..(to - at) as usize]),
+                None => dest.fill(0),
+            }
+        }
+    }
+
+    fn emit(&mut self, bytes: &[u8]) {
+        if let Some(h) = &mut self.hasher {
+            h.update(bytes);
+        }
+        self.sink.append(bytes);
+        self.pos += bytes.len() as u64;
+    }
+}
+
+/// Writes the output image of `elf` with `rewrite` applied into `sink`, front to back, and
+/// returns its length. Takes the new sections' contents and frees each one once it is
+/// streamed: neither the image nor, past their turn, the new sections (the rewritten debug
+/// info above all) are held at the end of the run. Everything is laid out and checked before
+/// the first byte goes out, so an error leaves nothing half-written behind it.
 pub fn write_output(
     elf: &ElfFile<'_>,
     segment: &NewSegment,
     mut rewrite: Rewrite,
-) -> Result<Vec<u8>> {
+    sink: &mut dyn ImageSink,
+) -> Result<u64> {
     let bad = |what: &'static str, detail: String| ElfError::malformed(what, detail);
     let section_sizes: Vec<u64> = rewrite
         .sections
@@ -395,22 +484,22 @@ pub fn write_output(
     let hdr = header(elf)?;
     let input = elf.data();
     // The input up to the new segment stays where it is; what lies beyond (non-allocated
-    // sections, the section headers) is laid out again behind the segment. Copying only the
-    // part that stays, into a buffer sized for the whole output, keeps the image from holding
-    // the input's debug info a second time (PostgreSQL's server: 89 MB copied to keep 10).
+    // sections, the section headers) is laid out again behind the segment. Only the part that
+    // stays is copied, so the input's debug info is not carried twice (PostgreSQL's server:
+    // 89 MB copied to keep 10).
     let kept = (segment.offset.0 as usize).min(input.len());
-    let mut out = Vec::with_capacity(output_size_bound(elf, segment, rewrite));
-    out.extend_from_slice(&input[..kept]);
 
     // 1. In-place patches. None may touch the ELF header or the program header table, which
-    // are written last: a patch there (a relocation of a corrupt input that claims to sit
-    // in them) would be silently lost, and the output would disagree with what was planned.
+    // are written from what is computed below: a patch there (a relocation of a corrupt
+    // input that claims to sit in them) would be silently lost, and the output would
+    // disagree with what was planned.
     let phdrs_start = hdr.e_phoff(LE);
     let phdrs_end = phdrs_start.saturating_add(elf.segments().len() as u64 * PHDR_SIZE);
     let headers = [
         (0, u64::from(hdr.e_ehsize(LE)).max(64)),
         (phdrs_start, phdrs_end),
     ];
+    let mut patch_offsets: Vec<u64> = Vec::with_capacity(rewrite.patches.len());
     for (addr, bytes) in &rewrite.patches {
         let off = elf
             .file_offset_of(*addr)
@@ -452,7 +541,7 @@ pub fn write_output(
                 ));
             }
         }
-        if end > out.len()
+        if end > kept
             || elf
                 .file_offset_of(*addr + (bytes.len() as u64 - 1))
                 .is_none()
@@ -462,12 +551,11 @@ pub fn write_output(
                 format!("{addr}+{} leaves its segment", bytes.len()),
             ));
         }
-        out[off..end].copy_from_slice(bytes);
+        patch_offsets.push(off as u64);
     }
 
     // 2. The new segment: program headers, then allocated sections at their addresses.
-    out.resize(segment.offset.0 as usize, 0);
-    let seg_start = out.len();
+    let seg_start = segment.offset.0;
     if let Some(s) = rewrite
         .sections
         .iter()
@@ -478,14 +566,26 @@ pub fn write_output(
             format!("{} below the new segment", s.name),
         ));
     }
-    let seg_len = (new_segment_end(segment, rewrite) - segment.vaddr) as usize;
-    out.resize(seg_start + seg_len, 0);
-    let mut alloc_offsets = Vec::new();
-    for s in rewrite.sections.iter_mut().filter(|s| s.is_alloc()) {
-        let off = seg_start + (s.addr - segment.vaddr) as usize;
-        let data = std::mem::take(&mut s.data);
-        out[off..off + data.len()].copy_from_slice(&data);
-        alloc_offsets.push(off as u64);
+    let seg_len = new_segment_end(segment, rewrite) - segment.vaddr;
+    let alloc_offsets: Vec<u64> = rewrite
+        .sections
+        .iter()
+        .filter(|s| s.is_alloc())
+        .map(|s| seg_start + (s.addr - segment.vaddr))
+        .collect();
+    // Streamed in address order, so no two may share bytes.
+    let mut alloc_order: Vec<usize> = (0..rewrite.sections.len())
+        .filter(|&i| rewrite.sections[i].is_alloc() && !rewrite.sections[i].data.is_empty())
+        .collect();
+    alloc_order.sort_by_key(|&i| rewrite.sections[i].addr);
+    for pair in alloc_order.windows(2) {
+        let (a, b) = (&rewrite.sections[pair[0]], &rewrite.sections[pair[1]]);
+        if a.addr + a.data.len() as u64 > b.addr {
+            return Err(bad(
+                "new section",
+                format!("{} overlaps {}", a.name, b.name),
+            ));
+        }
     }
 
     // Program header table: the input's (less the slot the new PT_LOAD reuses), the new
@@ -515,8 +615,8 @@ pub fn write_output(
         p_offset: U64::new(LE, segment.offset.0),
         p_vaddr: U64::new(LE, segment.vaddr.get()),
         p_paddr: U64::new(LE, segment.vaddr.get()),
-        p_filesz: U64::new(LE, seg_len as u64),
-        p_memsz: U64::new(LE, seg_len as u64),
+        p_filesz: U64::new(LE, seg_len),
+        p_memsz: U64::new(LE, seg_len),
         p_align: U64::new(LE, rewrite.load_align.max(PAGE)),
     };
     phdrs.insert(last_load + 1, load);
@@ -568,16 +668,26 @@ pub fn write_output(
         .collect();
     let phoff = if segment.keeps_header_table() {
         debug_assert_eq!(phdrs.len(), input_phnum);
-        hdr.e_phoff(LE) as usize
+        hdr.e_phoff(LE)
     } else {
         debug_assert_eq!(phdr_bytes.len() as u64, segment.phdr_size);
         seg_start
     };
-    out[phoff..phoff + phdr_bytes.len()].copy_from_slice(&phdr_bytes);
+    if phoff.saturating_add(phdr_bytes.len() as u64) > seg_start + seg_len {
+        return Err(bad(
+            "program header table",
+            format!("at {phoff:#x}, past the new segment's end"),
+        ));
+    }
 
     // 3. The input's non-allocated sections that lay beyond the new segment's offset, moved
     //    behind it (contents the output replaces left out), then the new ones.
+    let mut pos = seg_start + seg_len;
     let mut moved_sections: Vec<(usize, u64, u64)> = Vec::new();
+    // Input bytes to stream behind the segment: (file offset in the output, bytes).
+    let mut moved_bytes: Vec<(u64, &[u8])> = Vec::new();
+    // Dropped sections before the new segment, blanked where they are.
+    let mut blanked: Vec<(u64, u64)> = Vec::new();
     for sec in elf.sections().iter().skip(1) {
         let (start, size) = (sec.offset.0, sec.size);
         if sec.is_alloc() || sec.is_nobits() {
@@ -587,9 +697,7 @@ pub fn write_output(
         if start.saturating_add(size) <= segment.offset.0 {
             // Before the new segment (in the page-alignment gap): stays, or is blanked.
             if dropped {
-                if let Some(bytes) = out.get_mut(start as usize..(start + size) as usize) {
-                    bytes.fill(0);
-                }
+                blanked.push((start, size));
                 moved_sections.push((sec.index, 0, 0));
             }
             continue;
@@ -609,17 +717,15 @@ pub fn write_output(
                 format!("{} has an alignment of {:#x}", sec.name, sec.align),
             ));
         }
-        let off = align(out.len() as u64, sec.align);
-        out.resize(off as usize, 0);
-        out.extend_from_slice(bytes);
+        let off = align(pos, sec.align);
+        moved_bytes.push((off, bytes));
+        pos = off + size;
         moved_sections.push((sec.index, off, size));
     }
     let mut non_alloc_offsets = Vec::new();
-    for s in rewrite.sections.iter_mut().filter(|s| !s.is_alloc()) {
-        let off = align(out.len() as u64, s.align);
-        out.resize(off as usize, 0);
-        let data = std::mem::take(&mut s.data);
-        out.extend_from_slice(&data);
+    for s in rewrite.sections.iter().filter(|s| !s.is_alloc()) {
+        let off = align(pos, s.align);
+        pos = off + s.data.len() as u64;
         non_alloc_offsets.push(off);
     }
 
@@ -715,8 +821,8 @@ pub fn write_output(
         });
     }
     let shstrtab_name = add_name(b".shstrtab");
-    let shstrtab_offset = out.len() as u64;
-    out.extend_from_slice(&shstrtab);
+    let shstrtab_offset = pos;
+    pos += shstrtab.len() as u64;
     shdrs.push(elf::SectionHeader64::<LE> {
         sh_name: U32::new(LE, shstrtab_name),
         sh_type: U32::new(LE, elf::SHT_STRTAB),
@@ -729,37 +835,90 @@ pub fn write_output(
         sh_addralign: U64::new(LE, 1),
         sh_entsize: U64::new(LE, 0),
     });
-    let shoff = align(out.len() as u64, 8);
-    out.resize(shoff as usize, 0);
-    for sh in &shdrs {
-        out.extend_from_slice(object::bytes_of(sh));
-    }
+    let shoff = align(pos, 8);
+    let shdr_bytes: Vec<u8> = shdrs
+        .iter()
+        .flat_map(|sh| object::bytes_of(sh).iter().copied())
+        .collect();
+    let total = shoff + shdr_bytes.len() as u64;
 
     // 5. ELF header.
     let mut new_hdr = *hdr;
     if let Some(entry) = rewrite.entry {
         new_hdr.e_entry = U64::new(LE, entry.get());
     }
-    new_hdr.e_phoff = U64::new(LE, phoff as u64);
+    new_hdr.e_phoff = U64::new(LE, phoff);
     new_hdr.e_phnum = U16::new(LE, phdrs.len() as u16);
     new_hdr.e_shoff = U64::new(LE, shoff);
     new_hdr.e_shnum = U16::new(LE, shdrs.len() as u16);
     new_hdr.e_shstrndx = U16::new(LE, elf::SymbolSection((shdrs.len() - 1) as u16));
     let hdr_bytes = object::bytes_of(&new_hdr);
-    out[..hdr_bytes.len()].copy_from_slice(hdr_bytes);
 
     // 6. Build-id: a hash of the whole output (with the id zeroed) and the salt.
-    if let (Some(salt), Some((at, len))) = (&rewrite.rebuild_id_salt, build_id_location(elf)) {
-        out[at..at + len].fill(0);
-        let mut hasher = sha1_smol::Sha1::new();
-        hasher.update(&out);
+    let build_id = rewrite
+        .rebuild_id_salt
+        .as_ref()
+        .zip(build_id_location(elf))
+        .filter(|(_, (at, len))| (at + len) as u64 <= total);
+
+    // Out it goes, in file order, with what changed laid over what is streamed, in the order
+    // the changes were decided above.
+    let mut overlays = Overlays::new();
+    for ((_, bytes), &off) in rewrite.patches.iter().zip(&patch_offsets) {
+        overlays.bytes(off, bytes);
+    }
+    overlays.bytes(phoff, &phdr_bytes);
+    for &(start, size) in &blanked {
+        overlays.zeros(start, size);
+    }
+    overlays.bytes(0, hdr_bytes);
+    if let Some((_, (at, len))) = build_id {
+        overlays.zeros(at as u64, len as u64);
+    }
+    overlays.seal();
+    sink.expect_len(total);
+    let mut out = Stream {
+        sink,
+        overlays,
+        hasher: build_id.map(|_| sha1_smol::Sha1::new()),
+        pos: 0,
+        scratch: Vec::new(),
+    };
+    out.bytes(&input[..kept]);
+    out.zeros_to(seg_start);
+    out.zeros(segment.phdr_size);
+    for &i in &alloc_order {
+        let s = &mut rewrite.sections[i];
+        out.zeros_to(seg_start + (s.addr - segment.vaddr));
+        let data = std::mem::take(&mut s.data);
+        out.bytes(&data);
+    }
+    out.zeros_to(seg_start + seg_len);
+    for &(off, bytes) in &moved_bytes {
+        out.zeros_to(off);
+        out.bytes(bytes);
+    }
+    for (s, &off) in rewrite
+        .sections
+        .iter_mut()
+        .filter(|s| !s.is_alloc())
+        .zip(&non_alloc_offsets)
+    {
+        out.zeros_to(off);
+        let data = std::mem::take(&mut s.data);
+        out.bytes(&data);
+    }
+    out.bytes(&shstrtab);
+    out.zeros_to(shoff);
+    out.bytes(&shdr_bytes);
+    debug_assert_eq!(out.pos, total);
+    if let (Some((salt, (at, len))), Some(mut hasher)) = (build_id, out.hasher.take()) {
         hasher.update(salt);
         let digest = hasher.digest().bytes();
-        for (i, b) in out[at..at + len].iter_mut().enumerate() {
-            *b = digest[i % digest.len()];
-        }
+        let id: Vec<u8> = (0..len).map(|i| digest[i % digest.len()]).collect();
+        out.sink.overwrite(at as u64, &id);
     }
-    Ok(out)
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -771,7 +930,7 @@ mod tests {
         let data = std::fs::read("/bin/true").unwrap();
         let elf = ElfFile::parse(&data).unwrap();
         let seg = new_segment(&elf).unwrap();
-        let out = write_output(&elf, &seg, Rewrite::default()).unwrap();
+        let out = image(&elf, &seg, Rewrite::default());
         let again = ElfFile::parse(&out).unwrap();
         // Debian's /bin/true has a PT_NOTE duplicating PT_GNU_PROPERTY: its slot holds the new
         // PT_LOAD, and the table stays right after the ELF header.
@@ -819,10 +978,31 @@ mod tests {
         status.success()
     }
 
-    /// The image is built in one buffer sized up front: new code, new non-allocated sections
-    /// and a dropped input section all fit the bound, which is not much larger than the image.
+    /// The image in memory and the image streamed into a file are the same bytes.
+    fn image(elf: &ElfFile<'_>, seg: &NewSegment, rewrite: Rewrite) -> Vec<u8> {
+        let mut in_memory = Vec::new();
+        let len = write_output(elf, seg, rewrite.clone(), &mut in_memory).unwrap();
+        assert_eq!(len, in_memory.len() as u64);
+        let path = std::env::temp_dir().join(format!(
+            "rivet-writer-stream-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let file = std::fs::File::create(&path).unwrap();
+        let mut sink = crate::sink::FileSink::new(&file);
+        assert_eq!(write_output(elf, seg, rewrite, &mut sink).unwrap(), len);
+        sink.finish().unwrap();
+        drop(file);
+        let streamed = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(streamed == in_memory, "the streamed image differs");
+        in_memory
+    }
+
+    /// New code, new non-allocated sections, a dropped input section and a new build-id
+    /// (hashed while streaming, written last) come out in one image.
     #[test]
-    fn the_image_fits_the_buffer_sized_for_it() {
+    fn new_sections_a_dropped_one_and_a_new_build_id() {
         let data = std::fs::read("/bin/true").unwrap();
         let elf = ElfFile::parse(&data).unwrap();
         let seg = new_segment(&elf).unwrap();
@@ -851,20 +1031,10 @@ mod tests {
                 ),
             ],
             drop_contents: vec![dropped.index as u32],
+            rebuild_id_salt: Some(b"salt".to_vec()),
             ..Rewrite::default()
         };
-        let bound = output_size_bound(&elf, &seg, &rewrite);
-        let out = write_output(&elf, &seg, rewrite).unwrap();
-        assert!(
-            out.len() <= bound,
-            "{} bytes over a bound of {bound}",
-            out.len()
-        );
-        assert!(
-            bound - out.len() <= 128 * 1024,
-            "bound {bound} for {} bytes",
-            out.len()
-        );
+        let out = image(&elf, &seg, rewrite);
         let again = ElfFile::parse(&out).unwrap();
         let section = |name: &str| {
             again
@@ -876,6 +1046,16 @@ mod tests {
         assert_eq!(section(".gnu_debuglink"), Some(0));
         assert_eq!(section(".text.new"), Some(5000));
         assert_eq!(section(".note.new"), Some(3000));
+        let id = again.build_id().expect("the input's build-id note");
+        assert_ne!(Some(id), elf.build_id(), "build-id not replaced");
+        // The id is the hash of the output with the id zeroed, and the salt.
+        let at = id.as_ptr() as usize - out.as_ptr() as usize;
+        let mut zeroed = out.clone();
+        zeroed[at..at + id.len()].fill(0);
+        let mut hasher = sha1_smol::Sha1::new();
+        hasher.update(&zeroed);
+        hasher.update(b"salt");
+        assert_eq!(id, &hasher.digest().bytes()[..id.len()]);
         assert!(runs(&out, "bound"));
     }
 
@@ -890,7 +1070,7 @@ mod tests {
             counters: Some((counters, 4096)),
             ..Rewrite::default()
         };
-        let out = write_output(&elf, &seg, rewrite).unwrap();
+        let out = image(&elf, &seg, rewrite);
         let again = ElfFile::parse(&out).unwrap();
         assert_eq!(again.segments().len(), elf.segments().len() + 2);
         let phdr = again

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use rayon::prelude::*;
 use rivet_arch::FragmentExits;
+use rivet_elf::sink::ImageSink;
 use rivet_elf::writer::{NewSection, Rewrite, new_segment, write_output};
 use rivet_elf::{ElfFile, Vaddr};
 use rivet_ir::layout::{FragmentRef, Layout, LayoutStrategy, PltCalls, build_layout};
@@ -273,7 +274,10 @@ pub struct Summary {
 /// The output image and what went into it.
 #[derive(Debug)]
 pub struct RewriteOutput {
+    /// The image, from `rewrite`; empty from `rewrite_into`, which streamed it into its sink.
     pub image: Vec<u8>,
+    /// Its length in bytes.
+    pub image_len: u64,
     pub layout: Layout,
     pub map: AddressMap,
     pub summary: Summary,
@@ -334,12 +338,27 @@ pub fn check_input(
 }
 
 /// Runs the whole rewrite of `elf` (discovered as `program`): the phases listed at the top of
-/// this module, one function each.
+/// this module, one function each. The image comes back in memory (`RewriteOutput::image`).
 pub fn rewrite(
     elf: &ElfFile<'_>,
     program: &Program,
     options: &RewriteOptions<'_>,
     instrumentation: Option<&Instrumentation<'_>>,
+) -> Result<RewriteOutput, RewriteError> {
+    let mut image = Vec::new();
+    let mut output = rewrite_into(elf, program, options, instrumentation, &mut image)?;
+    output.image = image;
+    Ok(output)
+}
+
+/// `rewrite`, with the image streamed into `sink` (a file, so that the image of a large
+/// program is never held in memory) rather than returned.
+pub fn rewrite_into(
+    elf: &ElfFile<'_>,
+    program: &Program,
+    options: &RewriteOptions<'_>,
+    instrumentation: Option<&Instrumentation<'_>>,
+    sink: &mut dyn ImageSink,
 ) -> Result<RewriteOutput, RewriteError> {
     let reorders_functions = match options.layout {
         LayoutSource::Strategy(s) => s.reorders_functions(),
@@ -709,10 +728,11 @@ pub fn rewrite(
         load_align,
     };
     clock.lap(&mut summary, "symbols");
-    let image = write_output(elf, &segment, rewrite)?;
+    let image_len = write_output(elf, &segment, rewrite, sink)?;
     clock.lap(&mut summary, "write image");
     Ok(RewriteOutput {
-        image,
+        image: Vec::new(),
+        image_len,
         layout,
         map,
         summary,
