@@ -356,7 +356,7 @@ report() {
                         continue
                     }
                     printf "| %s MB | %s | %s ", s, prog, k
-                    # merge-fdata's one row stands against both of Rivet's merges
+                    # the one merge-fdata row stands against both Rivet merges
                     b = (k == "merge-sum" ? "merge" : k)
                     printf "%s", cell(st["rivet", k], w["rivet", k], c["rivet", k], r["rivet", k])
                     printf "%s", cell(st["bolt", b], w["bolt", b], c["bolt", b], r["bolt", b])

@@ -119,7 +119,7 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         );
     }
     let mapped = map_input(&args.binary)?;
-    let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    let elf = ElfFile::parse_mapped(&mapped).map_err(|e| elf_error(&args.binary, &e))?;
     crate::files::refuse_rivet_output(&elf, &args.binary)?;
     let rewrite_failed = |e: RewriteError| match e {
         RewriteError::NeedsRelocations { reason } => UserError::new(format!(
@@ -145,7 +145,9 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
     let program = discover(
         &elf,
         &DiscoverOptions {
-            cfi: CfiRows::Keep,
+            // Checked, not kept: the emitter reads the rows of each function again as it
+            // writes its unwind tables, rather than every function's being held to the end.
+            cfi: CfiRows::Check,
             ..Default::default()
         },
     )

@@ -940,7 +940,7 @@ pub fn run_with(
     let start = Instant::now();
     let mut clock = PhaseClock::new();
     let mapped = map_input(&args.binary)?;
-    let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    let elf = ElfFile::parse_mapped(&mapped).map_err(|e| elf_error(&args.binary, &e))?;
     crate::files::refuse_rivet_output(&elf, &args.binary)?;
     let profile = load_profile(
         &args.profile,

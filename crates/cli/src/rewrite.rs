@@ -86,14 +86,16 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
         );
     }
     let mapped = map_input(&args.binary)?;
-    let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(&args.binary, &e))?;
+    let elf = ElfFile::parse_mapped(&mapped).map_err(|e| elf_error(&args.binary, &e))?;
     crate::files::refuse_rivet_output(&elf, &args.binary)?;
     // Fail on an unwritable destination before the work, and own the temp file from here.
     let (pending, file) = PendingOutput::create(&args.output)?;
     let program = discover(
         &elf,
         &DiscoverOptions {
-            cfi: CfiRows::Keep,
+            // Checked, not kept: the emitter reads the rows of each function again as it
+            // writes its unwind tables, rather than every function's being held to the end.
+            cfi: CfiRows::Check,
             ..Default::default()
         },
     )

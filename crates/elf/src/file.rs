@@ -13,6 +13,7 @@ use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 
 use crate::addr::{FileOffset, Vaddr, VaddrRange};
 use crate::error::{ElfError, Result};
+use crate::mapped::MappedFile;
 
 pub(crate) type Header = elf::FileHeader64<LE>;
 
@@ -101,6 +102,9 @@ impl Segment {
 #[derive(Debug)]
 pub struct ElfFile<'data> {
     data: &'data [u8],
+    /// The mapping `data` is, when parsed from one (`parse_mapped`): pages read for the last
+    /// time can leave the resident set (`release_pages`).
+    mapping: Option<&'data MappedFile>,
     pub kind: ElfKind,
     pub entry: Vaddr,
     /// `e_machine`: which instruction set the code is (`rivet_arch::Isa` says what it means).
@@ -130,6 +134,23 @@ impl<'data> ElfFile<'data> {
     /// goes through `rivet_arch::Isa`.
     pub fn is_aarch64(&self) -> bool {
         self.machine == elf::EM_AARCH64.0
+    }
+
+    /// `parse` of a mapped file, which lets the reader give back pages it is done with
+    /// (`release_pages`).
+    pub fn parse_mapped(mapped: &'data MappedFile) -> Result<ElfFile<'data>> {
+        let mut file = Self::parse(mapped.bytes())?;
+        file.mapping = Some(mapped);
+        Ok(file)
+    }
+
+    /// Tells the input's mapping that `bytes` (borrowed from `data()`) will not be read again
+    /// soon ([`MappedFile::release_pages`]); nothing for an input parsed from memory. Only a
+    /// matter of resident memory: reading them again works and costs a page fault.
+    pub fn release_pages(&self, bytes: &[u8]) {
+        if let Some(m) = self.mapping {
+            m.release_pages(bytes);
+        }
     }
 
     pub fn parse(data: &'data [u8]) -> Result<ElfFile<'data>> {
@@ -263,6 +284,7 @@ impl<'data> ElfFile<'data> {
 
         let mut file = ElfFile {
             data,
+            mapping: None,
             kind: ElfKind::Executable,
             entry: Vaddr(header.e_entry(endian)),
             machine,

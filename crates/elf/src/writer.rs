@@ -400,6 +400,8 @@ impl<'b> Overlays<'b> {
 /// hashed for the build-id.
 struct Stream<'s, 'b> {
     sink: &'s mut dyn ImageSink,
+    /// The input, whose pages are let go once streamed (`ElfFile::release_pages`).
+    input: &'s ElfFile<'s>,
     overlays: Overlays<'b>,
     hasher: Option<sha1_smol::Sha1>,
     pos: u64,
@@ -423,6 +425,14 @@ impl Stream<'_, '_> {
             self.apply(&hits, &mut scratch);
             self.emit(&scratch);
             self.scratch = scratch;
+        }
+    }
+
+    /// `bytes` of the input, which is not read again.
+    fn input_bytes(&mut self, bytes: &[u8]) {
+        for piece in bytes.chunks(CHUNK) {
+            self.bytes(piece);
+            self.input.release_pages(piece);
         }
     }
 
@@ -879,12 +889,13 @@ pub fn write_output(
     sink.expect_len(total);
     let mut out = Stream {
         sink,
+        input: elf,
         overlays,
         hasher: build_id.map(|_| sha1_smol::Sha1::new()),
         pos: 0,
         scratch: Vec::new(),
     };
-    out.bytes(&input[..kept]);
+    out.input_bytes(&input[..kept]);
     out.zeros_to(seg_start);
     out.zeros(segment.phdr_size);
     for &i in &alloc_order {
@@ -896,7 +907,7 @@ pub fn write_output(
     out.zeros_to(seg_start + seg_len);
     for &(off, bytes) in &moved_bytes {
         out.zeros_to(off);
-        out.bytes(bytes);
+        out.input_bytes(bytes);
     }
     for (s, &off) in rewrite
         .sections

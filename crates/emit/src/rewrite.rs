@@ -564,6 +564,13 @@ pub fn rewrite_into(
     // Every reference is a patch now: the tables of millions of them (a large program's) need
     // not stay through the unwind tables, the debug info and the image.
     drop(refs);
+    // Nor need the input's code and relocations stay resident: read for the last time but
+    // for the copy the image streams (`ElfFile::release_pages`).
+    for s in elf.sections() {
+        if s.is_exec() || (s.sh_type == object::elf::SHT_RELA.0 && !s.is_alloc()) {
+            elf.release_pages(s.data);
+        }
+    }
     // Entry point, DT_INIT / DT_FINI, exported symbols. An instrumented binary starts in the
     // runtime.
     let runtime_entry = runtime
@@ -636,6 +643,14 @@ pub fn rewrite_into(
     let moves = debug::CodeMoves::new(program, &map, placed);
     let debug_sections = debug::rewrite(elf, &moves, options.debug_writer);
     drop(moves);
+    // The input's debug info was read for the last time, but for what the image copies as it
+    // is (streamed from the input again): the largest part of a large program's file, which
+    // would otherwise stay resident to the end.
+    for s in elf.sections() {
+        if s.name.starts_with(".debug") || s.name.starts_with(".rela.debug") {
+            elf.release_pages(s.data);
+        }
+    }
     let tables = tables?;
     let has_tables = tables.is_some();
     let eh_frame_hdr = tables.map(|t| add_unwind_sections(t, &mut sections, &mut summary));

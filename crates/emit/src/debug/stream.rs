@@ -339,6 +339,10 @@ pub(super) fn rewrite(
             }
         }
     }
+    // The input is read front to back, once: what is done with need not stay resident
+    // (`ElfFile::release_pages`; a large program's debug info is most of its file).
+    // Type units' line programs are copied below, from pages read again.
+    elf.release_pages(section(".debug_line"));
 
     let mut die = DieOut::default();
     let mut attrs: Vec<RawAttribute<'_>> = Vec::new();
@@ -473,7 +477,11 @@ pub(super) fn rewrite(
         state
             .rng
             .finish(&mut out.rnglists, constants::DW_RLE_end_of_list.0);
-        out.resolve_fixups_below(old_start + header.length_including_self() as u64)?;
+        let old_end = old_start + header.length_including_self() as u64;
+        out.resolve_fixups_below(old_end)?;
+        if let Some(done) = info.get(old_start as usize..old_end as usize) {
+            elf.release_pages(done);
+        }
     }
     out.resolve_fixups_below(u64::MAX)?;
 
