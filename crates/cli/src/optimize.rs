@@ -12,7 +12,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, Instructions, discover};
+use rivet_discover::{
+    CfiRows, DiscoverError, DiscoverOptions, Instructions, Models, discover_models,
+};
 use rivet_elf::ElfFile;
 use rivet_elf::sink::FileSink;
 use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite_into};
@@ -652,11 +654,10 @@ fn release_model_of_code_that_stays(
         .iter()
         .map(|f| program.family_root(f.id))
         .collect();
-    let released = program.release(|f| !family_profiled[roots[f.id.0 as usize].0 as usize]);
-    if released > 0 {
-        crate::allocator::return_freed_memory();
-    }
-    released
+    program.release(|f| !family_profiled[roots[f.id.0 as usize].0 as usize]);
+    crate::allocator::return_freed_memory();
+    // Discovery may have released most of them already (`Models::NamedFamilies`).
+    program.functions.iter().filter(|f| f.is_released()).count()
 }
 
 /// Decodes again the instructions discovery set aside of the families (a function and its
@@ -979,8 +980,18 @@ pub fn run_with(
     } else {
         Instructions::Keep
     };
-    let mut program =
-        discover(&elf, &DiscoverOptions { cfi, instructions }).map_err(|e| match e {
+    // And only those families keep their blocks past discovery.
+    let named = |skeleton: &rivet_ir::Program| {
+        let names = rivet_passes::names::profile_names(skeleton);
+        rivet_passes::attach::functions_named(skeleton, &names, &profile.profile)
+    };
+    let models = if lean {
+        Models::NamedFamilies(&named)
+    } else {
+        Models::All
+    };
+    let mut program = discover_models(&elf, &DiscoverOptions { cfi, instructions }, models)
+        .map_err(|e| match e {
             DiscoverError::Elf(e) => elf_error(&args.binary, &e),
         })?;
     clock.lap("discover");

@@ -18,6 +18,8 @@ use rivet_discover::{CfiRows, DiscoverOptions, discover};
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
 use rivet_ir::*;
 
+mod common;
+
 /// Which corpus: the same sources built for each instruction set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
@@ -469,6 +471,23 @@ fn checked_unwind_rows_skip_what_kept_ones_do() {
     assert!(
         with_rows > 1000,
         "only {with_rows} functions with unwind rows"
+    );
+}
+
+/// Discovery that keeps the model of some families only (`Models::NamedFamilies`) gives the
+/// model of discovering every function and releasing the others (`common::named_families`).
+#[test]
+fn modelling_named_families_is_releasing_the_rest() {
+    let (mut kept, mut released) = (0, 0);
+    for e in all_entries().filter(|e| e.opt == "O2") {
+        let bytes = std::fs::read(&e.path).unwrap();
+        let (k, r) = common::assert_named_families_match(&e.name, &ElfFile::parse(&bytes).unwrap());
+        kept += k;
+        released += r;
+    }
+    assert!(
+        released > 1000 && kept > 500,
+        "{released} functions released, {kept} kept"
     );
 }
 

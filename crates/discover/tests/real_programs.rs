@@ -18,6 +18,8 @@ use rivet_elf::eh_frame::SavedRegister;
 use rivet_elf::{ElfFile, ElfKind, Vaddr};
 use rivet_ir::{EdgeKind, Function, Program, RelocationMode, Terminator};
 
+mod common;
+
 /// Runs a build script of scripts/ and returns its "<name> <path>" result lines whose name is
 /// in `wanted`, failing unless every wanted name is there.
 fn built(script: &str, args: &[&str], wanted: &[&str]) -> Vec<(String, PathBuf)> {
@@ -110,6 +112,22 @@ fn lua_and_sqlite_are_modelled() {
                     .iter()
                     .any(|b| b.terminator == rivet_ir::Terminator::ComputedGoto),
             "{name}: {main_loop} has no dispatch table"
+        );
+    }
+}
+
+/// Keeping the model of some families only gives the model of releasing the rest
+/// (`common::assert_named_families_match`), on Lua and SQLite built by gcc (whose
+/// compiler-split `.cold` parts make families) and clang, for both instruction sets.
+#[test]
+fn modelling_named_families_is_releasing_the_rest() {
+    for (name, path) in real_programs().into_iter().chain(aarch64_programs()) {
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let elf = ElfFile::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (kept, released) = common::assert_named_families_match(&name, &elf);
+        assert!(
+            kept > 100 && released > 100,
+            "{name}: {kept} functions kept, {released} released"
         );
     }
 }

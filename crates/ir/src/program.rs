@@ -541,6 +541,20 @@ impl Function {
         }
     }
 
+    /// Takes its instructions back from `elf`, set aside or released, so that its CFG can be
+    /// built again (discovery, when a later round rebuilds it): a released function loses its
+    /// `released` record, and its blocks and calls stay empty until the build.
+    pub fn reopen(&mut self, elf: &ElfFile<'_>) {
+        if self.insts_set_aside || self.released.is_some() {
+            self.insts = match elf.bytes_at(self.range.start, self.range.len()) {
+                Some(bytes) => Isa::of(elf).decode_all(bytes, self.range.start),
+                None => Vec::new(),
+            };
+            self.insts_set_aside = false;
+            self.released = None;
+        }
+    }
+
     /// Whether `insts` holds its instructions: neither released nor set aside.
     pub fn has_instructions(&self) -> bool {
         self.released.is_none() && !self.insts_set_aside
