@@ -172,7 +172,10 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
             "the binary's own atomics",
         ),
     };
-    let plan = instrument_program(&program, atomics, &|f| !skipped(f));
+    let mut plan = instrument_program(&program, atomics, &|f| !skipped(f));
+    // Taken out of the plans for the counter map, made once, after the code is placed.
+    let maps = std::sync::Mutex::new(Some(plan.take_maps()));
+    let plan = plan;
     let probes: Vec<Option<&FunctionProbes>> = plan
         .functions
         .iter()
@@ -186,7 +189,12 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         .unwrap_or_default();
     let identity = instrumented_identity(&args.output)?;
     let file_prefix = |kept: &dyn Fn(rivet_ir::FuncId) -> bool, moved: &[(u64, u64)]| {
-        let prefix = plan
+        let maps = maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("the emitter asks for the counter map once");
+        let prefix = maps
             .counter_map(&program, kept, &build_id, &binary_name, moved)
             .file_prefix(&identity)
             .expect("the path's length is checked above");

@@ -44,7 +44,7 @@ pub mod taildup;
 use std::collections::HashSet;
 
 use rivet_ir::{FuncId, Program};
-use rivet_profile::counters::CounterMap;
+use rivet_profile::counters::{CounterMap, FunctionMap};
 
 pub use instrument::{FunctionInstrumentation, default_atomics, instrument_function};
 
@@ -57,10 +57,33 @@ pub struct ProgramInstrumentation {
 }
 
 impl ProgramInstrumentation {
+    /// Moves the counter maps out of the plans: the rewrite needs the probes alone, and a
+    /// large program's maps are hundreds of MB, which the counter map would otherwise copy.
+    pub fn take_maps(&mut self) -> FunctionMaps {
+        FunctionMaps {
+            maps: self
+                .functions
+                .iter_mut()
+                .map(|f| f.as_mut().map(|f| std::mem::take(&mut f.map)))
+                .collect(),
+            counters: self.counters,
+        }
+    }
+}
+
+/// The counting graphs of a program's instrumented functions, by `FuncId`
+/// (`ProgramInstrumentation::take_maps`).
+#[derive(Debug)]
+pub struct FunctionMaps {
+    maps: Vec<Option<FunctionMap>>,
+    counters: u32,
+}
+
+impl FunctionMaps {
     /// The counter map of the functions for which `kept` holds (the ones actually rewritten),
     /// for a binary with `build_id` named `binary_name`.
     pub fn counter_map(
-        &self,
+        self,
         program: &Program,
         kept: &dyn Fn(FuncId) -> bool,
         build_id: &[u8],
@@ -68,11 +91,11 @@ impl ProgramInstrumentation {
         moved_entries: &[(u64, u64)],
     ) -> CounterMap {
         let functions = self
-            .functions
-            .iter()
+            .maps
+            .into_iter()
             .enumerate()
             .filter(|(i, _)| kept(FuncId(*i as u32)))
-            .filter_map(|(_, f)| f.as_ref().map(|f| f.map.clone()))
+            .filter_map(|(_, map)| map)
             .collect();
         CounterMap {
             // Named without a machine constant: the ISA's own enum is the source.

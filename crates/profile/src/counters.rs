@@ -188,7 +188,7 @@ pub struct MapCall {
 }
 
 /// The counting graph of one instrumented function, in input addresses.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FunctionMap {
     /// The name profiles use for it (fdata conventions: locals as `name/file/1`).
     pub name: String,
