@@ -1017,6 +1017,13 @@ pub fn plan_fragment(
             _ => None,
         })
         .collect();
+    // Plans live until the debug info is written, one item per instruction of every rewritten
+    // function (all of them, instrumented): no spare capacity. `offsets` especially, collected
+    // in place from 8-byte offsets, keeps twice its length otherwise.
+    items.shrink_to_fit();
+    let mut offsets = offsets;
+    offsets.shrink_to_fit();
+    inst_offsets.shrink_to_fit();
     Ok(FragmentPlan {
         fragment,
         promoted,
