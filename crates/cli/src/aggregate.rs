@@ -389,16 +389,11 @@ pub fn run(args: &AggregateArgs) -> Result<(), UserError> {
     };
     let profiled_path = args.original.as_deref().unwrap_or(&args.binary);
     let profiled_elf = original_elf.as_ref().unwrap_or(&elf);
-    let program = discover(
-        profiled_elf,
-        &DiscoverOptions {
-            cfi: CfiRows::Ignore,
-            ..Default::default()
+    let program = discover(profiled_elf, &DiscoverOptions::with_cfi(CfiRows::Ignore)).map_err(
+        |e| match e {
+            DiscoverError::Elf(e) => elf_error(profiled_path, &e),
         },
-    )
-    .map_err(|e| match e {
-        DiscoverError::Elf(e) => elf_error(profiled_path, &e),
-    })?;
+    )?;
     let mut mapping: Option<MapReport> = None;
     let translated;
     let samples = if args.original.is_some() {

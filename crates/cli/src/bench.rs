@@ -662,16 +662,10 @@ fn side_with_variants(
 ) -> Result<Side, UserError> {
     let mapped = map_input(input)?;
     let elf = ElfFile::parse(mapped.bytes()).map_err(|e| elf_error(input, &e))?;
-    let program = discover(
-        &elf,
-        &DiscoverOptions {
-            cfi: CfiRows::Keep,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| match e {
-        DiscoverError::Elf(e) => elf_error(input, &e),
-    })?;
+    let program =
+        discover(&elf, &DiscoverOptions::with_cfi(CfiRows::Keep)).map_err(|e| match e {
+            DiscoverError::Elf(e) => elf_error(input, &e),
+        })?;
     let seeds: Vec<u64> = (0..k as u64)
         .map(|i| first_seed.wrapping_add(index * k as u64 + i))
         .collect();

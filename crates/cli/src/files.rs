@@ -9,6 +9,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rivet_elf::MappedFile;
+use rivet_elf::sink::{FileSink, ImageSink};
 
 use crate::error::UserError;
 
@@ -89,9 +90,34 @@ impl PendingOutput {
             .hint("check the free space of its file system")
     }
 
-    /// The temporary file as written so far, mapped (to verify it before it is committed).
-    pub(crate) fn map_written(&self) -> Result<MappedFile, UserError> {
-        MappedFile::open(&self.temp).map_err(|e| self.write_error(e))
+    /// Streams an image into the temporary file (`file`, from `create`): `write` writes it
+    /// into the sink it is given, and a write that failed on the way is reported once it
+    /// returns. The image is never held in memory.
+    pub(crate) fn stream<T>(
+        &self,
+        file: &File,
+        write: impl FnOnce(&mut dyn ImageSink) -> Result<T, UserError>,
+    ) -> Result<T, UserError> {
+        let mut sink = FileSink::new(file);
+        let written = write(&mut sink)?;
+        sink.finish().map_err(|e| self.write_error(e))?;
+        Ok(written)
+    }
+
+    /// `--verify`: checks the temporary file as written (mapped) with `check` before it is
+    /// committed; a failure is one error line saying that the output was not written.
+    pub(crate) fn verify_written(
+        &self,
+        check: impl FnOnce(&[u8]) -> Result<(), String>,
+    ) -> Result<(), UserError> {
+        let written = MappedFile::open(&self.temp).map_err(|e| self.write_error(e))?;
+        check(written.bytes()).map_err(|e| {
+            UserError::new(format!(
+                "verification of {} failed: {e}",
+                self.dest.display()
+            ))
+            .hint("the output was not written; please report this with the binary")
+        })
     }
 
     fn commit(mut self, mode: u32) -> Result<(), UserError> {

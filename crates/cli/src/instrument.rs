@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
-use rivet_elf::sink::FileSink;
 use rivet_emit::rewrite::{
     Instrumentation, RewriteError, RewriteOptions, check_input, rewrite_into,
 };
@@ -142,18 +141,12 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         .hint("x86-64 has one atomic increment (lock inc); leave --atomics out"));
     }
     let (pending, file) = PendingOutput::create(&args.output)?;
-    let program = discover(
-        &elf,
-        &DiscoverOptions {
-            // Checked, not kept: the emitter reads the rows of each function again as it
-            // writes its unwind tables, rather than every function's being held to the end.
-            cfi: CfiRows::Check,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| match e {
-        DiscoverError::Elf(e) => elf_error(&args.binary, &e),
-    })?;
+    // Unwind rows checked, not kept: the emitter reads each function's again as it writes
+    // its tables, rather than every function's being held to the end.
+    let program =
+        discover(&elf, &DiscoverOptions::with_cfi(CfiRows::Check)).map_err(|e| match e {
+            DiscoverError::Elf(e) => elf_error(&args.binary, &e),
+        })?;
     let names = rivet_passes::names::profile_names(&program);
     let skipped = |f: rivet_ir::FuncId| {
         let func = program.function(f);
@@ -218,11 +211,9 @@ pub fn run_with(args: &InstrumentArgs, print: bool) -> Result<serde_json::Value,
         atomics,
     };
     let options = RewriteOptions::strategy(LayoutStrategy::Identity);
-    // Streamed into the temporary file: the image is never held in memory.
-    let mut sink = FileSink::new(&file);
-    let output = rewrite_into(&elf, &program, &options, Some(&instrumentation), &mut sink)
-        .map_err(rewrite_failed)?;
-    sink.finish().map_err(|e| pending.write_error(e))?;
+    let output = pending.stream(&file, |sink| {
+        rewrite_into(&elf, &program, &options, Some(&instrumentation), sink).map_err(rewrite_failed)
+    })?;
     pending.finish_written(file, mode_of(&args.binary))?;
 
     // Summary: what is counted, and where the counts go.

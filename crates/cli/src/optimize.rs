@@ -16,7 +16,6 @@ use rivet_discover::{
     CfiRows, DiscoverError, DiscoverOptions, Instructions, Models, discover_models,
 };
 use rivet_elf::ElfFile;
-use rivet_elf::sink::FileSink;
 use rivet_emit::rewrite::{LayoutSource, RewriteOptions, TextAlignment, rewrite_into};
 use rivet_ir::layout::{Layout, PltCalls};
 use rivet_ir::{FuncId, Program};
@@ -639,46 +638,17 @@ fn release_model_of_code_that_stays(
     if keep {
         return 0;
     }
-    let mut family_profiled = vec![false; program.functions.len()];
-    for f in &program.functions {
-        if attached
-            .functions
-            .get(f.id.0 as usize)
-            .is_some_and(Option::is_some)
-        {
-            family_profiled[program.family_root(f.id).0 as usize] = true;
-        }
-    }
-    let roots: Vec<FuncId> = program
-        .functions
-        .iter()
-        .map(|f| program.family_root(f.id))
-        .collect();
-    program.release(|f| !family_profiled[roots[f.id.0 as usize].0 as usize]);
+    let profiled =
+        program.families_holding((0..program.functions.len() as u32).map(FuncId).filter(|f| {
+            attached
+                .functions
+                .get(f.0 as usize)
+                .is_some_and(Option::is_some)
+        }));
+    program.release(|f| !profiled[f.id.0 as usize]);
     crate::allocator::return_freed_memory();
     // Discovery may have released most of them already (`Models::NamedFamilies`).
     program.functions.iter().filter(|f| f.is_released()).count()
-}
-
-/// Decodes again the instructions discovery set aside of the families (a function and its
-/// compiler-split parts) of the functions `profile` names: the functions that can move, and
-/// the ones attaching the profile reads.
-fn restore_named_families(
-    program: &mut rivet_ir::Program,
-    elf: &ElfFile<'_>,
-    names: &[String],
-    profile: &rivet_profile::Profile,
-) {
-    let mut named_root = vec![false; program.functions.len()];
-    for f in rivet_passes::attach::functions_named(program, names, profile) {
-        named_root[program.family_root(f).0 as usize] = true;
-    }
-    let roots: Vec<FuncId> = program
-        .functions
-        .iter()
-        .map(|f| program.family_root(f.id))
-        .collect();
-    program.restore_instructions(elf, |f| named_root[roots[f.id.0 as usize].0 as usize]);
 }
 
 /// Whether functions are split: as asked, else unless the counts were inferred from plain
@@ -980,10 +950,16 @@ pub fn run_with(
     } else {
         Instructions::Keep
     };
-    // And only those families keep their blocks past discovery.
+    // And only those families keep their blocks past discovery. The functions named are kept
+    // for the restore below (the skeleton's `FuncId`s are the program's).
+    let named_in_skeleton: std::sync::OnceLock<Vec<FuncId>> = std::sync::OnceLock::new();
     let named = |skeleton: &rivet_ir::Program| {
-        let names = rivet_passes::names::profile_names(skeleton);
-        rivet_passes::attach::functions_named(skeleton, &names, &profile.profile)
+        named_in_skeleton
+            .get_or_init(|| {
+                let names = rivet_passes::names::profile_names(skeleton);
+                rivet_passes::attach::functions_named(skeleton, &names, &profile.profile)
+            })
+            .clone()
     };
     let models = if lean {
         Models::NamedFamilies(&named)
@@ -996,8 +972,11 @@ pub fn run_with(
         })?;
     clock.lap("discover");
     let names = rivet_passes::names::profile_names(&program);
-    if lean {
-        restore_named_families(&mut program, &elf, &names, &profile.profile);
+    // Decoded again: the instructions of the families that can move, which attaching the
+    // profile reads too.
+    if let Some(named) = named_in_skeleton.get() {
+        let kept = program.families_holding(named.iter().copied());
+        program.restore_instructions(&elf, |f| kept[f.id.0 as usize]);
     }
     let (attached, stale) = attach_loaded(&program, &profile)?;
     if let Some(report) = &stale {
@@ -1113,23 +1092,15 @@ pub fn run_with(
             ..rewrite_options
         }
     };
-    // Streamed into the temporary file: the image is never held in memory.
-    let mut sink = FileSink::new(&file);
-    let output = rewrite_into(&elf, &program, &rewrite_options, None, &mut sink)
-        .map_err(|e| rewrite_error(&args.binary, e))?;
-    sink.finish().map_err(|e| pending.write_error(e))?;
+    let output = pending.stream(&file, |sink| {
+        rewrite_into(&elf, &program, &rewrite_options, None, sink)
+            .map_err(|e| rewrite_error(&args.binary, e))
+    })?;
     clock.extend(&output.summary.timings);
     if args.verify {
-        let written = pending.map_written()?;
-        rivet::verify_check::verify_output(&elf, &program, &output, written.bytes()).map_err(
-            |e| {
-                UserError::new(format!(
-                    "verification of {} failed: {e}",
-                    args.output.display()
-                ))
-                .hint("the output was not written; please report this with the binary")
-            },
-        )?;
+        pending.verify_written(|image| {
+            rivet::verify_check::verify_output(&elf, &program, &output, image).map(|_| ())
+        })?;
     }
     pending.finish_written(file, mode_of(&args.binary))?;
     clock.lap(if args.verify {

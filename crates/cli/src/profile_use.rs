@@ -112,16 +112,10 @@ pub fn hashes_from_binary<'a>(
         ))
         .hint("give --binary the build the profiles were taken on"));
     }
-    let program = discover(
-        &elf,
-        &DiscoverOptions {
-            cfi: CfiRows::Ignore,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| match e {
-        DiscoverError::Elf(e) => elf_error(binary, &e),
-    })?;
+    let program =
+        discover(&elf, &DiscoverOptions::with_cfi(CfiRows::Ignore)).map_err(|e| match e {
+            DiscoverError::Elf(e) => elf_error(binary, &e),
+        })?;
     let names = rivet_passes::names::profile_names(&program);
     Ok(rivet_passes::stale::hashes_of_named(
         &program, &names, named,
@@ -285,16 +279,10 @@ pub fn yaml_with_hashes(binary: &Path, y: &yaml::YamlProfile) -> Result<Profile,
         ))
         .hint("give --binary the build the profiles were taken on"));
     }
-    let program = discover(
-        &elf,
-        &DiscoverOptions {
-            cfi: CfiRows::Ignore,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| match e {
-        DiscoverError::Elf(e) => elf_error(binary, &e),
-    })?;
+    let program =
+        discover(&elf, &DiscoverOptions::with_cfi(CfiRows::Ignore)).map_err(|e| match e {
+            DiscoverError::Elf(e) => elf_error(binary, &e),
+        })?;
     let names = rivet_passes::names::profile_names(&program);
     let mut profile = from_bolt_yaml(&program, &names, y)
         .map_err(|e| {

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 
 use rivet_discover::{CfiRows, DiscoverError, DiscoverOptions, discover};
 use rivet_elf::ElfFile;
-use rivet_elf::sink::FileSink;
 use rivet_emit::debug::DebugWriter;
 use rivet_emit::rewrite::{LayoutSource, RewriteOptions, Summary, rewrite_into};
 use rivet_ir::layout::{LayoutStrategy, build_layout, split_every_block};
@@ -90,18 +89,12 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
     crate::files::refuse_rivet_output(&elf, &args.binary)?;
     // Fail on an unwritable destination before the work, and own the temp file from here.
     let (pending, file) = PendingOutput::create(&args.output)?;
-    let program = discover(
-        &elf,
-        &DiscoverOptions {
-            // Checked, not kept: the emitter reads the rows of each function again as it
-            // writes its unwind tables, rather than every function's being held to the end.
-            cfi: CfiRows::Check,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| match e {
-        DiscoverError::Elf(e) => elf_error(&args.binary, &e),
-    })?;
+    // Unwind rows checked, not kept: the emitter reads each function's again as it writes
+    // its tables, rather than every function's being held to the end.
+    let program =
+        discover(&elf, &DiscoverOptions::with_cfi(CfiRows::Check)).map_err(|e| match e {
+            DiscoverError::Elf(e) => elf_error(&args.binary, &e),
+        })?;
     let strategy = strategy(args);
     let split_every = |movable: &[bool], in_place: bool| {
         split_every_block(
@@ -125,22 +118,14 @@ pub fn run(args: &RewriteArgs) -> Result<(), UserError> {
             name: &split_name,
         };
     }
-    // Streamed into the temporary file: the image is never held in memory.
-    let mut sink = FileSink::new(&file);
-    let output = rewrite_into(&elf, &program, &options, None, &mut sink)
-        .map_err(|e| rewrite_error(&args.binary, e))?;
-    sink.finish().map_err(|e| pending.write_error(e))?;
+    let output = pending.stream(&file, |sink| {
+        rewrite_into(&elf, &program, &options, None, sink)
+            .map_err(|e| rewrite_error(&args.binary, e))
+    })?;
     if args.verify {
-        let written = pending.map_written()?;
-        rivet::verify_check::verify_output(&elf, &program, &output, written.bytes()).map_err(
-            |e| {
-                UserError::new(format!(
-                    "verification of {} failed: {e}",
-                    args.output.display()
-                ))
-                .hint("the output was not written; please report this with the binary")
-            },
-        )?;
+        pending.verify_written(|image| {
+            rivet::verify_check::verify_output(&elf, &program, &output, image).map(|_| ())
+        })?;
     }
     pending.finish_written(file, mode_of(&args.binary))?;
     print_summary(args, &output.summary);

@@ -232,10 +232,7 @@ fn places(binary: &Path) -> Places {
     let elf = ElfFile::parse(&data).unwrap();
     let program = rivet_discover::discover(
         &elf,
-        &rivet_discover::DiscoverOptions {
-            cfi: rivet_discover::CfiRows::Ignore,
-            ..Default::default()
-        },
+        &rivet_discover::DiscoverOptions::with_cfi(rivet_discover::CfiRows::Ignore),
     )
     .unwrap();
     let names = rivet_passes::names::profile_names(&program);

@@ -37,6 +37,16 @@ pub struct DiscoverOptions {
     pub instructions: Instructions,
 }
 
+impl DiscoverOptions {
+    /// The defaults, with unwind rows treated as `cfi` says.
+    pub fn with_cfi(cfi: CfiRows) -> DiscoverOptions {
+        DiscoverOptions {
+            cfi,
+            ..Default::default()
+        }
+    }
+}
+
 /// Which instructions the model that discovery returns holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Instructions {
@@ -261,17 +271,6 @@ impl Summary {
     }
 }
 
-/// The family root of function `i` by `parents` (as `Program::family_root`).
-fn root_by(parents: &[Option<Parent>], i: usize) -> usize {
-    match parents[i] {
-        Some(Parent {
-            function,
-            kind: PartKind::ColdFragment,
-        }) => function.0 as usize,
-        _ => i,
-    }
-}
-
 /// Runs discovery over the whole binary, modelling in full the functions `models` says.
 pub fn discover_models(
     elf: &ElfFile,
@@ -367,7 +366,7 @@ pub fn discover_models(
         has_eh_frame: eh.is_some(),
     };
     // The functions whose families keep their model (`None`: all).
-    let named: Option<Vec<bool>> = match models {
+    let named: Option<Vec<FuncId>> = match models {
         Models::All => None,
         Models::NamedFamilies(pick) => {
             let skeleton = Program {
@@ -378,13 +377,7 @@ pub fn discover_models(
             };
             let picked = pick(&skeleton);
             functions = skeleton.functions;
-            let mut named = vec![false; functions.len()];
-            for f in picked {
-                if let Some(n) = named.get_mut(f.0 as usize) {
-                    *n = true;
-                }
-            }
-            Some(named)
+            Some(picked)
         }
     };
 
@@ -539,22 +532,11 @@ pub fn discover_models(
     // What is left of each function released once built (`Models::NamedFamilies`).
     let mut summaries: Vec<Option<Summary>> = (0..n).map(|_| None).collect();
     // Whether each function's family keeps its model, by the parents known so far.
-    let families_kept = |parents: &[Option<Parent>]| -> Option<Vec<bool>> {
-        let named = named.as_ref()?;
-        let mut kept = vec![false; named.len()];
-        for (i, _) in named.iter().enumerate().filter(|(_, n)| **n) {
-            kept[root_by(parents, i)] = true;
-        }
-        Some(
-            (0..named.len())
-                .map(|i| kept[root_by(parents, i)])
-                .collect(),
-        )
+    let families_kept = |parents: &[Option<Parent>]| {
+        named
+            .as_ref()
+            .map(|named| families_holding(parents, named.iter().copied()))
     };
-    // A function without code has nothing to release; a veneer's instructions are read when
-    // rewritten code calls it (as `Program::release` has it).
-    let releasable =
-        |f: &Function| !f.insts.is_empty() && isa.forwarding_destination(&f.insts).is_none();
     // Callees a call site showed to return (sorted): no trailing call makes them noreturn, and
     // the code is not searched for them again in later rounds.
     let mut shown_to_return: Vec<Vaddr> = Vec::new();
@@ -574,7 +556,7 @@ pub fn discover_models(
                 cfg::build(&ctx, f, d, inc);
                 *returned = cfg::callees_returned_to(f);
                 *summary = None;
-                if kept.as_ref().is_some_and(|k| !k[i]) && releasable(f) {
+                if kept.as_ref().is_some_and(|k| !k[i]) && f.may_drop_model(isa) {
                     *summary = Some(Summary::of(f));
                     f.release();
                 } else if set_aside {

@@ -139,14 +139,7 @@ fn check_release(elf: &ElfFile, program: &rivet_ir::Program, name: &str) {
 fn compare_dump(name: &str, bin: &Path, pie: bool, relocs: bool) {
     let bytes = std::fs::read(bin).unwrap();
     let elf = ElfFile::parse(&bytes).unwrap();
-    let program = discover(
-        &elf,
-        &DiscoverOptions {
-            cfi: CfiRows::Keep,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let program = discover(&elf, &DiscoverOptions::with_cfi(CfiRows::Keep)).unwrap();
     check_release(&elf, &program, name);
     let dump = dump_program(&program);
     let golden = golden_dir().join(format!(
@@ -217,14 +210,7 @@ fn aarch64_switch_bases() {
     let bin = check_aarch64("switch_bases", 228);
     let bytes = std::fs::read(&bin).unwrap();
     let elf = ElfFile::parse(&bytes).unwrap();
-    let program = discover(
-        &elf,
-        &DiscoverOptions {
-            cfi: CfiRows::Keep,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let program = discover(&elf, &DiscoverOptions::with_cfi(CfiRows::Keep)).unwrap();
     let function = |name: &str| {
         program
             .functions

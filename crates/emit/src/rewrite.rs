@@ -276,8 +276,6 @@ pub struct Summary {
 pub struct RewriteOutput {
     /// The image, from `rewrite`; empty from `rewrite_into`, which streamed it into its sink.
     pub image: Vec<u8>,
-    /// Its length in bytes.
-    pub image_len: u64,
     pub layout: Layout,
     pub map: AddressMap,
     pub summary: Summary,
@@ -743,11 +741,10 @@ pub fn rewrite_into(
         load_align,
     };
     clock.lap(&mut summary, "symbols");
-    let image_len = write_output(elf, &segment, rewrite, sink)?;
+    write_output(elf, &segment, rewrite, sink)?;
     clock.lap(&mut summary, "write image");
     Ok(RewriteOutput {
         image: Vec::new(),
-        image_len,
         layout,
         map,
         summary,

@@ -522,34 +522,28 @@ impl Function {
         self.released = Some(Box::new(released));
     }
 
-    /// Drops its instructions and keeps its blocks and calls (`insts_set_aside`), unless it
-    /// has none (no code) or its entry forwards elsewhere (an AArch64 veneer, whose
+    /// Whether its decoded model may be dropped, to be decoded again when needed: it has
+    /// instructions (code), and its entry does not forward elsewhere (an AArch64 veneer, whose
     /// instructions [`Program::forwarded_destination`] reads).
+    pub fn may_drop_model(&self, isa: Isa) -> bool {
+        !self.insts.is_empty() && isa.forwarding_destination(&self.insts).is_none()
+    }
+
+    /// Drops its instructions and keeps its blocks and calls (`insts_set_aside`), if it
+    /// [`may_drop_model`](Function::may_drop_model).
     pub fn set_instructions_aside(&mut self, isa: Isa) {
-        if self.insts.is_empty() || isa.forwarding_destination(&self.insts).is_some() {
-            return;
-        }
-        self.insts = Vec::new();
-        self.insts_set_aside = true;
-    }
-
-    /// Decodes the instructions it set aside again from `elf`, the input it was discovered in.
-    pub fn restore_instructions(&mut self, elf: &ElfFile<'_>) {
-        if self.insts_set_aside {
-            self.insts = self.instructions(elf).into_owned();
-            self.insts_set_aside = false;
+        if self.may_drop_model(isa) {
+            self.insts = Vec::new();
+            self.insts_set_aside = true;
         }
     }
 
-    /// Takes its instructions back from `elf`, set aside or released, so that its CFG can be
-    /// built again (discovery, when a later round rebuilds it): a released function loses its
-    /// `released` record, and its blocks and calls stay empty until the build.
+    /// Takes its instructions back from `elf` (the input it was discovered in), set aside or
+    /// released. A released function loses its `released` record, and its blocks and calls
+    /// stay empty until its CFG is built again (discovery, when a later round rebuilds it).
     pub fn reopen(&mut self, elf: &ElfFile<'_>) {
-        if self.insts_set_aside || self.released.is_some() {
-            self.insts = match elf.bytes_at(self.range.start, self.range.len()) {
-                Some(bytes) => Isa::of(elf).decode_all(bytes, self.range.start),
-                None => Vec::new(),
-            };
+        if !self.has_instructions() {
+            self.insts = self.instructions(elf).into_owned();
             self.insts_set_aside = false;
             self.released = None;
         }
@@ -651,6 +645,34 @@ pub fn cfi_at(rows: &[CfiRow], addr: Vaddr) -> Option<&CfiRow> {
         .filter(|r| r.range.contains(addr))
 }
 
+/// The root of the family of function `f`, whose parent is `parent`
+/// ([`Program::family_root`]).
+pub fn family_root_by(f: FuncId, parent: Option<Parent>) -> FuncId {
+    match parent {
+        Some(Parent {
+            function,
+            kind: PartKind::ColdFragment,
+        }) => function,
+        _ => f,
+    }
+}
+
+/// By function (`parents` holds each one's parent): whether its family (it, its root and the
+/// root's other parts) holds one of `picked`.
+pub fn families_holding(
+    parents: &[Option<Parent>],
+    picked: impl IntoIterator<Item = FuncId>,
+) -> Vec<bool> {
+    let root = |i: usize| family_root_by(FuncId(i as u32), parents[i]).0 as usize;
+    let mut root_picked = vec![false; parents.len()];
+    for f in picked {
+        if (f.0 as usize) < parents.len() {
+            root_picked[root(f.0 as usize)] = true;
+        }
+    }
+    (0..parents.len()).map(|i| root_picked[root(i)]).collect()
+}
+
 /// The whole program as discovered.
 #[derive(Clone, Debug)]
 pub struct Program {
@@ -711,11 +733,7 @@ impl Program {
         let isa = self.info.isa;
         let mut released = 0;
         for f in &mut self.functions {
-            if (!f.insts.is_empty() || f.insts_set_aside)
-                && !f.is_released()
-                && stays(f)
-                && isa.forwarding_destination(&f.insts).is_none()
-            {
+            if (f.insts_set_aside || f.may_drop_model(isa)) && !f.is_released() && stays(f) {
                 f.release();
                 released += 1;
             }
@@ -734,7 +752,7 @@ impl Program {
         let mut restored = 0;
         for f in &mut self.functions {
             if f.insts_set_aside && moves(f) {
-                f.restore_instructions(elf);
+                f.reopen(elf);
                 restored += 1;
             }
         }
@@ -744,13 +762,14 @@ impl Program {
     /// The function a compiler-split cold part belongs to (`f` itself for ordinary
     /// functions): a family is rewritten whole or not at all.
     pub fn family_root(&self, f: FuncId) -> FuncId {
-        match self.function(f).parent {
-            Some(Parent {
-                function,
-                kind: PartKind::ColdFragment,
-            }) => function,
-            _ => f,
-        }
+        family_root_by(f, self.function(f).parent)
+    }
+
+    /// By `FuncId`: whether the function's family holds one of `picked`
+    /// ([`families_holding`]).
+    pub fn families_holding(&self, picked: impl IntoIterator<Item = FuncId>) -> Vec<bool> {
+        let parents: Vec<Option<Parent>> = self.functions.iter().map(|f| f.parent).collect();
+        families_holding(&parents, picked)
     }
 
     /// Functions with `name` among their names (several for same-named locals).

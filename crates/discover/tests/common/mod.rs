@@ -25,24 +25,10 @@ pub fn assert_named_families_match(name: &str, elf: &ElfFile<'_>) -> (usize, usi
     let mut lean = discover_models(elf, &options, Models::NamedFamilies(&picked))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     lean.restore_instructions(elf, |_| true);
-    let mut whole = discover(
-        elf,
-        &DiscoverOptions {
-            cfi: CfiRows::Check,
-            ..Default::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut named_root = vec![false; whole.functions.len()];
-    for f in picked(&whole) {
-        named_root[whole.family_root(f).0 as usize] = true;
-    }
-    let roots: Vec<FuncId> = whole
-        .functions
-        .iter()
-        .map(|f| whole.family_root(f.id))
-        .collect();
-    whole.release(|f| !named_root[roots[f.id.0 as usize].0 as usize]);
+    let mut whole = discover(elf, &DiscoverOptions::with_cfi(CfiRows::Check))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let kept = whole.families_holding(picked(&whole));
+    whole.release(|f| !kept[f.id.0 as usize]);
     assert_eq!(lean.functions.len(), whole.functions.len(), "{name}");
     for (a, b) in lean.functions.iter().zip(&whole.functions) {
         assert_eq!(format!("{a:?}"), format!("{b:?}"), "{name}: {}", a.name());
